@@ -1,0 +1,345 @@
+//! Checkpoints: fenced by the lease, never moving backwards; un-leased ones
+//! for event-source-mapped handlers; depletion at SHARD_END.
+
+use crate::clock::EpochMillis;
+use crate::error::{Result, StateError};
+use crate::item::{n, s, Expr, RawItem};
+use crate::lease::lost;
+use crate::model::{EfoLock, Lease, ShardState};
+use crate::names::ShardId;
+use crate::schema::{attr, efo_sk, ShardScope, PK, SK};
+use crate::sequence::Checkpoint;
+use crate::shard::ShardSpec;
+use crate::store::StateStore;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+
+/// What a checkpoint write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointOutcome {
+    /// The checkpoint was stored (or was already exactly this).
+    Stored,
+    /// The stored checkpoint is already past this one: nothing was written.
+    Stale {
+        /// The stored checkpoint.
+        current: Checkpoint,
+    },
+}
+
+/// What [`StateStore::mark_depleted`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Depleted {
+    /// Children whose state was created or updated (pending parent cleared).
+    pub children: Vec<ShardId>,
+    /// Children that start at their starting sequence number because the
+    /// parent had a checkpoint (as lifion-kinesis does).
+    pub children_started: Vec<ShardId>,
+}
+
+const MONOTONIC: &str = "(attribute_not_exists(#cp_ord) OR #cp_ord <= :ord)";
+const CP_SET: &str = "SET #cp = :cp, #cp_sub = :cp_sub, #cp_ord = :ord, #updated = :now";
+
+fn checkpoint_expr(
+    cp: &Checkpoint,
+    arrival: Option<EpochMillis>,
+    now: EpochMillis,
+) -> (Expr, String) {
+    let mut expr = Expr::new()
+        .names(&[attr::CP, attr::CP_SUB, attr::CP_ORD, attr::UPDATED])
+        .value("cp", s(cp.stored_text()))
+        .value("cp_sub", n(cp.stored_sub_sequence()))
+        .value("ord", s(cp.order_key()))
+        .value("now", n(now));
+    let mut update = CP_SET.to_owned();
+    if let Some(t) = arrival {
+        expr = expr.names(&[attr::CP_ARRIVAL]).value("arrival", n(t));
+        update.push_str(", #cp_arrival = :arrival");
+    }
+    (expr, update)
+}
+
+fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
+    let current = item
+        .map(ShardState::from_item)
+        .transpose()?
+        .and_then(|st| st.checkpoint)
+        .unwrap_or(Checkpoint::TrimHorizon);
+    Ok(CheckpointOutcome::Stale { current })
+}
+
+impl StateStore {
+    /// Stores a checkpoint for a leased shard, fenced by the lease: it applies
+    /// only while `lease.owner` holds the lease at `lease.counter`
+    /// ([`StateError::LeaseLost`] otherwise), and only if it does not move the
+    /// stored checkpoint backwards ([`CheckpointOutcome::Stale`]). One
+    /// UpdateItem of one small item, whatever the shard count.
+    pub async fn checkpoint(
+        &self,
+        lease: &Lease,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<CheckpointOutcome> {
+        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let expr = expr
+            .names(&[attr::OWNER, attr::COUNTER])
+            .value("me", s(lease.owner.as_str()))
+            .value("n", n(lease.counter));
+        let condition = format!("#owner = :me AND #counter = :n AND {MONOTONIC}");
+        let req = self.update_req(
+            &ShardScope::Group.shard_sk(&lease.shard_id),
+            &expr,
+            &update,
+            Some(&condition),
+        );
+        match self.conditional_update(req).await? {
+            Ok(_) => Ok(CheckpointOutcome::Stored),
+            Err(old) => {
+                let still_held = old
+                    .as_ref()
+                    .map(ShardState::from_item)
+                    .transpose()?
+                    .is_some_and(|st| {
+                        st.owner.as_ref() == Some(&lease.owner) && st.counter == lease.counter
+                    });
+                if still_held {
+                    stale_from(old.as_ref())
+                } else {
+                    Err(lost(&lease.shard_id, lease, old.as_ref()))
+                }
+            }
+        }
+    }
+
+    /// Stores a checkpoint with no lease: for event-source-mapped handlers
+    /// (Lambda owns the shard) and standalone consumers (each owns its scope).
+    /// Monotonic: never moves the stored checkpoint backwards. Creates the
+    /// shard's item if it has none.
+    pub async fn checkpoint_unleased(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<CheckpointOutcome> {
+        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
+        let update = format!("{update}, #shard = :shard");
+        let req = self.update_req(&scope.shard_sk(shard), &expr, &update, Some(MONOTONIC));
+        match self.conditional_update(req).await? {
+            Ok(_) => Ok(CheckpointOutcome::Stored),
+            Err(old) => stale_from(old.as_ref()),
+        }
+    }
+
+    /// Stores a checkpoint of a standalone EFO consumer, fenced by its EFO
+    /// lock: one transaction checks that `lock` is still held and writes the
+    /// monotonic checkpoint. [`StateError::LeaseLost`] if the lock was lost.
+    pub async fn checkpoint_efo(
+        &self,
+        lock: &EfoLock,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<CheckpointOutcome> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            StateError::validation("transaction", e.to_string())
+        };
+        let key = |sk: String| {
+            [
+                (PK.to_owned(), s(self.partition_key())),
+                (SK.to_owned(), s(sk)),
+            ]
+            .into_iter()
+            .collect::<RawItem>()
+        };
+        let check = ConditionCheck::builder()
+            .table_name(self.table())
+            .set_key(Some(key(efo_sk(&lock.name))))
+            .condition_expression("#used_by = :me AND #lock_counter = :n")
+            .expression_attribute_names("#used_by", attr::USED_BY)
+            .expression_attribute_names("#lock_counter", attr::LOCK_COUNTER)
+            .expression_attribute_values(":me", s(lock.consumer.as_str()))
+            .expression_attribute_values(":n", n(lock.lock_counter))
+            .build()
+            .map_err(build)?;
+        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
+        let write = Update::builder()
+            .table_name(self.table())
+            .set_key(Some(
+                key(ShardScope::Efo(lock.name.clone()).shard_sk(shard)),
+            ))
+            .update_expression(format!("{update}, #shard = :shard"))
+            .condition_expression(MONOTONIC)
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build)?;
+        let req = self
+            .client()
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(TransactWriteItem::builder().update(write).build());
+        match self.call("TransactWriteItems", || req.clone().send()).await {
+            Ok(_) => Ok(CheckpointOutcome::Stored),
+            Err(crate::retry::CallError::Failed(e)) => Err(e),
+            Err(crate::retry::CallError::Condition(err)) => {
+                let reasons = match &err {
+                    TransactWriteItemsError::TransactionCanceledException(e) => {
+                        e.cancellation_reasons().to_vec()
+                    }
+                    _ => Vec::new(),
+                };
+                let failed = |i: usize| {
+                    reasons
+                        .get(i)
+                        .and_then(|r| r.code())
+                        .is_some_and(|c| c == "ConditionalCheckFailed")
+                };
+                if failed(0) || reasons.is_empty() {
+                    Err(StateError::LeaseLost {
+                        shard_id: shard.to_string(),
+                        reason: format!(
+                            "enhanced fan-out consumer {} is no longer locked by {} at counter {}",
+                            lock.name, lock.consumer, lock.lock_counter
+                        ),
+                    })
+                } else {
+                    stale_from(reasons.get(1).and_then(|r| r.item()))
+                }
+            }
+        }
+    }
+
+    /// The stored checkpoint of a shard; [`StateError::NotFound`] if the shard
+    /// has no state or no checkpoint yet.
+    pub async fn fetch_checkpoint(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+    ) -> Result<Checkpoint> {
+        self.get_shard(scope, shard)
+            .await?
+            .checkpoint
+            .ok_or_else(|| StateError::not_found(format!("checkpoint of shard {shard}")))
+    }
+
+    /// Marks a leased shard depleted at SHARD_END (fenced by the lease, which
+    /// ends with it), then makes its children leasable: each child gets state
+    /// if it has none, this parent leaves its pending set, and, if this parent
+    /// had a checkpoint, a child with no checkpoint starts at its starting
+    /// sequence number. Idempotent: repeating it after it applied is not an error.
+    pub async fn mark_depleted(&self, lease: &Lease, children: &[ShardSpec]) -> Result<Depleted> {
+        self.deplete(&ShardScope::Group, &lease.shard_id, Some(lease), children)
+            .await
+    }
+
+    /// [`StateStore::mark_depleted`] for the standalone scopes, where no lease exists.
+    pub async fn mark_depleted_unleased(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        children: &[ShardSpec],
+    ) -> Result<Depleted> {
+        self.deplete(scope, shard, None, children).await
+    }
+
+    async fn deplete(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        lease: Option<&Lease>,
+        children: &[ShardSpec],
+    ) -> Result<Depleted> {
+        let (expr, update) = checkpoint_expr(&Checkpoint::ShardEnd, None, self.now());
+        let mut expr = expr
+            .names(&[
+                attr::DEPLETED,
+                attr::OWNER,
+                attr::EXPIRES,
+                attr::CLAIM_BY,
+                attr::CLAIM_AT,
+                attr::COUNTER,
+            ])
+            .value("true", AttributeValue::Bool(true))
+            .value("one", n(1));
+        let mut update = format!("{update}, #depleted = :true");
+        let condition = match lease {
+            Some(lease) => {
+                expr = expr
+                    .value("me", s(lease.owner.as_str()))
+                    .value("n", n(lease.counter));
+                update.push_str(" ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at");
+                "#owner = :me AND #counter = :n"
+            }
+            None => "attribute_exists(pk)",
+        };
+        let req = self
+            .update_req(&scope.shard_sk(shard), &expr, &update, Some(condition))
+            .return_values(ReturnValue::AllOld);
+        let previous = match self.conditional_update(req).await? {
+            Ok(old) => ShardState::from_item(&old)?,
+            Err(old) => {
+                let state = old.as_ref().map(ShardState::from_item).transpose()?;
+                match (state, lease) {
+                    (Some(st), _) if st.depleted => st,
+                    (None, None) => {
+                        return Err(StateError::not_found(format!("shard {shard} ({scope:?})")))
+                    }
+                    (_, Some(lease)) => return Err(lost(shard, lease, old.as_ref())),
+                    (Some(st), None) => st,
+                }
+            }
+        };
+        let inherit = previous
+            .checkpoint
+            .as_ref()
+            .is_some_and(Checkpoint::has_progress);
+        let mut report = Depleted {
+            children: Vec::new(),
+            children_started: Vec::new(),
+        };
+        for child in children {
+            self.ensure_shard(scope, child).await?;
+            let mut expr = Expr::new()
+                .names(&[attr::PENDING, attr::UPDATED])
+                .value(
+                    "parent",
+                    AttributeValue::Ss(vec![shard.as_str().to_owned()]),
+                )
+                .value("now", n(self.now()));
+            let mut update = "SET #updated = :now".to_owned();
+            let start = child.starting_sequence.clone().filter(|_| inherit);
+            if let Some(seq) = &start {
+                let cp = Checkpoint::AtSequence(seq.clone());
+                expr = expr
+                    .names(&[attr::CP, attr::CP_SUB, attr::CP_ORD])
+                    .value("cp", s(cp.stored_text()))
+                    .value("zero", n(0))
+                    .value("ord", s(cp.order_key()));
+                update.push_str(
+                    ", #cp = if_not_exists(#cp, :cp), #cp_sub = if_not_exists(#cp_sub, :zero), \
+                     #cp_ord = if_not_exists(#cp_ord, :ord)",
+                );
+            }
+            update.push_str(" DELETE #pending :parent");
+            let req = self.update_req(
+                &scope.shard_sk(&child.shard_id),
+                &expr,
+                &update,
+                Some("attribute_exists(pk)"),
+            );
+            if self.conditional_update(req).await?.is_ok() {
+                report.children.push(child.shard_id.clone());
+                if start.is_some() {
+                    report.children_started.push(child.shard_id.clone());
+                }
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,217 @@
+//! Consumers: register and heartbeat in one call, the active flag, and clearing dead consumers.
+
+use crate::clock::{duration_millis, EpochMillis};
+use crate::error::Result;
+use crate::item::{n, s, Expr};
+use crate::model::{ConsumerState, EfoLock};
+use crate::names::{ConsumerId, EfoName, ShardId};
+use crate::schema::{attr, consumer_sk, SK_CONSUMER};
+use crate::store::{sk_suffix, StateStore};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Who a consumer is: written at registration and refreshed by each heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    /// The consumer's unique id.
+    pub id: ConsumerId,
+    /// Application name.
+    pub app: String,
+    /// Host name.
+    pub host: String,
+    /// Execution environment.
+    pub env: String,
+    /// Process id.
+    pub pid: u32,
+    /// When the consumer started (ms).
+    pub started: EpochMillis,
+    /// True for the standalone modes (reads every shard, is given no leases).
+    pub standalone: bool,
+}
+
+impl ConsumerInfo {
+    /// Describes this process: app from `AWS_LAMBDA_FUNCTION_NAME` (or the
+    /// executable name), host from `HOSTNAME`, environment from
+    /// `AWS_EXECUTION_ENV` (or `process`).
+    pub fn for_this_process(id: ConsumerId, started: EpochMillis) -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let app = var("AWS_LAMBDA_FUNCTION_NAME")
+            .or_else(|| {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        ConsumerInfo {
+            id,
+            app,
+            host: var("HOSTNAME").unwrap_or_else(|| "localhost".to_owned()),
+            env: var("AWS_EXECUTION_ENV").unwrap_or_else(|| "process".to_owned()),
+            pid: std::process::id(),
+            started,
+            standalone: false,
+        }
+    }
+}
+
+/// What a heartbeat did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// The consumer was not registered (new, or cleared as dead): it is now.
+    Registered,
+    /// The consumer was registered: its heartbeat was refreshed.
+    Refreshed,
+}
+
+/// What [`StateStore::clear_old_consumers`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClearReport {
+    /// Consumers removed for a missed heartbeat.
+    pub removed: Vec<ConsumerId>,
+    /// Shard leases released because their owner was removed.
+    pub leases_released: Vec<ShardId>,
+    /// EFO consumers unlocked because their holder was removed or is unknown.
+    pub efo_released: Vec<EfoName>,
+}
+
+impl StateStore {
+    /// Registers the consumer if it is absent, else refreshes its heartbeat:
+    /// one unconditional UpdateItem either way.
+    pub async fn heartbeat(&self, info: &ConsumerInfo) -> Result<Heartbeat> {
+        let now = self.now();
+        let expr = Expr::new()
+            .names(&[
+                attr::HEARTBEAT,
+                attr::APP,
+                attr::HOST,
+                attr::ENV,
+                attr::PID,
+                attr::STARTED,
+                attr::ACTIVE,
+                attr::STANDALONE,
+            ])
+            .value("now", n(now))
+            .value("app", s(&info.app))
+            .value("host", s(&info.host))
+            .value("env", s(&info.env))
+            .value("pid", n(info.pid))
+            .value("started", n(info.started))
+            .value("true", AttributeValue::Bool(true))
+            .value("standalone", AttributeValue::Bool(info.standalone));
+        let req = self
+            .update_req(
+                &consumer_sk(&info.id),
+                &expr,
+                "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
+                 #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)",
+                None,
+            )
+            .return_values(ReturnValue::UpdatedOld);
+        let out = self.call_plain("UpdateItem", || req.clone().send()).await?;
+        let was_registered = out
+            .attributes
+            .is_some_and(|old| old.contains_key(attr::HEARTBEAT));
+        Ok(if was_registered {
+            Heartbeat::Refreshed
+        } else {
+            tracing::debug!(consumer = %info.id, "consumer registered");
+            Heartbeat::Registered
+        })
+    }
+
+    /// Sets the consumer's active flag (an inactive consumer is given no
+    /// leases); `false` if the consumer is not registered.
+    pub async fn set_consumer_active(&self, consumer: &ConsumerId, active: bool) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::ACTIVE])
+            .value("active", AttributeValue::Bool(active));
+        let req = self.update_req(
+            &consumer_sk(consumer),
+            &expr,
+            "SET #active = :active",
+            Some("attribute_exists(pk)"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
+    }
+
+    /// One consumer, if registered.
+    pub async fn get_consumer(&self, consumer: &ConsumerId) -> Result<Option<ConsumerState>> {
+        self.get_item(&consumer_sk(consumer))
+            .await?
+            .map(|item| ConsumerState::from_item(consumer.as_str(), &item))
+            .transpose()
+    }
+
+    /// Every registered consumer of the group.
+    pub async fn list_consumers(&self) -> Result<Vec<ConsumerState>> {
+        self.query_prefix(SK_CONSUMER)
+            .await?
+            .iter()
+            .filter_map(|item| sk_suffix(item, SK_CONSUMER).map(|id| (id, item)))
+            .map(|(id, item)| ConsumerState::from_item(id, item))
+            .collect()
+    }
+
+    /// Removes a consumer if its heartbeat is still the one seen in `seen`
+    /// (a consumer that heartbeated since is left alone); `true` if removed.
+    pub async fn remove_consumer_if_unchanged(&self, seen: &ConsumerState) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::HEARTBEAT])
+            .value("seen", n(seen.heartbeat));
+        self.delete_item(&consumer_sk(&seen.id), Some("#heartbeat = :seen"), &expr)
+            .await
+    }
+
+    /// Removes consumers whose heartbeat is older than `timeout`, releases
+    /// their shard leases, and unlocks EFO consumers held by removed or
+    /// unknown consumers. Every write is conditional on the state it was
+    /// decided on, so it is safe to run from several places at once.
+    pub async fn clear_old_consumers(&self, timeout: Duration) -> Result<ClearReport> {
+        let snapshot = self.load_group().await?;
+        let now = self.now();
+        let limit = duration_millis(timeout);
+        let mut report = ClearReport::default();
+        for consumer in &snapshot.consumers {
+            if now - consumer.heartbeat > limit
+                && self.remove_consumer_if_unchanged(consumer).await?
+            {
+                tracing::info!(consumer = %consumer.id, heartbeat = consumer.heartbeat, "cleared a consumer that missed its heartbeat");
+                report.removed.push(consumer.id.clone());
+            }
+        }
+        let removed: BTreeSet<&ConsumerId> = report.removed.iter().collect();
+        for shard in &snapshot.shards {
+            if let Some(owner) = shard.owner.as_ref().filter(|o| removed.contains(o)) {
+                if self
+                    .remove_lease_owner(&shard.shard_id, owner, Some(shard.counter))
+                    .await?
+                {
+                    report.leases_released.push(shard.shard_id.clone());
+                }
+            }
+        }
+        let known: BTreeSet<&ConsumerId> = snapshot
+            .consumers
+            .iter()
+            .map(|c| &c.id)
+            .filter(|id| !removed.contains(id))
+            .collect();
+        for efo in &snapshot.efo {
+            let Some(holder) = &efo.used_by else { continue };
+            if known.contains(holder) {
+                continue;
+            }
+            let lock = EfoLock {
+                name: efo.name.clone(),
+                arn: efo.arn.clone(),
+                consumer: holder.clone(),
+                lock_counter: efo.lock_counter,
+            };
+            if self.release_efo(&lock).await? {
+                report.efo_released.push(efo.name.clone());
+            }
+        }
+        Ok(report)
+    }
+}

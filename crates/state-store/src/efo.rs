@@ -1,0 +1,213 @@
+//! The enhanced fan-out consumer pool: register, lock, release, and deregister idle ones.
+
+use crate::clock::duration_millis;
+use crate::error::{Result, Service, StateError};
+use crate::item::{n, s, Expr};
+use crate::model::{EfoLock, EfoState};
+use crate::names::{ConsumerId, EfoName};
+use crate::retry::{with_retries, CallError};
+use crate::schema::{attr, efo_sk, SK_EFO};
+use crate::store::{sk_suffix, StateStore};
+use std::time::Duration;
+
+const LOCK_NAMES: [&str; 4] = [
+    attr::USED_BY,
+    attr::LOCK_COUNTER,
+    attr::RELEASED,
+    attr::UPDATED,
+];
+
+impl StateStore {
+    /// Records an EFO consumer of the pool (free, released now); `false` if it
+    /// was recorded already.
+    pub async fn register_efo(&self, name: &EfoName, arn: &str) -> Result<bool> {
+        if arn.is_empty() {
+            return Err(StateError::validation("consumer ARN", "must not be empty"));
+        }
+        let now = self.now();
+        let expr = Expr::new()
+            .names(&[attr::ARN])
+            .names(&LOCK_NAMES)
+            .value("arn", s(arn))
+            .value("zero", n(0))
+            .value("now", n(now));
+        let req = self.update_req(
+            &efo_sk(name),
+            &expr,
+            "SET #arn = :arn, #lock_counter = :zero, #released = :now, #updated = :now",
+            Some("attribute_not_exists(pk)"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
+    }
+
+    /// Removes an EFO consumer from the state; `false` if it was not there.
+    pub async fn deregister_efo(&self, name: &EfoName) -> Result<bool> {
+        self.delete_item(&efo_sk(name), Some("attribute_exists(pk)"), &Expr::new())
+            .await
+    }
+
+    /// Every EFO consumer of the pool, by name.
+    pub async fn list_efo(&self) -> Result<Vec<EfoState>> {
+        let mut pool = self
+            .query_prefix(SK_EFO)
+            .await?
+            .iter()
+            .filter_map(|item| sk_suffix(item, SK_EFO).map(|name| (name, item)))
+            .map(|(name, item)| EfoState::from_item(name, item))
+            .collect::<Result<Vec<_>>>()?;
+        pool.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(pool)
+    }
+
+    /// The EFO consumer locked by `consumer`, locking a free one if it holds
+    /// none (each lock is conditional on the consumer being free at the
+    /// counter seen, so two consumers never share one). When none is free the
+    /// consumer is marked inactive (it is given no leases) and `None` comes
+    /// back; when it holds one it is marked active.
+    pub async fn get_or_lock_efo(&self, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
+        let pool = self.list_efo().await?;
+        let held = pool
+            .iter()
+            .find(|e| e.used_by.as_ref() == Some(consumer))
+            .and_then(|e| e.lock());
+        let mut locked = held;
+        if locked.is_none() {
+            let mut free: Vec<&EfoState> = pool.iter().filter(|e| e.used_by.is_none()).collect();
+            // Racing consumers start at different places of the free list.
+            fastrand::shuffle(&mut free);
+            for efo in free {
+                if let Some(lock) = self.lock_efo(efo, consumer).await? {
+                    locked = Some(lock);
+                    break;
+                }
+            }
+        }
+        if locked.is_none() {
+            tracing::warn!(%consumer, pool = pool.len(), "every enhanced fan-out consumer is locked; waiting for one to be free");
+        }
+        self.set_consumer_active(consumer, locked.is_some()).await?;
+        Ok(locked)
+    }
+
+    /// Locks `efo` for `consumer` if it is still free at the counter seen.
+    pub async fn lock_efo(&self, efo: &EfoState, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
+        let expr = Expr::new()
+            .names(&LOCK_NAMES)
+            .value("me", s(consumer.as_str()))
+            .value("n", n(efo.lock_counter))
+            .value("one", n(1))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &efo_sk(&efo.name),
+            &expr,
+            "SET #used_by = :me, #updated = :now ADD #lock_counter :one REMOVE #released",
+            Some("attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n"),
+        );
+        match self.conditional_update(req).await? {
+            Ok(item) => Ok(EfoState::from_item(efo.name.as_str(), &item)?.lock()),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Releases an EFO lock (its idle timer starts now); `false` if the lock
+    /// was no longer held at that counter.
+    pub async fn release_efo(&self, lock: &EfoLock) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&LOCK_NAMES)
+            .value("me", s(lock.consumer.as_str()))
+            .value("n", n(lock.lock_counter))
+            .value("one", n(1))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &efo_sk(&lock.name),
+            &expr,
+            "SET #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
+            Some("#used_by = :me AND #lock_counter = :n"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
+    }
+
+    /// Deregisters EFO consumers that stayed free for longer than
+    /// `idle_timeout` (they cost money per shard-hour), keeping at least one
+    /// in the pool. Each is first removed from the state on the condition that
+    /// it is still free at the counter seen; only when that removal won is it
+    /// deregistered from Kinesis. Returns the names deregistered.
+    pub async fn deregister_idle_efo(
+        &self,
+        kinesis: &aws_sdk_kinesis::Client,
+        idle_timeout: Duration,
+    ) -> Result<Vec<EfoName>> {
+        let pool = self.list_efo().await?;
+        let now = self.now();
+        let limit = duration_millis(idle_timeout);
+        let idle: Vec<&EfoState> = pool
+            .iter()
+            .filter(|e| e.used_by.is_none() && e.released.is_some_and(|r| now - r > limit))
+            .collect();
+        let kept = pool.len() - idle.len();
+        let removable = if kept > 0 {
+            &idle[..]
+        } else {
+            &idle[idle.len().min(1)..]
+        };
+        let mut deregistered = Vec::new();
+        for efo in removable {
+            let expr = Expr::new()
+                .names(&[attr::USED_BY, attr::LOCK_COUNTER])
+                .value("n", n(efo.lock_counter));
+            let won = self
+                .delete_item(
+                    &efo_sk(&efo.name),
+                    Some("attribute_not_exists(#used_by) AND #lock_counter = :n"),
+                    &expr,
+                )
+                .await?;
+            if !won {
+                tracing::debug!(efo = %efo.name, "enhanced fan-out consumer in use again, kept");
+                continue;
+            }
+            let req = kinesis.deregister_stream_consumer().consumer_arn(&efo.arn);
+            let out = with_retries(
+                &self.config().retry,
+                Service::Kinesis,
+                "DeregisterStreamConsumer",
+                || self.is_stopped(),
+                || req.clone().send(),
+            )
+            .await;
+            match out {
+                Ok(_) => {
+                    tracing::info!(efo = %efo.name, "deregistered an idle enhanced fan-out consumer")
+                }
+                Err(CallError::Failed(StateError::Sdk {
+                    code: Some(code), ..
+                })) if code == "ResourceNotFoundException" => {
+                    tracing::debug!(efo = %efo.name, "enhanced fan-out consumer was already gone")
+                }
+                Err(CallError::Failed(e)) => return Err(e),
+                Err(CallError::Condition(e)) => {
+                    return Err(StateError::Sdk {
+                        service: Service::Kinesis,
+                        operation: "DeregisterStreamConsumer",
+                        code: None,
+                        message: e.to_string(),
+                    })
+                }
+            }
+            deregistered.push(efo.name.clone());
+        }
+        Ok(deregistered)
+    }
+}
+
+impl EfoState {
+    /// The lock as currently held, if the consumer is in use.
+    pub fn lock(&self) -> Option<EfoLock> {
+        self.used_by.as_ref().map(|holder| EfoLock {
+            name: self.name.clone(),
+            arn: self.arn.clone(),
+            consumer: holder.clone(),
+            lock_counter: self.lock_counter,
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! The one error type of the state store.
+
+use std::fmt;
+
+/// Everything that can go wrong in the state store.
+///
+/// Contention is not an error: a lost race for a free lease or a free enhanced
+/// fan-out consumer is `Ok(None)` / `Ok(false)`. The one exception is
+/// [`StateError::LeaseLost`]: a fenced write by a consumer that no longer holds
+/// the lease, which the caller must act on (stop processing that shard).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The lease on this shard is no longer held by the caller (it was taken,
+    /// handed off, released or removed): stop processing the shard.
+    #[error("lease on shard {shard_id} lost: {reason}")]
+    LeaseLost {
+        /// The shard whose lease was lost.
+        shard_id: String,
+        /// What the stored lease looked like (owner and counter), for logs.
+        reason: String,
+    },
+    /// The thing asked for does not exist in the state table.
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked up.
+        what: String,
+    },
+    /// Bad input: an invalid name, a malformed sequence number, an invalid option.
+    #[error("invalid {field}: {reason}")]
+    Validation {
+        /// Which input was rejected.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// DynamoDB or Kinesis kept throttling past the configured number of attempts.
+    #[error("{service} {operation} throttled after {attempts} attempts: {message}")]
+    Throttled {
+        /// `DynamoDB` or `Kinesis`.
+        service: Service,
+        /// The API operation, e.g. `UpdateItem`.
+        operation: &'static str,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last throttling message.
+        message: String,
+    },
+    /// Any other error from DynamoDB or Kinesis (service error, network, timeout).
+    #[error("{service} {operation} failed: {message}")]
+    Sdk {
+        /// `DynamoDB` or `Kinesis`.
+        service: Service,
+        /// The API operation, e.g. `UpdateItem`.
+        operation: &'static str,
+        /// The AWS error code, when the service sent one.
+        code: Option<String>,
+        /// The error message with its causes.
+        message: String,
+    },
+    /// The state table exists but does not have the expected schema.
+    #[error("table {table} has the wrong schema: {reason}")]
+    WrongTableSchema {
+        /// The table name.
+        table: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A stored item could not be decoded (written by another tool or version).
+    #[error("stored item {key} is malformed: {reason}")]
+    Corrupt {
+        /// The sort key of the item.
+        key: String,
+        /// What could not be decoded.
+        reason: String,
+    },
+    /// Waiting for the table to become ACTIVE took longer than allowed.
+    #[error("table {table} is not ACTIVE after {waited_ms} ms (status {status})")]
+    TableNotActive {
+        /// The table name.
+        table: String,
+        /// The last status seen.
+        status: String,
+        /// How long the store waited.
+        waited_ms: u64,
+    },
+    /// The store was stopped with [`crate::StateStore::stop`].
+    #[error("the state store was stopped")]
+    Stopped,
+}
+
+/// Which AWS service an error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Amazon DynamoDB.
+    DynamoDb,
+    /// Amazon Kinesis Data Streams.
+    Kinesis,
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Service::DynamoDb => "DynamoDB",
+            Service::Kinesis => "Kinesis",
+        })
+    }
+}
+
+impl StateError {
+    pub(crate) fn validation(field: &'static str, reason: impl Into<String>) -> Self {
+        StateError::Validation {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+        StateError::NotFound { what: what.into() }
+    }
+
+    /// `true` for [`StateError::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, StateError::LeaseLost { .. })
+    }
+
+    /// `true` for [`StateError::Throttled`].
+    pub fn is_throttled(&self) -> bool {
+        matches!(self, StateError::Throttled { .. })
+    }
+}
+
+/// The state store's result type.
+pub type Result<T, E = StateError> = std::result::Result<T, E>;

@@ -1,0 +1,65 @@
+//! The shardkeeper state store: shard leases, fenced checkpoints, consumer
+//! heartbeats and enhanced fan-out consumer locks for Kinesis Data Streams and
+//! DynamoDB Streams consumers, in one DynamoDB table with one item per entity.
+//!
+//! Every state change is one small conditional write of one item, so a
+//! checkpoint costs one request and one write unit whatever the shard count,
+//! and contention is decided by DynamoDB, not by a lock service.
+//!
+//! ```no_run
+//! use shardkeeper_state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId, ShardScope, ShardSpec,
+//!     StartOptions, StateStore, StoreConfig, TableOptions};
+//! use std::time::Duration;
+//!
+//! # async fn demo(client: aws_sdk_dynamodb::Client) -> shardkeeper_state::Result<()> {
+//! let store = StateStore::new(client, StoreConfig::new("billing", "orders")?);
+//! store.start(&StartOptions { table: TableOptions::default(), stream_created: 1_700_000_000_000 }).await?;
+//! let me = ConsumerId::new("worker-1")?;
+//! store.heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
+//! store.ensure_shard(&ShardScope::Group, &ShardSpec::new("shardId-000000000000")?).await?;
+//! let shard = ShardId::new("shardId-000000000000")?;
+//! if let Some(lease) = store.acquire_lease(&shard, &me, Duration::from_secs(30)).await? {
+//!     store.checkpoint(&lease, &Checkpoint::after("49590338271490256608559692538361571095921575989136588898")?, None).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod checkpoint;
+mod clock;
+mod consumer;
+pub mod cost;
+mod efo;
+mod error;
+mod item;
+mod lease;
+mod model;
+mod names;
+mod positions;
+mod retry;
+pub mod schema;
+mod sequence;
+mod shard;
+mod snapshot;
+mod store;
+mod stream;
+mod table;
+
+pub use checkpoint::{CheckpointOutcome, Depleted};
+pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SystemClock};
+pub use consumer::{ClearReport, ConsumerInfo, Heartbeat};
+pub use error::{Result, Service, StateError};
+pub use item::RawItem;
+pub use lease::{Released, Renewal};
+pub use model::{
+    Claim, ConsumerState, EfoLock, EfoState, Lease, ShardState, StreamPosition, StreamState,
+};
+pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
+pub use positions::ITERATOR_TYPES;
+pub use retry::{is_throttling_code, RetryPolicy};
+pub use schema::ShardScope;
+pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
+pub use shard::{EnsureShard, ShardSpec};
+pub use snapshot::{Assignment, GroupSnapshot};
+pub use store::{StateStore, StoreConfig, StoreStats};
+pub use stream::{kinesis_stream_created, StartOptions, StartReport, StreamInit};
+pub use table::{Billing, TableOptions, TableReport};

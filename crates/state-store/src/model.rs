@@ -1,0 +1,277 @@
+//! The entities of a consumer group as the state table stores them.
+
+use crate::clock::EpochMillis;
+use crate::error::Result;
+use crate::item::{ItemReader, RawItem};
+use crate::names::{ConsumerId, EfoName, ShardId};
+use crate::schema::attr;
+use crate::sequence::{Checkpoint, SequenceNumber};
+
+/// The `STREAM` item: which incarnation of the stream the group's state belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamState {
+    /// The stream's creation time (ms); a different value means the stream was re-created.
+    pub stream_created: EpochMillis,
+    /// The layout version that wrote the state.
+    pub schema_version: u32,
+}
+
+/// A consumer instance of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerState {
+    /// The consumer's id.
+    pub id: ConsumerId,
+    /// Application name.
+    pub app: String,
+    /// Host name.
+    pub host: String,
+    /// Execution environment (e.g. `AWS_Lambda_provided.al2023`, or `process`).
+    pub env: String,
+    /// Process id.
+    pub pid: u32,
+    /// When the consumer started (ms).
+    pub started: EpochMillis,
+    /// Its last heartbeat (ms).
+    pub heartbeat: EpochMillis,
+    /// Whether it may be given leases (false while it waits for an EFO consumer).
+    pub active: bool,
+    /// Whether it reads every shard on its own (standalone modes).
+    pub standalone: bool,
+}
+
+/// An enhanced fan-out consumer of the group's pool, and who holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EfoState {
+    /// The EFO consumer name.
+    pub name: EfoName,
+    /// Its ARN.
+    pub arn: String,
+    /// The consumer holding the lock, if any.
+    pub used_by: Option<ConsumerId>,
+    /// Incremented by every lock and release: the fencing token of the lock.
+    pub lock_counter: u64,
+    /// When it was last released (or registered) while free (ms).
+    pub released: Option<EpochMillis>,
+}
+
+/// The lock a consumer holds on an enhanced fan-out consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EfoLock {
+    /// The EFO consumer name.
+    pub name: EfoName,
+    /// Its ARN, to subscribe with.
+    pub arn: String,
+    /// The holder.
+    pub consumer: ConsumerId,
+    /// The lock counter at the time of locking.
+    pub lock_counter: u64,
+}
+
+/// A held shard lease: the fencing token for renewals, checkpoints and release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The leased shard.
+    pub shard_id: ShardId,
+    /// The holder.
+    pub owner: ConsumerId,
+    /// The lease counter when the lease was taken: any change of owner moves it on.
+    pub counter: u64,
+    /// When the lease runs out unless renewed (ms).
+    pub expires: EpochMillis,
+}
+
+/// A request by another consumer to be handed the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The consumer that wants the lease.
+    pub by: ConsumerId,
+    /// When it asked (ms).
+    pub at: EpochMillis,
+}
+
+/// A shard and everything known about its processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardState {
+    /// The shard id.
+    pub shard_id: ShardId,
+    /// Its parents (one after a split, two after a merge).
+    pub parents: Vec<ShardId>,
+    /// Parents not depleted yet: the shard may not be leased while any is left.
+    pub pending_parents: Vec<ShardId>,
+    /// Hash key range (start, end), when known.
+    pub hash_range: Option<(String, String)>,
+    /// First sequence number of the shard, when known.
+    pub starting_sequence: Option<SequenceNumber>,
+    /// Last sequence number of a closed shard.
+    pub ending_sequence: Option<SequenceNumber>,
+    /// The stored checkpoint, if any.
+    pub checkpoint: Option<Checkpoint>,
+    /// Approximate arrival time of the checkpointed record (ms).
+    pub checkpoint_arrival: Option<EpochMillis>,
+    /// The lease owner, if any.
+    pub owner: Option<ConsumerId>,
+    /// When the lease runs out (ms).
+    pub expires: Option<EpochMillis>,
+    /// The lease counter (fencing token).
+    pub counter: u64,
+    /// An open hand-off claim.
+    pub claim: Option<Claim>,
+    /// Closed and fully processed.
+    pub depleted: bool,
+    /// Last write (ms).
+    pub updated: EpochMillis,
+}
+
+impl ShardState {
+    /// The lease as held now, if the shard has an owner whose lease has not run out.
+    pub fn live_lease(&self, now: EpochMillis) -> Option<Lease> {
+        match (&self.owner, self.expires) {
+            (Some(owner), Some(expires)) if expires > now => Some(Lease {
+                shard_id: self.shard_id.clone(),
+                owner: owner.clone(),
+                counter: self.counter,
+                expires,
+            }),
+            _ => None,
+        }
+    }
+
+    /// True when the shard may be leased: not depleted and no parent pending.
+    pub fn is_leasable(&self) -> bool {
+        !self.depleted && self.pending_parents.is_empty()
+    }
+}
+
+/// The saved position of one DynamoDB Streams shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPosition {
+    /// The DynamoDB stream ARN.
+    pub stream_arn: String,
+    /// The shard id.
+    pub shard_id: ShardId,
+    /// The iterator type to resume with: `TRIM_HORIZON`, `LATEST`,
+    /// `AT_SEQUENCE_NUMBER` or `AFTER_SEQUENCE_NUMBER`.
+    pub iterator_type: String,
+    /// The sequence number for the `*_SEQUENCE_NUMBER` iterator types.
+    pub sequence_number: Option<SequenceNumber>,
+    /// The parent shard, if any.
+    pub parent_shard_id: Option<ShardId>,
+    /// Last write (ms).
+    pub updated: EpochMillis,
+}
+
+fn shard_ids(r: &ItemReader<'_>, name: &str) -> Result<Vec<ShardId>> {
+    r.strings(name)?
+        .into_iter()
+        .map(|s| r.parse(name, ShardId::new(s)))
+        .collect()
+}
+
+fn opt_seq(r: &ItemReader<'_>, name: &str) -> Result<Option<SequenceNumber>> {
+    r.opt_s(name)?
+        .map(|s| r.parse(name, SequenceNumber::new(s)))
+        .transpose()
+}
+
+impl StreamState {
+    pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
+        let r = ItemReader::new(item);
+        Ok(StreamState {
+            stream_created: r.i64_or(attr::STREAM_CREATED, 0)?,
+            schema_version: r.u64_or(attr::SCHEMA, 0)? as u32,
+        })
+    }
+}
+
+impl ConsumerState {
+    pub(crate) fn from_item(id: &str, item: &RawItem) -> Result<Self> {
+        let r = ItemReader::new(item);
+        Ok(ConsumerState {
+            id: r.parse("sk", ConsumerId::new(id))?,
+            app: r.opt_s(attr::APP)?.unwrap_or_default().to_owned(),
+            host: r.opt_s(attr::HOST)?.unwrap_or_default().to_owned(),
+            env: r.opt_s(attr::ENV)?.unwrap_or_default().to_owned(),
+            pid: r.u64_or(attr::PID, 0)? as u32,
+            started: r.i64_or(attr::STARTED, 0)?,
+            heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
+            active: r.bool_or(attr::ACTIVE, true)?,
+            standalone: r.bool_or(attr::STANDALONE, false)?,
+        })
+    }
+}
+
+impl EfoState {
+    pub(crate) fn from_item(name: &str, item: &RawItem) -> Result<Self> {
+        let r = ItemReader::new(item);
+        Ok(EfoState {
+            name: r.parse("sk", EfoName::new(name))?,
+            arn: r.s(attr::ARN)?.to_owned(),
+            used_by: r
+                .opt_s(attr::USED_BY)?
+                .map(|c| r.parse(attr::USED_BY, ConsumerId::new(c)))
+                .transpose()?,
+            lock_counter: r.u64_or(attr::LOCK_COUNTER, 0)?,
+            released: r.opt_i64(attr::RELEASED)?,
+        })
+    }
+}
+
+impl ShardState {
+    pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
+        let r = ItemReader::new(item);
+        let checkpoint = r
+            .opt_s(attr::CP)?
+            .map(|text| {
+                let sub = r.u64_or(attr::CP_SUB, 0)?;
+                r.parse(attr::CP, Checkpoint::from_stored(text, sub))
+            })
+            .transpose()?;
+        let hash_range = match (r.opt_s(attr::HASH_LO)?, r.opt_s(attr::HASH_HI)?) {
+            (Some(lo), Some(hi)) => Some((lo.to_owned(), hi.to_owned())),
+            _ => None,
+        };
+        let claim = match (r.opt_s(attr::CLAIM_BY)?, r.opt_i64(attr::CLAIM_AT)?) {
+            (Some(by), at) => Some(Claim {
+                by: r.parse(attr::CLAIM_BY, ConsumerId::new(by))?,
+                at: at.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        Ok(ShardState {
+            shard_id: r.parse(attr::SHARD, ShardId::new(r.s(attr::SHARD)?))?,
+            parents: shard_ids(&r, attr::PARENTS)?,
+            pending_parents: shard_ids(&r, attr::PENDING)?,
+            hash_range,
+            starting_sequence: opt_seq(&r, attr::SEQ_LO)?,
+            ending_sequence: opt_seq(&r, attr::SEQ_HI)?,
+            checkpoint,
+            checkpoint_arrival: r.opt_i64(attr::CP_ARRIVAL)?,
+            owner: r
+                .opt_s(attr::OWNER)?
+                .map(|o| r.parse(attr::OWNER, ConsumerId::new(o)))
+                .transpose()?,
+            expires: r.opt_i64(attr::EXPIRES)?,
+            counter: r.u64_or(attr::COUNTER, 0)?,
+            claim,
+            depleted: r.bool_or(attr::DEPLETED, false)?,
+            updated: r.i64_or(attr::UPDATED, 0)?,
+        })
+    }
+}
+
+impl StreamPosition {
+    pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
+        let r = ItemReader::new(item);
+        Ok(StreamPosition {
+            stream_arn: r.s(attr::STREAM_ARN)?.to_owned(),
+            shard_id: r.parse(attr::SHARD, ShardId::new(r.s(attr::SHARD)?))?,
+            iterator_type: r.s(attr::ITERATOR)?.to_owned(),
+            sequence_number: opt_seq(&r, attr::SEQ)?,
+            parent_shard_id: r
+                .opt_s(attr::PARENT)?
+                .map(|p| r.parse(attr::PARENT, ShardId::new(p)))
+                .transpose()?,
+            updated: r.i64_or(attr::UPDATED, 0)?,
+        })
+    }
+}

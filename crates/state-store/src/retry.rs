@@ -1,0 +1,199 @@
+//! Bounded retries with capped exponential backoff and full jitter, for throttling.
+//!
+//! The AWS SDK retries transient errors itself; what survives its retries and is
+//! still throttling is retried here a bounded number of times, so a hot table
+//! slows the consumers down instead of failing them at once. Everything else
+//! goes back to the caller classified: a lost condition, a throttle that never
+//! cleared, or another service error.
+
+use crate::error::{Service, StateError};
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use std::future::Future;
+use std::time::Duration;
+
+/// How often and how long to retry throttled requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first one included (at least 1).
+    pub max_attempts: u32,
+    /// The backoff before the second attempt; it doubles with each attempt.
+    pub base_delay: Duration,
+    /// The backoff never exceeds this.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            base_delay: Duration::from_millis(50),
+            max_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all: one attempt.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The cap of the backoff after `attempt` failed attempts (1-based):
+    /// `min(max_delay, base_delay * 2^(attempt-1))`. The actual sleep is drawn
+    /// uniformly from `[0, cap]` (full jitter), so racing consumers spread out.
+    pub fn backoff_cap(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(20);
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+
+    fn jittered(&self, attempt: u32) -> Duration {
+        let cap = self.backoff_cap(attempt).as_millis() as u64;
+        Duration::from_millis(fastrand::u64(0..=cap))
+    }
+}
+
+/// Error codes that mean "slow down" on DynamoDB and Kinesis.
+pub fn is_throttling_code(code: &str) -> bool {
+    matches!(
+        code,
+        "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "Throttling"
+            | "RequestLimitExceeded"
+            | "LimitExceededException"
+            | "TooManyRequestsException"
+    )
+}
+
+/// What a failed call was, once retries are done.
+#[derive(Debug)]
+pub(crate) enum CallError<E> {
+    /// The request's condition expression (or a transaction's condition) failed.
+    Condition(E),
+    /// Anything else, already classified.
+    Failed(StateError),
+}
+
+impl<E> From<StateError> for CallError<E> {
+    fn from(e: StateError) -> Self {
+        CallError::Failed(e)
+    }
+}
+
+fn is_condition_failure(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("ConditionalCheckFailedException") | Some("TransactionCanceledException")
+    )
+}
+
+/// Flattens an error and its sources into one line.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Runs `send` until it succeeds, fails for good, or throttling outlasts `policy`.
+pub(crate) async fn with_retries<T, E, R, F, Fut>(
+    policy: &RetryPolicy,
+    service: Service,
+    operation: &'static str,
+    stopped: impl Fn() -> bool,
+    mut send: F,
+) -> Result<T, CallError<E>>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, SdkError<E, R>>>,
+{
+    let max = policy.max_attempts.max(1);
+    let mut attempt = 0;
+    loop {
+        if stopped() {
+            return Err(CallError::Failed(StateError::Stopped));
+        }
+        attempt += 1;
+        let err = match send().await {
+            Ok(out) => return Ok(out),
+            Err(err) => err,
+        };
+        let code = err.code().map(str::to_owned);
+        if let SdkError::ServiceError(service_err) = err {
+            let inner = service_err.into_err();
+            if is_condition_failure(code.as_deref()) {
+                return Err(CallError::Condition(inner));
+            }
+            let message = error_chain(&inner);
+            if code.as_deref().is_some_and(is_throttling_code) {
+                if attempt >= max {
+                    return Err(CallError::Failed(StateError::Throttled {
+                        service,
+                        operation,
+                        attempts: attempt,
+                        message,
+                    }));
+                }
+                let pause = policy.jittered(attempt);
+                tracing::debug!(%service, operation, attempt, ?pause, "throttled, backing off");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            return Err(CallError::Failed(StateError::Sdk {
+                service,
+                operation,
+                code,
+                message,
+            }));
+        }
+        return Err(CallError::Failed(StateError::Sdk {
+            service,
+            operation,
+            code,
+            message: error_chain(&err),
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+        };
+        assert_eq!(p.backoff_cap(1), Duration::from_millis(100));
+        assert_eq!(p.backoff_cap(2), Duration::from_millis(200));
+        assert_eq!(p.backoff_cap(4), Duration::from_millis(800));
+        assert_eq!(p.backoff_cap(5), Duration::from_millis(1000));
+        assert_eq!(p.backoff_cap(60), Duration::from_millis(1000));
+        for attempt in 1..8 {
+            assert!(p.jittered(attempt) <= p.backoff_cap(attempt));
+        }
+    }
+
+    #[test]
+    fn throttling_codes() {
+        assert!(is_throttling_code("ProvisionedThroughputExceededException"));
+        assert!(is_throttling_code("ThrottlingException"));
+        assert!(!is_throttling_code("ConditionalCheckFailedException"));
+        assert!(!is_throttling_code("ResourceNotFoundException"));
+    }
+}

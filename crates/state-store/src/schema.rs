@@ -1,0 +1,196 @@
+//! The table layout: key attributes, sort-key prefixes and attribute names.
+//!
+//! One table holds any number of consumer groups. The partition key is
+//! `<group>#<stream>`; every entity of that group is one item under it:
+//!
+//! | sk | entity |
+//! | --- | --- |
+//! | `STREAM` | stream creation time, schema version |
+//! | `CONSUMER#<consumer>` | a consumer instance and its heartbeat |
+//! | `EFO#<efo>` | an enhanced fan-out consumer of the pool and its lock |
+//! | `SHARD#<shard>` | a shard, its lease and checkpoint (auto assignment) |
+//! | `OWN#<consumer>#<shard>` | a shard checkpoint of a standalone consumer |
+//! | `EFOSHARD#<efo>#<shard>` | a shard checkpoint of a standalone EFO consumer |
+//! | `DDBPOS#<shard>` | a DynamoDB Streams shard position |
+//! | `RECORD#<shard>#<seq>` | reserved for per-record state (retries, parked records) |
+
+use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
+
+/// The version of this layout, stored in the `STREAM` item.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "shardkeeper-state";
+
+/// The partition key attribute (string).
+pub const PK: &str = "pk";
+/// The sort key attribute (string).
+pub const SK: &str = "sk";
+/// The TTL attribute of the table (epoch seconds), for items that expire.
+pub const TTL: &str = "expires_ttl";
+
+/// Sort key of the stream item.
+pub const SK_STREAM: &str = "STREAM";
+/// Sort-key prefix of consumer items.
+pub const SK_CONSUMER: &str = "CONSUMER#";
+/// Sort-key prefix of enhanced fan-out consumer items.
+pub const SK_EFO: &str = "EFO#";
+/// Sort-key prefix of auto-assigned shard items.
+pub const SK_SHARD: &str = "SHARD#";
+/// Sort-key prefix of standalone consumer shard items.
+pub const SK_OWN: &str = "OWN#";
+/// Sort-key prefix of standalone EFO consumer shard items.
+pub const SK_EFOSHARD: &str = "EFOSHARD#";
+/// Sort-key prefix of DynamoDB Streams shard positions.
+pub const SK_DDBPOS: &str = "DDBPOS#";
+
+/// Attribute names (kept short: every byte of a name counts toward the item size).
+pub mod attr {
+    /// Stream: creation time of the stream the state belongs to (ms).
+    pub const STREAM_CREATED: &str = "stream_created";
+    /// Stream: layout version.
+    pub const SCHEMA: &str = "schema";
+    /// Any: last write time (ms).
+    pub const UPDATED: &str = "updated";
+    /// Consumer: application name.
+    pub const APP: &str = "app";
+    /// Consumer: host name.
+    pub const HOST: &str = "host";
+    /// Consumer: execution environment (e.g. `AWS_Lambda_provided.al2023`).
+    pub const ENV: &str = "env";
+    /// Consumer: process id.
+    pub const PID: &str = "pid";
+    /// Consumer: start time (ms).
+    pub const STARTED: &str = "started";
+    /// Consumer: last heartbeat (ms).
+    pub const HEARTBEAT: &str = "heartbeat";
+    /// Consumer: whether it may be given leases.
+    pub const ACTIVE: &str = "active";
+    /// Consumer: whether it reads every shard on its own.
+    pub const STANDALONE: &str = "standalone";
+    /// EFO: consumer ARN.
+    pub const ARN: &str = "arn";
+    /// EFO: the consumer holding the lock.
+    pub const USED_BY: &str = "used_by";
+    /// EFO: lock counter, incremented by every lock and release.
+    pub const LOCK_COUNTER: &str = "lock_counter";
+    /// EFO: when the lock was last released (ms).
+    pub const RELEASED: &str = "released";
+    /// Shard: the shard id.
+    pub const SHARD: &str = "shard";
+    /// Shard: parent shard ids (list).
+    pub const PARENTS: &str = "parents";
+    /// Shard: parents not depleted yet (string set; absent when none).
+    pub const PENDING: &str = "pending";
+    /// Shard: hash key range start.
+    pub const HASH_LO: &str = "hash_lo";
+    /// Shard: hash key range end.
+    pub const HASH_HI: &str = "hash_hi";
+    /// Shard: starting sequence number.
+    pub const SEQ_LO: &str = "seq_lo";
+    /// Shard: ending sequence number (closed shards only).
+    pub const SEQ_HI: &str = "seq_hi";
+    /// Shard: checkpoint text.
+    pub const CP: &str = "cp";
+    /// Shard: checkpoint sub-sequence number.
+    pub const CP_SUB: &str = "cp_sub";
+    /// Shard: checkpoint order key (fixed width, string-comparable).
+    pub const CP_ORD: &str = "cp_ord";
+    /// Shard: approximate arrival time of the checkpointed record (ms).
+    pub const CP_ARRIVAL: &str = "cp_arrival";
+    /// Shard: lease owner (absent when free).
+    pub const OWNER: &str = "owner";
+    /// Shard: lease expiry (ms).
+    pub const EXPIRES: &str = "expires";
+    /// Shard: lease counter, the fencing token.
+    pub const COUNTER: &str = "counter";
+    /// Shard: consumer that asked for the lease (hand-off claim).
+    pub const CLAIM_BY: &str = "claim_by";
+    /// Shard: when the claim was made (ms).
+    pub const CLAIM_AT: &str = "claim_at";
+    /// Shard: closed and fully processed.
+    pub const DEPLETED: &str = "depleted";
+    /// DynamoDB Streams position: stream ARN.
+    pub const STREAM_ARN: &str = "stream_arn";
+    /// DynamoDB Streams position: iterator type.
+    pub const ITERATOR: &str = "iterator";
+    /// DynamoDB Streams position: sequence number.
+    pub const SEQ: &str = "seq";
+    /// DynamoDB Streams position: parent shard id.
+    pub const PARENT: &str = "parent";
+}
+
+/// Where a shard's state lives: the storage modes of a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ShardScope {
+    /// Automatic shard assignment: one `SHARD#` item per shard, leased to one consumer at a time.
+    Group,
+    /// Standalone: this consumer reads every shard with its own checkpoints (`OWN#`).
+    Consumer(ConsumerId),
+    /// Standalone with enhanced fan-out: checkpoints per EFO consumer (`EFOSHARD#`).
+    Efo(EfoName),
+}
+
+impl ShardScope {
+    /// The sort-key prefix of this scope's shard items.
+    pub fn prefix(&self) -> String {
+        match self {
+            ShardScope::Group => SK_SHARD.to_owned(),
+            ShardScope::Consumer(c) => format!("{SK_OWN}{c}#"),
+            ShardScope::Efo(e) => format!("{SK_EFOSHARD}{e}#"),
+        }
+    }
+
+    /// The sort key of one shard item in this scope.
+    pub fn shard_sk(&self, shard: &ShardId) -> String {
+        format!("{}{shard}", self.prefix())
+    }
+}
+
+/// The partition key of a group on a stream.
+pub fn partition_key(group: &GroupName, stream: &StreamName) -> String {
+    format!("{group}#{stream}")
+}
+
+/// The sort key of a consumer item.
+pub fn consumer_sk(consumer: &ConsumerId) -> String {
+    format!("{SK_CONSUMER}{consumer}")
+}
+
+/// The sort key of an enhanced fan-out consumer item.
+pub fn efo_sk(name: &EfoName) -> String {
+    format!("{SK_EFO}{name}")
+}
+
+/// The sort key of a DynamoDB Streams shard position item.
+pub fn position_sk(shard: &ShardId) -> String {
+    format!("{SK_DDBPOS}{shard}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_cannot_collide_across_scopes() {
+        let shard = ShardId::new("shardId-1").unwrap();
+        let c = ConsumerId::new("c1").unwrap();
+        let e = EfoName::new("c1").unwrap();
+        let keys = [
+            ShardScope::Group.shard_sk(&shard),
+            ShardScope::Consumer(c.clone()).shard_sk(&shard),
+            ShardScope::Efo(e.clone()).shard_sk(&shard),
+            consumer_sk(&c),
+            efo_sk(&e),
+            position_sk(&shard),
+        ];
+        let unique: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(unique.len(), keys.len(), "{keys:?}");
+        assert_eq!(
+            partition_key(
+                &GroupName::new("g").unwrap(),
+                &StreamName::new("s").unwrap()
+            ),
+            "g#s"
+        );
+    }
+}

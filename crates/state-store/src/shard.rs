@@ -1,0 +1,199 @@
+//! Shard state: creating it (parents recorded), reading it, removing it.
+
+use crate::error::{Result, StateError};
+use crate::item::{n, s, str_list, Expr};
+use crate::model::ShardState;
+use crate::names::ShardId;
+use crate::schema::{attr, ShardScope};
+use crate::sequence::SequenceNumber;
+use crate::store::StateStore;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+/// A shard as the stream describes it: what [`StateStore::ensure_shard`] records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardSpec {
+    /// The shard id.
+    pub shard_id: ShardId,
+    /// Parent shards (one after a split, two after a merge).
+    pub parents: Vec<ShardId>,
+    /// Hash key range (start, end).
+    pub hash_range: Option<(String, String)>,
+    /// First sequence number.
+    pub starting_sequence: Option<SequenceNumber>,
+    /// Last sequence number, once the shard is closed.
+    pub ending_sequence: Option<SequenceNumber>,
+}
+
+impl ShardSpec {
+    /// A shard with no parents and nothing else known.
+    pub fn new(shard_id: &str) -> Result<Self> {
+        Ok(ShardSpec {
+            shard_id: ShardId::new(shard_id)?,
+            parents: Vec::new(),
+            hash_range: None,
+            starting_sequence: None,
+            ending_sequence: None,
+        })
+    }
+
+    /// The same shard with these parents.
+    pub fn with_parents(mut self, parents: &[&str]) -> Result<Self> {
+        self.parents = parents
+            .iter()
+            .map(|p| ShardId::new(*p))
+            .collect::<Result<_>>()?;
+        Ok(self)
+    }
+
+    /// From a Kinesis `Shard` (ListShards / DescribeStream).
+    pub fn from_kinesis(shard: &aws_sdk_kinesis::types::Shard) -> Result<Self> {
+        let parents = [shard.parent_shard_id(), shard.adjacent_parent_shard_id()]
+            .into_iter()
+            .flatten()
+            .map(ShardId::new)
+            .collect::<Result<_>>()?;
+        let range = shard.sequence_number_range();
+        Ok(ShardSpec {
+            shard_id: ShardId::new(shard.shard_id())?,
+            parents,
+            hash_range: shard.hash_key_range().map(|r| {
+                (
+                    r.starting_hash_key().to_owned(),
+                    r.ending_hash_key().to_owned(),
+                )
+            }),
+            starting_sequence: range
+                .map(|r| SequenceNumber::new(r.starting_sequence_number()))
+                .transpose()?,
+            ending_sequence: range
+                .and_then(|r| r.ending_sequence_number())
+                .map(SequenceNumber::new)
+                .transpose()?,
+        })
+    }
+}
+
+/// What [`StateStore::ensure_shard`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnsureShard {
+    /// The shard had no state: it was created.
+    Created,
+    /// The shard had state already; nothing changed.
+    Existing,
+    /// The shard had state and is now recorded as closed (its ending sequence number).
+    Closed,
+}
+
+impl StateStore {
+    /// Makes sure the shard has state in `scope`. A new shard records its
+    /// parents; the parents that have state and are not depleted are
+    /// *pending*, and the shard cannot be leased until each is depleted. A
+    /// parent with no state (past retention, or never seen) does not block.
+    /// Create parents before children (shard discovery walks parents first).
+    /// An existing shard that is now closed gets its ending sequence number.
+    pub async fn ensure_shard(&self, scope: &ShardScope, spec: &ShardSpec) -> Result<EnsureShard> {
+        let sk = scope.shard_sk(&spec.shard_id);
+        let mut pending = Vec::new();
+        for parent in &spec.parents {
+            if let Some(item) = self.get_item(&scope.shard_sk(parent)).await? {
+                if !ShardState::from_item(&item)?.depleted {
+                    pending.push(parent.as_str().to_owned());
+                }
+            }
+        }
+        let mut sets = vec![
+            "#shard = :shard",
+            "#parents = :parents",
+            "#counter = :zero",
+            "#depleted = :false",
+            "#updated = :now",
+        ];
+        let mut expr = Expr::new()
+            .names(&[
+                attr::SHARD,
+                attr::PARENTS,
+                attr::COUNTER,
+                attr::DEPLETED,
+                attr::UPDATED,
+            ])
+            .value("shard", s(spec.shard_id.as_str()))
+            .value("parents", str_list(&spec.parents))
+            .value("zero", n(0))
+            .value("false", AttributeValue::Bool(false))
+            .value("now", n(self.now()));
+        if !pending.is_empty() {
+            sets.push("#pending = :pending");
+            expr = expr
+                .names(&[attr::PENDING])
+                .value("pending", AttributeValue::Ss(pending));
+        }
+        if let Some((lo, hi)) = &spec.hash_range {
+            sets.push("#hash_lo = :hash_lo, #hash_hi = :hash_hi");
+            expr = expr
+                .names(&[attr::HASH_LO, attr::HASH_HI])
+                .value("hash_lo", s(lo))
+                .value("hash_hi", s(hi));
+        }
+        if let Some(seq) = &spec.starting_sequence {
+            sets.push("#seq_lo = :seq_lo");
+            expr = expr.names(&[attr::SEQ_LO]).value("seq_lo", s(seq.as_str()));
+        }
+        if let Some(seq) = &spec.ending_sequence {
+            sets.push("#seq_hi = :seq_hi");
+            expr = expr.names(&[attr::SEQ_HI]).value("seq_hi", s(seq.as_str()));
+        }
+        let update = format!("SET {}", sets.join(", "));
+        let req = self.update_req(&sk, &expr, &update, Some("attribute_not_exists(pk)"));
+        if self.conditional_update(req).await?.is_ok() {
+            return Ok(EnsureShard::Created);
+        }
+        let Some(end) = &spec.ending_sequence else {
+            return Ok(EnsureShard::Existing);
+        };
+        let expr = Expr::new()
+            .names(&[attr::SEQ_HI, attr::UPDATED])
+            .value("seq_hi", s(end.as_str()))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &sk,
+            &expr,
+            "SET #seq_hi = :seq_hi, #updated = :now",
+            Some("attribute_exists(pk) AND attribute_not_exists(#seq_hi)"),
+        );
+        Ok(match self.conditional_update(req).await? {
+            Ok(_) => EnsureShard::Closed,
+            Err(_) => EnsureShard::Existing,
+        })
+    }
+
+    /// The state of one shard; [`StateError::NotFound`] if it has none.
+    pub async fn get_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<ShardState> {
+        match self.get_item(&scope.shard_sk(shard)).await? {
+            Some(item) => ShardState::from_item(&item),
+            None => Err(StateError::not_found(format!("shard {shard} ({scope:?})"))),
+        }
+    }
+
+    /// Every shard of `scope`, in shard id order.
+    pub async fn list_shards(&self, scope: &ShardScope) -> Result<Vec<ShardState>> {
+        let mut shards = self
+            .query_prefix(&scope.prefix())
+            .await?
+            .iter()
+            .map(ShardState::from_item)
+            .collect::<Result<Vec<_>>>()?;
+        shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        Ok(shards)
+    }
+
+    /// Removes a shard's state (lease and checkpoint) because the shard no
+    /// longer exists; `true` if there was state to remove.
+    pub async fn remove_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<bool> {
+        self.delete_item(
+            &scope.shard_sk(shard),
+            Some("attribute_exists(pk)"),
+            &Expr::new(),
+        )
+        .await
+    }
+}

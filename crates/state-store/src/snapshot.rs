@@ -1,0 +1,132 @@
+//! The whole group in one paginated Query, and who is assigned which shards.
+
+use crate::clock::EpochMillis;
+use crate::error::Result;
+use crate::model::{ConsumerState, EfoState, ShardState, StreamPosition, StreamState};
+use crate::names::{ConsumerId, EfoName, ShardId};
+use crate::schema::{SK_CONSUMER, SK_DDBPOS, SK_EFO, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
+use crate::store::{sk_suffix, StateStore};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Everything stored for one group on one stream, read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupSnapshot {
+    /// When it was read (the store's clock).
+    pub taken_at: EpochMillis,
+    /// The stream item.
+    pub stream: Option<StreamState>,
+    /// Registered consumers.
+    pub consumers: Vec<ConsumerState>,
+    /// The EFO consumer pool.
+    pub efo: Vec<EfoState>,
+    /// Auto-assigned shards (leases).
+    pub shards: Vec<ShardState>,
+    /// Standalone consumers' shards.
+    pub own_shards: Vec<(ConsumerId, ShardState)>,
+    /// Standalone EFO consumers' shards.
+    pub efo_shards: Vec<(EfoName, ShardState)>,
+    /// DynamoDB Streams positions.
+    pub positions: Vec<StreamPosition>,
+}
+
+/// One consumer and the shards assigned to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The consumer.
+    pub consumer: ConsumerState,
+    /// Its shards, sorted.
+    pub shards: Vec<ShardId>,
+}
+
+fn split_scope(rest: &str) -> Option<&str> {
+    rest.split_once('#').map(|(owner, _)| owner)
+}
+
+impl StateStore {
+    /// Reads the whole group: one strongly consistent Query, paginated.
+    pub async fn load_group(&self) -> Result<GroupSnapshot> {
+        let items = self.query_prefix("").await?;
+        let mut snap = GroupSnapshot {
+            taken_at: self.now(),
+            ..GroupSnapshot::default()
+        };
+        for item in &items {
+            if sk_suffix(item, SK_STREAM) == Some("") {
+                snap.stream = Some(StreamState::from_item(item)?);
+            } else if let Some(id) = sk_suffix(item, SK_CONSUMER) {
+                snap.consumers.push(ConsumerState::from_item(id, item)?);
+            } else if let Some(rest) = sk_suffix(item, SK_EFOSHARD) {
+                if let Some(name) = split_scope(rest) {
+                    snap.efo_shards
+                        .push((EfoName::new(name)?, ShardState::from_item(item)?));
+                }
+            } else if let Some(name) = sk_suffix(item, SK_EFO) {
+                snap.efo.push(EfoState::from_item(name, item)?);
+            } else if sk_suffix(item, SK_SHARD).is_some() {
+                snap.shards.push(ShardState::from_item(item)?);
+            } else if let Some(rest) = sk_suffix(item, SK_OWN) {
+                if let Some(owner) = split_scope(rest) {
+                    snap.own_shards
+                        .push((ConsumerId::new(owner)?, ShardState::from_item(item)?));
+                }
+            } else if sk_suffix(item, SK_DDBPOS).is_some() {
+                snap.positions.push(StreamPosition::from_item(item)?);
+            }
+        }
+        Ok(snap)
+    }
+
+    /// Every registered consumer with the shards assigned to it, from one read
+    /// of the group: shard leases (auto assignment), a standalone consumer's own
+    /// shards, and the shards of the EFO consumer it holds (standalone EFO).
+    pub async fn shard_assignments(&self) -> Result<BTreeMap<ConsumerId, Assignment>> {
+        Ok(self.load_group().await?.assignments())
+    }
+}
+
+impl GroupSnapshot {
+    /// Every registered consumer with its sorted shard ids (see [`StateStore::shard_assignments`]).
+    pub fn assignments(&self) -> BTreeMap<ConsumerId, Assignment> {
+        let mut owned: BTreeMap<&ConsumerId, BTreeSet<&ShardId>> = self
+            .consumers
+            .iter()
+            .map(|c| (&c.id, BTreeSet::new()))
+            .collect();
+        for shard in &self.shards {
+            if let Some(set) = shard.owner.as_ref().and_then(|o| owned.get_mut(o)) {
+                set.insert(&shard.shard_id);
+            }
+        }
+        for (owner, shard) in &self.own_shards {
+            if let Some(set) = owned.get_mut(owner) {
+                set.insert(&shard.shard_id);
+            }
+        }
+        let holders: BTreeMap<&EfoName, &ConsumerId> = self
+            .efo
+            .iter()
+            .filter_map(|e| e.used_by.as_ref().map(|c| (&e.name, c)))
+            .collect();
+        for (efo, shard) in &self.efo_shards {
+            if let Some(set) = holders.get(efo).and_then(|c| owned.get_mut(*c)) {
+                set.insert(&shard.shard_id);
+            }
+        }
+        self.consumers
+            .iter()
+            .map(|c| {
+                let shards = owned
+                    .get(&c.id)
+                    .map(|s| s.iter().map(|id| (*id).clone()).collect())
+                    .unwrap_or_default();
+                (
+                    c.id.clone(),
+                    Assignment {
+                        consumer: c.clone(),
+                        shards,
+                    },
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,319 @@
+//! The state store handle: configuration, and the thin request helpers every operation uses.
+
+use crate::clock::{Clock, EpochMillis, SystemClock};
+use crate::error::{Result, Service, StateError};
+use crate::item::{s, Expr, RawItem};
+use crate::names::{GroupName, StreamName};
+use crate::retry::{with_retries, CallError, RetryPolicy};
+use crate::schema::{self, PK, SK};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What identifies one consumer group's state: the table, the group and the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The DynamoDB table holding the state (shared by any number of groups).
+    pub table: String,
+    /// The consumer group.
+    pub group: GroupName,
+    /// The stream the group consumes.
+    pub stream: StreamName,
+    /// Retries of throttled requests.
+    pub retry: RetryPolicy,
+}
+
+impl StoreConfig {
+    /// A configuration for `group` on `stream` in the default table, validating the names.
+    pub fn new(group: &str, stream: &str) -> Result<Self> {
+        Ok(StoreConfig {
+            table: schema::DEFAULT_TABLE.to_owned(),
+            group: GroupName::new(group)?,
+            stream: StreamName::new(stream)?,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// Uses another table; the name must follow DynamoDB's rules (3-255 of `[A-Za-z0-9_.-]`).
+    pub fn table(mut self, table: &str) -> Result<Self> {
+        let ok_chars = table
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !(3..=255).contains(&table.len()) || !ok_chars {
+            return Err(StateError::validation(
+                "table name",
+                format!("{table:?}: 3 to 255 of ASCII letters, digits, '_', '.', '-'"),
+            ));
+        }
+        self.table = table.to_owned();
+        Ok(self)
+    }
+
+    /// Sets the retry policy for throttled requests.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+}
+
+/// Counters of what the store saw, for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Conditional writes that lost (normal under contention).
+    pub lost_conditions: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) client: aws_sdk_dynamodb::Client,
+    pub(crate) config: StoreConfig,
+    pub(crate) pk: String,
+    pub(crate) clock: Arc<dyn Clock>,
+    stopped: AtomicBool,
+    lost_conditions: AtomicU64,
+}
+
+/// The shared state of one consumer group on one stream, in one DynamoDB table.
+///
+/// Cheap to clone: clones share the client, the clock and the counters.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl StateStore {
+    /// A store for `config`, using the system clock. Nothing is sent until a call.
+    pub fn new(client: aws_sdk_dynamodb::Client, config: StoreConfig) -> Self {
+        Self::with_clock(client, config, Arc::new(SystemClock))
+    }
+
+    /// A store with an injected clock (tests move time without sleeping).
+    pub fn with_clock(
+        client: aws_sdk_dynamodb::Client,
+        config: StoreConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let pk = schema::partition_key(&config.group, &config.stream);
+        StateStore {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                pk,
+                clock,
+                stopped: AtomicBool::new(false),
+                lost_conditions: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The partition key of this group's items.
+    pub fn partition_key(&self) -> &str {
+        &self.inner.pk
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &aws_sdk_dynamodb::Client {
+        &self.inner.client
+    }
+
+    /// Now, by the store's clock.
+    pub fn now(&self) -> EpochMillis {
+        self.inner.clock.now_millis()
+    }
+
+    /// Counters of what the store saw.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            lost_conditions: self.inner.lost_conditions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the store: calls in progress end after their current attempt (no
+    /// more retries) and every later call fails with [`StateError::Stopped`].
+    pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// True once [`StateStore::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn table(&self) -> &str {
+        &self.inner.config.table
+    }
+
+    /// Sends a request with throttling retries; a lost condition is counted.
+    pub(crate) async fn call<T, E, R, F, Fut>(
+        &self,
+        operation: &'static str,
+        send: F,
+    ) -> Result<T, CallError<E>>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+    {
+        let stopped = || self.is_stopped();
+        let out = with_retries(
+            &self.inner.config.retry,
+            Service::DynamoDb,
+            operation,
+            stopped,
+            send,
+        )
+        .await;
+        if let Err(CallError::Condition(_)) = &out {
+            self.inner.lost_conditions.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(operation, pk = %self.inner.pk, "condition not met");
+        }
+        out
+    }
+
+    /// Like [`StateStore::call`] for calls that have no condition.
+    pub(crate) async fn call_plain<T, E, R, F, Fut>(
+        &self,
+        operation: &'static str,
+        send: F,
+    ) -> Result<T>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+    {
+        match self.call(operation, send).await {
+            Ok(out) => Ok(out),
+            Err(CallError::Failed(e)) => Err(e),
+            Err(CallError::Condition(e)) => Err(StateError::Sdk {
+                service: Service::DynamoDb,
+                operation,
+                code: e.code().map(str::to_owned),
+                message: crate::retry::error_chain(&e),
+            }),
+        }
+    }
+
+    /// An UpdateItem on one item of this group, returning the new item.
+    pub(crate) fn update_req(
+        &self,
+        sk: &str,
+        expr: &Expr,
+        update: &str,
+        condition: Option<&str>,
+    ) -> UpdateItemFluentBuilder {
+        self.client()
+            .update_item()
+            .table_name(self.table())
+            .key(PK, s(&self.inner.pk))
+            .key(SK, s(sk))
+            .update_expression(update)
+            .set_condition_expression(condition.map(str::to_owned))
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt())
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// Sends a conditional update: `Ok(Ok(new item))` when it applied,
+    /// `Ok(Err(old item))` when the condition failed (`None` if there was no item).
+    pub(crate) async fn conditional_update(
+        &self,
+        req: UpdateItemFluentBuilder,
+    ) -> Result<std::result::Result<RawItem, Option<RawItem>>> {
+        match self.call("UpdateItem", || req.clone().send()).await {
+            Ok(out) => Ok(Ok(out.attributes.unwrap_or_default())),
+            Err(CallError::Failed(e)) => Err(e),
+            Err(CallError::Condition(UpdateItemError::ConditionalCheckFailedException(e))) => {
+                Ok(Err(e.item))
+            }
+            Err(CallError::Condition(_)) => Ok(Err(None)),
+        }
+    }
+
+    /// A strongly consistent GetItem of one item of this group.
+    pub(crate) async fn get_item(&self, sk: &str) -> Result<Option<RawItem>> {
+        let req = self
+            .client()
+            .get_item()
+            .table_name(self.table())
+            .key(PK, s(&self.inner.pk))
+            .key(SK, s(sk))
+            .consistent_read(true);
+        let out = self.call_plain("GetItem", || req.clone().send()).await?;
+        Ok(out.item)
+    }
+
+    /// A DeleteItem of one item of this group, optionally conditional:
+    /// `true` if it was deleted (or there was nothing and no condition).
+    pub(crate) async fn delete_item(
+        &self,
+        sk: &str,
+        condition: Option<&str>,
+        expr: &Expr,
+    ) -> Result<bool> {
+        let req = self
+            .client()
+            .delete_item()
+            .table_name(self.table())
+            .key(PK, s(&self.inner.pk))
+            .key(SK, s(sk))
+            .set_condition_expression(condition.map(str::to_owned))
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt());
+        match self.call("DeleteItem", || req.clone().send()).await {
+            Ok(_) => Ok(true),
+            Err(CallError::Condition(_)) => Ok(false),
+            Err(CallError::Failed(e)) => Err(e),
+        }
+    }
+
+    /// Every item of this group whose sort key starts with `prefix`
+    /// (strongly consistent, paginated).
+    pub(crate) async fn query_prefix(&self, prefix: &str) -> Result<Vec<RawItem>> {
+        let mut items = Vec::new();
+        let mut start: Option<RawItem> = None;
+        loop {
+            let mut req = self
+                .client()
+                .query()
+                .table_name(self.table())
+                .consistent_read(true)
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_values(":pk", s(&self.inner.pk))
+                .set_exclusive_start_key(start.take());
+            req = if prefix.is_empty() {
+                req.key_condition_expression("#pk = :pk")
+            } else {
+                req.key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                    .expression_attribute_names("#sk", SK)
+                    .expression_attribute_values(":prefix", s(prefix))
+            };
+            let out = self.call_plain("Query", || req.clone().send()).await?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
+    }
+}
+
+/// The sort key of a raw item, without its prefix.
+pub(crate) fn sk_suffix<'a>(item: &'a RawItem, prefix: &str) -> Option<&'a str> {
+    match item.get(SK) {
+        Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)) => sk.strip_prefix(prefix),
+        _ => None,
+    }
+}

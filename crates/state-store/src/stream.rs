@@ -1,0 +1,222 @@
+//! The stream item: starting the store, and resetting state when the stream was re-created.
+
+use crate::clock::EpochMillis;
+use crate::error::{Result, Service, StateError};
+use crate::item::{n, Expr, RawItem};
+use crate::model::StreamState;
+use crate::retry::{with_retries, CallError};
+use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_STREAM};
+use crate::store::StateStore;
+use crate::table::{TableOptions, TableReport};
+use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+use std::collections::HashMap;
+
+/// What [`StateStore::init_stream`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamInit {
+    /// There was no state for the stream; it was recorded now.
+    Created,
+    /// The state belongs to this incarnation of the stream.
+    Existing,
+    /// The stored state belonged to an earlier stream of the same name
+    /// (another creation time): all of it was deleted and the state begun anew.
+    Reset {
+        /// The creation time the old state was recorded for.
+        previous_created: EpochMillis,
+        /// How many items were deleted.
+        deleted_items: usize,
+    },
+}
+
+/// Options of [`StateStore::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartOptions {
+    /// How to create and check the table.
+    pub table: TableOptions,
+    /// The stream's creation time (see [`kinesis_stream_created`]).
+    pub stream_created: EpochMillis,
+}
+
+/// What [`StateStore::start`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartReport {
+    /// The table.
+    pub table: TableReport,
+    /// The stream state.
+    pub stream: StreamInit,
+}
+
+const BATCH_WRITE_MAX: usize = 25;
+
+impl StateStore {
+    /// Starts the store: ensures the table (created if missing, ACTIVE, right
+    /// schema, tagged) and the stream state (reset if the stream was re-created).
+    pub async fn start(&self, options: &StartOptions) -> Result<StartReport> {
+        let table = self.ensure_table(&options.table).await?;
+        let stream = self.init_stream(options.stream_created).await?;
+        Ok(StartReport { table, stream })
+    }
+
+    /// The stream item, if any.
+    pub async fn stream_state(&self) -> Result<Option<StreamState>> {
+        self.get_item(SK_STREAM)
+            .await?
+            .map(|item| StreamState::from_item(&item))
+            .transpose()
+    }
+
+    /// Records the stream's creation time. If the stored state was recorded for
+    /// another creation time, the stream was deleted and re-created: every item
+    /// of the group is deleted (logged as a warning) and the state starts anew.
+    /// Only one of several racing callers performs the reset.
+    pub async fn init_stream(&self, stream_created: EpochMillis) -> Result<StreamInit> {
+        let mut reset = None;
+        for _ in 0..5 {
+            match self.stream_state().await? {
+                Some(state) if state.stream_created == stream_created => {
+                    return Ok(reset.unwrap_or(StreamInit::Existing));
+                }
+                Some(state) => {
+                    let expr = Expr::new()
+                        .names(&[attr::STREAM_CREATED])
+                        .value("old", n(state.stream_created));
+                    let won = self
+                        .delete_item(SK_STREAM, Some("#stream_created = :old"), &expr)
+                        .await?;
+                    if won {
+                        let deleted = self.delete_all_items().await?;
+                        tracing::warn!(
+                            pk = self.partition_key(),
+                            previous_created = state.stream_created,
+                            stream_created,
+                            deleted,
+                            "stream state has been reset: the stream was re-created (creation time differs)"
+                        );
+                        reset = Some(StreamInit::Reset {
+                            previous_created: state.stream_created,
+                            deleted_items: deleted + 1,
+                        });
+                    }
+                }
+                None => {
+                    let now = self.now();
+                    let expr = Expr::new()
+                        .names(&[attr::STREAM_CREATED, attr::SCHEMA, attr::UPDATED])
+                        .value("created", n(stream_created))
+                        .value("schema", n(SCHEMA_VERSION))
+                        .value("now", n(now));
+                    let req = self.update_req(
+                        SK_STREAM,
+                        &expr,
+                        "SET #stream_created = :created, #schema = :schema, #updated = :now",
+                        Some("attribute_not_exists(pk)"),
+                    );
+                    if self.conditional_update(req).await?.is_ok() {
+                        tracing::debug!(pk = self.partition_key(), "recorded the stream state");
+                        return Ok(reset.unwrap_or(StreamInit::Created));
+                    }
+                }
+            }
+        }
+        Err(StateError::Sdk {
+            service: Service::DynamoDb,
+            operation: "init_stream",
+            code: None,
+            message: "the stream item kept changing under concurrent starts".to_owned(),
+        })
+    }
+
+    /// Deletes every item of this group on this stream; returns how many.
+    pub async fn delete_all_items(&self) -> Result<usize> {
+        let items = self.query_prefix("").await?;
+        let keys: Vec<RawItem> = items
+            .into_iter()
+            .map(|item| {
+                item.into_iter()
+                    .filter(|(k, _)| k == PK || k == SK)
+                    .collect::<HashMap<_, _>>()
+            })
+            .collect();
+        let count = keys.len();
+        for chunk in keys.chunks(BATCH_WRITE_MAX) {
+            let mut pending: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|key| {
+                    DeleteRequest::builder()
+                        .set_key(Some(key.clone()))
+                        .build()
+                        .map(|d| WriteRequest::builder().delete_request(d).build())
+                        .map_err(|e| StateError::validation("delete request", e.to_string()))
+                })
+                .collect::<Result<_>>()?;
+            for attempt in 0.. {
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt >= self.config().retry.max_attempts.max(1) {
+                    return Err(StateError::Throttled {
+                        service: Service::DynamoDb,
+                        operation: "BatchWriteItem",
+                        attempts: attempt,
+                        message: format!("{} deletes left unprocessed", pending.len()),
+                    });
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(self.config().retry.backoff_cap(attempt)).await;
+                }
+                let req = self
+                    .client()
+                    .batch_write_item()
+                    .request_items(self.table(), pending.clone());
+                let out = self
+                    .call_plain("BatchWriteItem", || req.clone().send())
+                    .await?;
+                pending = out
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(self.table()))
+                    .unwrap_or_default();
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// The creation time of a Kinesis stream, to pass to [`StateStore::start`].
+pub async fn kinesis_stream_created(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    retry: &crate::retry::RetryPolicy,
+) -> Result<EpochMillis> {
+    let req = kinesis.describe_stream_summary().stream_name(stream);
+    let out = with_retries(
+        retry,
+        Service::Kinesis,
+        "DescribeStreamSummary",
+        || false,
+        || req.clone().send(),
+    )
+    .await;
+    match out {
+        Ok(out) => {
+            let created = out
+                .stream_description_summary()
+                .map(|d| d.stream_creation_timestamp())
+                .ok_or_else(|| StateError::not_found(format!("stream {stream}")))?;
+            created
+                .to_millis()
+                .map_err(|e| StateError::validation("stream creation time", e.to_string()))
+        }
+        Err(CallError::Failed(StateError::Sdk {
+            code: Some(code), ..
+        })) if code == "ResourceNotFoundException" => {
+            Err(StateError::not_found(format!("stream {stream}")))
+        }
+        Err(CallError::Failed(e)) => Err(e),
+        Err(CallError::Condition(e)) => Err(StateError::Sdk {
+            service: Service::Kinesis,
+            operation: "DescribeStreamSummary",
+            code: None,
+            message: e.to_string(),
+        }),
+    }
+}
