@@ -1,1 +1,19 @@
-fn main() {}
+//! Integration tests: the state store against real DynamoDB- and
+//! Kinesis-compatible servers, through the real AWS SDK clients.
+//!
+//! By default the servers run in this process. Set
+//! `SHARDKEEPER_TEST_DYNAMODB_ENDPOINT` and/or `SHARDKEEPER_TEST_KINESIS_ENDPOINT`
+//! to run the same tests against other servers, or `SHARDKEEPER_TEST_REAL_AWS=1`
+//! for real AWS. Every test uses its own consumer group, stream and tables.
+
+mod assignments;
+mod checkpoints;
+mod common;
+mod consumers;
+mod efo;
+mod leases;
+mod positions;
+mod scale;
+mod split_merge;
+mod stream;
+mod table;

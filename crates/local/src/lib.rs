@@ -1,1 +1,41 @@
-//! x
+//! DynamoDB (with Streams) and Kinesis (with enhanced fan-out and
+//! SubscribeToShard) compatible servers, started inside the current process on
+//! `127.0.0.1`, and ready AWS SDK clients for them: what shardkeeper's tests,
+//! benchmarks and local demo run on, with nothing installed.
+//!
+//! The same clients can point at external servers or at real AWS (see
+//! [`test_endpoints`]), so one test suite runs everywhere.
+//!
+//! ```no_run
+//! use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
+//!
+//! # async fn demo() -> Result<(), shardkeeper_local::LocalError> {
+//! let servers = LocalServers::start(LocalOptions::default())?;
+//! let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+//! let tables = aws.dynamodb.list_tables().send().await;
+//! # Ok(()) }
+//! ```
+
+mod clients;
+mod counter;
+mod faults;
+mod names;
+mod servers;
+
+pub use clients::{
+    shared_servers, test_clients, test_endpoints, AwsClients, Endpoints, DYNAMODB_ENDPOINT_VAR,
+    KINESIS_ENDPOINT_VAR, REAL_AWS_VAR,
+};
+pub use counter::{OperationCount, RequestCounter};
+pub use faults::FailingEndpoint;
+pub use names::unique_name;
+pub use servers::{LocalOptions, LocalServers};
+
+/// Errors of starting the local servers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// A server could not be started.
+    #[error("cannot start the local servers: {0}")]
+    Start(String),
+}

@@ -138,11 +138,53 @@ impl Expr {
         self
     }
 
+    /// Only the placeholders that `texts` use: DynamoDB rejects unused ones.
+    pub(crate) fn used_in(&self, texts: &[&str]) -> Expr {
+        let used = |placeholder: &str| {
+            texts.iter().any(|text| {
+                text.match_indices(placeholder).any(|(at, _)| {
+                    !text[at + placeholder.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                })
+            })
+        };
+        Expr {
+            names: self
+                .names
+                .iter()
+                .filter(|(k, _)| used(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            values: self
+                .values
+                .iter()
+                .filter(|(k, _)| used(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
     pub(crate) fn names_opt(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }
 
     pub(crate) fn values_opt(&self) -> Option<HashMap<String, AttributeValue>> {
         (!self.values.is_empty()).then(|| self.values.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn used_in_keeps_whole_placeholders_only() {
+        let expr = Expr::new()
+            .names(&["cp", "cp_ord", "owner"])
+            .value("n", n(1))
+            .value("now", n(2));
+        let used = expr.used_in(&["SET #cp_ord = :now", "attribute_exists(pk)"]);
+        assert_eq!(used.names.keys().collect::<Vec<_>>(), vec!["#cp_ord"]);
+        assert_eq!(used.values.keys().collect::<Vec<_>>(), vec![":now"]);
     }
 }

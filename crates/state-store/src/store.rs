@@ -213,6 +213,7 @@ impl StateStore {
         update: &str,
         condition: Option<&str>,
     ) -> UpdateItemFluentBuilder {
+        let expr = expr.used_in(&[update, condition.unwrap_or("")]);
         self.client()
             .update_item()
             .table_name(self.table())
@@ -263,6 +264,7 @@ impl StateStore {
         condition: Option<&str>,
         expr: &Expr,
     ) -> Result<bool> {
+        let expr = expr.used_in(&[condition.unwrap_or("")]);
         let req = self
             .client()
             .delete_item()

@@ -84,7 +84,7 @@ impl StateStore {
                         .delete_item(SK_STREAM, Some("#stream_created = :old"), &expr)
                         .await?;
                     if won {
-                        let deleted = self.delete_all_items().await?;
+                        let deleted = self.delete_items(false).await?;
                         tracing::warn!(
                             pk = self.partition_key(),
                             previous_created = state.stream_created,
@@ -128,9 +128,17 @@ impl StateStore {
 
     /// Deletes every item of this group on this stream; returns how many.
     pub async fn delete_all_items(&self) -> Result<usize> {
+        self.delete_items(true).await
+    }
+
+    /// Deletes the group's items, the stream item only if `with_stream` (a
+    /// reset has removed it already, conditionally, and a racing start may
+    /// have written the new one).
+    async fn delete_items(&self, with_stream: bool) -> Result<usize> {
         let items = self.query_prefix("").await?;
         let keys: Vec<RawItem> = items
             .into_iter()
+            .filter(|item| with_stream || crate::store::sk_suffix(item, SK_STREAM) != Some(""))
             .map(|item| {
                 item.into_iter()
                     .filter(|(k, _)| k == PK || k == SK)

@@ -1,0 +1,98 @@
+//! Counting the requests an SDK client sends, per operation.
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Counts every HTTP request (retries included) a client sends, by operation
+/// name, and the bytes of their bodies. Clones share the counts.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter {
+    counts: Arc<Mutex<BTreeMap<String, OperationCount>>>,
+}
+
+/// Requests and request body bytes of one operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OperationCount {
+    /// Requests sent.
+    pub requests: u64,
+    /// Request body bytes sent.
+    pub body_bytes: u64,
+}
+
+impl RequestCounter {
+    /// A counter at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The counts so far, by operation name.
+    pub fn snapshot(&self) -> BTreeMap<String, OperationCount> {
+        self.counts.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Requests sent in all.
+    pub fn total(&self) -> u64 {
+        self.snapshot().values().map(|c| c.requests).sum()
+    }
+
+    /// Sets every count back to zero.
+    pub fn reset(&self) {
+        if let Ok(mut m) = self.counts.lock() {
+            m.clear();
+        }
+    }
+
+    /// The counts since `before` (a snapshot taken earlier), without empty rows.
+    pub fn since(
+        &self,
+        before: &BTreeMap<String, OperationCount>,
+    ) -> BTreeMap<String, OperationCount> {
+        self.snapshot()
+            .into_iter()
+            .filter_map(|(op, now)| {
+                let was = before.get(&op).copied().unwrap_or_default();
+                let diff = OperationCount {
+                    requests: now.requests - was.requests,
+                    body_bytes: now.body_bytes - was.body_bytes,
+                };
+                (diff.requests > 0).then_some((op, diff))
+            })
+            .collect()
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let operation = cfg
+            .load::<Metadata>()
+            .map(|m| m.name().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        let bytes = context
+            .request()
+            .body()
+            .bytes()
+            .map(|b| b.len() as u64)
+            .unwrap_or(0);
+        if let Ok(mut m) = self.counts.lock() {
+            let entry = m.entry(operation).or_default();
+            entry.requests += 1;
+            entry.body_bytes += bytes;
+        }
+        Ok(())
+    }
+}

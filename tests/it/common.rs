@@ -1,0 +1,153 @@
+//! Shared set-up: clients for the test servers, one state table per test run, unique groups.
+
+use shardkeeper::state::{
+    ManualClock, RetryPolicy, ShardScope, ShardSpec, StateStore, StoreConfig, TableOptions,
+};
+use shardkeeper_local::{test_clients, unique_name, AwsClients};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+static TABLE: OnceCell<String> = OnceCell::const_new();
+
+/// One test's view: SDK clients, the run's state table and a clock it moves by hand.
+pub struct Ctx {
+    pub aws: AwsClients,
+    pub table: String,
+    pub clock: ManualClock,
+}
+
+/// Clients for the configured servers (in-process unless the environment
+/// names others) and the run's state table, created once.
+pub async fn ctx() -> Ctx {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let aws = test_clients().await.expect("test servers");
+    let table = TABLE
+        .get_or_init(|| async {
+            let table = unique_name("sk-it");
+            let config = StoreConfig::new("setup", "setup")
+                .unwrap()
+                .table(&table)
+                .unwrap();
+            let clients = test_clients().await.expect("test servers");
+            StateStore::new(clients.dynamodb.clone(), config)
+                .ensure_table(&TableOptions {
+                    poll_interval: Duration::from_millis(50),
+                    ..TableOptions::default()
+                })
+                .await
+                .expect("state table");
+            table
+        })
+        .await
+        .clone();
+    Ctx {
+        aws,
+        table,
+        clock: ManualClock::new(1_800_000_000_000),
+    }
+}
+
+impl Ctx {
+    /// Now, by the test's clock.
+    pub fn clock_now(&self) -> i64 {
+        use shardkeeper::state::Clock;
+        self.clock.now_millis()
+    }
+
+    /// A store for a fresh, unique group on `stream`, on the manual clock.
+    pub fn store(&self, stream: &str) -> StateStore {
+        self.store_for(&unique_name("g"), stream)
+    }
+
+    /// A store for `group` on `stream`, on the manual clock.
+    pub fn store_for(&self, group: &str, stream: &str) -> StateStore {
+        let config = StoreConfig::new(group, stream)
+            .unwrap()
+            .table(&self.table)
+            .unwrap()
+            .retry(RetryPolicy::default());
+        StateStore::with_clock(
+            self.aws.dynamodb.clone(),
+            config,
+            Arc::new(self.clock.clone()),
+        )
+    }
+}
+
+/// Creates `count` root shards `shardId-000000000000`... in the group scope.
+pub async fn seed_shards(store: &StateStore, count: usize) -> Vec<shardkeeper::state::ShardId> {
+    let mut ids = Vec::with_capacity(count);
+    for i in 0..count {
+        let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
+        store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+        ids.push(spec.shard_id);
+    }
+    ids
+}
+
+/// A Kinesis stream with `shards` shards, ACTIVE.
+pub async fn create_stream(aws: &AwsClients, shards: i32) -> String {
+    let name = unique_name("s");
+    aws.kinesis
+        .create_stream()
+        .stream_name(&name)
+        .shard_count(shards)
+        .send()
+        .await
+        .expect("create stream");
+    wait_stream_active(aws, &name).await;
+    name
+}
+
+/// Waits until the stream is ACTIVE (bounded).
+pub async fn wait_stream_active(aws: &AwsClients, name: &str) {
+    for _ in 0..600 {
+        let out = aws
+            .kinesis
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await;
+        if let Ok(out) = out {
+            if out
+                .stream_description_summary()
+                .is_some_and(|d| d.stream_status().as_str() == "ACTIVE")
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("stream {name} never became ACTIVE");
+}
+
+/// Every shard of the stream, paged by stream name + exclusive start shard id.
+pub async fn list_shards(aws: &AwsClients, stream: &str) -> Vec<aws_sdk_kinesis::types::Shard> {
+    let mut shards = Vec::new();
+    let mut start: Option<String> = None;
+    loop {
+        let out = aws
+            .kinesis
+            .list_shards()
+            .stream_name(stream)
+            .set_exclusive_start_shard_id(start.clone())
+            .send()
+            .await
+            .expect("list shards");
+        let page = out.shards().to_vec();
+        if page.is_empty() {
+            return shards;
+        }
+        start = page.last().map(|s| s.shard_id().to_owned());
+        shards.extend(page);
+        if out.next_token().is_none() {
+            return shards;
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! DynamoDB Streams positions, against a real table stream of the DynamoDB server.
+
+use crate::common::ctx;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    StreamSpecification, StreamViewType,
+};
+use shardkeeper::state::{ShardId, StateError, StreamPosition};
+use shardkeeper_local::unique_name;
+
+#[tokio::test]
+async fn shard_positions_are_saved_restored_and_removed() {
+    let ctx = ctx().await;
+    let table = unique_name("orders");
+    let out = ctx
+        .aws
+        .dynamodb
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let stream_arn = out
+        .table_description()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_owned();
+    let described = ctx
+        .aws
+        .streams
+        .describe_stream()
+        .stream_arn(&stream_arn)
+        .send()
+        .await
+        .unwrap();
+    let shards = described.stream_description().unwrap().shards().to_vec();
+    assert!(!shards.is_empty());
+    let shard_id = shards[0].shard_id().unwrap().to_owned();
+
+    let store = ctx.store(&table);
+    let start = StreamPosition::new(&stream_arn, &shard_id, "TRIM_HORIZON", None, None).unwrap();
+    store.save_position(&start).await.unwrap();
+    let loaded = store.load_positions().await.unwrap();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].iterator_type, "TRIM_HORIZON");
+    assert_eq!(loaded[0].stream_arn, stream_arn);
+
+    let moved = StreamPosition::new(
+        &stream_arn,
+        &shard_id,
+        "AFTER_SEQUENCE_NUMBER",
+        Some("000000000000000000042"),
+        Some("shardId-parent"),
+    )
+    .unwrap();
+    store.save_position(&moved).await.unwrap();
+    let loaded = store.load_positions().await.unwrap();
+    assert_eq!(loaded[0].sequence_number.as_ref().unwrap().as_str(), "42");
+    assert_eq!(
+        loaded[0].parent_shard_id.as_ref().unwrap().as_str(),
+        "shardId-parent"
+    );
+    // Seeking back to a time-based start replaces the position and drops the sequence number.
+    store
+        .save_position(&StreamPosition::new(&stream_arn, &shard_id, "LATEST", None, None).unwrap())
+        .await
+        .unwrap();
+    let loaded = store.load_positions().await.unwrap();
+    assert_eq!(loaded[0].iterator_type, "LATEST");
+    assert!(loaded[0].sequence_number.is_none() && loaded[0].parent_shard_id.is_none());
+
+    assert!(store
+        .remove_position(&ShardId::new(&shard_id).unwrap())
+        .await
+        .unwrap());
+    assert!(store.load_positions().await.unwrap().is_empty());
+
+    for (iter, seq) in [
+        ("AT_TIMESTAMP", None),
+        ("AFTER_SEQUENCE_NUMBER", None),
+        ("LATEST", Some("1")),
+    ] {
+        let err = StreamPosition::new(&stream_arn, &shard_id, iter, seq, None).unwrap_err();
+        assert!(
+            matches!(err, StateError::Validation { .. }),
+            "{iter}: {err}"
+        );
+    }
+}
