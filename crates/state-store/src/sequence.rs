@@ -1,9 +1,11 @@
 //! Sequence numbers and checkpoints, with the total order that keeps checkpoints from going back.
 //!
 //! Kinesis and DynamoDB Streams sequence numbers are decimal strings of up to
-//! 129 digits. They are compared as numbers here, and stored with a fixed-width,
-//! zero-padded copy (the *order key*) so that a DynamoDB condition expression can
-//! compare two checkpoints as strings.
+//! 129 digits. They are compared as numbers here, and stored with a copy whose
+//! string order is their numeric order (the *order key*: the digit count as
+//! three digits, then the digits), so that a DynamoDB condition expression can
+//! compare two checkpoints as strings. It orders exactly as zero-padding to 129
+//! digits would, in less than half the bytes for real sequence numbers.
 
 use crate::clock::EpochMillis;
 use crate::error::{Result, StateError};
@@ -52,9 +54,11 @@ impl SequenceNumber {
         &self.0
     }
 
-    /// The number zero-padded to 129 digits: string order equals numeric order.
-    pub fn padded(&self) -> String {
-        format!("{:0>width$}", self.0, width = MAX_SEQUENCE_DIGITS)
+    /// The digit count (three digits) followed by the digits: string order
+    /// equals numeric order, as with zero-padding, but 59 bytes instead of 129
+    /// for a 56-digit Kinesis sequence number.
+    pub fn sortable(&self) -> String {
+        format!("{:03}{}", self.0.len(), self.0)
     }
 }
 
@@ -141,11 +145,14 @@ impl Checkpoint {
             Checkpoint::TrimHorizon | Checkpoint::Latest | Checkpoint::AtTimestamp(_) => {
                 "-".to_owned()
             }
-            Checkpoint::AtSequence(seq) => seq.padded(),
+            Checkpoint::AtSequence(seq) => seq.sortable(),
             Checkpoint::After {
                 sequence,
                 sub_sequence,
-            } => format!("{}.{:020}", sequence.padded(), sub_sequence),
+            } => {
+                let sub = sub_sequence.to_string();
+                format!("{}.{:02}{sub}", sequence.sortable(), sub.len())
+            }
             Checkpoint::ShardEnd => "~".to_owned(),
         }
     }
@@ -329,15 +336,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn padded_string_order_matches_numeric_order(a in "[0-9]{1,129}", b in "[0-9]{1,129}") {
+        fn sortable_string_order_matches_numeric_order(a in "[0-9]{1,129}", b in "[0-9]{1,129}") {
             let (x, y) = (seq(&a), seq(&b));
-            prop_assert_eq!(x.cmp(&y), x.padded().cmp(&y.padded()));
-            prop_assert_eq!(x.padded().len(), MAX_SEQUENCE_DIGITS);
+            prop_assert_eq!(x.cmp(&y), x.sortable().cmp(&y.sortable()));
+            let padded = |s: &SequenceNumber| format!("{:0>129}", s.as_str());
+            prop_assert_eq!(padded(&x).cmp(&padded(&y)), x.sortable().cmp(&y.sortable()));
         }
 
         #[test]
         fn checkpoint_order_key_matches_record_order(
-            a in "[1-9][0-9]{0,40}", sa in 0u64..1000, b in "[1-9][0-9]{0,40}", sb in 0u64..1000
+            a in "[1-9][0-9]{0,40}", sa in any::<u64>(), b in "[1-9][0-9]{0,40}", sb in any::<u64>()
         ) {
             let ca = Checkpoint::after_sub(&a, sa).unwrap();
             let cb = Checkpoint::after_sub(&b, sb).unwrap();
