@@ -222,3 +222,54 @@ proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn standalone_scopes_deplete_without_leases() {
+    let ctx = ctx().await;
+    let store = ctx.store("solo-deplete");
+    let scope = ShardScope::Consumer(ConsumerId::new("solo").unwrap());
+    let parent = shardkeeper::state::ShardSpec::new("shardId-000000000000").unwrap();
+    let mut child = shardkeeper::state::ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    child.starting_sequence = Some("77".parse().unwrap());
+    store.ensure_shard(&scope, &parent).await.unwrap();
+    store.ensure_shard(&scope, &child).await.unwrap();
+    assert!(!store
+        .get_shard(&scope, &child.shard_id)
+        .await
+        .unwrap()
+        .is_leasable());
+    store
+        .checkpoint_unleased(
+            &scope,
+            &parent.shard_id,
+            &Checkpoint::after("70").unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let done = store
+        .mark_depleted_unleased(&scope, &parent.shard_id, std::slice::from_ref(&child))
+        .await
+        .unwrap();
+    assert_eq!(done.children_started, vec![child.shard_id.clone()]);
+    let state = store.get_shard(&scope, &child.shard_id).await.unwrap();
+    assert!(state.is_leasable());
+    assert_eq!(
+        state.checkpoint,
+        Some(Checkpoint::AtSequence("77".parse().unwrap()))
+    );
+    // The group scope of the same store saw none of it.
+    assert!(store
+        .list_shards(&ShardScope::Group)
+        .await
+        .unwrap()
+        .is_empty());
+    let missing = ShardId::new("shardId-404").unwrap();
+    assert!(matches!(
+        store.mark_depleted_unleased(&scope, &missing, &[]).await,
+        Err(StateError::NotFound { .. })
+    ));
+}

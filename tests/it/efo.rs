@@ -203,3 +203,20 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     assert!(last.is_empty(), "the pool keeps at least one: {last:?}");
     assert_eq!(store.list_efo().await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
+    let ctx = ctx().await;
+    let store = ctx.store("efo-deregister");
+    let name = EfoName::new("gone").unwrap();
+    store.register_efo(&name, "arn:efo:gone").await.unwrap();
+    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+    assert!(store.deregister_efo(&name).await.unwrap());
+    assert!(!store.deregister_efo(&name).await.unwrap());
+    assert!(store.list_efo().await.unwrap().is_empty());
+    let err = store.register_efo(&name, "").await.unwrap_err();
+    assert!(
+        matches!(err, shardkeeper::state::StateError::Validation { .. }),
+        "{err}"
+    );
+}

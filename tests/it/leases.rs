@@ -342,3 +342,71 @@ async fn children_are_not_leasable_until_every_parent_is_depleted() {
     assert_eq!(parent.checkpoint, Some(Checkpoint::ShardEnd));
     assert_eq!(parent.owner, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_assignments_on_the_same_counter_give_the_lease_once() {
+    let ctx = ctx().await;
+    let store = ctx.store("take-race");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let seen = store
+        .get_shard(&ShardScope::Group, &shard)
+        .await
+        .unwrap()
+        .counter;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let (store, shard) = (store.clone(), shard.clone());
+        tasks.spawn(async move {
+            store
+                .take_lease(&shard, &cid(&format!("c{i}")), seen, TERM)
+                .await
+                .unwrap()
+        });
+    }
+    let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        store.get_lease_owner(&shard).await.unwrap(),
+        Some(winners[0].owner.clone())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_racing_with_depletion_never_strands_a_child() {
+    let ctx = ctx().await;
+    let store = ctx.store("child-race");
+    let group = ShardScope::Group;
+    for round in 0..12 {
+        let parent = ShardSpec::new(&format!("shardId-p{round}")).unwrap();
+        store.ensure_shard(&group, &parent).await.unwrap();
+        let child = ShardSpec::new(&format!("shardId-c{round}"))
+            .unwrap()
+            .with_parents(&[parent.shard_id.as_str()])
+            .unwrap();
+        let lease = store
+            .acquire_lease(&parent.shard_id, &cid("a"), TERM)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..6 {
+            let (store, child) = (store.clone(), child.clone());
+            tasks.spawn(async move {
+                store
+                    .ensure_shard(&ShardScope::Group, &child)
+                    .await
+                    .unwrap();
+            });
+        }
+        let (s, c) = (store.clone(), child.clone());
+        tasks.spawn(async move {
+            s.mark_depleted(&lease, std::slice::from_ref(&c))
+                .await
+                .unwrap();
+        });
+        tasks.join_all().await;
+        let state = store.get_shard(&group, &child.shard_id).await.unwrap();
+        assert!(state.pending_parents.is_empty(), "round {round}: {state:?}");
+        assert!(state.is_leasable());
+    }
+}
