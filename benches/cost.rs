@@ -25,6 +25,19 @@ struct Row {
     unit: &'static str,
 }
 
+impl Row {
+    fn write(shards: usize, op: &'static str, requests: u64, bytes: usize) -> Self {
+        Row {
+            shards,
+            op,
+            requests,
+            bytes,
+            units: cost::write_units(bytes),
+            unit: "WCU",
+        }
+    }
+}
+
 async fn raw_item(aws: &AwsClients, table: &str, pk: &str, sk: &str) -> RawItem {
     aws.dynamodb
         .get_item()
@@ -158,21 +171,9 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
         )
         .await
         .unwrap();
-    let requests = aws
-        .dynamodb_requests
-        .since(&before)
-        .values()
-        .map(|c| c.requests)
-        .sum();
+    let requests = aws.dynamodb_requests.requests_since(&before);
     let bytes = cost::item_size(&raw_item(aws, table, &pk, &shard_sk).await);
-    rows.push(Row {
-        shards,
-        op: "checkpoint",
-        requests,
-        bytes,
-        units: cost::write_units(bytes),
-        unit: "WCU",
-    });
+    rows.push(Row::write(shards, "checkpoint", requests, bytes));
 
     // Heartbeat.
     let before = aws.dynamodb_requests.snapshot();
@@ -180,21 +181,9 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
         .heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now()))
         .await
         .unwrap();
-    let requests = aws
-        .dynamodb_requests
-        .since(&before)
-        .values()
-        .map(|c| c.requests)
-        .sum();
+    let requests = aws.dynamodb_requests.requests_since(&before);
     let bytes = cost::item_size(&raw_item(aws, table, &pk, &format!("CONSUMER#{me}")).await);
-    rows.push(Row {
-        shards,
-        op: "heartbeat",
-        requests,
-        bytes,
-        units: cost::write_units(bytes),
-        unit: "WCU",
-    });
+    rows.push(Row::write(shards, "heartbeat", requests, bytes));
 
     // Lease take (the rebalancer's assignment by counter).
     let other = ConsumerId::new("consumer-new").unwrap();
@@ -209,32 +198,15 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
         .await
         .unwrap()
         .unwrap();
-    let requests = aws
-        .dynamodb_requests
-        .since(&before)
-        .values()
-        .map(|c| c.requests)
-        .sum();
+    let requests = aws.dynamodb_requests.requests_since(&before);
     let bytes = cost::item_size(&raw_item(aws, table, &pk, &shard_sk).await);
-    rows.push(Row {
-        shards,
-        op: "lease take",
-        requests,
-        bytes,
-        units: cost::write_units(bytes),
-        unit: "WCU",
-    });
+    rows.push(Row::write(shards, "lease take", requests, bytes));
 
     // Full read of the group.
     let before = aws.dynamodb_requests.snapshot();
     let snapshot = store.load_group().await.unwrap();
     assert_eq!(snapshot.shards.len(), shards);
-    let requests = aws
-        .dynamodb_requests
-        .since(&before)
-        .values()
-        .map(|c| c.requests)
-        .sum();
+    let requests = aws.dynamodb_requests.requests_since(&before);
     let items: Vec<RawItem> = store
         .client()
         .query()

@@ -64,7 +64,7 @@ async fn assignments_cover_leases_standalone_and_standalone_efo() {
     );
     assert_eq!(ids(&solo).len(), 3);
     assert_eq!(ids(&efo_user), vec!["shardId-000000000001"]);
-    assert!(assignments[&solo].consumer.standalone);
+    assert!(assignments[&solo].consumer.info.standalone);
     let snapshot = store.load_group().await.unwrap();
     assert_eq!(snapshot.own_shards.len(), 3);
     assert_eq!(snapshot.efo_shards.len(), 1);

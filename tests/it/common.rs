@@ -1,7 +1,8 @@
 //! Shared set-up: clients for the test servers, one state table per test run, unique groups.
 
 use shardkeeper::state::{
-    ManualClock, RetryPolicy, ShardScope, ShardSpec, StateStore, StoreConfig, TableOptions,
+    ConsumerId, Lease, ManualClock, RetryPolicy, ShardId, ShardScope, ShardSpec, StateStore,
+    StoreConfig, TableOptions,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::sync::Arc;
@@ -81,7 +82,7 @@ impl Ctx {
 }
 
 /// Creates `count` root shards `shardId-000000000000`... in the group scope.
-pub async fn seed_shards(store: &StateStore, count: usize) -> Vec<shardkeeper::state::ShardId> {
+pub async fn seed_shards(store: &StateStore, count: usize) -> Vec<ShardId> {
     let mut ids = Vec::with_capacity(count);
     for i in 0..count {
         let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
@@ -150,4 +151,59 @@ pub async fn list_shards(aws: &AwsClients, stream: &str) -> Vec<aws_sdk_kinesis:
             return shards;
         }
     }
+}
+
+/// A plain table keyed by a string `id` (not the state table), optionally with
+/// a NEW_AND_OLD_IMAGES stream.
+pub async fn create_id_table(
+    aws: &AwsClients,
+    name: &str,
+    with_stream: bool,
+) -> aws_sdk_dynamodb::operation::create_table::CreateTableOutput {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+        StreamSpecification, StreamViewType,
+    };
+    let mut req = aws
+        .dynamodb
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        );
+    if with_stream {
+        req = req.stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        );
+    }
+    req.send().await.expect("create table")
+}
+
+/// Acquires a lease the test expects to be free.
+pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
+    store
+        .acquire_lease(
+            shard,
+            &ConsumerId::new(owner).unwrap(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+        .expect("the shard is free")
 }

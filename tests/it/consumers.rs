@@ -23,8 +23,8 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
     assert_eq!(store.heartbeat(&me).await.unwrap(), Heartbeat::Refreshed);
     let state = store.get_consumer(&me.id).await.unwrap().unwrap();
     assert_eq!(state.heartbeat, ctx.clock_now());
-    assert_eq!(state.pid, std::process::id());
-    assert!(state.active && !state.standalone);
+    assert_eq!(state.info.pid, std::process::id());
+    assert!(state.active && !state.info.standalone);
 
     assert!(store.set_consumer_active(&me.id, false).await.unwrap());
     store.heartbeat(&me).await.unwrap();

@@ -1,6 +1,6 @@
 //! Shard leases on the real DynamoDB-compatible server: races, fencing, hand-off, expiry.
 
-use crate::common::{ctx, seed_shards};
+use crate::common::{ctx, lease, seed_shards};
 use shardkeeper::state::{Checkpoint, ConsumerId, Released, ShardScope, ShardSpec, StateError};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -40,18 +40,10 @@ async fn a_consumer_whose_lease_was_taken_cannot_renew_checkpoint_or_release() {
     let ctx = ctx().await;
     let store = ctx.store("fence");
     let shard = seed_shards(&store, 1).await.remove(0);
-    let old = store
-        .acquire_lease(&shard, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    let old = lease(&store, &shard, "a").await;
     // The lease expires; b takes it.
     ctx.clock.advance(TERM + Duration::from_secs(1));
-    let new = store
-        .acquire_lease(&shard, &cid("b"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    let new = lease(&store, &shard, "b").await;
     assert_eq!(new.counter, old.counter + 1);
 
     let cp = Checkpoint::after("100").unwrap();
@@ -86,11 +78,7 @@ async fn a_live_lease_is_not_acquirable_until_it_expires() {
     let ctx = ctx().await;
     let store = ctx.store("expiry");
     let shard = seed_shards(&store, 1).await.remove(0);
-    let lease = store
-        .acquire_lease(&shard, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = lease(&store, &shard, "a").await;
     assert_eq!(lease.expires, ctx.clock_now() + 30_000);
     assert!(store
         .acquire_lease(&shard, &cid("b"), TERM)
@@ -123,11 +111,7 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
     let ctx = ctx().await;
     let store = ctx.store("claim");
     let shard = seed_shards(&store, 1).await.remove(0);
-    let lease = store
-        .acquire_lease(&shard, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = lease(&store, &shard, "a").await;
     // Claims with a stale counter, by the owner itself, or twice are refused.
     assert!(!store
         .claim_lease(&shard, &cid("b"), lease.counter + 1)
@@ -177,11 +161,7 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
     let ctx = ctx().await;
     let store = ctx.store("take");
     let shard = seed_shards(&store, 1).await.remove(0);
-    let lease = store
-        .acquire_lease(&shard, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    let lease = lease(&store, &shard, "a").await;
     assert!(store
         .claim_lease(&shard, &cid("b"), lease.counter)
         .await
@@ -383,11 +363,7 @@ async fn discovery_racing_with_depletion_never_strands_a_child() {
             .unwrap()
             .with_parents(&[parent.shard_id.as_str()])
             .unwrap();
-        let lease = store
-            .acquire_lease(&parent.shard_id, &cid("a"), TERM)
-            .await
-            .unwrap()
-            .unwrap();
+        let lease = lease(&store, &parent.shard_id, "a").await;
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..6 {
             let (store, child) = (store.clone(), child.clone());

@@ -1,10 +1,6 @@
 //! DynamoDB Streams positions, against a real table stream of the DynamoDB server.
 
-use crate::common::ctx;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    StreamSpecification, StreamViewType,
-};
+use crate::common::{create_id_table, ctx};
 use shardkeeper::state::{ShardId, StateError, StreamPosition};
 use shardkeeper_local::unique_name;
 
@@ -12,36 +8,7 @@ use shardkeeper_local::unique_name;
 async fn shard_positions_are_saved_restored_and_removed() {
     let ctx = ctx().await;
     let table = unique_name("orders");
-    let out = ctx
-        .aws
-        .dynamodb
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let out = create_id_table(&ctx.aws, &table, true).await;
     let stream_arn = out
         .table_description()
         .unwrap()

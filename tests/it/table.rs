@@ -1,9 +1,7 @@
 //! Table lifecycle: create, wait, schema check, tags; typed errors for bad input and throttling.
 
-use crate::common::ctx;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
+use crate::common::{create_id_table, ctx};
+use aws_sdk_dynamodb::types::BillingMode;
 use shardkeeper::state::{
     Billing, Checkpoint, RetryPolicy, Service, StateError, StateStore, StoreConfig, TableOptions,
 };
@@ -122,28 +120,7 @@ async fn provisioned_billing_on_request() {
 async fn a_table_with_another_schema_is_refused() {
     let ctx = ctx().await;
     let table = unique_name("sk-wrong");
-    ctx.aws
-        .dynamodb
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    create_id_table(&ctx.aws, &table, false).await;
     let store = StateStore::new(
         ctx.aws.dynamodb.clone(),
         StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),

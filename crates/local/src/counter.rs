@@ -48,6 +48,11 @@ impl RequestCounter {
         }
     }
 
+    /// Requests sent since `before` (a snapshot taken earlier), all operations together.
+    pub fn requests_since(&self, before: &BTreeMap<String, OperationCount>) -> u64 {
+        self.since(before).values().map(|c| c.requests).sum()
+    }
+
     /// The counts since `before` (a snapshot taken earlier), without empty rows.
     pub fn since(
         &self,

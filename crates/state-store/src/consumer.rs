@@ -3,32 +3,13 @@
 use crate::clock::{duration_millis, EpochMillis};
 use crate::error::Result;
 use crate::item::{n, s, Expr};
-use crate::model::{ConsumerState, EfoLock};
+use crate::model::{ConsumerInfo, ConsumerState, EfoLock};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{attr, consumer_sk, SK_CONSUMER};
 use crate::store::{sk_suffix, StateStore};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-/// Who a consumer is: written at registration and refreshed by each heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerInfo {
-    /// The consumer's unique id.
-    pub id: ConsumerId,
-    /// Application name.
-    pub app: String,
-    /// Host name.
-    pub host: String,
-    /// Execution environment.
-    pub env: String,
-    /// Process id.
-    pub pid: u32,
-    /// When the consumer started (ms).
-    pub started: EpochMillis,
-    /// True for the standalone modes (reads every shard, is given no leases).
-    pub standalone: bool,
-}
 
 impl ConsumerInfo {
     /// Describes this process: app from `AWS_LAMBDA_FUNCTION_NAME` (or the
@@ -159,7 +140,7 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::HEARTBEAT])
             .value("seen", n(seen.heartbeat));
-        self.delete_item(&consumer_sk(&seen.id), Some("#heartbeat = :seen"), &expr)
+        self.delete_item(&consumer_sk(seen.id()), Some("#heartbeat = :seen"), &expr)
             .await
     }
 
@@ -176,8 +157,8 @@ impl StateStore {
             if now - consumer.heartbeat > limit
                 && self.remove_consumer_if_unchanged(consumer).await?
             {
-                tracing::info!(consumer = %consumer.id, heartbeat = consumer.heartbeat, "cleared a consumer that missed its heartbeat");
-                report.removed.push(consumer.id.clone());
+                tracing::info!(consumer = %consumer.id(), heartbeat = consumer.heartbeat, "cleared a consumer that missed its heartbeat");
+                report.removed.push(consumer.id().clone());
             }
         }
         let removed: BTreeSet<&ConsumerId> = report.removed.iter().collect();
@@ -194,7 +175,7 @@ impl StateStore {
         let known: BTreeSet<&ConsumerId> = snapshot
             .consumers
             .iter()
-            .map(|c| &c.id)
+            .map(ConsumerState::id)
             .filter(|id| !removed.contains(id))
             .collect();
         for efo in &snapshot.efo {

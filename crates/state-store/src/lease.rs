@@ -95,36 +95,21 @@ impl StateStore {
         ShardScope::Group.shard_sk(shard)
     }
 
-    /// Takes the lease if it is free or expired (or already this consumer's),
-    /// the shard is not depleted and no parent is pending. Exactly one of many
-    /// racing consumers gets `Some(lease)`; the others get `None`.
+    /// Takes the lease if it is free or expired (or already this consumer's:
+    /// re-acquiring moves the counter on, fencing out an earlier incarnation
+    /// with the same id), the shard is not depleted and no parent is pending.
+    /// Exactly one of many racing consumers gets `Some(lease)`; the others get `None`.
     pub async fn acquire_lease(
         &self,
         shard: &ShardId,
         consumer: &ConsumerId,
         term: Duration,
     ) -> Result<Option<Lease>> {
-        let now = self.now();
-        let expr = lease_names(Expr::new())
-            .value("me", s(consumer.as_str()))
-            .value("now", n(now))
-            .value("until", n(now + duration_millis(term)))
-            .value("one", n(1))
-            .value("zero", n(0))
-            .value("false", AttributeValue::Bool(false));
         let condition = format!(
             "{LEASABLE} AND (attribute_not_exists(#owner) OR #expires < :now OR #owner = :me)"
         );
-        let req = self.update_req(
-            &Self::lease_sk(shard),
-            &expr,
-            "SET #owner = :me, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at",
-            Some(&condition),
-        );
-        match self.conditional_update(req).await? {
-            Ok(item) => lease_from(&item).map(Some),
-            Err(_) => Ok(None),
-        }
+        self.set_owner(shard, consumer, None, &condition, term)
+            .await
     }
 
     /// Gives the lease to `new_owner` if its counter is still `expected_counter`
@@ -138,21 +123,36 @@ impl StateStore {
         expected_counter: u64,
         term: Duration,
     ) -> Result<Option<Lease>> {
+        let condition = format!("{LEASABLE} AND #counter = :n");
+        self.set_owner(shard, new_owner, Some(expected_counter), &condition, term)
+            .await
+    }
+
+    /// Makes `owner` the lease holder for `term` under `condition`, moving the counter on.
+    async fn set_owner(
+        &self,
+        shard: &ShardId,
+        owner: &ConsumerId,
+        expected_counter: Option<u64>,
+        condition: &str,
+        term: Duration,
+    ) -> Result<Option<Lease>> {
         let now = self.now();
-        let expr = lease_names(Expr::new())
-            .value("me", s(new_owner.as_str()))
-            .value("n", n(expected_counter))
+        let mut expr = lease_names(Expr::new())
+            .value("me", s(owner.as_str()))
             .value("now", n(now))
             .value("until", n(now + duration_millis(term)))
             .value("one", n(1))
             .value("zero", n(0))
             .value("false", AttributeValue::Bool(false));
-        let condition = format!("{LEASABLE} AND #counter = :n");
+        if let Some(counter) = expected_counter {
+            expr = expr.value("n", n(counter));
+        }
         let req = self.update_req(
             &Self::lease_sk(shard),
             &expr,
             "SET #owner = :me, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at",
-            Some(&condition),
+            Some(condition),
         );
         match self.conditional_update(req).await? {
             Ok(item) => lease_from(&item).map(Some),

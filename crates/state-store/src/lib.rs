@@ -46,12 +46,13 @@ mod table;
 
 pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SystemClock};
-pub use consumer::{ClearReport, ConsumerInfo, Heartbeat};
+pub use consumer::{ClearReport, Heartbeat};
 pub use error::{Result, Service, StateError};
 pub use item::RawItem;
 pub use lease::{Released, Renewal};
 pub use model::{
-    Claim, ConsumerState, EfoLock, EfoState, Lease, ShardState, StreamPosition, StreamState,
+    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StreamPosition,
+    StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::ITERATOR_TYPES;

@@ -16,10 +16,10 @@ pub struct StreamState {
     pub schema_version: u32,
 }
 
-/// A consumer instance of the group.
+/// Who a consumer is: written at registration and refreshed by each heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerState {
-    /// The consumer's id.
+pub struct ConsumerInfo {
+    /// The consumer's unique id.
     pub id: ConsumerId,
     /// Application name.
     pub app: String,
@@ -31,12 +31,26 @@ pub struct ConsumerState {
     pub pid: u32,
     /// When the consumer started (ms).
     pub started: EpochMillis,
+    /// True for the standalone modes (reads every shard, is given no leases).
+    pub standalone: bool,
+}
+
+/// A registered consumer of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerState {
+    /// Who it is.
+    pub info: ConsumerInfo,
     /// Its last heartbeat (ms).
     pub heartbeat: EpochMillis,
     /// Whether it may be given leases (false while it waits for an EFO consumer).
     pub active: bool,
-    /// Whether it reads every shard on its own (standalone modes).
-    pub standalone: bool,
+}
+
+impl ConsumerState {
+    /// The consumer's id.
+    pub fn id(&self) -> &ConsumerId {
+        &self.info.id
+    }
 }
 
 /// An enhanced fan-out consumer of the group's pool, and who holds it.
@@ -187,15 +201,17 @@ impl ConsumerState {
     pub(crate) fn from_item(id: &str, item: &RawItem) -> Result<Self> {
         let r = ItemReader::new(item);
         Ok(ConsumerState {
-            id: r.parse("sk", ConsumerId::new(id))?,
-            app: r.opt_s(attr::APP)?.unwrap_or_default().to_owned(),
-            host: r.opt_s(attr::HOST)?.unwrap_or_default().to_owned(),
-            env: r.opt_s(attr::ENV)?.unwrap_or_default().to_owned(),
-            pid: r.u64_or(attr::PID, 0)? as u32,
-            started: r.i64_or(attr::STARTED, 0)?,
+            info: ConsumerInfo {
+                id: r.parse("sk", ConsumerId::new(id))?,
+                app: r.opt_s(attr::APP)?.unwrap_or_default().to_owned(),
+                host: r.opt_s(attr::HOST)?.unwrap_or_default().to_owned(),
+                env: r.opt_s(attr::ENV)?.unwrap_or_default().to_owned(),
+                pid: r.u64_or(attr::PID, 0)? as u32,
+                started: r.i64_or(attr::STARTED, 0)?,
+                standalone: r.bool_or(attr::STANDALONE, false)?,
+            },
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,
-            standalone: r.bool_or(attr::STANDALONE, false)?,
         })
     }
 }

@@ -90,7 +90,7 @@ impl GroupSnapshot {
         let mut owned: BTreeMap<&ConsumerId, BTreeSet<&ShardId>> = self
             .consumers
             .iter()
-            .map(|c| (&c.id, BTreeSet::new()))
+            .map(|c| (c.id(), BTreeSet::new()))
             .collect();
         for shard in &self.shards {
             if let Some(set) = shard.owner.as_ref().and_then(|o| owned.get_mut(o)) {
@@ -116,11 +116,11 @@ impl GroupSnapshot {
             .iter()
             .map(|c| {
                 let shards = owned
-                    .get(&c.id)
+                    .get(c.id())
                     .map(|s| s.iter().map(|id| (*id).clone()).collect())
                     .unwrap_or_default();
                 (
-                    c.id.clone(),
+                    c.id().clone(),
                     Assignment {
                         consumer: c.clone(),
                         shards,
