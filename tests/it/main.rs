@@ -12,6 +12,7 @@ mod common;
 mod consumers;
 mod efo;
 mod leases;
+mod local;
 mod positions;
 mod scale;
 mod split_merge;

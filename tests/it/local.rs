@@ -1,0 +1,147 @@
+//! The in-process servers themselves: fixed ports, file-backed DynamoDB that
+//! survives a restart, and enhanced fan-out SubscribeToShard through the SDK.
+
+use crate::common::{create_stream, ctx};
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
+use shardkeeper_local::{unique_name, AwsClients, Endpoints, LocalOptions, LocalServers};
+use std::time::Duration;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn file_backed_dynamodb_keeps_state_across_a_restart_on_fixed_ports() {
+    let dir = std::env::temp_dir().join(unique_name("sk-local"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let options = LocalOptions {
+        dynamodb_port: free_port(),
+        kinesis_port: free_port(),
+        dynamodb_file: Some(dir.join("state.sqlite")),
+        ..LocalOptions::default()
+    };
+    let me = ConsumerId::new("survivor").unwrap();
+    let servers = LocalServers::start(options.clone()).unwrap();
+    assert_eq!(
+        servers.dynamodb_endpoint(),
+        format!("http://127.0.0.1:{}", options.dynamodb_port)
+    );
+    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+    let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
+    store.ensure_table(&TableOptions::default()).await.unwrap();
+    store
+        .heartbeat(&ConsumerInfo::for_this_process(me.clone(), 42))
+        .await
+        .unwrap();
+    drop(aws);
+    servers.stop();
+
+    let servers = LocalServers::start(options).unwrap();
+    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+    let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
+    let report = store.ensure_table(&TableOptions::default()).await.unwrap();
+    assert!(!report.created, "the table survived the restart");
+    let back = store
+        .get_consumer(&me)
+        .await
+        .unwrap()
+        .expect("consumer survived");
+    assert_eq!(back.info.started, 42);
+    drop(aws);
+    servers.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_fan_out_subscribe_to_shard_delivers_records() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let summary = ctx
+        .aws
+        .kinesis
+        .describe_stream_summary()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
+    let stream_arn = summary
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_owned();
+    let consumer = ctx
+        .aws
+        .kinesis
+        .register_stream_consumer()
+        .stream_arn(&stream_arn)
+        .consumer_name("efo-test")
+        .send()
+        .await
+        .unwrap();
+    let consumer_arn = consumer.consumer().unwrap().consumer_arn().to_owned();
+    for _ in 0..100 {
+        let status = ctx
+            .aws
+            .kinesis
+            .describe_stream_consumer()
+            .consumer_arn(&consumer_arn)
+            .send()
+            .await
+            .unwrap();
+        if status
+            .consumer_description()
+            .unwrap()
+            .consumer_status()
+            .as_str()
+            == "ACTIVE"
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let put = ctx
+        .aws
+        .kinesis
+        .put_record()
+        .stream_name(&stream)
+        .partition_key("k")
+        .data(Blob::new("fan-out"))
+        .send()
+        .await
+        .unwrap();
+    let mut out = ctx
+        .aws
+        .kinesis
+        .subscribe_to_shard()
+        .consumer_arn(&consumer_arn)
+        .shard_id(put.shard_id())
+        .starting_position(
+            StartingPosition::builder()
+                .r#type(ShardIteratorType::TrimHorizon)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        match out.event_stream.recv().await.unwrap() {
+            Some(SubscribeToShardEventStream::SubscribeToShardEvent(event)) => {
+                seen.extend(event.records().iter().map(|r| r.data().as_ref().to_vec()));
+                if !seen.is_empty() {
+                    break;
+                }
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert_eq!(seen, vec![b"fan-out".to_vec()]);
+}
