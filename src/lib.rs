@@ -19,3 +19,21 @@
 //! ```
 
 pub use shardkeeper_state as state;
+
+pub mod action;
+pub mod config;
+pub mod discovery;
+pub mod executor;
+pub mod functions;
+pub mod metrics;
+pub mod reap;
+pub mod rebalance;
+pub mod session;
+
+pub use action::{Action, ActionKind};
+pub use config::{ConfigError, ScheduledConfig, TickTiming};
+pub use discovery::{discover_shards, list_stream_shards, parents_first, DiscoveryReport};
+pub use executor::{execute, ExecutionReport};
+pub use reap::{plan_reap, ReapConfig};
+pub use rebalance::{plan_rebalance, RebalanceConfig};
+pub use session::{ConsumerSession, SessionTick};

@@ -144,6 +144,40 @@ impl StateStore {
             .await
     }
 
+    /// Removes a consumer that missed its heartbeat, if its heartbeat is
+    /// still the one seen, then frees the leases it held (each on the counter
+    /// seen) and unlocks the EFO consumers it held (each on the lock counter
+    /// seen). `None` if the consumer heartbeated since (nothing is touched).
+    pub async fn reap_consumer(
+        &self,
+        seen: &ConsumerState,
+        leases: &[(ShardId, u64)],
+        efo: &[EfoLock],
+    ) -> Result<Option<ClearReport>> {
+        if !self.remove_consumer_if_unchanged(seen).await? {
+            return Ok(None);
+        }
+        tracing::info!(consumer = %seen.id(), heartbeat = seen.heartbeat, "removed a consumer that missed its heartbeat");
+        let mut report = ClearReport {
+            removed: vec![seen.id().clone()],
+            ..ClearReport::default()
+        };
+        for (shard, counter) in leases {
+            if self
+                .remove_lease_owner(shard, seen.id(), Some(*counter))
+                .await?
+            {
+                report.leases_released.push(shard.clone());
+            }
+        }
+        for lock in efo {
+            if self.release_efo(lock).await? {
+                report.efo_released.push(lock.name.clone());
+            }
+        }
+        Ok(Some(report))
+    }
+
     /// Removes consumers whose heartbeat is older than `timeout`, releases
     /// their shard leases, and unlocks EFO consumers held by removed or
     /// unknown consumers. Every write is conditional on the state it was
@@ -154,43 +188,32 @@ impl StateStore {
         let limit = duration_millis(timeout);
         let mut report = ClearReport::default();
         for consumer in &snapshot.consumers {
-            if now - consumer.heartbeat > limit
-                && self.remove_consumer_if_unchanged(consumer).await?
-            {
-                tracing::info!(consumer = %consumer.id(), heartbeat = consumer.heartbeat, "cleared a consumer that missed its heartbeat");
-                report.removed.push(consumer.id().clone());
-            }
-        }
-        let removed: BTreeSet<&ConsumerId> = report.removed.iter().collect();
-        for shard in &snapshot.shards {
-            if let Some(owner) = shard.owner.as_ref().filter(|o| removed.contains(o)) {
-                if self
-                    .remove_lease_owner(&shard.shard_id, owner, Some(shard.counter))
-                    .await?
-                {
-                    report.leases_released.push(shard.shard_id.clone());
-                }
-            }
-        }
-        let known: BTreeSet<&ConsumerId> = snapshot
-            .consumers
-            .iter()
-            .map(ConsumerState::id)
-            .filter(|id| !removed.contains(id))
-            .collect();
-        for efo in &snapshot.efo {
-            let Some(holder) = &efo.used_by else { continue };
-            if known.contains(holder) {
+            if now - consumer.heartbeat <= limit {
                 continue;
             }
-            let lock = EfoLock {
-                name: efo.name.clone(),
-                arn: efo.arn.clone(),
-                consumer: holder.clone(),
-                lock_counter: efo.lock_counter,
-            };
-            if self.release_efo(&lock).await? {
-                report.efo_released.push(efo.name.clone());
+            let leases: Vec<(ShardId, u64)> = snapshot
+                .shards
+                .iter()
+                .filter(|s| s.owner.as_ref() == Some(consumer.id()))
+                .map(|s| (s.shard_id.clone(), s.counter))
+                .collect();
+            let locks: Vec<EfoLock> = snapshot
+                .efo
+                .iter()
+                .filter(|e| e.used_by.as_ref() == Some(consumer.id()))
+                .filter_map(|e| e.lock())
+                .collect();
+            if let Some(done) = self.reap_consumer(consumer, &leases, &locks).await? {
+                report.removed.extend(done.removed);
+                report.leases_released.extend(done.leases_released);
+                report.efo_released.extend(done.efo_released);
+            }
+        }
+        let registered: BTreeSet<&ConsumerId> =
+            snapshot.consumers.iter().map(ConsumerState::id).collect();
+        for lock in snapshot.efo.iter().filter_map(|e| e.lock()) {
+            if !registered.contains(&lock.consumer) && self.release_efo(&lock).await? {
+                report.efo_released.push(lock.name.clone());
             }
         }
         Ok(report)

@@ -1,11 +1,11 @@
 //! The enhanced fan-out consumer pool: register, lock, release, and deregister idle ones.
 
 use crate::clock::duration_millis;
-use crate::error::{Result, Service, StateError};
+use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr};
 use crate::model::{EfoLock, EfoState};
 use crate::names::{ConsumerId, EfoName};
-use crate::retry::{with_retries, CallError};
+use crate::retry::call_kinesis;
 use crate::schema::{attr, efo_sk, SK_EFO};
 use crate::store::{sk_suffix, StateStore};
 use std::time::Duration;
@@ -152,51 +152,58 @@ impl StateStore {
         };
         let mut deregistered = Vec::new();
         for efo in removable {
-            let expr = Expr::new()
-                .names(&[attr::USED_BY, attr::LOCK_COUNTER])
-                .value("n", n(efo.lock_counter));
-            let won = self
-                .delete_item(
-                    &efo_sk(&efo.name),
-                    Some("attribute_not_exists(#used_by) AND #lock_counter = :n"),
-                    &expr,
-                )
-                .await?;
-            if !won {
-                tracing::debug!(efo = %efo.name, "enhanced fan-out consumer in use again, kept");
-                continue;
+            if self
+                .remove_idle_efo(kinesis, &efo.name, &efo.arn, efo.lock_counter)
+                .await?
+            {
+                deregistered.push(efo.name.clone());
             }
-            let req = kinesis.deregister_stream_consumer().consumer_arn(&efo.arn);
-            let out = with_retries(
-                &self.config().retry,
-                Service::Kinesis,
-                "DeregisterStreamConsumer",
-                || self.is_stopped(),
-                || req.clone().send(),
-            )
-            .await;
-            match out {
-                Ok(_) => {
-                    tracing::info!(efo = %efo.name, "deregistered an idle enhanced fan-out consumer")
-                }
-                Err(CallError::Failed(StateError::Sdk {
-                    code: Some(code), ..
-                })) if code == "ResourceNotFoundException" => {
-                    tracing::debug!(efo = %efo.name, "enhanced fan-out consumer was already gone")
-                }
-                Err(CallError::Failed(e)) => return Err(e),
-                Err(CallError::Condition(e)) => {
-                    return Err(StateError::Sdk {
-                        service: Service::Kinesis,
-                        operation: "DeregisterStreamConsumer",
-                        code: None,
-                        message: e.to_string(),
-                    })
-                }
-            }
-            deregistered.push(efo.name.clone());
         }
         Ok(deregistered)
+    }
+
+    /// Removes one EFO consumer from the state if it is still free at
+    /// `lock_counter`, and only then deregisters it from Kinesis (one already
+    /// gone from Kinesis is fine). `false` if it was in use again, or gone.
+    pub async fn remove_idle_efo(
+        &self,
+        kinesis: &aws_sdk_kinesis::Client,
+        name: &EfoName,
+        arn: &str,
+        lock_counter: u64,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::USED_BY, attr::LOCK_COUNTER])
+            .value("n", n(lock_counter));
+        let won = self
+            .delete_item(
+                &efo_sk(name),
+                Some("attribute_not_exists(#used_by) AND #lock_counter = :n"),
+                &expr,
+            )
+            .await?;
+        if !won {
+            tracing::debug!(efo = %name, "enhanced fan-out consumer in use again, kept");
+            return Ok(false);
+        }
+        let req = kinesis.deregister_stream_consumer().consumer_arn(arn);
+        match call_kinesis(&self.config().retry, "DeregisterStreamConsumer", || {
+            req.clone().send()
+        })
+        .await
+        {
+            Ok(_) => {
+                tracing::info!(efo = %name, "deregistered an idle enhanced fan-out consumer");
+                Ok(true)
+            }
+            Err(StateError::Sdk {
+                code: Some(code), ..
+            }) if code == "ResourceNotFoundException" => {
+                tracing::debug!(efo = %name, "enhanced fan-out consumer was already gone");
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

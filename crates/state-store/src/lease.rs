@@ -263,6 +263,21 @@ impl StateStore {
         Ok(self.conditional_update(req).await?.is_ok())
     }
 
+    /// Withdraws `claimant`'s claim on the shard (the claimant died, or the
+    /// plan changed); `false` if it holds no claim there.
+    pub async fn cancel_claim(&self, shard: &ShardId, claimant: &ConsumerId) -> Result<bool> {
+        let expr = lease_names(Expr::new())
+            .value("by", s(claimant.as_str()))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &Self::lease_sk(shard),
+            &expr,
+            "SET #updated = :now REMOVE #claim_by, #claim_at",
+            Some("#claim_by = :by"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
+    }
+
     /// Frees the shard if `owner` holds it (and, when given, at `counter`):
     /// for operators and the reaper. `true` if it was removed.
     pub async fn remove_lease_owner(

@@ -38,8 +38,15 @@ fn validate(field: &'static str, value: &str, max: usize) -> Result<()> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
 
         impl $name {
             /// Validates and wraps a name.

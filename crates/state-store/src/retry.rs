@@ -168,6 +168,32 @@ where
     }
 }
 
+/// Sends a Kinesis request with the throttling retries of `policy`; every
+/// failure comes back as a [`StateError`] (`Throttled`, or `Sdk` with the
+/// AWS error code).
+pub async fn call_kinesis<T, E, R, F, Fut>(
+    policy: &RetryPolicy,
+    operation: &'static str,
+    send: F,
+) -> Result<T, StateError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, SdkError<E, R>>>,
+{
+    match with_retries(policy, Service::Kinesis, operation, || false, send).await {
+        Ok(out) => Ok(out),
+        Err(CallError::Failed(e)) => Err(e),
+        Err(CallError::Condition(e)) => Err(StateError::Sdk {
+            service: Service::Kinesis,
+            operation,
+            code: e.code().map(str::to_owned),
+            message: error_chain(&e),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -196,4 +196,50 @@ impl StateStore {
         )
         .await
     }
+
+    /// Removes a depleted shard's state if it is still depleted at
+    /// `expected_counter` (the reaper's clean-up of shards past retention);
+    /// `false` if it changed or is gone.
+    pub async fn remove_depleted_shard(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        expected_counter: u64,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::DEPLETED, attr::COUNTER])
+            .value("true", AttributeValue::Bool(true))
+            .value("n", n(expected_counter));
+        self.delete_item(
+            &scope.shard_sk(shard),
+            Some("#depleted = :true AND #counter = :n"),
+            &expr,
+        )
+        .await
+    }
+
+    /// Clears `parent` from the child's pending parents (the parent was
+    /// depleted without its children being known); `false` if the child has
+    /// no state.
+    pub async fn clear_pending_parent(
+        &self,
+        scope: &ShardScope,
+        child: &ShardId,
+        parent: &ShardId,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::PENDING, attr::UPDATED])
+            .value(
+                "parent",
+                AttributeValue::Ss(vec![parent.as_str().to_owned()]),
+            )
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &scope.shard_sk(child),
+            &expr,
+            "SET #updated = :now DELETE #pending :parent",
+            Some("attribute_exists(pk)"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
+    }
 }

@@ -4,7 +4,7 @@ use crate::clock::EpochMillis;
 use crate::error::{Result, Service, StateError};
 use crate::item::{n, Expr, RawItem};
 use crate::model::StreamState;
-use crate::retry::{with_retries, CallError};
+use crate::retry::call_kinesis;
 use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_STREAM};
 use crate::store::StateStore;
 use crate::table::{TableOptions, TableReport};
@@ -196,15 +196,7 @@ pub async fn kinesis_stream_created(
     retry: &crate::retry::RetryPolicy,
 ) -> Result<EpochMillis> {
     let req = kinesis.describe_stream_summary().stream_name(stream);
-    let out = with_retries(
-        retry,
-        Service::Kinesis,
-        "DescribeStreamSummary",
-        || false,
-        || req.clone().send(),
-    )
-    .await;
-    match out {
+    match call_kinesis(retry, "DescribeStreamSummary", || req.clone().send()).await {
         Ok(out) => {
             let created = out
                 .stream_description_summary()
@@ -214,17 +206,11 @@ pub async fn kinesis_stream_created(
                 .to_millis()
                 .map_err(|e| StateError::validation("stream creation time", e.to_string()))
         }
-        Err(CallError::Failed(StateError::Sdk {
+        Err(StateError::Sdk {
             code: Some(code), ..
-        })) if code == "ResourceNotFoundException" => {
+        }) if code == "ResourceNotFoundException" => {
             Err(StateError::not_found(format!("stream {stream}")))
         }
-        Err(CallError::Failed(e)) => Err(e),
-        Err(CallError::Condition(e)) => Err(StateError::Sdk {
-            service: Service::Kinesis,
-            operation: "DescribeStreamSummary",
-            code: None,
-            message: e.to_string(),
-        }),
+        Err(e) => Err(e),
     }
 }

@@ -1,0 +1,128 @@
+//! What the planners decide: actions, each applied with one conditional write.
+
+use crate::state::{ConsumerId, ConsumerState, EfoLock, EfoName, ShardId};
+
+/// One change to the group's state. Every action carries the state it was
+/// decided on (a counter, a heartbeat), so applying it is conditional on
+/// nothing having changed since: a stale action loses its condition and is
+/// skipped, never applied on top of newer state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Give a free or expired lease to a consumer (`take_lease` on the counter seen).
+    Assign {
+        /// The shard.
+        shard: ShardId,
+        /// The consumer that gets it.
+        to: ConsumerId,
+        /// The shard's lease counter when planned.
+        counter: u64,
+    },
+    /// Ask the owner to hand a lease over at its next renewal.
+    Claim {
+        /// The shard.
+        shard: ShardId,
+        /// The current owner.
+        from: ConsumerId,
+        /// The consumer that should get it.
+        to: ConsumerId,
+        /// The shard's lease counter when planned.
+        counter: u64,
+    },
+    /// Take a claimed lease whose owner did not hand it over within the hand-off timeout.
+    ForceTake {
+        /// The shard.
+        shard: ShardId,
+        /// The owner that did not hand it over.
+        from: ConsumerId,
+        /// The claimant, who gets it.
+        to: ConsumerId,
+        /// The shard's lease counter when planned.
+        counter: u64,
+    },
+    /// Withdraw a claim whose claimant is no longer live.
+    CancelClaim {
+        /// The shard.
+        shard: ShardId,
+        /// The claimant.
+        claimant: ConsumerId,
+    },
+    /// Clear a depleted (or gone) parent from a child's pending parents: the
+    /// parent's depletion was recorded without its children.
+    ClearPendingParent {
+        /// The child shard.
+        shard: ShardId,
+        /// The parent that no longer blocks it.
+        parent: ShardId,
+    },
+    /// Remove a consumer that missed its heartbeat, then free its leases and EFO locks.
+    ReapConsumer {
+        /// The consumer as seen (removed only if its heartbeat is still this one).
+        seen: ConsumerState,
+        /// Its leases: shard and counter seen.
+        leases: Vec<(ShardId, u64)>,
+        /// The EFO consumers it held.
+        efo: Vec<EfoLock>,
+    },
+    /// Unlock an EFO consumer held by a consumer that is not registered.
+    ReleaseEfo {
+        /// The lock as seen.
+        lock: EfoLock,
+    },
+    /// Remove an idle EFO consumer from the state, then deregister it from Kinesis.
+    DeregisterEfo {
+        /// Its name.
+        name: EfoName,
+        /// Its ARN.
+        arn: String,
+        /// Its lock counter when planned (removed only if still free at it).
+        lock_counter: u64,
+    },
+    /// Remove the state of a depleted shard whose records are all past retention.
+    RemoveShard {
+        /// The shard.
+        shard: ShardId,
+        /// Its counter when planned.
+        counter: u64,
+    },
+}
+
+impl Action {
+    /// The action's kind, for counters and logs.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::Assign { .. } => ActionKind::Assign,
+            Action::Claim { .. } => ActionKind::Claim,
+            Action::ForceTake { .. } => ActionKind::ForceTake,
+            Action::CancelClaim { .. } => ActionKind::CancelClaim,
+            Action::ClearPendingParent { .. } => ActionKind::ClearPendingParent,
+            Action::ReapConsumer { .. } => ActionKind::ReapConsumer,
+            Action::ReleaseEfo { .. } => ActionKind::ReleaseEfo,
+            Action::DeregisterEfo { .. } => ActionKind::DeregisterEfo,
+            Action::RemoveShard { .. } => ActionKind::RemoveShard,
+        }
+    }
+}
+
+/// The kinds of [`Action`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// [`Action::Assign`].
+    Assign,
+    /// [`Action::Claim`].
+    Claim,
+    /// [`Action::ForceTake`].
+    ForceTake,
+    /// [`Action::CancelClaim`].
+    CancelClaim,
+    /// [`Action::ClearPendingParent`].
+    ClearPendingParent,
+    /// [`Action::ReapConsumer`].
+    ReapConsumer,
+    /// [`Action::ReleaseEfo`].
+    ReleaseEfo,
+    /// [`Action::DeregisterEfo`].
+    DeregisterEfo,
+    /// [`Action::RemoveShard`].
+    RemoveShard,
+}

@@ -1,0 +1,233 @@
+//! Configuration of the scheduled functions from environment variables.
+//!
+//! A missing or malformed variable fails at init with an error that names it.
+
+use crate::reap::ReapConfig;
+use crate::rebalance::RebalanceConfig;
+use crate::state::{schema::DEFAULT_TABLE, StateError, StoreConfig};
+use std::time::Duration;
+
+/// A configuration error: which variable, and what is wrong with it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {var} is required but not set")]
+    Missing {
+        /// The variable.
+        var: &'static str,
+    },
+    /// A variable is set to something unusable.
+    #[error("environment variable {var}={value:?} is invalid: {reason}")]
+    Malformed {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it is unusable.
+        reason: String,
+    },
+}
+
+/// State table name (default `shardkeeper-state`).
+pub const TABLE: &str = "SHARDKEEPER_TABLE";
+/// Consumer group (required).
+pub const GROUP: &str = "SHARDKEEPER_GROUP";
+/// Kinesis stream name (required).
+pub const STREAM: &str = "SHARDKEEPER_STREAM";
+/// Seconds between ticks within one invocation (default 5).
+pub const TICK_SECONDS: &str = "SHARDKEEPER_TICK_SECONDS";
+/// Milliseconds kept free before the Lambda deadline (default 2000).
+pub const DEADLINE_MARGIN_MS: &str = "SHARDKEEPER_DEADLINE_MARGIN_MS";
+/// Seconds without a heartbeat before a consumer is dead (default 15).
+pub const HEARTBEAT_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HEARTBEAT_TIMEOUT_SECONDS";
+/// Lease term in seconds given by an assignment (default 10).
+pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";
+/// Seconds a claim may stay unhonoured before a forced take (default 15).
+pub const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
+/// Claims and forced takes per tick; 0 = as many as balance needs (default 0).
+pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
+/// Seconds an EFO consumer may stay free before it is deregistered (default 900).
+pub const EFO_IDLE_TIMEOUT_SECONDS: &str = "SHARDKEEPER_EFO_IDLE_TIMEOUT_SECONDS";
+/// The stream's retention in hours (default 24).
+pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
+
+/// When the scheduled functions tick within one invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickTiming {
+    /// Time between tick starts.
+    pub tick: Duration,
+    /// Time kept free before the deadline: no tick starts later than deadline - margin - tick.
+    pub margin: Duration,
+}
+
+/// Everything the heartbeat-reaper and lease-rebalancer functions read at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledConfig {
+    /// Which state: table, group, stream.
+    pub store: StoreConfig,
+    /// Tick timing.
+    pub timing: TickTiming,
+    /// Lease term of assignments.
+    pub lease_term: Duration,
+    /// The rebalancer's planner settings.
+    pub rebalance: RebalanceConfig,
+    /// The reaper's planner settings.
+    pub reap: ReapConfig,
+}
+
+struct Vars<F: Fn(&str) -> Option<String>>(F);
+
+impl<F: Fn(&str) -> Option<String>> Vars<F> {
+    fn get(&self, var: &'static str) -> Option<String> {
+        (self.0)(var).filter(|v| !v.trim().is_empty())
+    }
+
+    fn required(&self, var: &'static str) -> Result<String, ConfigError> {
+        self.get(var).ok_or(ConfigError::Missing { var })
+    }
+
+    fn number(&self, var: &'static str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(var) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|_| ConfigError::Malformed {
+                var,
+                value: v.clone(),
+                reason: "not a whole non-negative number".to_owned(),
+            }),
+        }
+    }
+
+    fn positive(&self, var: &'static str, default: u64) -> Result<u64, ConfigError> {
+        match self.number(var, default)? {
+            0 => Err(ConfigError::Malformed {
+                var,
+                value: "0".to_owned(),
+                reason: "must be greater than 0".to_owned(),
+            }),
+            n => Ok(n),
+        }
+    }
+}
+
+fn state_error(var: &'static str, value: String, e: StateError) -> ConfigError {
+    ConfigError::Malformed {
+        var,
+        value,
+        reason: e.to_string(),
+    }
+}
+
+impl ScheduledConfig {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `lookup` (variable name to value).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let vars = Vars(lookup);
+        let group = vars.required(GROUP)?;
+        let stream = vars.required(STREAM)?;
+        let table = vars.get(TABLE).unwrap_or_else(|| DEFAULT_TABLE.to_owned());
+        let store = StoreConfig::new(&group, &stream)
+            .map_err(|e| match e {
+                StateError::Validation {
+                    field: "consumer group",
+                    ..
+                } => state_error(GROUP, group.clone(), e),
+                e => state_error(STREAM, stream.clone(), e),
+            })?
+            .table(&table)
+            .map_err(|e| state_error(TABLE, table.clone(), e))?;
+        let secs = Duration::from_secs;
+        let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 15)?);
+        let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
+        Ok(ScheduledConfig {
+            store,
+            timing: TickTiming {
+                tick: secs(vars.positive(TICK_SECONDS, 5)?),
+                margin: Duration::from_millis(vars.number(DEADLINE_MARGIN_MS, 2000)?),
+            },
+            lease_term: secs(vars.positive(LEASE_TERM_SECONDS, 10)?),
+            rebalance: RebalanceConfig {
+                heartbeat_timeout,
+                handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 15)?),
+                max_moves_per_tick: (moves > 0).then_some(moves as usize),
+            },
+            reap: ReapConfig {
+                heartbeat_timeout,
+                efo_idle_timeout: secs(vars.positive(EFO_IDLE_TIMEOUT_SECONDS, 900)?),
+                retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<ScheduledConfig, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ScheduledConfig::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = config(&[(GROUP, "billing"), (STREAM, "orders")]).unwrap();
+        assert_eq!(c.store.table, "shardkeeper-state");
+        assert_eq!(c.timing.tick, Duration::from_secs(5));
+        assert_eq!(c.lease_term, Duration::from_secs(10));
+        assert_eq!(c.rebalance.max_moves_per_tick, None);
+        assert_eq!(c.reap.retention, Duration::from_secs(86_400));
+        let c = config(&[
+            (GROUP, "billing"),
+            (STREAM, "orders"),
+            (TABLE, "my-state"),
+            (MAX_MOVES_PER_TICK, "2"),
+            (TICK_SECONDS, "10"),
+        ])
+        .unwrap();
+        assert_eq!(c.store.table, "my-state");
+        assert_eq!(c.rebalance.max_moves_per_tick, Some(2));
+        assert_eq!(c.timing.tick, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn missing_and_malformed_variables_are_named() {
+        assert_eq!(
+            config(&[(STREAM, "orders")]).unwrap_err(),
+            ConfigError::Missing { var: GROUP }
+        );
+        let err = config(&[(GROUP, "g"), (STREAM, "orders"), (TICK_SECONDS, "soon")]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("SHARDKEEPER_TICK_SECONDS=\"soon\""),
+            "{err}"
+        );
+        let err =
+            config(&[(GROUP, "g"), (STREAM, "orders"), (LEASE_TERM_SECONDS, "0")]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Malformed {
+                var: LEASE_TERM_SECONDS,
+                ..
+            }
+        ));
+        let err = config(&[(GROUP, "a#b"), (STREAM, "orders")]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { var: GROUP, .. }),
+            "{err}"
+        );
+        let err = config(&[(GROUP, "g"), (STREAM, "bad stream")]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { var: STREAM, .. }),
+            "{err}"
+        );
+    }
+}

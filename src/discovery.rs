@@ -1,0 +1,146 @@
+//! Shard discovery: the stream's shards into the state, parents first.
+
+use crate::state::{
+    EnsureShard, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec, StateStore,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a discovery pass found and recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiscoveryReport {
+    /// Shards the stream has (open and closed, still within retention).
+    pub listed: usize,
+    /// ListShards pages read.
+    pub pages: usize,
+    /// Shards that got state now.
+    pub created: Vec<String>,
+    /// Shards now recorded as closed (with their ending sequence number).
+    pub closed: Vec<String>,
+}
+
+/// Every shard of the stream, paged by stream name + exclusive start shard id
+/// (which AWS accepts and which servers that fail on `NextToken` also serve).
+pub async fn list_stream_shards(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    retry: &RetryPolicy,
+) -> Result<(Vec<ShardSpec>, usize)> {
+    let mut specs = Vec::new();
+    let mut pages = 0;
+    let mut start: Option<String> = None;
+    loop {
+        let req = kinesis
+            .list_shards()
+            .stream_name(stream)
+            .set_exclusive_start_shard_id(start.clone());
+        let out = crate::state::call_kinesis(retry, "ListShards", || req.clone().send()).await?;
+        pages += 1;
+        let page = out.shards();
+        for shard in page {
+            specs.push(ShardSpec::from_kinesis(shard)?);
+        }
+        match (page.last(), out.next_token()) {
+            (Some(last), Some(_)) => start = Some(last.shard_id().to_owned()),
+            _ => return Ok((specs, pages)),
+        }
+    }
+}
+
+/// Orders shards so every parent comes before its children (parents not in
+/// the list are ignored); ties by shard id.
+pub fn parents_first(specs: Vec<ShardSpec>) -> Vec<ShardSpec> {
+    let ids: BTreeSet<ShardId> = specs.iter().map(|s| s.shard_id.clone()).collect();
+    let mut pending: BTreeMap<ShardId, ShardSpec> =
+        specs.into_iter().map(|s| (s.shard_id.clone(), s)).collect();
+    let mut placed: BTreeSet<ShardId> = BTreeSet::new();
+    let mut ordered = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let ready: Vec<ShardId> = pending
+            .values()
+            .filter(|s| {
+                s.parents
+                    .iter()
+                    .all(|p| !ids.contains(p) || placed.contains(p))
+            })
+            .map(|s| s.shard_id.clone())
+            .collect();
+        // A cycle cannot happen in a real shard tree; place the rest as they are.
+        let batch = if ready.is_empty() {
+            pending.keys().cloned().collect()
+        } else {
+            ready
+        };
+        for id in batch {
+            if let Some(spec) = pending.remove(&id) {
+                placed.insert(id);
+                ordered.push(spec);
+            }
+        }
+    }
+    ordered
+}
+
+/// Lists the stream's shards and records what the snapshot lacks: new shards
+/// (parents first, so children start with their parents pending) and shards
+/// that closed since (their ending sequence number).
+pub async fn discover_shards(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    snapshot: &GroupSnapshot,
+) -> Result<DiscoveryReport> {
+    let stream = store.config().stream.as_str().to_owned();
+    let (specs, pages) = list_stream_shards(kinesis, &stream, &store.config().retry).await?;
+    let known: BTreeMap<&ShardId, bool> = snapshot
+        .shards
+        .iter()
+        .map(|s| (&s.shard_id, s.ending_sequence.is_some()))
+        .collect();
+    let mut report = DiscoveryReport {
+        listed: specs.len(),
+        pages,
+        ..DiscoveryReport::default()
+    };
+    for spec in parents_first(specs) {
+        let changed = match known.get(&spec.shard_id) {
+            None => true,
+            Some(closed) => !closed && spec.ending_sequence.is_some(),
+        };
+        if !changed {
+            continue;
+        }
+        match store.ensure_shard(&ShardScope::Group, &spec).await? {
+            EnsureShard::Created => report.created.push(spec.shard_id.to_string()),
+            EnsureShard::Closed => report.closed.push(spec.shard_id.to_string()),
+            EnsureShard::Existing => {}
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str, parents: &[&str]) -> ShardSpec {
+        ShardSpec::new(id).unwrap().with_parents(parents).unwrap()
+    }
+
+    #[test]
+    fn parents_come_before_children() {
+        // Merged shard z has parents x and y; y is a child of a.
+        let specs = vec![
+            spec("z", &["x", "y"]),
+            spec("y", &["a"]),
+            spec("x", &[]),
+            spec("a", &["gone"]),
+        ];
+        let order: Vec<String> = parents_first(specs)
+            .iter()
+            .map(|s| s.shard_id.to_string())
+            .collect();
+        let pos = |id: &str| order.iter().position(|o| o == id).unwrap();
+        assert!(pos("a") < pos("y"));
+        assert!(pos("x") < pos("z") && pos("y") < pos("z"));
+        assert_eq!(order.len(), 4);
+    }
+}

@@ -1,0 +1,132 @@
+//! Applies planned actions with the state store's conditional writes.
+//!
+//! Each action is one conditional write on the state it was planned from, so
+//! two overlapping rebalancers or reapers cannot undo each other: the second
+//! one's stale actions lose their conditions and are counted as lost, never
+//! reported as errors. Only throttling that outlasts the retry policy and
+//! other service errors end an execution early.
+
+use crate::action::{Action, ActionKind};
+use crate::state::{EfoName, Result, ShardScope, StateStore};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What an execution did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ExecutionReport {
+    /// Actions applied, by kind.
+    pub applied: BTreeMap<ActionKind, u64>,
+    /// Actions whose condition was lost (the state changed since planning), by kind.
+    pub lost: BTreeMap<ActionKind, u64>,
+    /// Leases freed by reaping their consumer.
+    pub leases_released: u64,
+    /// EFO consumers unlocked by reaping their holder.
+    pub efo_released: u64,
+    /// EFO consumers deregistered from Kinesis.
+    pub efo_deregistered: Vec<EfoName>,
+}
+
+impl ExecutionReport {
+    /// Applied actions of one kind.
+    pub fn applied(&self, kind: ActionKind) -> u64 {
+        self.applied.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// Lost conditions in all.
+    pub fn lost_total(&self) -> u64 {
+        self.lost.values().sum()
+    }
+
+    fn count(&mut self, kind: ActionKind, applied: bool) {
+        let map = if applied {
+            &mut self.applied
+        } else {
+            &mut self.lost
+        };
+        *map.entry(kind).or_default() += 1;
+    }
+
+    /// Adds another report's counts to this one.
+    pub fn merge(&mut self, other: ExecutionReport) {
+        for (k, v) in other.applied {
+            *self.applied.entry(k).or_default() += v;
+        }
+        for (k, v) in other.lost {
+            *self.lost.entry(k).or_default() += v;
+        }
+        self.leases_released += other.leases_released;
+        self.efo_released += other.efo_released;
+        self.efo_deregistered.extend(other.efo_deregistered);
+    }
+}
+
+/// Applies `actions` in order. `kinesis` is needed only for
+/// [`Action::DeregisterEfo`]; without it those actions are skipped as lost.
+pub async fn execute(
+    store: &StateStore,
+    kinesis: Option<&aws_sdk_kinesis::Client>,
+    actions: &[Action],
+    lease_term: Duration,
+) -> Result<ExecutionReport> {
+    let mut report = ExecutionReport::default();
+    let group = ShardScope::Group;
+    for action in actions {
+        let applied = match action {
+            Action::Assign { shard, to, counter } => store
+                .take_lease(shard, to, *counter, lease_term)
+                .await?
+                .is_some(),
+            Action::ForceTake {
+                shard,
+                from,
+                to,
+                counter,
+            } => {
+                let taken = store.take_lease(shard, to, *counter, lease_term).await?;
+                if taken.is_some() {
+                    tracing::info!(%shard, %from, %to, "claim not honoured in time: lease taken");
+                }
+                taken.is_some()
+            }
+            Action::Claim {
+                shard, to, counter, ..
+            } => store.claim_lease(shard, to, *counter).await?,
+            Action::CancelClaim { shard, claimant } => store.cancel_claim(shard, claimant).await?,
+            Action::ClearPendingParent { shard, parent } => {
+                store.clear_pending_parent(&group, shard, parent).await?
+            }
+            Action::ReapConsumer { seen, leases, efo } => {
+                match store.reap_consumer(seen, leases, efo).await? {
+                    Some(done) => {
+                        report.leases_released += done.leases_released.len() as u64;
+                        report.efo_released += done.efo_released.len() as u64;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Action::ReleaseEfo { lock } => store.release_efo(lock).await?,
+            Action::DeregisterEfo {
+                name,
+                arn,
+                lock_counter,
+            } => match kinesis {
+                Some(kinesis) => {
+                    let done = store
+                        .remove_idle_efo(kinesis, name, arn, *lock_counter)
+                        .await?;
+                    if done {
+                        report.efo_deregistered.push(name.clone());
+                    }
+                    done
+                }
+                None => false,
+            },
+            Action::RemoveShard { shard, counter } => {
+                store.remove_depleted_shard(&group, shard, *counter).await?
+            }
+        };
+        report.count(action.kind(), applied);
+    }
+    Ok(report)
+}

@@ -1,0 +1,75 @@
+//! The heartbeat-reaper: plan and apply the clean-up; one tick at a time.
+
+use super::ticker::{run_ticks, InvocationSummary};
+use crate::action::ActionKind;
+use crate::config::TickTiming;
+use crate::executor::{execute, ExecutionReport};
+use crate::metrics::{emit, Metric};
+use crate::reap::{plan_reap, ReapConfig};
+use crate::state::{Result, StateStore};
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use lambda_runtime::LambdaEvent;
+use std::time::Duration;
+
+/// The reaper of one group on one stream.
+#[derive(Debug, Clone)]
+pub struct Reaper {
+    /// The group's state.
+    pub store: StateStore,
+    /// Kinesis, to deregister idle EFO consumers.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// Planner settings.
+    pub config: ReapConfig,
+}
+
+/// What one reaper tick did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReapTick {
+    /// What was applied.
+    pub execution: ExecutionReport,
+}
+
+impl Reaper {
+    /// One tick: read the group, plan the clean-up, apply it.
+    pub async fn tick(&self) -> Result<ReapTick> {
+        let snapshot = self.store.load_group().await?;
+        let actions = plan_reap(&snapshot, self.store.now(), &self.config);
+        let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;
+        let tick = ReapTick { execution };
+        let e = &tick.execution;
+        let config = self.store.config();
+        emit(
+            self.store.now(),
+            &[
+                ("Group", config.group.as_str()),
+                ("Stream", config.stream.as_str()),
+            ],
+            &[
+                Metric::count(
+                    "ReapedConsumers",
+                    e.applied(ActionKind::ReapConsumer) as f64,
+                ),
+                Metric::count("LeasesReleased", e.leases_released as f64),
+                Metric::count(
+                    "EfoReleased",
+                    (e.efo_released + e.applied(ActionKind::ReleaseEfo)) as f64,
+                ),
+                Metric::count("EfoDeregistered", e.efo_deregistered.len() as f64),
+                Metric::count("ShardsRemoved", e.applied(ActionKind::RemoveShard) as f64),
+                Metric::count("LostConditions", e.lost_total() as f64),
+            ],
+        );
+        Ok(tick)
+    }
+}
+
+/// The heartbeat-reaper's Lambda handler: ticks until the deadline.
+pub async fn handle_reap(
+    reaper: &Reaper,
+    timing: TickTiming,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> Result<InvocationSummary<ReapTick>, lambda_runtime::Error> {
+    tracing::debug!(source = %event.payload.source, "scheduled invocation");
+    let run = run_ticks(event.context.deadline(), timing, || reaper.tick()).await;
+    InvocationSummary::from_loop(run)
+}

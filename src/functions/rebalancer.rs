@@ -1,0 +1,137 @@
+//! The lease-rebalancer: discover shards, plan, apply; one tick at a time.
+
+use super::ticker::{run_ticks, InvocationSummary};
+use crate::action::ActionKind;
+use crate::config::TickTiming;
+use crate::discovery::{discover_shards, DiscoveryReport};
+use crate::executor::{execute, ExecutionReport};
+use crate::metrics::{emit, Metric};
+use crate::rebalance::{available_shards, live_consumers, plan_rebalance, RebalanceConfig};
+use crate::state::{Result, StateStore};
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use lambda_runtime::LambdaEvent;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The rebalancer of one group on one stream.
+#[derive(Debug, Clone)]
+pub struct Rebalancer {
+    /// The group's state.
+    pub store: StateStore,
+    /// Kinesis, for shard discovery.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// Planner settings.
+    pub config: RebalanceConfig,
+    /// Lease term of assignments.
+    pub lease_term: Duration,
+}
+
+/// What one rebalancer tick saw and did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RebalanceTick {
+    /// Shard discovery.
+    pub discovery: DiscoveryReport,
+    /// Live consumers at the start of the tick.
+    pub live_consumers: usize,
+    /// Leasable shards.
+    pub available_shards: usize,
+    /// Leasable shards with no live lease at the start of the tick.
+    pub unowned_shards: usize,
+    /// Leases per live consumer at the start of the tick.
+    pub leases_per_consumer: BTreeMap<String, usize>,
+    /// What was applied.
+    pub execution: ExecutionReport,
+    /// Actions the planner produced.
+    pub actions_planned: usize,
+}
+
+impl Rebalancer {
+    /// One tick: read the group, record new and closed shards, plan, apply.
+    pub async fn tick(&self) -> Result<RebalanceTick> {
+        let mut snapshot = self.store.load_group().await?;
+        let discovery = discover_shards(&self.store, &self.kinesis, &snapshot).await?;
+        if !discovery.created.is_empty() || !discovery.closed.is_empty() {
+            snapshot = self.store.load_group().await?;
+        }
+        let now = self.store.now();
+        let live = live_consumers(&snapshot, now, self.config.heartbeat_timeout);
+        let available = available_shards(&snapshot);
+        let mut leases_per_consumer: BTreeMap<String, usize> =
+            live.iter().map(|c| (c.to_string(), 0)).collect();
+        let mut unowned = 0;
+        for shard in &available {
+            match shard.live_lease(now).filter(|l| live.contains(&l.owner)) {
+                Some(lease) => {
+                    *leases_per_consumer
+                        .entry(lease.owner.to_string())
+                        .or_default() += 1
+                }
+                None => unowned += 1,
+            }
+        }
+        let actions = plan_rebalance(&snapshot, now, &self.config);
+        let execution = execute(&self.store, None, &actions, self.lease_term).await?;
+        let tick = RebalanceTick {
+            discovery,
+            live_consumers: live.len(),
+            available_shards: available.len(),
+            unowned_shards: unowned,
+            leases_per_consumer,
+            execution,
+            actions_planned: actions.len(),
+        };
+        tick.emit_metrics(&self.store);
+        Ok(tick)
+    }
+}
+
+impl RebalanceTick {
+    /// Claims plus forced takes applied.
+    pub fn moves(&self) -> u64 {
+        self.execution.applied(ActionKind::Claim) + self.execution.applied(ActionKind::ForceTake)
+    }
+
+    fn emit_metrics(&self, store: &StateStore) {
+        let per = self.leases_per_consumer.values();
+        let config = store.config();
+        emit(
+            store.now(),
+            &[
+                ("Group", config.group.as_str()),
+                ("Stream", config.stream.as_str()),
+            ],
+            &[
+                Metric::count("LiveConsumers", self.live_consumers as f64),
+                Metric::count("AvailableShards", self.available_shards as f64),
+                Metric::count("UnownedShards", self.unowned_shards as f64),
+                Metric::count(
+                    "MaxLeasesPerConsumer",
+                    per.clone().max().copied().unwrap_or(0) as f64,
+                ),
+                Metric::count(
+                    "MinLeasesPerConsumer",
+                    per.min().copied().unwrap_or(0) as f64,
+                ),
+                Metric::count(
+                    "Assignments",
+                    self.execution.applied(ActionKind::Assign) as f64,
+                ),
+                Metric::count("Claims", self.execution.applied(ActionKind::Claim) as f64),
+                Metric::count("Moves", self.moves() as f64),
+                Metric::count("NewShards", self.discovery.created.len() as f64),
+                Metric::count("LostConditions", self.execution.lost_total() as f64),
+            ],
+        );
+    }
+}
+
+/// The lease-rebalancer's Lambda handler: ticks until the deadline.
+pub async fn handle_rebalance(
+    rebalancer: &Rebalancer,
+    timing: TickTiming,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> Result<InvocationSummary<RebalanceTick>, lambda_runtime::Error> {
+    tracing::debug!(source = %event.payload.source, detail_type = %event.payload.detail_type, "scheduled invocation");
+    let run = run_ticks(event.context.deadline(), timing, || rebalancer.tick()).await;
+    InvocationSummary::from_loop(run)
+}

@@ -1,0 +1,143 @@
+//! Ticks within one invocation, until the deadline minus a margin.
+//!
+//! EventBridge schedules fire at most once a minute, so a scheduled function
+//! that did one pass per invocation would fail over in minutes. Instead each
+//! invocation ticks every `timing.tick` until its deadline, and failover
+//! takes seconds.
+
+use crate::config::TickTiming;
+use crate::state::StateError;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+/// What the ticks of one invocation returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickLoop<T> {
+    /// Each successful tick's result, in order.
+    pub ticks: Vec<T>,
+    /// Each failed tick's error message, in order.
+    pub errors: Vec<String>,
+}
+
+/// Runs `tick` every `timing.tick` (start to start) while a tick can start
+/// before `deadline - timing.margin`. A failed tick is logged and counted;
+/// the next one runs as planned.
+pub async fn run_ticks<T, F, Fut>(
+    deadline: SystemTime,
+    timing: TickTiming,
+    mut tick: F,
+) -> TickLoop<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StateError>>,
+{
+    let mut out = TickLoop {
+        ticks: Vec::new(),
+        errors: Vec::new(),
+    };
+    let stop_at = deadline.checked_sub(timing.margin).unwrap_or(deadline);
+    loop {
+        let started = SystemTime::now();
+        if started >= stop_at {
+            return out;
+        }
+        match tick().await {
+            Ok(t) => out.ticks.push(t),
+            Err(e) => {
+                tracing::error!(error = %e, "tick failed");
+                out.errors.push(e.to_string());
+            }
+        }
+        let next = started + timing.tick;
+        if next >= stop_at {
+            return out;
+        }
+        let wait = next
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The JSON an invocation returns.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InvocationSummary<T> {
+    /// Ticks run.
+    pub ticks: usize,
+    /// Errors of failed ticks.
+    pub errors: Vec<String>,
+    /// The last successful tick.
+    pub last: Option<T>,
+}
+
+impl<T> InvocationSummary<T> {
+    /// Sums up a tick loop; an invocation in which every tick failed is an error.
+    pub fn from_loop(run: TickLoop<T>) -> Result<Self, lambda_runtime::Error> {
+        if run.ticks.is_empty() && !run.errors.is_empty() {
+            return Err(format!("every tick failed: {}", run.errors.join("; ")).into());
+        }
+        Ok(InvocationSummary {
+            ticks: run.ticks.len() + run.errors.len(),
+            errors: run.errors,
+            last: run.ticks.into_iter().last(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ticks_until_the_deadline_margin_and_keeps_going_after_a_failure() {
+        let timing = TickTiming {
+            tick: Duration::from_millis(20),
+            margin: Duration::from_millis(30),
+        };
+        let deadline = SystemTime::now() + Duration::from_millis(150);
+        let mut n = 0;
+        let run = run_ticks(deadline, timing, || {
+            n += 1;
+            let i = n;
+            async move {
+                if i == 2 {
+                    Err(StateError::Stopped)
+                } else {
+                    Ok(i)
+                }
+            }
+        })
+        .await;
+        assert!(SystemTime::now() < deadline, "returned before the deadline");
+        assert_eq!(run.errors.len(), 1);
+        assert!(run.ticks.len() >= 2, "{run:?}");
+        assert_eq!(run.ticks[0], 1);
+        let summary = InvocationSummary::from_loop(run).unwrap();
+        assert_eq!(summary.errors.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn no_tick_starts_past_the_margin() {
+        let timing = TickTiming {
+            tick: Duration::from_secs(5),
+            margin: Duration::from_secs(10),
+        };
+        let run = run_ticks(
+            SystemTime::now() + Duration::from_secs(1),
+            timing,
+            || async { Ok::<_, StateError>(()) },
+        )
+        .await;
+        assert!(run.ticks.is_empty());
+        assert!(InvocationSummary::from_loop(run).unwrap().last.is_none());
+    }
+
+    #[test]
+    fn all_failed_is_an_error() {
+        let run: TickLoop<()> = TickLoop {
+            ticks: vec![],
+            errors: vec!["throttled".into()],
+        };
+        assert!(InvocationSummary::from_loop(run).is_err());
+    }
+}

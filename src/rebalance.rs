@@ -1,0 +1,243 @@
+//! The lease rebalancer's planner: pure, no I/O.
+//!
+//! Given a snapshot of the group, it decides which leases to assign, claim,
+//! take by force, or whose claims to cancel, so that every live consumer ends
+//! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
+//! the leases they hold up to their quota (sticky); free and expired leases go
+//! first to the consumers furthest below quota (an expired lease goes back to
+//! its owner when that owner has room); then leases move off consumers over
+//! quota, and off consumers that are not live, by a claim that the owner
+//! honours at its next renewal (hand-off), or by a forced take once the claim
+//! is older than the hand-off timeout.
+
+use crate::action::Action;
+use crate::state::{duration_millis, ConsumerId, EpochMillis, GroupSnapshot, ShardId, ShardState};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How the rebalancer decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebalanceConfig {
+    /// A consumer whose last heartbeat is older than this is not live.
+    pub heartbeat_timeout: Duration,
+    /// A claim not honoured within this time ends in a forced take.
+    pub handoff_timeout: Duration,
+    /// The most claims and forced takes per tick; `None`: as many as reach
+    /// balance in one tick. Free leases are always assigned.
+    pub max_moves_per_tick: Option<usize>,
+}
+
+impl Default for RebalanceConfig {
+    fn default() -> Self {
+        RebalanceConfig {
+            heartbeat_timeout: Duration::from_secs(15),
+            handoff_timeout: Duration::from_secs(15),
+            max_moves_per_tick: None,
+        }
+    }
+}
+
+/// The consumers that may hold leases: fresh heartbeat, active, not standalone.
+pub fn live_consumers(
+    snapshot: &GroupSnapshot,
+    now: EpochMillis,
+    heartbeat_timeout: Duration,
+) -> BTreeSet<&ConsumerId> {
+    let limit = duration_millis(heartbeat_timeout);
+    snapshot
+        .consumers
+        .iter()
+        .filter(|c| now - c.heartbeat <= limit && c.active && !c.info.standalone)
+        .map(|c| c.id())
+        .collect()
+}
+
+/// The shards that may be leased: not depleted, every parent depleted.
+pub fn available_shards(snapshot: &GroupSnapshot) -> Vec<&ShardState> {
+    let by_id: BTreeMap<&ShardId, &ShardState> =
+        snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
+    let mut shards: Vec<&ShardState> = snapshot
+        .shards
+        .iter()
+        .filter(|s| {
+            !s.depleted
+                && s.pending_parents.is_empty()
+                && s.parents
+                    .iter()
+                    .all(|p| by_id.get(p).is_none_or(|ps| ps.depleted))
+        })
+        .collect();
+    shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+    shards
+}
+
+/// Children whose pending parent is depleted or gone, and that parent: their
+/// depletion was recorded without the child (the repair the rebalancer makes).
+pub fn stranded_children(snapshot: &GroupSnapshot) -> Vec<(&ShardId, &ShardId)> {
+    let by_id: BTreeMap<&ShardId, &ShardState> =
+        snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
+    snapshot
+        .shards
+        .iter()
+        .flat_map(|s| s.pending_parents.iter().map(move |p| (&s.shard_id, p)))
+        .filter(|(_, p)| by_id.get(p).is_none_or(|ps| ps.depleted))
+        .collect()
+}
+
+struct Ledger<'a> {
+    quota: BTreeMap<&'a ConsumerId, usize>,
+    held: BTreeMap<&'a ConsumerId, usize>,
+}
+
+impl<'a> Ledger<'a> {
+    fn need(&self, c: &ConsumerId) -> usize {
+        self.quota[c].saturating_sub(self.held[c])
+    }
+
+    /// `prefer` if it has room, else the consumer furthest below quota.
+    fn pick(&self, prefer: Option<&'a ConsumerId>) -> Option<&'a ConsumerId> {
+        if let Some(p) = prefer.filter(|p| self.quota.contains_key(p) && self.need(p) > 0) {
+            return Some(p);
+        }
+        self.quota
+            .keys()
+            .copied()
+            .filter(|c| self.need(c) > 0)
+            .max_by(|a, b| self.need(a).cmp(&self.need(b)).then_with(|| b.cmp(a)))
+    }
+
+    fn give(&mut self, c: &'a ConsumerId) {
+        *self.held.entry(c).or_default() += 1;
+    }
+}
+
+/// Plans one rebalancer tick. See the module documentation.
+pub fn plan_rebalance(
+    snapshot: &GroupSnapshot,
+    now: EpochMillis,
+    config: &RebalanceConfig,
+) -> Vec<Action> {
+    let live = live_consumers(snapshot, now, config.heartbeat_timeout);
+    let handoff = duration_millis(config.handoff_timeout);
+    let mut cancels = Vec::new();
+    let mut moves = Vec::new();
+    let mut assigns = Vec::new();
+    let mut moves_left = config.max_moves_per_tick.unwrap_or(usize::MAX);
+
+    for (child, parent) in stranded_children(snapshot) {
+        cancels.push(Action::ClearPendingParent {
+            shard: child.clone(),
+            parent: parent.clone(),
+        });
+    }
+
+    // Who holds what, counting a claimed lease for its (live) claimant.
+    let mut holdings: BTreeMap<&ConsumerId, Vec<&ShardState>> =
+        live.iter().map(|c| (*c, Vec::new())).collect();
+    let mut in_transit: BTreeSet<&ShardId> = BTreeSet::new();
+    let mut free: Vec<&ShardState> = Vec::new();
+    let mut orphans: Vec<&ShardState> = Vec::new();
+    for shard in available_shards(snapshot) {
+        let lease = shard.live_lease(now);
+        let Some(lease) = lease else {
+            free.push(shard);
+            continue;
+        };
+        let owner = shard.owner.as_ref().unwrap_or(&lease.owner);
+        match &shard.claim {
+            Some(claim) if live.contains(&claim.by) => {
+                holdings.entry(&claim.by).or_default().push(shard);
+                in_transit.insert(&shard.shard_id);
+                if now - claim.at >= handoff && moves_left > 0 {
+                    moves_left -= 1;
+                    moves.push(Action::ForceTake {
+                        shard: shard.shard_id.clone(),
+                        from: owner.clone(),
+                        to: claim.by.clone(),
+                        counter: shard.counter,
+                    });
+                }
+                continue;
+            }
+            Some(claim) => cancels.push(Action::CancelClaim {
+                shard: shard.shard_id.clone(),
+                claimant: claim.by.clone(),
+            }),
+            None => {}
+        }
+        match holdings.get_mut(owner) {
+            Some(held) => held.push(shard),
+            None => orphans.push(shard),
+        }
+    }
+    if live.is_empty() {
+        return cancels;
+    }
+
+    // Quotas: floor(n/m) each, one more for the n mod m consumers holding most.
+    let n = holdings.values().map(Vec::len).sum::<usize>() + free.len() + orphans.len();
+    let m = live.len();
+    let mut by_load: Vec<&ConsumerId> = live.iter().copied().collect();
+    by_load.sort_by(|a, b| {
+        holdings[b]
+            .len()
+            .cmp(&holdings[a].len())
+            .then_with(|| a.cmp(b))
+    });
+    let quota: BTreeMap<&ConsumerId, usize> = by_load
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (*c, n / m + usize::from(i < n % m)))
+        .collect();
+
+    // Leases over quota move; the ones in transit stay where they are going.
+    let mut surplus: Vec<(&ShardState, &ConsumerId)> = Vec::new();
+    let mut ledger = Ledger {
+        held: BTreeMap::new(),
+        quota,
+    };
+    for (consumer, held) in &holdings {
+        let (mut keep, mut staying): (Vec<&ShardState>, Vec<&ShardState>) =
+            held.iter().partition(|s| in_transit.contains(&s.shard_id));
+        keep.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        staying.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        let room = ledger.quota[consumer].saturating_sub(keep.len());
+        let over = staying.split_off(room.min(staying.len()));
+        ledger.held.insert(consumer, keep.len() + staying.len());
+        surplus.extend(over.into_iter().map(|s| (s, *consumer)));
+    }
+
+    for shard in free {
+        let previous = shard.owner.as_ref().and_then(|o| live.get(o).copied());
+        let Some(to) = ledger.pick(previous) else {
+            break;
+        };
+        ledger.give(to);
+        assigns.push(Action::Assign {
+            shard: shard.shard_id.clone(),
+            to: to.clone(),
+            counter: shard.counter,
+        });
+    }
+    let movable = orphans
+        .into_iter()
+        .map(|s| (s, s.owner.as_ref()))
+        .chain(surplus.into_iter().map(|(s, o)| (s, Some(o))));
+    for (shard, from) in movable {
+        if moves_left == 0 {
+            break;
+        }
+        let (Some(from), Some(to)) = (from, ledger.pick(None)) else {
+            break;
+        };
+        ledger.give(to);
+        moves_left -= 1;
+        moves.push(Action::Claim {
+            shard: shard.shard_id.clone(),
+            from: from.clone(),
+            to: to.clone(),
+            counter: shard.counter,
+        });
+    }
+    cancels.into_iter().chain(assigns).chain(moves).collect()
+}

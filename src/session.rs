@@ -1,0 +1,173 @@
+//! A consumer's session: heartbeat, renew the leases it was given, honour
+//! claims (checkpoint, then hand over), and learn at once of a lost lease.
+
+use crate::state::{
+    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Heartbeat,
+    Lease, Released, Result, ShardId, ShardSpec, StateError, StateStore,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What one session tick changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionTick {
+    /// The consumer was not registered (new, or reaped) and registered now.
+    pub registered: bool,
+    /// Leases the rebalancer assigned since the last tick: start processing them.
+    pub gained: Vec<ShardId>,
+    /// Leases lost (taken, expired and reassigned, removed): stop processing them now.
+    pub lost: Vec<ShardId>,
+    /// Claimed leases checkpointed and released, with the claimant that got
+    /// them (`None` if the claim was withdrawn meanwhile and the shard is free).
+    pub handed_off: Vec<(ShardId, Option<ConsumerId>)>,
+}
+
+/// The leases one consumer holds, kept current by [`ConsumerSession::tick`].
+#[derive(Debug)]
+pub struct ConsumerSession {
+    store: StateStore,
+    info: ConsumerInfo,
+    lease_term: Duration,
+    leases: BTreeMap<ShardId, Lease>,
+}
+
+impl ConsumerSession {
+    /// A session for the consumer `info` (nothing is sent until the first tick).
+    pub fn new(store: StateStore, info: ConsumerInfo, lease_term: Duration) -> Self {
+        ConsumerSession {
+            store,
+            info,
+            lease_term,
+            leases: BTreeMap::new(),
+        }
+    }
+
+    /// The consumer's id.
+    pub fn id(&self) -> &ConsumerId {
+        &self.info.id
+    }
+
+    /// The leases held now.
+    pub fn leases(&self) -> impl Iterator<Item = &Lease> {
+        self.leases.values()
+    }
+
+    /// The lease on `shard`, if held.
+    pub fn lease(&self, shard: &ShardId) -> Option<&Lease> {
+        self.leases.get(shard)
+    }
+
+    /// Heartbeats, renews every held lease, honours claims, and picks up the
+    /// leases assigned since. `progress` tells how far each shard has been
+    /// processed: a claimed shard is checkpointed there before it is handed over.
+    pub async fn tick(
+        &mut self,
+        progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<SessionTick> {
+        let mut tick = SessionTick {
+            registered: self.store.heartbeat(&self.info).await? == Heartbeat::Registered,
+            ..SessionTick::default()
+        };
+        let held: Vec<Lease> = self.leases.values().cloned().collect();
+        for lease in held {
+            let shard = lease.shard_id.clone();
+            match self.store.renew_lease(&lease, self.lease_term).await {
+                Ok(renewal) => {
+                    self.leases.insert(shard.clone(), renewal.lease.clone());
+                    if renewal.claim.is_some() {
+                        match self.hand_over(&renewal.lease, &progress).await {
+                            Ok(Released::HandedOff(to)) => tick.handed_off.push((shard, Some(to))),
+                            Ok(Released::Free) => tick.handed_off.push((shard, None)),
+                            Err(e) if e.is_lease_lost() => tick.lost.push(shard),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Err(e) if e.is_lease_lost() => {
+                    tracing::warn!(%shard, error = %e, "lease lost: stop processing the shard");
+                    self.leases.remove(&shard);
+                    tick.lost.push(shard);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let now = self.store.now();
+        for shard in self.store.owned_shards(self.id()).await? {
+            if let Some(lease) = shard.live_lease(now) {
+                if !self.leases.contains_key(&shard.shard_id) {
+                    tick.gained.push(shard.shard_id.clone());
+                }
+                self.leases.insert(shard.shard_id, lease);
+            }
+        }
+        Ok(tick)
+    }
+
+    async fn hand_over(
+        &mut self,
+        lease: &Lease,
+        progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<Released> {
+        self.leases.remove(&lease.shard_id);
+        if let Some((cp, arrival)) = progress(&lease.shard_id) {
+            self.store.checkpoint(lease, &cp, arrival).await?;
+        }
+        self.store.release_lease(lease, self.lease_term).await
+    }
+
+    /// Stores a checkpoint on a held lease. A lost lease is dropped from the
+    /// session and comes back as [`StateError::LeaseLost`]: stop that shard.
+    pub async fn checkpoint(
+        &mut self,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<CheckpointOutcome> {
+        let lease = self.held(shard)?;
+        let out = self.store.checkpoint(&lease, cp, arrival).await;
+        if matches!(out, Err(StateError::LeaseLost { .. })) {
+            self.leases.remove(shard);
+        }
+        out
+    }
+
+    /// The shard was read to its end: marks it depleted (its lease ends) and
+    /// makes its children leasable.
+    pub async fn complete_shard(
+        &mut self,
+        shard: &ShardId,
+        children: &[ShardSpec],
+    ) -> Result<Depleted> {
+        let lease = self.held(shard)?;
+        self.leases.remove(shard);
+        self.store.mark_depleted(&lease, children).await
+    }
+
+    /// Checkpoints every held shard at its progress and releases it (a
+    /// claimed one goes to its claimant): for a clean shutdown.
+    pub async fn release_all(
+        &mut self,
+        progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<Vec<ShardId>> {
+        let held: Vec<Lease> = self.leases.values().cloned().collect();
+        let mut released = Vec::new();
+        for lease in held {
+            match self.hand_over(&lease, &progress).await {
+                Ok(_) => released.push(lease.shard_id),
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(released)
+    }
+
+    fn held(&self, shard: &ShardId) -> Result<Lease> {
+        self.leases
+            .get(shard)
+            .cloned()
+            .ok_or_else(|| StateError::LeaseLost {
+                shard_id: shard.to_string(),
+                reason: format!("{} holds no lease on it", self.info.id),
+            })
+    }
+}
