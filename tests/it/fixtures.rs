@@ -1,0 +1,110 @@
+//! Hand-built group snapshots for the planner tests (no servers involved).
+
+use shardkeeper::state::{
+    Checkpoint, Claim, ConsumerId, ConsumerInfo, ConsumerState, EfoName, EfoState, EpochMillis,
+    GroupSnapshot, ShardId, ShardState,
+};
+
+/// The planners' "now" in every fixture.
+pub const NOW: EpochMillis = 1_800_000_000_000;
+
+pub fn id(s: &str) -> ConsumerId {
+    ConsumerId::new(s).unwrap()
+}
+
+pub fn sid(s: &str) -> ShardId {
+    ShardId::new(s).unwrap()
+}
+
+/// A consumer that heartbeated `age_ms` ago.
+pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
+    ConsumerState {
+        info: ConsumerInfo {
+            id: id(name),
+            app: "app".into(),
+            host: "host".into(),
+            env: "test".into(),
+            pid: 1,
+            started: 0,
+            standalone: false,
+        },
+        heartbeat: NOW - age_ms,
+        active: true,
+    }
+}
+
+/// A free, open shard with no parents.
+pub fn shard(name: &str) -> ShardState {
+    ShardState {
+        shard_id: sid(name),
+        parents: vec![],
+        pending_parents: vec![],
+        hash_range: None,
+        starting_sequence: None,
+        ending_sequence: None,
+        checkpoint: None,
+        checkpoint_arrival: None,
+        owner: None,
+        expires: None,
+        counter: 0,
+        claim: None,
+        depleted: false,
+        updated: NOW,
+    }
+}
+
+/// The shard leased to `owner` until `expires_in_ms` from now (negative: expired).
+pub fn leased(name: &str, owner: &str, expires_in_ms: i64) -> ShardState {
+    ShardState {
+        owner: Some(id(owner)),
+        expires: Some(NOW + expires_in_ms),
+        counter: 3,
+        ..shard(name)
+    }
+}
+
+/// `s` with a claim by `by` made `age_ms` ago.
+pub fn claimed(mut s: ShardState, by: &str, age_ms: i64) -> ShardState {
+    s.claim = Some(Claim {
+        by: id(by),
+        at: NOW - age_ms,
+    });
+    s
+}
+
+/// `s` with these parents, the ones listed in `pending` still pending.
+pub fn child(mut s: ShardState, parents: &[&str], pending: &[&str]) -> ShardState {
+    s.parents = parents.iter().map(|p| sid(p)).collect();
+    s.pending_parents = pending.iter().map(|p| sid(p)).collect();
+    s
+}
+
+/// `s` depleted at SHARD_END, `age_ms` ago.
+pub fn depleted(mut s: ShardState, age_ms: i64) -> ShardState {
+    s.depleted = true;
+    s.checkpoint = Some(Checkpoint::ShardEnd);
+    s.owner = None;
+    s.expires = None;
+    s.updated = NOW - age_ms;
+    s
+}
+
+/// An EFO consumer, held by `used_by` or free since `released_age_ms` ago.
+pub fn efo(name: &str, used_by: Option<&str>, released_age_ms: i64) -> EfoState {
+    EfoState {
+        name: EfoName::new(name).unwrap(),
+        arn: format!("arn:efo:{name}"),
+        used_by: used_by.map(id),
+        lock_counter: 1,
+        released: used_by.is_none().then_some(NOW - released_age_ms),
+    }
+}
+
+pub fn snapshot(consumers: Vec<ConsumerState>, shards: Vec<ShardState>) -> GroupSnapshot {
+    GroupSnapshot {
+        taken_at: NOW,
+        consumers,
+        shards,
+        ..GroupSnapshot::default()
+    }
+}
