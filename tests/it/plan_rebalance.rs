@@ -95,14 +95,17 @@ fn t(shard: &str, to: &str, what: &'static str) -> (String, String, &'static str
     (shard.to_string(), to.to_string(), what)
 }
 
+/// A scenario: name, snapshot, configuration, expected (shard, consumer, what).
+type Case = (
+    &'static str,
+    GroupSnapshot,
+    RebalanceConfig,
+    Vec<(String, String, &'static str)>,
+);
+
 #[test]
 fn scenarios() {
-    let cases: Vec<(
-        &str,
-        GroupSnapshot,
-        RebalanceConfig,
-        Vec<(String, String, &'static str)>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             // One consumer, four free shards: it gets all of them.
             "one consumer takes everything",
