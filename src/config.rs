@@ -39,11 +39,11 @@ pub const STREAM: &str = "SHARDKEEPER_STREAM";
 pub const TICK_SECONDS: &str = "SHARDKEEPER_TICK_SECONDS";
 /// Milliseconds kept free before the Lambda deadline (default 2000).
 pub const DEADLINE_MARGIN_MS: &str = "SHARDKEEPER_DEADLINE_MARGIN_MS";
-/// Seconds without a heartbeat before a consumer is dead (default 15).
+/// Seconds without a heartbeat before a consumer is dead (default 10).
 pub const HEARTBEAT_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HEARTBEAT_TIMEOUT_SECONDS";
 /// Lease term in seconds given by an assignment (default 10).
 pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";
-/// Seconds a claim may stay unhonoured before a forced take (default 15).
+/// Seconds a claim may stay unhonoured before a forced take (default 10).
 pub const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
 /// Claims and forced takes per tick; 0 = as many as balance needs (default 0).
 pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
@@ -141,7 +141,7 @@ impl ScheduledConfig {
             .table(&table)
             .map_err(|e| state_error(TABLE, table.clone(), e))?;
         let secs = Duration::from_secs;
-        let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 15)?);
+        let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
         Ok(ScheduledConfig {
             store,
@@ -152,7 +152,7 @@ impl ScheduledConfig {
             lease_term: secs(vars.positive(LEASE_TERM_SECONDS, 10)?),
             rebalance: RebalanceConfig {
                 heartbeat_timeout,
-                handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 15)?),
+                handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 10)?),
                 max_moves_per_tick: (moves > 0).then_some(moves as usize),
             },
             reap: ReapConfig {

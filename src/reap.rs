@@ -28,7 +28,7 @@ pub struct ReapConfig {
 impl Default for ReapConfig {
     fn default() -> Self {
         ReapConfig {
-            heartbeat_timeout: Duration::from_secs(15),
+            heartbeat_timeout: Duration::from_secs(10),
             efo_idle_timeout: Duration::from_secs(15 * 60),
             retention: Duration::from_secs(24 * 3600),
         }

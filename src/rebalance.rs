@@ -4,8 +4,9 @@
 //! take by force, or whose claims to cancel, so that every live consumer ends
 //! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
 //! the leases they hold up to their quota (sticky); free and expired leases go
-//! first to the consumers furthest below quota (an expired lease goes back to
-//! its owner when that owner has room); then leases move off consumers over
+//! first to the consumers furthest below quota (an expired lease is not given
+//! back to its owner by preference: a live owner renews its leases, so one
+//! whose lease expired is not processing it); then leases move off consumers over
 //! quota, and off consumers that are not live, by a claim that the owner
 //! honours at its next renewal (hand-off), or by a forced take once the claim
 //! is older than the hand-off timeout.
@@ -30,8 +31,8 @@ pub struct RebalanceConfig {
 impl Default for RebalanceConfig {
     fn default() -> Self {
         RebalanceConfig {
-            heartbeat_timeout: Duration::from_secs(15),
-            handoff_timeout: Duration::from_secs(15),
+            heartbeat_timeout: Duration::from_secs(10),
+            handoff_timeout: Duration::from_secs(10),
             max_moves_per_tick: None,
         }
     }
@@ -94,11 +95,8 @@ impl<'a> Ledger<'a> {
         self.quota[c].saturating_sub(self.held[c])
     }
 
-    /// `prefer` if it has room, else the consumer furthest below quota.
-    fn pick(&self, prefer: Option<&'a ConsumerId>) -> Option<&'a ConsumerId> {
-        if let Some(p) = prefer.filter(|p| self.quota.contains_key(p) && self.need(p) > 0) {
-            return Some(p);
-        }
+    /// The consumer furthest below quota (ties: the smallest id).
+    fn pick(&self) -> Option<&'a ConsumerId> {
         self.quota
             .keys()
             .copied()
@@ -208,8 +206,7 @@ pub fn plan_rebalance(
     }
 
     for shard in free {
-        let previous = shard.owner.as_ref().and_then(|o| live.get(o).copied());
-        let Some(to) = ledger.pick(previous) else {
+        let Some(to) = ledger.pick() else {
             break;
         };
         ledger.give(to);
@@ -227,7 +224,7 @@ pub fn plan_rebalance(
         if moves_left == 0 {
             break;
         }
-        let (Some(from), Some(to)) = (from, ledger.pick(None)) else {
+        let (Some(from), Some(to)) = (from, ledger.pick()) else {
             break;
         };
         ledger.give(to);

@@ -1,7 +1,7 @@
 //! Consumers: register-or-heartbeat in one call, the active flag, clearing the dead.
 
 use crate::common::{ctx, seed_shards};
-use shardkeeper::state::{ConsumerId, ConsumerInfo, EfoName, Heartbeat, ShardScope};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, EfoName, Heartbeat};
 use std::time::Duration;
 
 fn info(id: &str, started: i64) -> ConsumerInfo {
@@ -122,7 +122,6 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
     );
     // A cleared consumer that comes back registers anew.
     assert_eq!(store.heartbeat(&dead).await.unwrap(), Heartbeat::Registered);
-    let _ = ShardScope::Group;
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ mod plan_reap;
 mod plan_rebalance;
 mod positions;
 mod scale;
+mod scheduled;
 mod split_merge;
 mod stream;
 mod table;

@@ -148,8 +148,8 @@ fn scenarios() {
             vec![],
         ),
         (
-            // b missed its heartbeat: its expired lease goes to a; a's own expired lease stays with a.
-            "expired leases of the dead go to the living, sticky for the living",
+            // b missed its heartbeat: its expired lease goes to a, and so does a's own expired lease.
+            "expired leases go to the living",
             snapshot(
                 vec![consumer("a", 0), consumer("b", 60_000)],
                 vec![leased("s0", "a", -1), leased("s1", "b", -1)],
