@@ -7,8 +7,8 @@
 //! other service errors end an execution early.
 
 use crate::action::{Action, ActionKind};
-use crate::state::{EfoName, Result, ShardScope, StateStore};
-use std::collections::BTreeMap;
+use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// What an execution did.
@@ -69,24 +69,24 @@ pub async fn execute(
     lease_term: Duration,
 ) -> Result<ExecutionReport> {
     let mut report = ExecutionReport::default();
+    let mut notify: BTreeSet<&ConsumerId> = BTreeSet::new();
     let group = ShardScope::Group;
     for action in actions {
         let applied = match action {
-            Action::Assign { shard, to, counter } => store
-                .take_lease(shard, to, *counter, lease_term)
-                .await?
-                .is_some(),
+            Action::Assign { shard, to, counter } => {
+                give(store, shard, to, *counter, lease_term, &mut notify).await?
+            }
             Action::ForceTake {
                 shard,
                 from,
                 to,
                 counter,
             } => {
-                let taken = store.take_lease(shard, to, *counter, lease_term).await?;
-                if taken.is_some() {
+                let taken = give(store, shard, to, *counter, lease_term, &mut notify).await?;
+                if taken {
                     tracing::info!(%shard, %from, %to, "claim not honoured in time: lease taken");
                 }
-                taken.is_some()
+                taken
             }
             Action::Claim {
                 shard, to, counter, ..
@@ -128,5 +128,27 @@ pub async fn execute(
         };
         report.count(action.kind(), applied);
     }
+    for consumer in notify {
+        store.notify_assigned(consumer).await?;
+    }
     Ok(report)
+}
+
+/// Gives the lease to `to`; remembers to tell `to` once, after all actions.
+async fn give<'a>(
+    store: &StateStore,
+    shard: &ShardId,
+    to: &'a ConsumerId,
+    counter: u64,
+    lease_term: Duration,
+    notify: &mut BTreeSet<&'a ConsumerId>,
+) -> Result<bool> {
+    let taken = store
+        .take_lease(shard, to, counter, lease_term)
+        .await?
+        .is_some();
+    if taken {
+        notify.insert(to);
+    }
+    Ok(taken)
 }

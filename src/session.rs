@@ -2,8 +2,8 @@
 //! claims (checkpoint, then hand over), and learn at once of a lost lease.
 
 use crate::state::{
-    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Heartbeat,
-    Lease, Released, Result, ShardId, ShardSpec, StateError, StateStore,
+    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
+    Released, Result, ShardId, ShardSpec, StateError, StateStore,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,13 +22,25 @@ pub struct SessionTick {
     pub handed_off: Vec<(ShardId, Option<ConsumerId>)>,
 }
 
+/// How often a session reads every shard to find its leases even though its
+/// assignment counter did not move (a safety net for a lost notification).
+pub const FULL_SCAN_EVERY: u32 = 10;
+
 /// The leases one consumer holds, kept current by [`ConsumerSession::tick`].
+///
+/// A tick costs one heartbeat and one renewal per held lease. The session
+/// reads the group's shards to pick up new leases only when its assignment
+/// counter moved (the rebalancer and hand-offs move it), and every
+/// [`FULL_SCAN_EVERY`] ticks, so a consumer does not read every shard of a
+/// large stream on every tick.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
     info: ConsumerInfo,
     lease_term: Duration,
     leases: BTreeMap<ShardId, Lease>,
+    assignments: Option<u64>,
+    ticks_since_scan: u32,
 }
 
 impl ConsumerSession {
@@ -39,6 +51,8 @@ impl ConsumerSession {
             info,
             lease_term,
             leases: BTreeMap::new(),
+            assignments: None,
+            ticks_since_scan: 0,
         }
     }
 
@@ -64,8 +78,9 @@ impl ConsumerSession {
         &mut self,
         progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<SessionTick> {
+        let beat = self.store.heartbeat(&self.info).await?;
         let mut tick = SessionTick {
-            registered: self.store.heartbeat(&self.info).await? == Heartbeat::Registered,
+            registered: beat.registered,
             ..SessionTick::default()
         };
         let held: Vec<Lease> = self.leases.values().cloned().collect();
@@ -91,6 +106,15 @@ impl ConsumerSession {
                 Err(e) => return Err(e),
             }
         }
+        self.ticks_since_scan += 1;
+        let scan = beat.registered
+            || self.assignments != Some(beat.assignments)
+            || self.ticks_since_scan >= FULL_SCAN_EVERY;
+        if !scan {
+            return Ok(tick);
+        }
+        self.assignments = Some(beat.assignments);
+        self.ticks_since_scan = 0;
         let now = self.store.now();
         for shard in self.store.owned_shards(self.id()).await? {
             if let Some(lease) = shard.live_lease(now) {

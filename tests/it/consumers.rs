@@ -14,13 +14,26 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
     let store = ctx.store("consumers");
     let me = info("host-1:42", ctx.clock_now());
     let before = ctx.aws.dynamodb_requests.snapshot();
-    assert_eq!(store.heartbeat(&me).await.unwrap(), Heartbeat::Registered);
+    assert!(store.heartbeat(&me).await.unwrap().registered);
     assert_eq!(
         ctx.aws.dynamodb_requests.since(&before)["UpdateItem"].requests,
         1
     );
     ctx.clock.advance(Duration::from_secs(5));
-    assert_eq!(store.heartbeat(&me).await.unwrap(), Heartbeat::Refreshed);
+    let beat = store.heartbeat(&me).await.unwrap();
+    assert_eq!(
+        beat,
+        Heartbeat {
+            registered: false,
+            assignments: 0
+        }
+    );
+    assert!(store.notify_assigned(&me.id).await.unwrap());
+    assert_eq!(store.heartbeat(&me).await.unwrap().assignments, 1);
+    assert!(!store
+        .notify_assigned(&ConsumerId::new("nobody").unwrap())
+        .await
+        .unwrap());
     let state = store.get_consumer(&me.id).await.unwrap().unwrap();
     assert_eq!(state.heartbeat, ctx.clock_now());
     assert_eq!(state.info.pid, std::process::id());
@@ -121,7 +134,7 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
             && again.efo_released.is_empty()
     );
     // A cleared consumer that comes back registers anew.
-    assert_eq!(store.heartbeat(&dead).await.unwrap(), Heartbeat::Registered);
+    assert!(store.heartbeat(&dead).await.unwrap().registered);
 }
 
 #[tokio::test]

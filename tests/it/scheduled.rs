@@ -392,3 +392,45 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let free = store.list_shards(&ShardScope::Group).await.unwrap();
     assert!(free.iter().all(|s| s.owner.is_none()));
 }
+
+#[tokio::test]
+async fn a_session_reads_the_shards_only_when_its_assignments_moved() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut worker = session(&store, "w");
+    worker.tick(no_progress).await.unwrap(); // registers, scans
+    let queries = |before: &BTreeMap<String, shardkeeper_local::OperationCount>| {
+        ctx.aws
+            .dynamodb_requests
+            .since(before)
+            .get("Query")
+            .map_or(0, |c| c.requests)
+    };
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    worker.tick(no_progress).await.unwrap();
+    assert_eq!(
+        queries(&before),
+        0,
+        "nothing assigned: no read of the shards"
+    );
+
+    rebalancer.tick().await.unwrap();
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    let tick = worker.tick(no_progress).await.unwrap();
+    assert_eq!(
+        queries(&before),
+        1,
+        "assignment noticed through the heartbeat"
+    );
+    assert_eq!(tick.gained.len(), 4);
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    worker.tick(no_progress).await.unwrap();
+    let sent = ctx.aws.dynamodb_requests.since(&before);
+    assert_eq!(
+        sent["UpdateItem"].requests, 5,
+        "one heartbeat and four renewals: {sent:?}"
+    );
+    assert!(!sent.contains_key("Query"));
+}

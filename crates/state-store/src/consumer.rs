@@ -2,7 +2,7 @@
 
 use crate::clock::{duration_millis, EpochMillis};
 use crate::error::Result;
-use crate::item::{n, s, Expr};
+use crate::item::{n, s, Expr, ItemReader};
 use crate::model::{ConsumerInfo, ConsumerState, EfoLock};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{attr, consumer_sk, SK_CONSUMER};
@@ -36,13 +36,15 @@ impl ConsumerInfo {
     }
 }
 
-/// What a heartbeat did.
+/// What a heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Heartbeat {
-    /// The consumer was not registered (new, or cleared as dead): it is now.
-    Registered,
-    /// The consumer was registered: its heartbeat was refreshed.
-    Refreshed,
+pub struct Heartbeat {
+    /// The consumer was not registered (new, or cleared as dead) and is now;
+    /// `false`: it was registered and its heartbeat was refreshed.
+    pub registered: bool,
+    /// The consumer's assignment counter: it moves each time another party
+    /// gives the consumer a lease.
+    pub assignments: u64,
 }
 
 /// What [`StateStore::clear_old_consumers`] did.
@@ -58,7 +60,10 @@ pub struct ClearReport {
 
 impl StateStore {
     /// Registers the consumer if it is absent, else refreshes its heartbeat:
-    /// one unconditional UpdateItem either way.
+    /// one unconditional UpdateItem either way. The answer carries the
+    /// consumer's assignment counter, which moves whenever another party gave
+    /// it a lease (see [`StateStore::notify_assigned`]), so a consumer learns
+    /// of new leases without reading every shard.
     pub async fn heartbeat(&self, info: &ConsumerInfo) -> Result<Heartbeat> {
         let now = self.now();
         let expr = Expr::new()
@@ -88,17 +93,30 @@ impl StateStore {
                  #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)",
                 None,
             )
-            .return_values(ReturnValue::UpdatedOld);
+            .return_values(ReturnValue::AllOld);
         let out = self.call_plain("UpdateItem", || req.clone().send()).await?;
-        let was_registered = out
-            .attributes
-            .is_some_and(|old| old.contains_key(attr::HEARTBEAT));
-        Ok(if was_registered {
-            Heartbeat::Refreshed
-        } else {
+        let old = out.attributes.unwrap_or_default();
+        let registered = !old.contains_key(attr::HEARTBEAT);
+        if registered {
             tracing::debug!(consumer = %info.id, "consumer registered");
-            Heartbeat::Registered
+        }
+        Ok(Heartbeat {
+            registered,
+            assignments: ItemReader::new(&old).u64_or(attr::ASSIGNED, 0)?,
         })
+    }
+
+    /// Tells a consumer that it was given a lease (moves its assignment
+    /// counter, which its next heartbeat sees); `false` if it is not registered.
+    pub async fn notify_assigned(&self, consumer: &ConsumerId) -> Result<bool> {
+        let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
+        let req = self.update_req(
+            &consumer_sk(consumer),
+            &expr,
+            "ADD #assigned :one",
+            Some("attribute_exists(pk)"),
+        );
+        Ok(self.conditional_update(req).await?.is_ok())
     }
 
     /// Sets the consumer's active flag (an inactive consumer is given no

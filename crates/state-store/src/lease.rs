@@ -234,6 +234,7 @@ impl StateStore {
             );
             if self.conditional_update(hand_off).await?.is_ok() {
                 tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
+                self.notify_assigned(&claim.by).await?;
                 return Ok(Released::HandedOff(claim.by));
             }
         }

@@ -65,6 +65,8 @@ pub mod attr {
     pub const HEARTBEAT: &str = "heartbeat";
     /// Consumer: whether it may be given leases.
     pub const ACTIVE: &str = "active";
+    /// Consumer: assignment counter, moved when another party gives it a lease.
+    pub const ASSIGNED: &str = "assigned";
     /// Consumer: whether it reads every shard on its own.
     pub const STANDALONE: &str = "standalone";
     /// EFO: consumer ARN.
