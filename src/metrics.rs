@@ -55,6 +55,19 @@ pub fn emit(timestamp_ms: i64, dimensions: &[(&str, &str)], metrics: &[Metric]) 
     println!("{}", emf_document(timestamp_ms, dimensions, metrics));
 }
 
+/// Writes `metrics` for the store's group and stream (dimensions `Group`, `Stream`).
+pub fn emit_for(store: &crate::state::StateStore, metrics: &[Metric]) {
+    let config = store.config();
+    emit(
+        store.now(),
+        &[
+            ("Group", config.group.as_str()),
+            ("Stream", config.stream.as_str()),
+        ],
+        metrics,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

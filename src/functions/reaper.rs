@@ -4,7 +4,7 @@ use super::ticker::{run_ticks, InvocationSummary};
 use crate::action::ActionKind;
 use crate::config::TickTiming;
 use crate::executor::{execute, ExecutionReport};
-use crate::metrics::{emit, Metric};
+use crate::metrics::{emit_for, Metric};
 use crate::reap::{plan_reap, ReapConfig};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -20,6 +20,8 @@ pub struct Reaper {
     pub kinesis: aws_sdk_kinesis::Client,
     /// Planner settings.
     pub config: ReapConfig,
+    /// Write CloudWatch EMF metrics to standard output after each tick.
+    pub emit_metrics: bool,
 }
 
 /// What one reaper tick did.
@@ -36,14 +38,18 @@ impl Reaper {
         let actions = plan_reap(&snapshot, self.store.now(), &self.config);
         let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;
         let tick = ReapTick { execution };
-        let e = &tick.execution;
-        let config = self.store.config();
-        emit(
-            self.store.now(),
-            &[
-                ("Group", config.group.as_str()),
-                ("Stream", config.stream.as_str()),
-            ],
+        if self.emit_metrics {
+            tick.emit_metrics(&self.store);
+        }
+        Ok(tick)
+    }
+}
+
+impl ReapTick {
+    fn emit_metrics(&self, store: &StateStore) {
+        let e = &self.execution;
+        emit_for(
+            store,
             &[
                 Metric::count(
                     "ReapedConsumers",
@@ -59,7 +65,6 @@ impl Reaper {
                 Metric::count("LostConditions", e.lost_total() as f64),
             ],
         );
-        Ok(tick)
     }
 }
 

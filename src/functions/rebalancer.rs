@@ -5,7 +5,7 @@ use crate::action::ActionKind;
 use crate::config::TickTiming;
 use crate::discovery::{discover_shards, DiscoveryReport};
 use crate::executor::{execute, ExecutionReport};
-use crate::metrics::{emit, Metric};
+use crate::metrics::{emit_for, Metric};
 use crate::rebalance::{available_shards, live_consumers, plan_rebalance, RebalanceConfig};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -24,6 +24,8 @@ pub struct Rebalancer {
     pub config: RebalanceConfig,
     /// Lease term of assignments.
     pub lease_term: Duration,
+    /// Write CloudWatch EMF metrics to standard output after each tick.
+    pub emit_metrics: bool,
 }
 
 /// What one rebalancer tick saw and did.
@@ -80,7 +82,9 @@ impl Rebalancer {
             execution,
             actions_planned: actions.len(),
         };
-        tick.emit_metrics(&self.store);
+        if self.emit_metrics {
+            tick.emit_metrics(&self.store);
+        }
         Ok(tick)
     }
 }
@@ -93,13 +97,8 @@ impl RebalanceTick {
 
     fn emit_metrics(&self, store: &StateStore) {
         let per = self.leases_per_consumer.values();
-        let config = store.config();
-        emit(
-            store.now(),
-            &[
-                ("Group", config.group.as_str()),
-                ("Stream", config.stream.as_str()),
-            ],
+        emit_for(
+            store,
             &[
                 Metric::count("LiveConsumers", self.live_consumers as f64),
                 Metric::count("AvailableShards", self.available_shards as f64),

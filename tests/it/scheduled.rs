@@ -21,6 +21,7 @@ fn rebalancer(ctx: &Ctx, store: &StateStore) -> Rebalancer {
         kinesis: ctx.aws.kinesis.clone(),
         config: RebalanceConfig::default(),
         lease_term: TERM,
+        emit_metrics: true,
     }
 }
 
@@ -294,6 +295,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
             efo_idle_timeout: Duration::from_secs(600),
             ..ReapConfig::default()
         },
+        emit_metrics: true,
     };
     ctx.clock.advance(Duration::from_secs(20));
     let tick = reaper.tick().await.unwrap();
@@ -373,6 +375,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
         store: store.clone(),
         kinesis: ctx.aws.kinesis.clone(),
         config: ReapConfig::default(),
+        emit_metrics: true,
     };
     ctx.clock.advance(Duration::from_secs(60));
     let mut service = lambda_runtime::service_fn(|event| handle_reap(&reaper, timing, event));

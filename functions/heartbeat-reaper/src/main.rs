@@ -27,6 +27,7 @@ async fn main() -> Result<(), Error> {
         store,
         kinesis,
         config: config.reap.clone(),
+        emit_metrics: true,
     };
     let timing = config.timing;
     lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await

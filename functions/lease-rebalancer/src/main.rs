@@ -27,6 +27,7 @@ async fn main() -> Result<(), Error> {
         kinesis,
         config: config.rebalance.clone(),
         lease_term: config.lease_term,
+        emit_metrics: true,
     };
     let timing = config.timing;
     lambda_runtime::run(service_fn(|event| {
