@@ -37,3 +37,4 @@ pub use executor::{execute, ExecutionReport};
 pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{plan_rebalance, RebalanceConfig};
 pub use session::{ConsumerSession, SessionTick};
+pub mod kpl;
