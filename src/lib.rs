@@ -38,3 +38,4 @@ pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{plan_rebalance, RebalanceConfig};
 pub use session::{ConsumerSession, SessionTick};
 pub mod kpl;
+pub mod processing;

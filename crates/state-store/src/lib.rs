@@ -35,6 +35,7 @@ mod lease;
 mod model;
 mod names;
 mod positions;
+mod records;
 mod retry;
 pub mod schema;
 mod sequence;
@@ -56,6 +57,7 @@ pub use model::{
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::ITERATOR_TYPES;
+pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
 pub use retry::{call_kinesis, is_throttling_code, RetryPolicy};
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};

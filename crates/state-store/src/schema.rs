@@ -12,7 +12,8 @@
 //! | `OWN#<consumer>#<shard>` | a shard checkpoint of a standalone consumer |
 //! | `EFOSHARD#<efo>#<shard>` | a shard checkpoint of a standalone EFO consumer |
 //! | `DDBPOS#<shard>` | a DynamoDB Streams shard position |
-//! | `RECORD#<shard>#<seq>` | reserved for per-record state (retries, parked records) |
+//! | `RECORD#<shard>#<seq>#<sub>` | failed attempts of a record (expires by TTL) |
+//! | `PARKED#<shard>#<seq>#<sub>` | a parked poison record (expires by TTL) |
 
 use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 
@@ -119,6 +120,18 @@ pub mod attr {
     pub const SEQ: &str = "seq";
     /// DynamoDB Streams position: parent shard id.
     pub const PARENT: &str = "parent";
+    /// Record: failed attempts.
+    pub const ATTEMPTS: &str = "attempts";
+    /// Parked record: sub-sequence number.
+    pub const SUB: &str = "sub";
+    /// Parked record: partition key.
+    pub const PARTITION_KEY: &str = "partition_key";
+    /// Parked record: payload (binary).
+    pub const DATA: &str = "data";
+    /// Parked record: the last error.
+    pub const ERROR: &str = "error";
+    /// Parked record: when it was parked (ms).
+    pub const PARKED: &str = "parked";
 }
 
 /// Where a shard's state lives: the storage modes of a consumer group.

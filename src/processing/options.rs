@@ -1,0 +1,66 @@
+//! How a processor treats failures.
+
+use std::time::Duration;
+
+/// What a failure does to the rest of the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Stop at the first failure and report it: nothing after it is
+    /// processed, so order is kept (the default).
+    #[default]
+    StopAtFirstFailure,
+    /// Process every record and report every failure (for handlers that do
+    /// not need order; the event source mapping re-delivers from the first
+    /// failure, so later successes may run again).
+    ReportAllFailures,
+}
+
+/// Where poison records go once they failed `max_attempts` times.
+#[derive(Debug, Clone, Default)]
+pub enum Parking {
+    /// Never park: a failing record is reported until the event source
+    /// mapping gives up on it (its own retry limit and on-failure destination).
+    #[default]
+    Disabled,
+    /// As a parked-record item in the state table, kept for `ttl`.
+    StateTable {
+        /// How long the parked record is kept.
+        ttl: Duration,
+    },
+    /// To a dead-letter Kinesis stream, as a JSON envelope with the record
+    /// and the error.
+    DeadLetterStream {
+        /// Kinesis client.
+        client: aws_sdk_kinesis::Client,
+        /// Dead-letter stream name.
+        stream: String,
+    },
+}
+
+/// Processor settings.
+#[derive(Debug, Clone)]
+pub struct ProcessingOptions {
+    /// Stop at the first failure (default) or report all.
+    pub mode: FailureMode,
+    /// Failed attempts after which a record is parked (needs the state store
+    /// to count attempts across invocations).
+    pub max_attempts: u32,
+    /// Where parked records go.
+    pub parking: Parking,
+    /// How long attempt counters live.
+    pub attempts_ttl: Duration,
+    /// Stop this long before the Lambda deadline and report the rest.
+    pub deadline_margin: Duration,
+}
+
+impl Default for ProcessingOptions {
+    fn default() -> Self {
+        ProcessingOptions {
+            mode: FailureMode::StopAtFirstFailure,
+            max_attempts: 3,
+            parking: Parking::Disabled,
+            attempts_ttl: Duration::from_secs(2 * 24 * 3600),
+            deadline_margin: Duration::from_millis(1500),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! What happened to a batch, and why a record failed.
+
+use serde::Serialize;
+
+/// Why one record failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The record in the event could not be read (bad base64, missing fields).
+    #[error("record {index} of the event is malformed: {error}")]
+    Malformed {
+        /// Its position in the event.
+        index: usize,
+        /// The parse error.
+        error: String,
+    },
+    /// The KPL aggregate is corrupt.
+    #[error("aggregated record {sequence_number} is corrupt: {error}")]
+    Aggregate {
+        /// The aggregated record's sequence number.
+        sequence_number: String,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// The payload is not the type the handler expects.
+    #[error("record {sequence_number}/{sub_sequence}: payload does not decode: {error}")]
+    Payload {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+        /// The serde error.
+        error: String,
+    },
+    /// The handler returned an error.
+    #[error("record {sequence_number}/{sub_sequence}: handler failed: {error}")]
+    Handler {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+        /// The handler's error.
+        error: String,
+    },
+    /// Not attempted: the Lambda deadline was too close.
+    #[error("record {sequence_number} not attempted: the deadline is too close")]
+    Deadline {
+        /// The record's sequence number.
+        sequence_number: String,
+    },
+}
+
+/// A record reported back to the event source mapping for retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordFailure {
+    /// The item identifier reported (the Kinesis sequence number).
+    pub item_identifier: String,
+    /// Why.
+    pub error: RecordError,
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BatchReport {
+    /// User records the handler processed successfully.
+    pub processed: u64,
+    /// User records skipped because the stored checkpoint already covers them.
+    pub duplicates_skipped: u64,
+    /// User records parked after too many attempts.
+    pub parked: u64,
+    /// Records reported back for retry, in order.
+    pub failures: Vec<RecordFailure>,
+    /// Records left for the retry without being attempted (after the first failure).
+    pub not_attempted: u64,
+    /// Checkpoints stored.
+    pub checkpoints: u64,
+}

@@ -1,0 +1,69 @@
+//! Setting a poison record aside so its shard can move on.
+
+use crate::processing::options::Parking;
+use crate::processing::outcome::RecordError;
+use crate::processing::record::StreamRecord;
+use crate::state::{
+    call_kinesis, ParkedRecord, RecordKey, Result, SequenceNumber, ShardId, StateStore,
+};
+use base64::Engine;
+
+/// The JSON a parked record carries to a dead-letter stream.
+pub(crate) fn envelope(
+    record: &StreamRecord,
+    error: &RecordError,
+    attempts: u32,
+) -> serde_json::Value {
+    serde_json::json!({
+        "source": record.event_source_arn,
+        "shard_id": record.shard_id,
+        "sequence_number": record.sequence_number,
+        "sub_sequence": record.sub_sequence,
+        "partition_key": record.partition_key,
+        "attempts": attempts,
+        "error": error.to_string(),
+        "data": base64::engine::general_purpose::STANDARD.encode(&record.data),
+    })
+}
+
+/// Parks `record` where `parking` says. `false` if parking is disabled (or
+/// needs a store that is not there): the record stays failed.
+pub(crate) async fn park(
+    parking: &Parking,
+    store: Option<&StateStore>,
+    record: &StreamRecord,
+    error: &RecordError,
+    attempts: u32,
+) -> Result<bool> {
+    match parking {
+        Parking::Disabled => Ok(false),
+        Parking::StateTable { ttl } => {
+            let Some(store) = store else { return Ok(false) };
+            let parked = ParkedRecord {
+                key: RecordKey {
+                    shard_id: ShardId::new(&record.shard_id)?,
+                    sequence: SequenceNumber::new(&record.sequence_number)?,
+                    sub_sequence: record.sub_sequence,
+                },
+                partition_key: record.partition_key.clone(),
+                data: record.data.to_vec(),
+                error: error.to_string(),
+                attempts,
+                parked_at: store.now(),
+            };
+            store.park_record(&parked, *ttl).await?;
+            Ok(true)
+        }
+        Parking::DeadLetterStream { client, stream } => {
+            let body = envelope(record, error, attempts).to_string();
+            let req = client
+                .put_record()
+                .stream_name(stream)
+                .partition_key(&record.partition_key)
+                .data(aws_sdk_kinesis::primitives::Blob::new(body));
+            let retry = store.map(|s| s.config().retry).unwrap_or_default();
+            call_kinesis(&retry, "PutRecord", || req.clone().send()).await?;
+            Ok(true)
+        }
+    }
+}
