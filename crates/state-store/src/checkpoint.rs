@@ -124,9 +124,30 @@ impl StateStore {
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
+        self.checkpoint_unleased_expiring(scope, shard, cp, arrival, None)
+            .await
+    }
+
+    /// [`StateStore::checkpoint_unleased`] on an item that expires by TTL
+    /// after `ttl` (for checkpoints of short-lived scopes, such as one
+    /// event-source-mapping batch).
+    pub async fn checkpoint_unleased_expiring(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<CheckpointOutcome> {
         let (expr, update) = checkpoint_expr(cp, arrival, self.now());
-        let expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
-        let update = format!("{update}, #shard = :shard");
+        let mut expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
+        let mut update = format!("{update}, #shard = :shard");
+        if let Some(ttl) = ttl {
+            expr = expr
+                .names(&[crate::schema::TTL])
+                .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
+            update.push_str(", #expires_ttl = :ttl");
+        }
         let req = self.update_req(&scope.shard_sk(shard), &expr, &update, Some(MONOTONIC));
         match self.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),

@@ -1,0 +1,224 @@
+//! What every source shares: handling a run of records in order, counting
+//! attempts, parking poison records, and checkpointing the successful prefix.
+
+use crate::processing::handler::{HandlerError, RecordHandler};
+use crate::processing::options::{FailureMode, ProcessingOptions};
+use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
+use crate::processing::parking::park;
+use crate::processing::record::StreamRecord;
+use crate::state::{
+    Checkpoint, CheckpointOutcome, RecordKey, Result, SequenceNumber, ShardId, ShardScope,
+    StateError, StateStore,
+};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+/// One record of an event, as a source reads it (public only to the
+/// crate's sources: `core` is a private module).
+pub enum Unit {
+    /// User records ready for the handler (one, or the user records of a KPL aggregate).
+    Records(Vec<StreamRecord>),
+    /// A record that cannot be handled: it fails (and counts toward parking).
+    Broken(StreamRecord, RecordError),
+    /// A record so malformed that only its item identifier is known.
+    Unreadable(String, RecordError),
+}
+
+/// The state of one batch being processed.
+pub(crate) struct Run<'p, H> {
+    pub(crate) handler: &'p H,
+    pub(crate) store: Option<&'p StateStore>,
+    pub(crate) options: &'p ProcessingOptions,
+    /// How long checkpoints live (sources whose checkpoints are per batch expire them).
+    pub(crate) checkpoint_ttl: Option<Duration>,
+    pub(crate) report: BatchReport,
+    stored: BTreeMap<String, Option<Checkpoint>>,
+    progress: BTreeMap<String, Checkpoint>,
+    failed: bool,
+}
+
+fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
+    match e.downcast::<RecordError>() {
+        Ok(e) => *e,
+        Err(e) => RecordError::Handler {
+            sequence_number: record.sequence_number.clone(),
+            sub_sequence: record.sub_sequence,
+            error: e.to_string(),
+        },
+    }
+}
+
+impl<'p, H: RecordHandler> Run<'p, H> {
+    pub(crate) fn new(
+        handler: &'p H,
+        store: Option<&'p StateStore>,
+        options: &'p ProcessingOptions,
+        checkpoint_ttl: Option<Duration>,
+    ) -> Self {
+        Run {
+            handler,
+            store,
+            options,
+            checkpoint_ttl,
+            report: BatchReport::default(),
+            stored: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            failed: false,
+        }
+    }
+
+    /// True once the batch must stop (stop-at-first-failure mode after a failure).
+    pub(crate) fn stopped(&self) -> bool {
+        self.failed && self.options.mode == FailureMode::StopAtFirstFailure
+    }
+
+    /// True if the deadline leaves no room for another record.
+    pub(crate) fn out_of_time(&self, deadline: Option<SystemTime>) -> bool {
+        deadline.is_some_and(|d| SystemTime::now() + self.options.deadline_margin >= d)
+    }
+
+    /// Reports a record without attempting it (deadline).
+    pub(crate) fn skip_for_deadline(&mut self, item: &str) {
+        self.failed = true;
+        self.fail(
+            item,
+            RecordError::Deadline {
+                sequence_number: item.to_owned(),
+            },
+        );
+    }
+
+    fn fail(&mut self, item: &str, error: RecordError) {
+        tracing::warn!(item, %error, "record failed");
+        self.report.failures.push(RecordFailure {
+            item_identifier: item.to_owned(),
+            error,
+        });
+    }
+
+    async fn stored_checkpoint(&mut self, scope_key: &str) -> Result<Option<Checkpoint>> {
+        if let Some(cp) = self.stored.get(scope_key) {
+            return Ok(cp.clone());
+        }
+        let cp = match self.store {
+            None => None,
+            Some(store) => match store
+                .fetch_checkpoint(&ShardScope::Group, &ShardId::new(scope_key)?)
+                .await
+            {
+                Ok(cp) => Some(cp),
+                Err(StateError::NotFound { .. }) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        self.stored.insert(scope_key.to_owned(), cp.clone());
+        Ok(cp)
+    }
+
+    fn advance(&mut self, record: &StreamRecord, sequence: &SequenceNumber) {
+        if !self.failed {
+            self.progress.insert(
+                record.shard_id.clone(),
+                Checkpoint::After {
+                    sequence: sequence.clone(),
+                    sub_sequence: record.sub_sequence,
+                },
+            );
+        }
+    }
+
+    /// Handles one unit (one record of the event).
+    pub(crate) async fn unit(&mut self, unit: Unit) -> Result<()> {
+        match unit {
+            Unit::Unreadable(item, error) => {
+                self.failed = true;
+                self.fail(&item, error);
+            }
+            Unit::Broken(record, error) => {
+                if !self.failed_record(&record, error).await? {
+                    self.failed = true;
+                }
+            }
+            Unit::Records(records) => {
+                for record in records {
+                    let sequence = SequenceNumber::new(&record.sequence_number)?;
+                    let stored = self.stored_checkpoint(&record.shard_id).await?;
+                    if stored.is_some_and(|cp| cp.covers(&sequence, record.sub_sequence)) {
+                        self.report.duplicates_skipped += 1;
+                        continue;
+                    }
+                    match self.handler.handle(record.clone()).await {
+                        Ok(()) => {
+                            self.report.processed += 1;
+                            self.advance(&record, &sequence);
+                        }
+                        Err(e) => {
+                            let error = to_record_error(e, &record);
+                            if !self.failed_record(&record, error).await? {
+                                self.failed = true;
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A record failed: count the attempt; park it once it has failed
+    /// `max_attempts` times (then it counts as done), else report it.
+    /// Returns `true` if it was parked.
+    async fn failed_record(&mut self, record: &StreamRecord, error: RecordError) -> Result<bool> {
+        if let Some(store) = self.store {
+            let key = RecordKey {
+                shard_id: ShardId::new(&record.shard_id)?,
+                sequence: SequenceNumber::new(&record.sequence_number)?,
+                sub_sequence: record.sub_sequence,
+            };
+            let attempts = store
+                .record_attempt(&key, self.options.attempts_ttl)
+                .await?;
+            if attempts >= self.options.max_attempts
+                && park(&self.options.parking, Some(store), record, &error, attempts).await?
+            {
+                tracing::warn!(
+                    shard = %record.shard_id,
+                    sequence_number = %record.sequence_number,
+                    sub_sequence = record.sub_sequence,
+                    attempts,
+                    %error,
+                    "poison record parked; the shard moves on"
+                );
+                self.report.parked += 1;
+                self.advance(record, &key.sequence);
+                return Ok(true);
+            }
+        }
+        self.fail(&record.sequence_number, error);
+        Ok(false)
+    }
+
+    /// Stores the checkpoint of each scope's successful prefix and returns the report.
+    pub(crate) async fn finish(mut self, not_attempted: u64) -> Result<BatchReport> {
+        self.report.not_attempted = not_attempted;
+        if let Some(store) = self.store {
+            for (scope_key, cp) in &self.progress {
+                let shard = ShardId::new(scope_key)?;
+                let outcome = store
+                    .checkpoint_unleased_expiring(
+                        &ShardScope::Group,
+                        &shard,
+                        cp,
+                        None,
+                        self.checkpoint_ttl,
+                    )
+                    .await?;
+                if outcome == CheckpointOutcome::Stored {
+                    self.report.checkpoints += 1;
+                }
+            }
+        }
+        Ok(self.report)
+    }
+}
