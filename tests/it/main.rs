@@ -10,6 +10,7 @@ mod assignments;
 mod checkpoints;
 mod common;
 mod consumers;
+mod dynamodb_processing;
 mod efo;
 mod esm;
 mod fixtures;
