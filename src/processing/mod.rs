@@ -13,6 +13,7 @@ mod parking;
 mod processor;
 mod record;
 mod source;
+mod window;
 
 pub use dynamodb::{changes, Change, ChangeHandler, DynamoDbStreams};
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
@@ -22,3 +23,4 @@ pub use outcome::{BatchReport, RecordError, RecordFailure};
 pub use processor::{BatchProcessor, DynamoDbProcessor, KinesisProcessor};
 pub use record::StreamRecord;
 pub use source::EventSource;
+pub use window::{KinesisWindowProcessor, WindowInfo, STATE_KEY};

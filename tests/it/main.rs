@@ -25,3 +25,4 @@ mod scheduled;
 mod split_merge;
 mod stream;
 mod table;
+mod windows;
