@@ -76,6 +76,26 @@ pub struct ScheduledConfig {
     pub reap: ReapConfig,
 }
 
+/// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
+pub fn required_var(var: &'static str) -> Result<String, ConfigError> {
+    optional_var(var)?.ok_or(ConfigError::Missing { var })
+}
+
+/// An optional environment variable (unset or empty is `None`); one that is
+/// not valid UTF-8 is a [`ConfigError`] naming it.
+pub fn optional_var(var: &'static str) -> Result<Option<String>, ConfigError> {
+    match std::env::var(var) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ConfigError::Malformed {
+            var,
+            value: v.to_string_lossy().into_owned(),
+            reason: "not valid UTF-8".to_owned(),
+        }),
+    }
+}
+
 struct Vars<F: Fn(&str) -> Option<String>>(F);
 
 impl<F: Fn(&str) -> Option<String>> Vars<F> {

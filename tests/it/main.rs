@@ -14,6 +14,7 @@ mod dynamodb_processing;
 mod efo;
 mod esm;
 mod fixtures;
+mod functions;
 mod kinesis_processing;
 mod leases;
 mod local;

@@ -1,0 +1,45 @@
+//! kinesis-processor: the Lambda binary. Configuration: `ORDERS_TABLE`,
+//! `SHARDKEEPER_TABLE` (default `shardkeeper-state`), `SHARDKEEPER_GROUP`,
+//! `SHARDKEEPER_STREAM`, `SHARDKEEPER_MAX_ATTEMPTS` (default 3),
+//! `SHARDKEEPER_DEAD_LETTER_STREAM` (optional).
+
+use kinesis_processor::{processor, OrderWriter, Settings};
+use lambda_runtime::Error;
+use shardkeeper::config::{optional_var, required_var};
+use shardkeeper::functions::init_tracing;
+use shardkeeper::state::{StateStore, StoreConfig};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    init_tracing();
+    let orders_table = required_var("ORDERS_TABLE")?;
+    let group = required_var("SHARDKEEPER_GROUP")?;
+    let stream = required_var("SHARDKEEPER_STREAM")?;
+    let table =
+        optional_var("SHARDKEEPER_TABLE")?.unwrap_or_else(|| "shardkeeper-state".to_owned());
+    let max_attempts = match optional_var("SHARDKEEPER_MAX_ATTEMPTS")? {
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("SHARDKEEPER_MAX_ATTEMPTS={v:?} is not a whole number"))?,
+        None => 3,
+    };
+    let settings = Settings {
+        orders_table,
+        max_attempts,
+        dead_letter_stream: optional_var("SHARDKEEPER_DEAD_LETTER_STREAM")?,
+    };
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
+    let store = StateStore::new(
+        dynamodb.clone(),
+        StoreConfig::new(&group, &stream)?.table(&table)?,
+    );
+    // Warm the connection once, at init.
+    store.stream_state().await?;
+    let writer = OrderWriter {
+        dynamodb,
+        table: settings.orders_table.clone(),
+    };
+    let processor = processor(writer, store, aws_sdk_kinesis::Client::new(&aws), &settings);
+    lambda_runtime::run(processor).await
+}
