@@ -2,6 +2,29 @@
 //! for one record (or one typed payload, or one typed item change) and get
 //! the stream semantics from the processor: order, checkpoint
 //! de-duplication, bounded retries, parking, the deadline, KPL de-aggregation.
+//!
+//! ```no_run
+//! # #![recursion_limit = "256"]
+//! use lambda_runtime::{service_fn, LambdaEvent};
+//! use serde_json::value::RawValue;
+//! use shardkeeper::processing::{json, KinesisProcessor, StreamRecord};
+//! use shardkeeper::state::{StateStore, StoreConfig};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { order_id: String, amount_cents: u64 }
+//!
+//! # async fn run() -> Result<(), lambda_runtime::Error> {
+//! let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+//! let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), StoreConfig::new("billing", "orders")?);
+//! let processor = KinesisProcessor::new(json(|order: Order, record: StreamRecord| async move {
+//!     println!("{} from {}: {} cents", order.order_id, record.sequence_number, order.amount_cents);
+//!     Ok::<(), std::io::Error>(())
+//! }))
+//! .with_store(store);
+//! // The processor is a tower service; a closure works as well:
+//! lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| processor.handle(event))).await
+//! # }
+//! ```
 
 mod core;
 mod dynamodb;
