@@ -96,34 +96,37 @@ impl<'p, H: RecordHandler> Run<'p, H> {
         });
     }
 
-    async fn stored_checkpoint(&mut self, scope_key: &str) -> Result<Option<Checkpoint>> {
-        if let Some(cp) = self.stored.get(scope_key) {
-            return Ok(cp.clone());
-        }
-        let cp = match self.store {
-            None => None,
-            Some(store) => match store
-                .fetch_checkpoint(&ShardScope::Group, &ShardId::new(scope_key)?)
-                .await
-            {
+    /// True if the stored checkpoint of the record's scope covers it (read
+    /// once per scope per batch; never without a store).
+    async fn covered(&mut self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<bool> {
+        let Some(store) = self.store else { return Ok(false) };
+        if !self.stored.contains_key(&record.shard_id) {
+            let shard = ShardId::new(&record.shard_id)?;
+            let cp = match store.fetch_checkpoint(&ShardScope::Group, &shard).await {
                 Ok(cp) => Some(cp),
                 Err(StateError::NotFound { .. }) => None,
                 Err(e) => return Err(e),
-            },
-        };
-        self.stored.insert(scope_key.to_owned(), cp.clone());
-        Ok(cp)
+            };
+            self.stored.insert(record.shard_id.clone(), cp);
+        }
+        Ok(self.stored[&record.shard_id]
+            .as_ref()
+            .is_some_and(|cp| cp.covers(sequence, record.sub_sequence)))
     }
 
-    fn advance(&mut self, record: &StreamRecord, sequence: &SequenceNumber) {
-        if !self.failed {
-            self.progress.insert(
-                record.shard_id.clone(),
-                Checkpoint::After {
-                    sequence: sequence.clone(),
-                    sub_sequence: record.sub_sequence,
-                },
-            );
+    fn advance(&mut self, record: &StreamRecord, sequence: SequenceNumber) {
+        if self.failed || self.store.is_none() {
+            return;
+        }
+        let cp = Checkpoint::After {
+            sequence,
+            sub_sequence: record.sub_sequence,
+        };
+        match self.progress.get_mut(&record.shard_id) {
+            Some(slot) => *slot = cp,
+            None => {
+                self.progress.insert(record.shard_id.clone(), cp);
+            }
         }
     }
 
@@ -142,15 +145,14 @@ impl<'p, H: RecordHandler> Run<'p, H> {
             Unit::Records(records) => {
                 for record in records {
                     let sequence = SequenceNumber::new(&record.sequence_number)?;
-                    let stored = self.stored_checkpoint(&record.shard_id).await?;
-                    if stored.is_some_and(|cp| cp.covers(&sequence, record.sub_sequence)) {
+                    if self.covered(&record, &sequence).await? {
                         self.report.duplicates_skipped += 1;
                         continue;
                     }
                     match self.handler.handle(record.clone()).await {
                         Ok(()) => {
                             self.report.processed += 1;
-                            self.advance(&record, &sequence);
+                            self.advance(&record, sequence);
                         }
                         Err(e) => {
                             let error = to_record_error(e, &record);
@@ -191,7 +193,7 @@ impl<'p, H: RecordHandler> Run<'p, H> {
                     "poison record parked; the shard moves on"
                 );
                 self.report.parked += 1;
-                self.advance(record, &key.sequence);
+                self.advance(record, key.sequence);
                 return Ok(true);
             }
         }
