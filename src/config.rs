@@ -130,6 +130,28 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     }
 }
 
+/// The state store's table, group and stream from `SHARDKEEPER_TABLE`,
+/// `SHARDKEEPER_GROUP` and `SHARDKEEPER_STREAM` (for the processing functions).
+pub fn store_config_from_env() -> Result<StoreConfig, ConfigError> {
+    store_config(&Vars(|k: &str| std::env::var(k).ok()))
+}
+
+fn store_config<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<StoreConfig, ConfigError> {
+    let group = vars.required(GROUP)?;
+    let stream = vars.required(STREAM)?;
+    let table = vars.get(TABLE).unwrap_or_else(|| DEFAULT_TABLE.to_owned());
+    StoreConfig::new(&group, &stream)
+        .map_err(|e| match e {
+            StateError::Validation {
+                field: "consumer group",
+                ..
+            } => state_error(GROUP, group.clone(), e),
+            e => state_error(STREAM, stream.clone(), e),
+        })?
+        .table(&table)
+        .map_err(|e| state_error(TABLE, table.clone(), e))
+}
+
 fn state_error(var: &'static str, value: String, e: StateError) -> ConfigError {
     ConfigError::Malformed {
         var,
@@ -147,19 +169,7 @@ impl ScheduledConfig {
     /// Reads the configuration through `lookup` (variable name to value).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let vars = Vars(lookup);
-        let group = vars.required(GROUP)?;
-        let stream = vars.required(STREAM)?;
-        let table = vars.get(TABLE).unwrap_or_else(|| DEFAULT_TABLE.to_owned());
-        let store = StoreConfig::new(&group, &stream)
-            .map_err(|e| match e {
-                StateError::Validation {
-                    field: "consumer group",
-                    ..
-                } => state_error(GROUP, group.clone(), e),
-                e => state_error(STREAM, stream.clone(), e),
-            })?
-            .table(&table)
-            .map_err(|e| state_error(TABLE, table.clone(), e))?;
+        let store = store_config(&vars)?;
         let secs = Duration::from_secs;
         let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;

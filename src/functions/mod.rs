@@ -10,6 +10,27 @@ pub use reaper::{handle_reap, ReapTick, Reaper};
 pub use rebalancer::{handle_rebalance, RebalanceTick, Rebalancer};
 pub use ticker::{run_ticks, InvocationSummary, TickLoop};
 
+/// Checks the state table and the stream once and records the stream's
+/// creation time (resetting the state if the stream was re-created): what
+/// the scheduled functions do at init, which also warms both connections.
+pub async fn start_store(
+    config: &crate::config::ScheduledConfig,
+    dynamodb: aws_sdk_dynamodb::Client,
+    kinesis: &aws_sdk_kinesis::Client,
+) -> Result<crate::state::StateStore, crate::state::StateError> {
+    use crate::state::{kinesis_stream_created, StartOptions, StateStore, TableOptions};
+    let store = StateStore::new(dynamodb, config.store.clone());
+    let created =
+        kinesis_stream_created(kinesis, config.store.stream.as_str(), &config.store.retry).await?;
+    store
+        .start(&StartOptions {
+            table: TableOptions::default(),
+            stream_created: created,
+        })
+        .await?;
+    Ok(store)
+}
+
 /// Sets up logging: JSON lines in Lambda (where `AWS_LAMBDA_FUNCTION_NAME`
 /// is set), human-readable text elsewhere; the level from `RUST_LOG`
 /// (default `info`).

@@ -99,7 +99,9 @@ impl<'p, H: RecordHandler> Run<'p, H> {
     /// True if the stored checkpoint of the record's scope covers it (read
     /// once per scope per batch; never without a store).
     async fn covered(&mut self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<bool> {
-        let Some(store) = self.store else { return Ok(false) };
+        let Some(store) = self.store else {
+            return Ok(false);
+        };
         if !self.stored.contains_key(&record.shard_id) {
             let shard = ShardId::new(&record.shard_id)?;
             let cp = match store.fetch_checkpoint(&ShardScope::Group, &shard).await {

@@ -207,3 +207,27 @@ pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
         .unwrap()
         .expect("the shard is free")
 }
+
+/// The stream's ARN.
+pub async fn stream_arn(aws: &AwsClients, stream: &str) -> String {
+    aws.kinesis
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+        .expect("describe stream")
+        .stream_description_summary()
+        .expect("stream summary")
+        .stream_arn()
+        .to_owned()
+}
+
+/// A Lambda context whose deadline is `deadline_in` from now.
+pub fn lambda_context(deadline_in: Duration) -> lambda_runtime::Context {
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = (std::time::SystemTime::now() + deadline_in)
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    context
+}

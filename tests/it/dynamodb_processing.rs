@@ -2,17 +2,17 @@
 //! table on the DynamoDB server, its stream read back, shaped as the event
 //! source mapping shapes it, and handled as typed changes.
 
-use crate::common::{create_id_table, ctx};
+use crate::common::{create_id_table, ctx, lambda_context};
 use crate::esm::{dynamodb_event, read_table_stream};
 use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_runtime::{Context, LambdaEvent, Service};
+use lambda_runtime::{LambdaEvent, Service};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use shardkeeper::processing::{changes, Change, DynamoDbProcessor, RecordError, StreamRecord};
 use shardkeeper_local::unique_name;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 struct Order {
@@ -110,11 +110,7 @@ async fn typed_changes_keep_a_projection_through_the_lambda_service() {
     let mut processor =
         DynamoDbProcessor::new(projector(projection.clone(), log.clone(), Arc::default()))
             .with_store(ctx.store(&table));
-    let mut context = Context::default();
-    context.deadline = (SystemTime::now() + Duration::from_secs(60))
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let context = lambda_context(Duration::from_secs(60));
     let response = processor
         .call(LambdaEvent::new(
             RawValue::from_string(event.to_string()).unwrap(),

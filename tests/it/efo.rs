@@ -1,6 +1,6 @@
 //! The enhanced fan-out pool: locking races, release, idle deregistration on the Kinesis server.
 
-use crate::common::{create_stream, ctx};
+use crate::common::{create_stream, ctx, stream_arn};
 use shardkeeper::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope,
 };
@@ -124,18 +124,7 @@ async fn standalone_efo_checkpoints_are_fenced_by_the_lock() {
 async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
-    let stream_arn = ctx
-        .aws
-        .kinesis
-        .describe_stream_summary()
-        .stream_name(&stream)
-        .send()
-        .await
-        .unwrap()
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_owned();
+    let stream_arn = stream_arn(&ctx.aws, &stream).await;
     let store = ctx.store(&stream);
     for i in 0..4 {
         let name = format!("pool-{i}");

@@ -1,29 +1,20 @@
 //! The ready-to-deploy processing functions, on the in-process servers, fed
 //! the example events from `events/`.
 
-use crate::common::ctx;
+use crate::common::{ctx, lambda_context};
 use aws_sdk_dynamodb::types::AttributeValue;
 use kinesis_processor::{OrderWriter, Settings};
-use lambda_runtime::{Context, LambdaEvent, Service};
+use lambda_runtime::{LambdaEvent, Service};
 use serde_json::value::RawValue;
 use shardkeeper::processing::{KinesisWindowProcessor, StreamRecord};
 use shardkeeper_local::unique_name;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use stream_processor::Projector;
 
 fn event(name: &str) -> Box<RawValue> {
     let text =
         std::fs::read_to_string(format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     RawValue::from_string(text).unwrap()
-}
-
-fn context() -> Context {
-    let mut context = Context::default();
-    context.deadline = (SystemTime::now() + Duration::from_secs(60))
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    context
 }
 
 async fn orders_table(ctx: &crate::common::Ctx) -> String {
@@ -86,7 +77,10 @@ async fn kinesis_processor_writes_each_order_once() {
     );
     for _ in 0..2 {
         let response = function
-            .call(LambdaEvent::new(event("kinesis-batch.json"), context()))
+            .call(LambdaEvent::new(
+                event("kinesis-batch.json"),
+                lambda_context(Duration::from_secs(60)),
+            ))
             .await
             .unwrap();
         assert!(response.batch_item_failures.is_empty());
@@ -102,7 +96,10 @@ async fn kinesis_processor_writes_each_order_once() {
     let mut function =
         kinesis_processor::processor(writer, store, ctx.aws.kinesis.clone(), &settings);
     let response = function
-        .call(LambdaEvent::new(event("kinesis-kpl.json"), context()))
+        .call(LambdaEvent::new(
+            event("kinesis-kpl.json"),
+            lambda_context(Duration::from_secs(60)),
+        ))
         .await
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
@@ -120,7 +117,10 @@ async fn kinesis_processor_writes_each_order_once() {
         &settings,
     );
     let response = function
-        .call(LambdaEvent::new(event("kinesis-malformed.json"), context()))
+        .call(LambdaEvent::new(
+            event("kinesis-malformed.json"),
+            lambda_context(Duration::from_secs(60)),
+        ))
         .await
         .unwrap();
     let failed: Vec<_> = response
@@ -145,7 +145,10 @@ async fn stream_processor_projection_never_goes_back() {
     };
     let mut function = stream_processor::processor(projector.clone(), ctx.store("orders-stream"));
     let response = function
-        .call(LambdaEvent::new(event("dynamodb-stream.json"), context()))
+        .call(LambdaEvent::new(
+            event("dynamodb-stream.json"),
+            lambda_context(Duration::from_secs(60)),
+        ))
         .await
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
@@ -198,7 +201,10 @@ async fn the_window_fixture_aggregates() {
         |_total: u64, _window| async { Ok(()) },
     );
     let response = processor
-        .handle(LambdaEvent::new(event("kinesis-window.json"), context()))
+        .handle(LambdaEvent::new(
+            event("kinesis-window.json"),
+            lambda_context(Duration::from_secs(60)),
+        ))
         .await
         .unwrap();
     assert_eq!(

@@ -2,10 +2,10 @@
 //! server, read back, shaped as the event source mapping shapes them, and
 //! handled through lambda_runtime's service.
 
-use crate::common::{create_stream, ctx, Ctx};
+use crate::common::{create_stream, ctx, lambda_context, stream_arn, Ctx};
 use crate::esm::{kinesis_event, read_shard};
 use aws_sdk_kinesis::primitives::Blob;
-use lambda_runtime::{Context, LambdaEvent, Service};
+use lambda_runtime::{LambdaEvent, Service};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use shardkeeper::kpl;
@@ -15,7 +15,7 @@ use shardkeeper::processing::{
 use shardkeeper::state::{ShardId, ShardScope};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Deserialize, PartialEq)]
 struct Order {
@@ -31,19 +31,7 @@ struct Fixture {
 
 async fn stream_with(ctx: &Ctx, payloads: &[Vec<u8>]) -> Fixture {
     let stream = create_stream(&ctx.aws, 1).await;
-    let summary = ctx
-        .aws
-        .kinesis
-        .describe_stream_summary()
-        .stream_name(&stream)
-        .send()
-        .await
-        .unwrap();
-    let arn = summary
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_owned();
+    let arn = stream_arn(&ctx.aws, &stream).await;
     let mut shard = String::new();
     for (i, p) in payloads.iter().enumerate() {
         let out = ctx
@@ -69,15 +57,6 @@ fn orders(n: u32) -> Vec<Vec<u8>> {
 
 fn raw(event: &serde_json::Value) -> Box<RawValue> {
     RawValue::from_string(event.to_string()).unwrap()
-}
-
-fn context(deadline_in: Duration) -> Context {
-    let mut context = Context::default();
-    context.deadline = (SystemTime::now() + deadline_in)
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    context
 }
 
 type Seen = Arc<Mutex<Vec<(u32, u64)>>>;
@@ -120,7 +99,7 @@ async fn a_batch_is_processed_in_order_through_the_lambda_service() {
     let response = processor
         .call(LambdaEvent::new(
             raw(&event),
-            context(Duration::from_secs(60)),
+            lambda_context(Duration::from_secs(60)),
         ))
         .await
         .unwrap();
@@ -380,7 +359,7 @@ async fn the_deadline_stops_the_batch_and_reports_the_rest() {
     let response = processor
         .handle(LambdaEvent::new(
             raw(&event),
-            context(Duration::from_millis(500)),
+            lambda_context(Duration::from_millis(500)),
         ))
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! The in-process servers themselves: fixed ports, file-backed DynamoDB that
 //! survives a restart, and enhanced fan-out SubscribeToShard through the SDK.
 
-use crate::common::{create_stream, ctx};
+use crate::common::{create_stream, ctx, stream_arn};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
@@ -62,19 +62,7 @@ async fn file_backed_dynamodb_keeps_state_across_a_restart_on_fixed_ports() {
 async fn enhanced_fan_out_subscribe_to_shard_delivers_records() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
-    let summary = ctx
-        .aws
-        .kinesis
-        .describe_stream_summary()
-        .stream_name(&stream)
-        .send()
-        .await
-        .unwrap();
-    let stream_arn = summary
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_owned();
+    let stream_arn = stream_arn(&ctx.aws, &stream).await;
     let consumer = ctx
         .aws
         .kinesis

@@ -2,16 +2,18 @@
 //! in-process servers, ticking on a test clock; and both functions invoked
 //! through lambda_runtime's service with the scheduled-event fixture.
 
-use crate::common::{create_stream, ctx, list_shards, wait_stream_active, Ctx};
+use crate::common::{
+    create_stream, ctx, lambda_context, list_shards, stream_arn, wait_stream_active, Ctx,
+};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use lambda_runtime::{Context, LambdaEvent, Service};
+use lambda_runtime::{LambdaEvent, Service};
 use shardkeeper::functions::{handle_reap, handle_rebalance, Reaper, Rebalancer};
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope, ShardSpec, StateStore,
 };
 use shardkeeper::{ConsumerSession, ReapConfig, RebalanceConfig, TickTiming};
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 const TERM: Duration = Duration::from_secs(10);
 
@@ -251,18 +253,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
-    let arn = ctx
-        .aws
-        .kinesis
-        .describe_stream_summary()
-        .stream_name(&stream)
-        .send()
-        .await
-        .unwrap()
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_owned();
+    let arn = stream_arn(&ctx.aws, &stream).await;
     for i in 0..3 {
         let out = ctx
             .aws
@@ -333,15 +324,6 @@ fn scheduled_event() -> EventBridgeEvent {
     serde_json::from_str(include_str!("../../events/scheduled.json")).expect("fixture parses")
 }
 
-fn context(deadline_in: Duration) -> Context {
-    let mut context = Context::default();
-    context.deadline = (SystemTime::now() + deadline_in)
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    context
-}
-
 #[tokio::test]
 async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let ctx = ctx().await;
@@ -360,7 +342,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let summary = service
         .call(LambdaEvent::new(
             scheduled_event(),
-            context(Duration::from_millis(700)),
+            lambda_context(Duration::from_millis(700)),
         ))
         .await
         .unwrap();
@@ -382,7 +364,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let summary = service
         .call(LambdaEvent::new(
             scheduled_event(),
-            context(Duration::from_millis(500)),
+            lambda_context(Duration::from_millis(500)),
         ))
         .await
         .unwrap();

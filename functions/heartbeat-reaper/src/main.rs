@@ -3,8 +3,7 @@
 //! deregister idle EFO consumers, remove state of shards past retention.
 
 use lambda_runtime::{service_fn, Error};
-use shardkeeper::functions::{handle_reap, init_tracing, Reaper};
-use shardkeeper::state::{kinesis_stream_created, StartOptions, StateStore, TableOptions};
+use shardkeeper::functions::{handle_reap, init_tracing, start_store, Reaper};
 use shardkeeper::ScheduledConfig;
 
 #[tokio::main]
@@ -13,16 +12,7 @@ async fn main() -> Result<(), Error> {
     let config = ScheduledConfig::from_env()?;
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let kinesis = aws_sdk_kinesis::Client::new(&aws);
-    let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), config.store.clone());
-    // Warms both connections and checks the table and the stream once, at init.
-    let created =
-        kinesis_stream_created(&kinesis, config.store.stream.as_str(), &config.store.retry).await?;
-    store
-        .start(&StartOptions {
-            table: TableOptions::default(),
-            stream_created: created,
-        })
-        .await?;
+    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
     let reaper = Reaper {
         store,
         kinesis,

@@ -5,18 +5,15 @@
 
 use kinesis_processor::{processor, OrderWriter, Settings};
 use lambda_runtime::Error;
-use shardkeeper::config::{optional_var, required_var};
+use shardkeeper::config::{optional_var, required_var, store_config_from_env};
 use shardkeeper::functions::init_tracing;
-use shardkeeper::state::{StateStore, StoreConfig};
+use shardkeeper::state::StateStore;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     init_tracing();
     let orders_table = required_var("ORDERS_TABLE")?;
-    let group = required_var("SHARDKEEPER_GROUP")?;
-    let stream = required_var("SHARDKEEPER_STREAM")?;
-    let table =
-        optional_var("SHARDKEEPER_TABLE")?.unwrap_or_else(|| "shardkeeper-state".to_owned());
+    let store_config = store_config_from_env()?;
     let max_attempts = match optional_var("SHARDKEEPER_MAX_ATTEMPTS")? {
         Some(v) => v
             .parse()
@@ -30,10 +27,7 @@ async fn main() -> Result<(), Error> {
     };
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
-    let store = StateStore::new(
-        dynamodb.clone(),
-        StoreConfig::new(&group, &stream)?.table(&table)?,
-    );
+    let store = StateStore::new(dynamodb.clone(), store_config);
     // Warm the connection once, at init.
     store.stream_state().await?;
     let writer = OrderWriter {
