@@ -26,4 +26,5 @@ mod scheduled;
 mod split_merge;
 mod stream;
 mod table;
+mod template;
 mod windows;

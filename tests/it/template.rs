@@ -1,0 +1,164 @@
+//! template.yaml against the code: every environment variable a function
+//! reads is set, and every action a function calls is in its policy.
+
+use serde_yaml::Value;
+use std::collections::BTreeSet;
+
+fn template() -> Value {
+    let text =
+        std::fs::read_to_string(format!("{}/template.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_mapping()
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Environment variables a function's code reads, found in its source.
+fn variables_read(binary: &str) -> BTreeSet<String> {
+    let dir = format!("{}/functions/{binary}/src", env!("CARGO_MANIFEST_DIR"));
+    let mut vars = BTreeSet::new();
+    for file in ["main.rs", "lib.rs"] {
+        let Ok(src) = std::fs::read_to_string(format!("{dir}/{file}")) else {
+            continue;
+        };
+        for call in ["required_var(\"", "optional_var(\""] {
+            for part in src.split(call).skip(1) {
+                vars.insert(part.split('"').next().unwrap().to_owned());
+            }
+        }
+        if src.contains("ScheduledConfig::from_env") || src.contains("store_config_from_env") {
+            for v in [
+                "SHARDKEEPER_TABLE",
+                "SHARDKEEPER_GROUP",
+                "SHARDKEEPER_STREAM",
+            ] {
+                vars.insert(v.to_owned());
+            }
+        }
+    }
+    vars
+}
+
+fn actions(function: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for policy in function["Properties"]["Policies"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        for statement in policy["Statement"].as_sequence().into_iter().flatten() {
+            for action in statement["Action"].as_sequence().into_iter().flatten() {
+                out.insert(action.as_str().unwrap().to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_function_has_its_variables_and_permissions() {
+    let t = template();
+    let globals = keys(&t["Globals"]["Function"]["Environment"]["Variables"]);
+    let state = ["dynamodb:GetItem", "dynamodb:UpdateItem"];
+    let scheduled_state = [
+        "dynamodb:DescribeTable",
+        "dynamodb:Query",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ];
+    let expected: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "LeaseRebalancer",
+            [
+                &state[..],
+                &scheduled_state[..],
+                &["kinesis:DescribeStreamSummary", "kinesis:ListShards"],
+            ]
+            .concat(),
+        ),
+        (
+            "HeartbeatReaper",
+            [
+                &state[..],
+                &scheduled_state[..],
+                &[
+                    "kinesis:DescribeStreamSummary",
+                    "kinesis:DeregisterStreamConsumer",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            "KinesisProcessor",
+            [
+                &state[..],
+                &[
+                    "dynamodb:PutItem",
+                    "kinesis:PutRecord",
+                    "kinesis:GetRecords",
+                    "kinesis:GetShardIterator",
+                    "sqs:SendMessage",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            "StreamProcessor",
+            [
+                &state[..],
+                &[
+                    "dynamodb:PutItem",
+                    "dynamodb:GetRecords",
+                    "dynamodb:GetShardIterator",
+                    "sqs:SendMessage",
+                ],
+            ]
+            .concat(),
+        ),
+    ];
+    for (name, needed) in expected {
+        let f = &t["Resources"][name];
+        assert_eq!(f["Type"], "AWS::Serverless::Function", "{name}");
+        assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
+        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap();
+        let mut env = globals.clone();
+        env.extend(keys(&f["Properties"]["Environment"]["Variables"]));
+        let read = variables_read(binary);
+        assert!(
+            !read.is_empty(),
+            "{binary}: found no variables in its source"
+        );
+        let missing: Vec<_> = read.difference(&env).collect();
+        assert!(
+            missing.is_empty(),
+            "{name} ({binary}) reads {missing:?}, not set in template.yaml"
+        );
+        let granted = actions(f);
+        let not_granted: Vec<_> = needed.iter().filter(|a| !granted.contains(**a)).collect();
+        assert!(
+            not_granted.is_empty(),
+            "{name} calls {not_granted:?} without permission"
+        );
+        assert!(
+            !granted.iter().any(|a| a.ends_with(":*")),
+            "{name}: no wildcard actions"
+        );
+    }
+    let table = &t["Resources"]["StateTable"];
+    assert_eq!(table["DeletionPolicy"], "Retain");
+    assert_eq!(
+        table["Properties"]["TimeToLiveSpecification"]["AttributeName"],
+        shardkeeper::state::schema::TTL
+    );
+    assert_eq!(
+        t["Resources"]["LeaseRebalancer"]["Properties"]["ReservedConcurrentExecutions"],
+        1
+    );
+}
