@@ -39,3 +39,4 @@ pub use rebalance::{plan_rebalance, RebalanceConfig};
 pub use session::{ConsumerSession, SessionTick};
 pub mod kpl;
 pub mod processing;
+pub mod worker;

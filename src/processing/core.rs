@@ -203,26 +203,38 @@ impl<'p, H: RecordHandler> Run<'p, H> {
         Ok(false)
     }
 
-    /// Stores the checkpoint of each scope's successful prefix and returns the report.
-    pub(crate) async fn finish(mut self, not_attempted: u64) -> Result<BatchReport> {
+    /// Sets the checkpoint of a scope that the caller knows already (saves a read).
+    pub(crate) fn preload(&mut self, scope_key: &str, checkpoint: Option<Checkpoint>) {
+        self.stored.insert(scope_key.to_owned(), checkpoint);
+    }
+
+    /// The report and the end of each scope's successful prefix, for callers
+    /// that store checkpoints themselves (fenced, through a lease).
+    pub(crate) fn into_parts(
+        mut self,
+        not_attempted: u64,
+    ) -> (BatchReport, BTreeMap<String, Checkpoint>) {
         self.report.not_attempted = not_attempted;
-        if let Some(store) = self.store {
-            for (scope_key, cp) in &self.progress {
+        (self.report, self.progress)
+    }
+
+    /// Stores the checkpoint of each scope's successful prefix (un-leased)
+    /// and returns the report.
+    pub(crate) async fn finish(self, not_attempted: u64) -> Result<BatchReport> {
+        let store = self.store;
+        let ttl = self.checkpoint_ttl;
+        let (mut report, progress) = self.into_parts(not_attempted);
+        if let Some(store) = store {
+            for (scope_key, cp) in &progress {
                 let shard = ShardId::new(scope_key)?;
                 let outcome = store
-                    .checkpoint_unleased_expiring(
-                        &ShardScope::Group,
-                        &shard,
-                        cp,
-                        None,
-                        self.checkpoint_ttl,
-                    )
+                    .checkpoint_unleased_expiring(&ShardScope::Group, &shard, cp, None, ttl)
                     .await?;
                 if outcome == CheckpointOutcome::Stored {
-                    self.report.checkpoints += 1;
+                    report.checkpoints += 1;
                 }
             }
         }
-        Ok(self.report)
+        Ok(report)
     }
 }

@@ -37,30 +37,36 @@ struct SequenceOnly {
 pub struct Kinesis;
 
 fn unit(rec: &KinesisEventRecord) -> Unit {
-    let seq = rec.kinesis.sequence_number.as_str();
     let shard = rec
         .event_id
         .as_deref()
         .and_then(|id| id.split_once(':'))
         .map(|(shard, _)| shard)
         .unwrap_or("unknown");
-    let data: &[u8] = &rec.kinesis.data.0;
-    let base = StreamRecord {
-        shard_id: shard.to_owned(),
-        sequence_number: seq.to_owned(),
-        sub_sequence: 0,
-        aggregated: false,
-        partition_key: rec.kinesis.partition_key.clone(),
-        explicit_hash_key: None,
-        data: Bytes::new(),
-        approximate_arrival: Some(
-            rec.kinesis
-                .approximate_arrival_timestamp
-                .0
-                .timestamp_millis(),
-        ),
-        event_source_arn: rec.event_source_arn.clone(),
-    };
+    record_unit(
+        StreamRecord {
+            shard_id: shard.to_owned(),
+            sequence_number: rec.kinesis.sequence_number.clone(),
+            sub_sequence: 0,
+            aggregated: false,
+            partition_key: rec.kinesis.partition_key.clone(),
+            explicit_hash_key: None,
+            data: Bytes::new(),
+            approximate_arrival: Some(
+                rec.kinesis
+                    .approximate_arrival_timestamp
+                    .0
+                    .timestamp_millis(),
+            ),
+            event_source_arn: rec.event_source_arn.clone(),
+        },
+        &rec.kinesis.data.0,
+    )
+}
+
+/// The unit of one Kinesis record: `base` describes it (its `data` is
+/// ignored), `data` is its payload, de-aggregated if it is a KPL aggregate.
+pub(crate) fn record_unit(base: StreamRecord, data: &[u8]) -> Unit {
     match kpl::deaggregate(data) {
         Ok(None) => Unit::Records(vec![StreamRecord {
             data: Bytes::copy_from_slice(data),
@@ -82,7 +88,7 @@ fn unit(rec: &KinesisEventRecord) -> Unit {
         ),
         Err(e) => {
             let error = RecordError::Aggregate {
-                sequence_number: seq.to_owned(),
+                sequence_number: base.sequence_number.clone(),
                 error: e.to_string(),
             };
             Unit::Broken(

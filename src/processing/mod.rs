@@ -26,10 +26,10 @@
 //! # }
 //! ```
 
-mod core;
+pub(crate) mod core;
 mod dynamodb;
 mod handler;
-mod kinesis;
+pub(crate) mod kinesis;
 mod options;
 mod outcome;
 mod parking;

@@ -28,3 +28,4 @@ mod stream;
 mod table;
 mod template;
 mod windows;
+mod worker;

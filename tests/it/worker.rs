@@ -1,0 +1,171 @@
+//! The polling shard worker with the rebalancer, on the in-process servers.
+
+use crate::common::{create_stream, ctx, list_shards, wait_stream_active};
+use aws_sdk_kinesis::primitives::Blob;
+use shardkeeper::functions::Rebalancer;
+use shardkeeper::processing::{ProcessingOptions, StreamRecord};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore};
+use shardkeeper::worker::{ShardWorker, WorkerConfig};
+use shardkeeper::{ConsumerSession, RebalanceConfig};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Log = Arc<Mutex<Vec<(String, String, u32)>>>;
+
+fn worker(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    name: &str,
+    log: Log,
+) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let me = name.to_owned();
+    let handler = move |record: StreamRecord| {
+        let (log, me) = (log.clone(), me.clone());
+        async move {
+            let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+            log.lock()
+                .unwrap()
+                .push((me, record.partition_key.clone(), n));
+            Ok::<(), std::io::Error>(())
+        }
+    };
+    let config = WorkerConfig {
+        renew_every: Duration::ZERO,
+        min_poll_interval: Duration::ZERO,
+        idle_poll_interval: Duration::ZERO,
+        processing: ProcessingOptions::default(),
+        ..WorkerConfig::default()
+    };
+    ShardWorker::new(session, store.clone(), kinesis.clone(), handler, config)
+}
+
+async fn produce(ctx: &crate::common::Ctx, stream: &str, keys: u32, per_key: std::ops::Range<u32>) {
+    for n in per_key {
+        for k in 0..keys {
+            ctx.aws
+                .kinesis
+                .put_record()
+                .stream_name(stream)
+                .partition_key(format!("k{k}"))
+                .data(Blob::new(n.to_string()))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Every (key, n) processed, each once, per key in order.
+fn check(log: &Log, keys: u32, per_key: u32) {
+    let log = log.lock().unwrap();
+    let mut by_key: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for (_, key, n) in log.iter() {
+        by_key.entry(key.as_str()).or_default().push(*n);
+    }
+    assert_eq!(by_key.len(), keys as usize, "every key seen");
+    for (key, ns) in by_key {
+        assert_eq!(
+            ns,
+            (0..per_key).collect::<Vec<_>>(),
+            "{key}: every record once, in order"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 8).await;
+    let store = ctx.store(&stream);
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    };
+    produce(&ctx, &stream, 40, 0..5).await;
+    let log: Log = Arc::default();
+    let mut workers: Vec<_> = (0..4)
+        .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
+        .collect();
+    for round in 0..60 {
+        if round == 4 {
+            // w3 dies: no release, no more heartbeats or renewals.
+            let dead = workers.pop().unwrap();
+            assert!(!dead.shards().is_empty(), "w3 held shards when it died");
+            produce(&ctx, &stream, 40, 5..10).await;
+        }
+        rebalancer.tick().await.unwrap();
+        for w in &mut workers {
+            w.step().await.unwrap();
+        }
+        ctx.clock.advance(Duration::from_secs(1));
+        if log.lock().unwrap().len() >= 400 && round > 4 {
+            break;
+        }
+    }
+    check(&log, 40, 10);
+    let owners: BTreeSet<usize> = workers.iter().map(|w| w.shards().len()).collect();
+    assert!(
+        owners.iter().all(|n| (2..=3).contains(n)),
+        "8 shards over 3 live workers: {owners:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_during_consumption_reads_children_after_the_parent() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    };
+    produce(&ctx, &stream, 10, 0..3).await;
+    let log: Log = Arc::default();
+    let mut workers: Vec<_> = (0..2)
+        .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
+        .collect();
+    for _ in 0..3 {
+        rebalancer.tick().await.unwrap();
+        for w in &mut workers {
+            w.step().await.unwrap();
+        }
+    }
+    let parent = list_shards(&ctx.aws, &stream).await[0].clone();
+    let range = parent.hash_key_range().unwrap();
+    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
+        + range.ending_hash_key().parse::<u128>().unwrap())
+        / 2;
+    ctx.aws
+        .kinesis
+        .split_shard()
+        .stream_name(&stream)
+        .shard_to_split(parent.shard_id())
+        .new_starting_hash_key(mid.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_stream_active(&ctx.aws, &stream).await;
+    produce(&ctx, &stream, 10, 3..6).await;
+    for _ in 0..20 {
+        rebalancer.tick().await.unwrap();
+        for w in &mut workers {
+            w.step().await.unwrap();
+        }
+        ctx.clock.advance(Duration::from_secs(1));
+        if log.lock().unwrap().len() >= 60 {
+            break;
+        }
+    }
+    check(&log, 10, 6);
+    let completed: u64 = workers.iter().map(|w| w.report().shards_completed).sum();
+    assert_eq!(completed, 1, "the parent was read to its end and completed");
+}
