@@ -169,3 +169,91 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
     let completed: u64 = workers.iter().map(|w| w.report().shards_completed).sum();
     assert_eq!(completed, 1, "the parent was read to its end and completed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    };
+    produce(&ctx, &stream, 2, 0..2).await;
+    let log: Log = Arc::default();
+    let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
+    w.step().await.unwrap(); // registers
+    rebalancer.tick().await.unwrap();
+    w.step().await.unwrap(); // gains the shard and reads it
+    let shard = w.shards()[0].clone();
+    assert_eq!(log.lock().unwrap().len(), 4);
+    // Another consumer takes the lease (a forced take).
+    let state = store
+        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    let thief = ConsumerId::new("thief").unwrap();
+    store
+        .take_lease(&shard, &thief, state.counter, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    produce(&ctx, &stream, 2, 2..3).await;
+    w.step().await.unwrap();
+    assert!(w.shards().is_empty(), "the worker let go of the shard");
+    assert_eq!(w.report().leases_lost, 1);
+    // Its checkpoint did not land: the thief's stored checkpoint is where w0 last wrote under its lease.
+    let after = store
+        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(after.owner, Some(thief));
+    assert_eq!(after.checkpoint, state.checkpoint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
+    let servers = shardkeeper_local::LocalServers::start(shardkeeper_local::LocalOptions {
+        iterator_ttl: Duration::from_secs(1),
+        ..shardkeeper_local::LocalOptions::default()
+    })
+    .unwrap();
+    let aws =
+        shardkeeper_local::AwsClients::connect(&shardkeeper_local::Endpoints::local(&servers))
+            .await;
+    let mut ctx = ctx().await;
+    ctx.aws = aws;
+    let table = shardkeeper_local::unique_name("sk-iter");
+    ctx.table = table.clone();
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    store
+        .ensure_table(&shardkeeper::state::TableOptions::default())
+        .await
+        .unwrap();
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    };
+    produce(&ctx, &stream, 3, 0..2).await;
+    let log: Log = Arc::default();
+    let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
+    w.step().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    w.step().await.unwrap();
+    assert_eq!(log.lock().unwrap().len(), 6);
+    // The iterator the worker holds expires; records arrive meanwhile.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    produce(&ctx, &stream, 3, 2..4).await;
+    for _ in 0..4 {
+        w.step().await.unwrap();
+    }
+    assert!(w.report().iterators_refreshed >= 1, "{:?}", w.report());
+    check(&log, 3, 4);
+}
