@@ -257,3 +257,73 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
     assert!(w.report().iterators_refreshed >= 1, "{:?}", w.report());
     check(&log, 3, 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    produce(&ctx, &stream, 4, 0..3).await;
+    let log: Log = Arc::default();
+    let sink = log.clone();
+    let function = shardkeeper::functions::WorkerFunction {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        lease_term: Duration::from_secs(10),
+        config: WorkerConfig {
+            renew_every: Duration::from_millis(50),
+            min_poll_interval: Duration::ZERO,
+            idle_poll_interval: Duration::from_millis(20),
+            ..WorkerConfig::default()
+        },
+        margin: Duration::from_millis(300),
+        handler: move || {
+            let sink = sink.clone();
+            move |record: StreamRecord| {
+                let sink = sink.clone();
+                async move {
+                    let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+                    sink.lock()
+                        .unwrap()
+                        .push(("fn".to_owned(), record.partition_key.clone(), n));
+                    Ok::<(), std::io::Error>(())
+                }
+            }
+        },
+    };
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    };
+    let ticking = tokio::spawn(async move {
+        for _ in 0..30 {
+            rebalancer.tick().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let event: aws_lambda_events::event::eventbridge::EventBridgeEvent =
+        serde_json::from_str(include_str!("../../events/scheduled.json")).unwrap();
+    let mut context = crate::common::lambda_context(Duration::from_millis(1500));
+    context.request_id = "5f1c2e3a-8b9d-4e6f-a1b2-c3d4e5f6a7b8".to_owned();
+    let report = function
+        .handle(lambda_runtime::LambdaEvent::new(event, context))
+        .await
+        .unwrap();
+    ticking.abort();
+    assert_eq!(report.processed, 12, "{report:?}");
+    check(&log, 4, 3);
+    // At the deadline the leases were released, checkpointed.
+    let shards = store
+        .list_shards(&shardkeeper::state::ShardScope::Group)
+        .await
+        .unwrap();
+    assert!(
+        shards
+            .iter()
+            .all(|s| s.owner.is_none() && s.checkpoint.is_some()),
+        "{shards:?}"
+    );
+}

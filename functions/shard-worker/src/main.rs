@@ -1,0 +1,36 @@
+//! shard-worker: the Lambda binary. One scheduled invocation is one consumer
+//! instance for most of a minute. The record handler here is the example
+//! user code: it parses each record as JSON and logs it; put your own in its
+//! place. Configuration: `SHARDKEEPER_TABLE`, `SHARDKEEPER_GROUP`,
+//! `SHARDKEEPER_STREAM`, `SHARDKEEPER_LEASE_TERM_SECONDS` (10),
+//! `SHARDKEEPER_DEADLINE_MARGIN_MS` (2000).
+
+use lambda_runtime::{service_fn, Error};
+use shardkeeper::functions::{init_tracing, start_store, WorkerFunction};
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::worker::WorkerConfig;
+use shardkeeper::ScheduledConfig;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    init_tracing();
+    let config = ScheduledConfig::from_env()?;
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let kinesis = aws_sdk_kinesis::Client::new(&aws);
+    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
+    let function = WorkerFunction {
+        store,
+        kinesis,
+        lease_term: config.lease_term,
+        config: WorkerConfig::default(),
+        margin: config.timing.margin,
+        handler: || {
+            |record: StreamRecord| async move {
+                let value: serde_json::Value = serde_json::from_slice(&record.data)?;
+                tracing::debug!(shard = %record.shard_id, sequence = %record.sequence_number, %value, "record");
+                Ok::<(), serde_json::Error>(())
+            }
+        },
+    };
+    lambda_runtime::run(service_fn(|event| function.handle(event))).await
+}
