@@ -1,0 +1,131 @@
+//! Polling worker throughput: records per second through one shard with a
+//! fenced checkpoint after every GetRecords batch, 500-byte records, from
+//! the in-process Kinesis server, next to the Kinesis per-shard read limit
+//! (2 MB/s) as the baseline.
+//!
+//! Run: `cargo bench --bench worker`.
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use shardkeeper::functions::Rebalancer;
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
+use shardkeeper::worker::{ShardWorker, WorkerConfig};
+use shardkeeper::{ConsumerSession, RebalanceConfig};
+use shardkeeper_local::{test_clients, unique_name};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const RECORDS: usize = 50_000;
+const RECORD_BYTES: usize = 500;
+const SHARD_LIMIT_BYTES_PER_S: f64 = 2.0 * 1024.0 * 1024.0;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let aws = test_clients().await.expect("servers");
+        let stream = unique_name("bench");
+        aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
+        let payload = vec![b'x'; RECORD_BYTES];
+        for chunk in 0..RECORDS / 500 {
+            let entries: Vec<_> = (0..500)
+                .map(|i| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(format!("k{}", chunk * 500 + i))
+                        .data(Blob::new(payload.clone()))
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            aws.kinesis.put_records().stream_name(&stream).set_records(Some(entries)).send().await.unwrap();
+        }
+        let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
+        let store = StateStore::new(aws.dynamodb.clone(), config);
+        store.ensure_table(&TableOptions::default()).await.unwrap();
+        let counted = Arc::new(AtomicU64::new(0));
+        let sink = counted.clone();
+        let handler = move |record: StreamRecord| {
+            let sink = sink.clone();
+            async move {
+                sink.fetch_add(record.data.len() as u64, Ordering::Relaxed);
+                Ok::<(), std::io::Error>(())
+            }
+        };
+        let info = ConsumerInfo::for_this_process(ConsumerId::new("bench-worker").unwrap(), store.now());
+        let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+        let config = WorkerConfig { min_poll_interval: Duration::ZERO, ..WorkerConfig::default() };
+        let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
+        let rebalancer = Rebalancer {
+            store: store.clone(),
+            kinesis: aws.kinesis.clone(),
+            config: RebalanceConfig::default(),
+            lease_term: Duration::from_secs(10),
+            emit_metrics: false,
+        };
+        worker.step().await.unwrap();
+        rebalancer.tick().await.unwrap();
+        // Wait until the worker holds the shard (it learns at its next renewal).
+        while worker.shards().is_empty() {
+            worker.step().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let d0 = aws.dynamodb_requests.snapshot();
+        let started = Instant::now();
+        while worker.report().processed < RECORDS as u64 {
+            worker.step().await.unwrap();
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let report = worker.report().clone();
+
+        // The same records read with bare GetRecords calls and nothing else:
+        // what the server and the SDK cost on their own, in the same run.
+        let shard = worker.shards()[0].to_string();
+        let raw_started = Instant::now();
+        let mut it = aws
+            .kinesis
+            .get_shard_iterator()
+            .stream_name(&stream)
+            .shard_id(&shard)
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap()
+            .shard_iterator
+            .unwrap();
+        let mut raw_records = 0;
+        while raw_records < RECORDS {
+            let out = aws.kinesis.get_records().shard_iterator(&it).limit(10_000).send().await.unwrap();
+            raw_records += out.records().len();
+            it = out.next_shard_iterator().unwrap().to_owned();
+        }
+        let raw_elapsed = raw_started.elapsed().as_secs_f64();
+        let bytes = counted.load(Ordering::Relaxed) as f64;
+        let rate = RECORDS as f64 / elapsed;
+        let mbps = bytes / elapsed / 1024.0 / 1024.0;
+        println!("| path | records | record bytes | GetRecords | checkpoints | DynamoDB requests | seconds | records/s | MB/s | vs 2 MB/s shard limit |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        let raw_mbps = (RECORDS * RECORD_BYTES) as f64 / raw_elapsed / 1024.0 / 1024.0;
+        println!(
+            "| bare GetRecords (baseline) | {RECORDS} | {RECORD_BYTES} | - | - | - | {:.2} | {:.0} | {:.1} | {:.1}x |",
+            raw_elapsed,
+            RECORDS as f64 / raw_elapsed,
+            raw_mbps,
+            raw_mbps * 1024.0 * 1024.0 / SHARD_LIMIT_BYTES_PER_S
+        );
+        println!(
+            "| shardkeeper worker | {RECORDS} | {RECORD_BYTES} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {:.1}x |",
+            report.polls,
+            report.checkpoints,
+            aws.dynamodb_requests.requests_since(&d0),
+            elapsed,
+            rate,
+            mbps,
+            bytes / elapsed / SHARD_LIMIT_BYTES_PER_S
+        );
+    });
+}
