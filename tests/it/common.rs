@@ -231,3 +231,14 @@ pub fn lambda_context(deadline_in: Duration) -> lambda_runtime::Context {
         .as_millis() as u64;
     context
 }
+
+/// A rebalancer of the store's group with the default settings and a 10 s lease term.
+pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::functions::Rebalancer {
+    shardkeeper::functions::Rebalancer {
+        store: store.clone(),
+        kinesis: aws.kinesis.clone(),
+        config: shardkeeper::RebalanceConfig::default(),
+        lease_term: Duration::from_secs(10),
+        emit_metrics: false,
+    }
+}

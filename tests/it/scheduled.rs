@@ -11,7 +11,7 @@ use shardkeeper::functions::{handle_reap, handle_rebalance, Reaper, Rebalancer};
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope, ShardSpec, StateStore,
 };
-use shardkeeper::{ConsumerSession, ReapConfig, RebalanceConfig, TickTiming};
+use shardkeeper::{ConsumerSession, ReapConfig, TickTiming};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,11 +19,8 @@ const TERM: Duration = Duration::from_secs(10);
 
 fn rebalancer(ctx: &Ctx, store: &StateStore) -> Rebalancer {
     Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: TERM,
         emit_metrics: true,
+        ..crate::common::rebalancer(&ctx.aws, store)
     }
 }
 

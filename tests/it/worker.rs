@@ -1,12 +1,11 @@
 //! The polling shard worker with the rebalancer, on the in-process servers.
 
-use crate::common::{create_stream, ctx, list_shards, wait_stream_active};
+use crate::common::{create_stream, ctx, list_shards, rebalancer, wait_stream_active};
 use aws_sdk_kinesis::primitives::Blob;
-use shardkeeper::functions::Rebalancer;
 use shardkeeper::processing::{ProcessingOptions, StreamRecord};
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore};
 use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, RebalanceConfig};
+use shardkeeper::ConsumerSession;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,13 +79,7 @@ async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 8).await;
     let store = ctx.store(&stream);
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
-        emit_metrics: false,
-    };
+    let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx, &stream, 40, 0..5).await;
     let log: Log = Arc::default();
     let mut workers: Vec<_> = (0..4)
@@ -121,13 +114,7 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
-        emit_metrics: false,
-    };
+    let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx, &stream, 10, 0..3).await;
     let log: Log = Arc::default();
     let mut workers: Vec<_> = (0..2)
@@ -175,13 +162,7 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
-        emit_metrics: false,
-    };
+    let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx, &stream, 2, 0..2).await;
     let log: Log = Arc::default();
     let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
@@ -234,13 +215,7 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
         .ensure_table(&shardkeeper::state::TableOptions::default())
         .await
         .unwrap();
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
-        emit_metrics: false,
-    };
+    let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx, &stream, 3, 0..2).await;
     let log: Log = Arc::default();
     let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
@@ -291,13 +266,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
             }
         },
     };
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
-        emit_metrics: false,
-    };
+    let rebalancer = rebalancer(&ctx.aws, &store);
     let ticking = tokio::spawn(async move {
         for _ in 0..30 {
             rebalancer.tick().await.unwrap();
