@@ -44,6 +44,22 @@ async fn orders_table(ctx: &crate::common::Ctx) -> String {
     table
 }
 
+/// The projected status of one order.
+async fn status(ctx: &crate::common::Ctx, table: &str, order_id: &str) -> String {
+    let item = ctx
+        .aws
+        .dynamodb
+        .get_item()
+        .table_name(table)
+        .key("order_id", AttributeValue::S(order_id.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("projected item");
+    item["status"].as_s().expect("a string status").clone()
+}
+
 async fn count(ctx: &crate::common::Ctx, table: &str) -> usize {
     ctx.aws
         .dynamodb
@@ -152,18 +168,7 @@ async fn stream_processor_projection_never_goes_back() {
         .await
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
-    let item = ctx
-        .aws
-        .dynamodb
-        .get_item()
-        .table_name(&projection)
-        .key("order_id", AttributeValue::S("o-1001".into()))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    assert_eq!(item["status"], AttributeValue::S("deleted".into()));
+    assert_eq!(status(&ctx, &projection, "o-1001").await, "deleted");
     // An old change delivered late (another group, no de-duplication) does not regress it.
     let text = std::fs::read_to_string(format!(
         "{}/events/dynamodb-stream.json",
@@ -175,18 +180,7 @@ async fn stream_processor_projection_never_goes_back() {
     let late = stream_processor::processor(projector, ctx.store("late"));
     let report = late.process(&old.to_string(), None).await.unwrap();
     assert_eq!(report.processed, 1);
-    let item = ctx
-        .aws
-        .dynamodb
-        .get_item()
-        .table_name(&projection)
-        .key("order_id", AttributeValue::S("o-1001".into()))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    assert_eq!(item["status"], AttributeValue::S("deleted".into()));
+    assert_eq!(status(&ctx, &projection, "o-1001").await, "deleted");
 }
 
 #[tokio::test]
