@@ -4,7 +4,8 @@
 //! take by force, or whose claims to cancel, so that every live consumer ends
 //! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
 //! the leases they hold up to their quota (sticky); free and expired leases go
-//! first to the consumers furthest below quota (an expired lease is not given
+//! first to the consumers furthest below quota (a lease whose owner is no
+//! longer registered counts as free; an expired lease is not given
 //! back to its owner by preference: a live owner renews its leases, so one
 //! whose lease expired is not processing it); then leases move off consumers over
 //! quota, and off consumers that are not live, by a claim that the owner
@@ -116,6 +117,7 @@ pub fn plan_rebalance(
     config: &RebalanceConfig,
 ) -> Vec<Action> {
     let live = live_consumers(snapshot, now, config.heartbeat_timeout);
+    let registered: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
     let handoff = duration_millis(config.handoff_timeout);
     let mut cancels = Vec::new();
     let mut moves = Vec::new();
@@ -136,7 +138,11 @@ pub fn plan_rebalance(
     let mut free: Vec<&ShardState> = Vec::new();
     let mut orphans: Vec<&ShardState> = Vec::new();
     for shard in available_shards(snapshot) {
-        let lease = shard.live_lease(now);
+        // A lease in the name of a consumer that is no longer registered
+        // (it left, or was reaped) is free: nobody will hand it over.
+        let lease = shard
+            .live_lease(now)
+            .filter(|l| registered.contains(&l.owner));
         let Some(lease) = lease else {
             free.push(shard);
             continue;

@@ -185,6 +185,48 @@ impl ConsumerSession {
         Ok(released)
     }
 
+    /// Leaves the group cleanly: marks the consumer inactive (the rebalancer
+    /// stops giving it leases), checkpoints and releases every held lease,
+    /// deregisters, then frees any lease a rebalancer assigned meanwhile.
+    /// Returns the shards released.
+    pub async fn leave(
+        &mut self,
+        progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<Vec<ShardId>> {
+        self.store.set_consumer_active(self.id(), false).await?;
+        let mut released = self.release_all(progress).await?;
+        self.store.deregister_consumer(self.id()).await?;
+        for shard in self.store.owned_shards(self.id()).await? {
+            if self
+                .store
+                .remove_lease_owner(&shard.shard_id, self.id(), Some(shard.counter))
+                .await?
+            {
+                released.push(shard.shard_id);
+            }
+        }
+        Ok(released)
+    }
+
+    /// Checkpoints every held shard at its progress and keeps the leases (a
+    /// stop after which the same consumer id comes back and renews them).
+    pub async fn checkpoint_all(
+        &mut self,
+        progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<()> {
+        let held: Vec<ShardId> = self.leases.keys().cloned().collect();
+        for shard in held {
+            if let Some((cp, arrival)) = progress(&shard) {
+                match self.checkpoint(&shard, &cp, arrival).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_lease_lost() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn held(&self, shard: &ShardId) -> Result<Lease> {
         self.leases
             .get(shard)

@@ -46,6 +46,10 @@ pub struct WorkerConfig {
     pub max_records: i32,
     /// Failure mode, attempts and parking of the processing core.
     pub processing: ProcessingOptions,
+    /// At a stop: `true` (default) leaves the group (checkpoint, release,
+    /// deregister) so others take over at once; `false` checkpoints and keeps
+    /// the leases, for a process that comes back under the same consumer id.
+    pub release_on_stop: bool,
 }
 
 impl Default for WorkerConfig {
@@ -57,6 +61,7 @@ impl Default for WorkerConfig {
             idle_poll_interval: Duration::from_secs(1),
             max_records: 10_000,
             processing: ProcessingOptions::default(),
+            release_on_stop: true,
         }
     }
 }
@@ -135,8 +140,9 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 
     /// Steps until `stop()` says so or `deadline` (an invocation's deadline
-    /// minus a margin) passes; then checkpoints were written after every batch
-    /// and the leases are released (claimants get theirs) so others take over at once.
+    /// minus a margin) passes; then checkpoints every shard and, by default
+    /// ([`WorkerConfig::release_on_stop`]), leaves the group: leases released
+    /// (claimants get theirs) so others take over at once.
     pub async fn run_until(
         &mut self,
         deadline: Option<Instant>,
@@ -148,15 +154,22 @@ impl<H: RecordHandler> ShardWorker<H> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        self.release_all().await?;
+        if self.config.release_on_stop {
+            self.leave().await?;
+        } else {
+            let positions = self.positions();
+            self.session
+                .checkpoint_all(|shard| positions.get(shard).cloned())
+                .await?;
+        }
         Ok(&self.report)
     }
 
-    /// Releases every lease at the current progress (for a clean stop).
-    pub async fn release_all(&mut self) -> Result<()> {
+    /// Leaves the group at the current progress (see [`ConsumerSession::leave`]).
+    pub async fn leave(&mut self) -> Result<()> {
         let positions = self.positions();
         self.session
-            .release_all(|shard| positions.get(shard).cloned())
+            .leave(|shard| positions.get(shard).cloned())
             .await?;
         self.cursors.clear();
         Ok(())

@@ -194,6 +194,14 @@ fn scenarios() {
             vec![],
         ),
         (
+            // "gone" left the group (deregistered) with a lease still in its
+            // name: nobody will hand it over, so it is assigned at once.
+            "a lease of a consumer that left is free",
+            snapshot(vec![consumer("a", 0)], vec![leased("s0", "gone", 5_000)]),
+            config(),
+            vec![t("s0", "a", "assign")],
+        ),
+        (
             // The claimant died: the claim is withdrawn and the lease stays.
             "a dead claimant's claim is cancelled",
             snapshot(

@@ -116,6 +116,57 @@ async fn a_silent_consumers_shards_move_after_the_timeout() {
 }
 
 #[tokio::test]
+async fn a_consumer_that_leaves_hands_everything_over_at_the_next_tick() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 6).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut sessions = vec![session(&store, "stays"), session(&store, "leaves")];
+    tick_all(&mut sessions).await;
+    rebalancer.tick().await.unwrap();
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts["leaves"], 3, "{counts:?}");
+    let mut leaving = sessions.pop().unwrap();
+    let first = leaving.leases().next().unwrap().shard_id.clone();
+    let cp = Checkpoint::after("7").unwrap();
+    // A rebalancer that read the group before the leave assigns one more
+    // shard to it: the leave frees that one too.
+    let extra = store
+        .list_shards(&ShardScope::Group)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.owner.as_ref().is_some_and(|o| o.as_str() == "stays"))
+        .unwrap();
+    store
+        .remove_lease_owner(&extra.shard_id, &ConsumerId::new("stays").unwrap(), None)
+        .await
+        .unwrap();
+    store
+        .acquire_lease(&extra.shard_id, leaving.id(), TERM)
+        .await
+        .unwrap()
+        .expect("assigned to the leaving consumer");
+    let released = leaving
+        .leave(|s| (s == &first).then(|| (cp.clone(), None)))
+        .await
+        .unwrap();
+    assert_eq!(released.len(), 4, "{released:?}");
+    assert!(store
+        .list_consumers()
+        .await
+        .unwrap()
+        .iter()
+        .all(|c| c.id().as_str() == "stays"));
+    let left = store.get_shard(&ShardScope::Group, &first).await.unwrap();
+    assert_eq!(left.checkpoint, Some(cp), "checkpointed before release");
+    // The next tick gives all six to the consumer that stayed.
+    rebalancer.tick().await.unwrap();
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts["stays"], 6, "{counts:?}");
+}
+
+#[tokio::test]
 async fn split_and_merge_during_consumption_keep_parents_first() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
@@ -339,7 +390,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let summary = service
         .call(LambdaEvent::new(
             scheduled_event(),
-            lambda_context(Duration::from_millis(700)),
+            lambda_context(Duration::from_millis(2000)),
         ))
         .await
         .unwrap();
@@ -361,7 +412,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let summary = service
         .call(LambdaEvent::new(
             scheduled_event(),
-            lambda_context(Duration::from_millis(500)),
+            lambda_context(Duration::from_millis(1500)),
         ))
         .await
         .unwrap();

@@ -134,6 +134,18 @@ impl StateStore {
         Ok(self.conditional_update(req).await?.is_ok())
     }
 
+    /// Removes this consumer's registration (a clean leave: the rebalancer
+    /// then treats any lease still in its name as free); `false` if it was
+    /// not registered.
+    pub async fn deregister_consumer(&self, consumer: &ConsumerId) -> Result<bool> {
+        self.delete_item(
+            &consumer_sk(consumer),
+            Some("attribute_exists(pk)"),
+            &Expr::new(),
+        )
+        .await
+    }
+
     /// One consumer, if registered.
     pub async fn get_consumer(&self, consumer: &ConsumerId) -> Result<Option<ConsumerState>> {
         self.get_item(&consumer_sk(consumer))
