@@ -28,7 +28,9 @@ pub mod functions;
 pub mod metrics;
 pub mod reap;
 pub mod rebalance;
+pub mod reset;
 pub mod session;
+pub mod status;
 
 pub use action::{Action, ActionKind};
 pub use config::{ConfigError, ScheduledConfig, TickTiming};
@@ -36,7 +38,10 @@ pub use discovery::{discover_shards, list_stream_shards, parents_first, Discover
 pub use executor::{execute, ExecutionReport};
 pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{plan_rebalance, RebalanceConfig};
+pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
 pub use session::{ConsumerSession, SessionTick};
+pub use status::GroupStatus;
 pub mod kpl;
 pub mod processing;
 pub mod worker;
+pub mod worker_events;

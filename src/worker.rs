@@ -10,9 +10,10 @@ use crate::processing::kinesis::record_unit;
 use crate::processing::{ProcessingOptions, RecordHandler, StreamRecord};
 use crate::session::ConsumerSession;
 use crate::state::{
-    is_throttling_code, Checkpoint, EpochMillis, Result, ShardId, ShardScope, StateError,
-    StateStore,
+    is_throttling_code, Checkpoint, CheckpointOutcome, EpochMillis, Result, ShardId, ShardScope,
+    StateError, StateStore,
 };
+use crate::worker_events::{Observer, StopReason, WorkerEvent};
 use aws_sdk_kinesis::types::ShardIteratorType;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use bytes::Bytes;
@@ -106,6 +107,7 @@ pub struct ShardWorker<H> {
     cursors: BTreeMap<ShardId, Cursor>,
     next_renew: Instant,
     report: WorkerReport,
+    observer: Option<Observer>,
 }
 
 impl<H: RecordHandler> ShardWorker<H> {
@@ -126,7 +128,28 @@ impl<H: RecordHandler> ShardWorker<H> {
             cursors: BTreeMap::new(),
             next_renew: Instant::now(),
             report: WorkerReport::default(),
+            observer: None,
         }
+    }
+
+    /// Reports every lease and checkpoint event to `observer`.
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn emit(&self, event: WorkerEvent) {
+        if let Some(observer) = &self.observer {
+            observer(event);
+        }
+    }
+
+    fn stopped(&self, shard: &ShardId, why: StopReason) {
+        self.emit(WorkerEvent::Stopped {
+            shard: shard.clone(),
+            why,
+            at: Instant::now(),
+        });
     }
 
     /// What the worker did so far.
@@ -171,7 +194,9 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.session
             .leave(|shard| positions.get(shard).cloned())
             .await?;
-        self.cursors.clear();
+        for shard in std::mem::take(&mut self.cursors).into_keys() {
+            self.stopped(&shard, StopReason::Released);
+        }
         Ok(())
     }
 
@@ -212,17 +237,24 @@ impl<H: RecordHandler> ShardWorker<H> {
             .tick(|shard| positions.get(shard).cloned())
             .await?;
         self.next_renew = Instant::now() + self.config.renew_every;
-        for shard in tick
-            .lost
-            .iter()
-            .chain(tick.handed_off.iter().map(|(s, _)| s))
-        {
-            if self.cursors.remove(shard).is_some() && tick.lost.contains(shard) {
+        for shard in &tick.lost {
+            if self.cursors.remove(shard).is_some() {
                 self.report.leases_lost += 1;
+                self.stopped(shard, StopReason::Lost);
+            }
+        }
+        for (shard, _) in &tick.handed_off {
+            if self.cursors.remove(shard).is_some() {
+                self.stopped(shard, StopReason::HandedOff);
             }
         }
         for shard in tick.gained {
             let state = self.store.get_shard(&ShardScope::Group, &shard).await?;
+            self.emit(WorkerEvent::Gained {
+                shard: shard.clone(),
+                position: state.checkpoint.clone(),
+                at: Instant::now(),
+            });
             self.cursors.insert(
                 shard,
                 Cursor {
@@ -370,12 +402,23 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.report.duplicates_skipped += report.duplicates_skipped;
         self.report.parked += report.parked;
         if let Some(cp) = progress.get(shard.as_str()) {
+            let sent = Instant::now();
             match self.session.checkpoint(shard, cp, last_arrival).await {
-                Ok(_) => self.report.checkpoints += 1,
+                Ok(outcome) => {
+                    self.report.checkpoints += 1;
+                    if outcome == CheckpointOutcome::Stored {
+                        self.emit(WorkerEvent::Checkpointed {
+                            shard: shard.clone(),
+                            checkpoint: cp.clone(),
+                            sent,
+                        });
+                    }
+                }
                 Err(e) if e.is_lease_lost() => {
                     tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
                     self.cursors.remove(shard);
                     self.report.leases_lost += 1;
+                    self.stopped(shard, StopReason::Lost);
                     return Ok(());
                 }
                 Err(e) => return Err(e),
@@ -414,8 +457,14 @@ impl<H: RecordHandler> ShardWorker<H> {
             .filter(|s| s.parents.contains(shard))
             .collect();
         match self.session.complete_shard(shard, &children).await {
-            Ok(_) => self.report.shards_completed += 1,
-            Err(e) if e.is_lease_lost() => self.report.leases_lost += 1,
+            Ok(_) => {
+                self.report.shards_completed += 1;
+                self.stopped(shard, StopReason::Completed);
+            }
+            Err(e) if e.is_lease_lost() => {
+                self.report.leases_lost += 1;
+                self.stopped(shard, StopReason::Lost);
+            }
             Err(e) => return Err(e),
         }
         self.cursors.remove(shard);

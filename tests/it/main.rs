@@ -8,6 +8,7 @@
 
 mod assignments;
 mod checkpoints;
+mod cli;
 mod common;
 mod consumers;
 mod dynamodb_processing;

@@ -36,6 +36,7 @@ mod model;
 mod names;
 mod positions;
 mod records;
+mod reset;
 mod retry;
 pub mod schema;
 mod sequence;

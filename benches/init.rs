@@ -1,0 +1,393 @@
+//! Init time of the Lambda function binaries: from process start to the
+//! first `GET /2018-06-01/runtime/invocation/next`, the moment a function
+//! tells the Lambda Runtime API it is ready for its first event.
+//!
+//! The benchmark serves a minimal Runtime API on 127.0.0.1, starts the
+//! in-process DynamoDB and Kinesis servers (the functions call them at init),
+//! and runs each release binary with the environment it would have in
+//! Lambda, plus `AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL_KINESIS`
+//! pointing at the local servers. The baseline is `hello-lambda`
+//! (`benches/init/hello.rs`), a lambda_runtime function that does nothing at
+//! init; every function is reported as a ratio to it.
+//!
+//! Build the binaries first (the release profile, as deployed), then run:
+//!
+//! ```sh
+//! cargo build --release -p lease-rebalancer -p heartbeat-reaper -p kinesis-processor \
+//!     -p stream-processor -p shard-worker --example hello-lambda
+//! cargo bench --bench init                 # 20 runs each
+//! cargo bench --bench init -- --runs 50    # more runs
+//! cargo bench --bench init -- --bin-dir DIR  # binaries in DIR, hello-lambda in DIR/examples
+//! ```
+//!
+//! `cargo bench --bench init -- --serve [--env-file PATH]` instead starts
+//! only the local servers on fixed ports (DynamoDB 8000, Kinesis 4567) with
+//! the `orders` stream and the state, `orders` and `projection` tables
+//! created, prints (and writes to PATH) the environment the functions need
+//! to use them, and runs until Ctrl-C: what `cargo lambda watch` needs to run
+//! the functions locally (docs/DEPLOY.md).
+//!
+//! The numbers are process start to ready on this machine, not a Lambda cold
+//! start: they leave out what Lambda adds before the process starts
+//! (fetching the code, starting the micro VM) and the network to DynamoDB.
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::Router;
+use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
+use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The baseline binary (an example target built from `benches/init/hello.rs`).
+const BASELINE: &str = "hello-lambda";
+/// The function binaries, in the order they are reported.
+const FUNCTIONS: [&str; 5] = [
+    "lease-rebalancer",
+    "heartbeat-reaper",
+    "shard-worker",
+    "kinesis-processor",
+    "stream-processor",
+];
+const GROUP: &str = "orders-app";
+const STREAM: &str = "orders";
+const SHARD_COUNT: i32 = 4;
+/// How long one start may take before the run is declared failed.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Options {
+    runs: usize,
+    bin_dir: Option<PathBuf>,
+    serve: bool,
+    env_file: Option<PathBuf>,
+}
+
+fn options() -> Result<Options, Error> {
+    let mut options = Options {
+        runs: 20,
+        bin_dir: None,
+        serve: false,
+        env_file: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--runs" => {
+                let n = args.next().ok_or("--runs needs a number")?;
+                options.runs = n.parse().map_err(|_| format!("--runs {n:?}"))?;
+                if options.runs == 0 {
+                    return Err("--runs must be at least 1".into());
+                }
+            }
+            "--bin-dir" => {
+                options.bin_dir = Some(args.next().ok_or("--bin-dir needs a directory")?.into());
+            }
+            "--serve" => options.serve = true,
+            "--env-file" => {
+                options.env_file = Some(args.next().ok_or("--env-file needs a path")?.into());
+            }
+            // What `cargo bench` passes, and filters: not used.
+            _ => {}
+        }
+    }
+    Ok(options)
+}
+
+/// The release directory next to this benchmark (`target/release/deps/init-…`).
+fn default_bin_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.to_path_buf())
+}
+
+fn binary(dir: &Path, name: &str) -> PathBuf {
+    if name == BASELINE {
+        dir.join("examples").join(name)
+    } else {
+        dir.join(name)
+    }
+}
+
+/// The in-process servers with the stream and the state table created, as a
+/// deployed stack has them before any function starts.
+async fn start_servers(options: LocalOptions) -> Result<(LocalServers, AwsClients), Error> {
+    let servers = LocalServers::start(options)?;
+    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+    aws.kinesis
+        .create_stream()
+        .stream_name(STREAM)
+        .shard_count(SHARD_COUNT)
+        .send()
+        .await?;
+    let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
+    store.ensure_table(&TableOptions::default()).await?;
+    Ok((servers, aws))
+}
+
+/// The environment of one function: the Lambda variables, the local
+/// endpoints with dummy credentials, and the function's own configuration.
+fn environment(function: &str, servers: &LocalServers) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("AWS_LAMBDA_FUNCTION_NAME", function.to_owned()),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256".to_owned()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "local".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "local".to_owned()),
+        ("AWS_ENDPOINT_URL_DYNAMODB", servers.dynamodb_endpoint()),
+        ("AWS_ENDPOINT_URL_KINESIS", servers.kinesis_endpoint()),
+        // No shared config files and no instance metadata, as in Lambda.
+        ("AWS_CONFIG_FILE", "/nonexistent/config".to_owned()),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/credentials".to_owned(),
+        ),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+        ("RUST_LOG", "info".to_owned()),
+        ("SHARDKEEPER_TABLE", "shardkeeper-state".to_owned()),
+        ("SHARDKEEPER_GROUP", GROUP.to_owned()),
+        ("SHARDKEEPER_STREAM", STREAM.to_owned()),
+    ];
+    match function {
+        "kinesis-processor" => {
+            env.push(("ORDERS_TABLE", "orders".to_owned()));
+            env.push(("SHARDKEEPER_MAX_ATTEMPTS", "3".to_owned()));
+        }
+        "stream-processor" => {
+            env.push(("PROJECTION_TABLE", "projection".to_owned()));
+            env.push(("SHARDKEEPER_STREAM", "orders-table-stream".to_owned()));
+        }
+        _ => {}
+    }
+    env
+}
+
+/// The Runtime API's `next`: tells the benchmark when it was asked, then
+/// holds the request open as Lambda does while no event is waiting.
+async fn next(State(ready): State<mpsc::Sender<Instant>>) -> &'static str {
+    let _ = ready.send(Instant::now());
+    std::future::pending::<()>().await;
+    ""
+}
+
+/// Starts `binary` and returns the time from spawn to its first `next`.
+fn start_once(
+    binary: &Path,
+    env: &[(&'static str, String)],
+    runtime_api: &str,
+    ready: &mpsc::Receiver<Instant>,
+) -> Result<Duration, Error> {
+    while ready.try_recv().is_ok() {}
+    let mut command = Command::new(binary);
+    command
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = command.spawn()?;
+    let result = wait_ready(&mut child, started, ready);
+    let _ = child.kill();
+    let output = child.wait_with_output()?;
+    result.map_err(|e| {
+        format!(
+            "{}: {e}; its stderr:\n{}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into()
+    })
+}
+
+fn wait_ready(
+    child: &mut Child,
+    started: Instant,
+    ready: &mpsc::Receiver<Instant>,
+) -> Result<Duration, Error> {
+    loop {
+        match ready.recv_timeout(Duration::from_millis(5)) {
+            Ok(at) => return Ok(at.saturating_duration_since(started)),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("runtime API stopped".into()),
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(format!("exited with {status} before asking for an event").into());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            return Err(format!("not ready after {START_TIMEOUT:?}").into());
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Summary {
+    median: Duration,
+    p90: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+fn summarize(mut samples: Vec<Duration>) -> Summary {
+    samples.sort();
+    let n = samples.len();
+    let median = if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2
+    };
+    // Nearest rank.
+    let p90 = samples[(n * 9).div_ceil(10) - 1];
+    Summary {
+        median,
+        p90,
+        min: samples[0],
+        max: samples[n - 1],
+    }
+}
+
+/// A table keyed by `order_id`, like the template's orders and projection tables.
+async fn order_table(aws: &AwsClients, name: &str) -> Result<(), Error> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    aws.dynamodb
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("order_id")
+                .key_type(KeyType::Hash)
+                .build()?,
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("order_id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()?,
+        )
+        .send()
+        .await?;
+    Ok(())
+}
+
+fn serve(env_file: Option<&Path>) -> Result<(), Error> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let (servers, aws) = start_servers(LocalOptions {
+            dynamodb_port: 8000,
+            kinesis_port: 4567,
+            ..LocalOptions::default()
+        })
+        .await?;
+        order_table(&aws, "orders").await?;
+        order_table(&aws, "projection").await?;
+        println!("DynamoDB at {}", servers.dynamodb_endpoint());
+        println!("Kinesis at {}", servers.kinesis_endpoint());
+        println!(
+            "created: stream {STREAM:?} ({SHARD_COUNT} shards), tables \"shardkeeper-state\", \"orders\", \"projection\""
+        );
+        // One environment for all five functions, as `cargo lambda watch`
+        // gives every function the same variables.
+        let mut env: Vec<String> = environment("lease-rebalancer", &servers)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("AWS_LAMBDA_") && !k.ends_with("_FILE"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.push("ORDERS_TABLE=orders".to_owned());
+        env.push("PROJECTION_TABLE=projection".to_owned());
+        let env = env.join("\n") + "\n";
+        println!("the functions reach them with this environment:\n{env}");
+        if let Some(path) = env_file {
+            std::fs::write(path, &env)?;
+            println!("(written to {}: cargo lambda watch --env-file {})", path.display(), path.display());
+        }
+        println!("Ctrl-C stops them.");
+        tokio::signal::ctrl_c().await?;
+        servers.stop();
+        Ok(())
+    })
+}
+
+fn main() -> Result<(), Error> {
+    let options = options()?;
+    if options.serve {
+        return serve(options.env_file.as_deref());
+    }
+    let dir = options
+        .bin_dir
+        .clone()
+        .or_else(default_bin_dir)
+        .ok_or("cannot find the target directory; give --bin-dir")?;
+    let names: Vec<&str> = std::iter::once(BASELINE).chain(FUNCTIONS).collect();
+    let missing: Vec<String> = names
+        .iter()
+        .map(|n| binary(&dir, n))
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        println!(
+            "init benchmark skipped: missing {}.\nBuild them first: cargo build --release \
+             -p lease-rebalancer -p heartbeat-reaper -p kinesis-processor -p stream-processor \
+             -p shard-worker --example hello-lambda",
+            missing.join(", ")
+        );
+        return Ok(());
+    }
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (servers, _) = runtime.block_on(start_servers(LocalOptions::default()))?;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let runtime_api = listener.local_addr()?.to_string();
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next))
+        .with_state(ready_tx);
+    runtime.spawn(async move { axum::serve(listener, app).await });
+
+    println!(
+        "init: process start to first /runtime/invocation/next, {} runs each (after one \
+         discarded warm-up run), binaries in {}",
+        options.runs,
+        dir.display()
+    );
+    let envs: Vec<_> = names.iter().map(|n| environment(n, &servers)).collect();
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(options.runs); names.len()];
+    // Round-robin, so drift in the machine's load reaches every binary alike.
+    for round in 0..=options.runs {
+        for (i, name) in names.iter().enumerate() {
+            let d = start_once(&binary(&dir, name), &envs[i], &runtime_api, &ready_rx)?;
+            if round > 0 {
+                samples[i].push(d);
+            }
+        }
+    }
+    let summaries: Vec<Summary> = samples.into_iter().map(summarize).collect();
+    let base = ms(summaries[0].median);
+    println!(
+        "| binary | median ms | p90 ms | min ms | max ms | median / {BASELINE} |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for (name, s) in names.iter().zip(&summaries) {
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            ms(s.median),
+            ms(s.p90),
+            ms(s.min),
+            ms(s.max),
+            ms(s.median) / base
+        );
+    }
+    drop(runtime);
+    servers.stop();
+    Ok(())
+}

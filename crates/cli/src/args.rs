@@ -1,0 +1,117 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Operate shardkeeper consumer groups: status, checkpoint resets, and the
+/// local demo on embedded DynamoDB and Kinesis servers.
+#[derive(Debug, Parser)]
+#[command(name = "shardkeeper", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// A group's consumers, leases, checkpoints, lag, claims and EFO pool.
+    Status(StatusArgs),
+    /// Move a group's checkpoints (all shards, or one).
+    Reset(ResetArgs),
+    /// Run a consumer group on embedded servers and verify what it did.
+    Demo(DemoArgs),
+}
+
+/// Which group's state, where.
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// The state table.
+    #[arg(long, env = "SHARDKEEPER_TABLE", default_value = "shardkeeper-state")]
+    pub table: String,
+    /// The consumer group.
+    #[arg(long, env = "SHARDKEEPER_GROUP")]
+    pub group: String,
+    /// The stream the group consumes.
+    #[arg(long, env = "SHARDKEEPER_STREAM")]
+    pub stream: String,
+    /// AWS region (default: the standard region chain).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// DynamoDB endpoint URL (a local server, or a VPC endpoint). Against a
+    /// local server with no credentials configured, dummy ones are used.
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+}
+
+/// `status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// A consumer whose heartbeat is older than this is shown as not live.
+    #[arg(long, default_value_t = 10)]
+    pub heartbeat_timeout_seconds: u64,
+}
+
+/// `reset`.
+#[derive(Debug, Clone, Args)]
+pub struct ResetArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// Where to: `trim-horizon`, `latest`, `at-timestamp=<RFC 3339 or ms>`
+    /// or `at-sequence=<sequence number>`.
+    #[arg(long)]
+    pub to: String,
+    /// Only this shard (default: every shard of the scope).
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// Reset a standalone consumer's own checkpoints instead of the group's.
+    #[arg(long, conflicts_with = "efo")]
+    pub consumer: Option<String>,
+    /// Reset a standalone EFO consumer's checkpoints instead of the group's.
+    #[arg(long)]
+    pub efo: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Reset even while live leases are held: the holders lose them.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Keep the DynamoDB state in this directory (default: a temporary one,
+    /// removed at the end).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Shards of the stream.
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    /// Shard workers.
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Records to produce.
+    #[arg(long, default_value_t = 3000)]
+    pub records: usize,
+    /// Distinct partition keys.
+    #[arg(long, default_value_t = 64)]
+    pub keys: usize,
+    /// Give up (and fail) after this many seconds.
+    #[arg(long, default_value_t = 50)]
+    pub timeout_seconds: u64,
+    /// No progress bar (plain log lines).
+    #[arg(long)]
+    pub quiet: bool,
+}

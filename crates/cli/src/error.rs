@@ -1,0 +1,41 @@
+//! The CLI's errors.
+
+use shardkeeper::state::StateError;
+use shardkeeper::ResetRefused;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state store failed (or a name was invalid).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The reset was refused; nothing was written.
+    #[error("reset refused: {0}")]
+    Refused(#[from] ResetRefused),
+    /// An argument could not be understood.
+    #[error("bad argument {name}: {message}")]
+    BadArgument {
+        /// The argument.
+        name: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The operator did not confirm.
+    #[error("not confirmed: nothing was changed")]
+    NotConfirmed,
+    /// The demo could not run.
+    #[error("demo: {0}")]
+    Demo(String),
+    /// Terminal or file I/O.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn bad(name: &'static str, message: impl Into<String>) -> Self {
+        Error::BadArgument {
+            name,
+            message: message.into(),
+        }
+    }
+}

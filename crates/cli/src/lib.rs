@@ -1,0 +1,43 @@
+//! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
+//! a thin wrapper): `status` and `reset` against real AWS or any endpoint,
+//! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
+//! that verifies what it did.
+
+pub mod args;
+pub mod commands;
+pub mod connect;
+pub mod demo;
+pub mod error;
+pub mod render;
+
+pub use args::{Cli, Command};
+pub use error::Error;
+
+use std::io::{BufRead, Write};
+
+/// Asks `question` on the terminal; `true` only for an answer of `yes`.
+pub fn ask_on_terminal(question: &str) -> bool {
+    print!("{question} Type 'yes' to go on: ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).is_ok() && answer.trim() == "yes"
+}
+
+/// Runs one command; returns what to print and whether it succeeded.
+pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
+    match cli.command {
+        Command::Status(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((commands::status(&store, &args).await?, true))
+        }
+        Command::Reset(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((commands::reset(&store, &args, ask_on_terminal).await?, true))
+        }
+        Command::Demo(args) => {
+            let report = demo::run(&args).await?;
+            let passed = report.verification.passed();
+            Ok((render::demo(&report), passed))
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Plain-text tables for people (the `--json` forms are the serde output).
+
+use shardkeeper::{GroupStatus, ResetReport};
+use std::fmt::Write;
+
+/// `1.2s`, `3m04s`, `2h05m`; `-` for none; negative for the past.
+pub fn age(ms: Option<i64>) -> String {
+    let Some(ms) = ms else {
+        return "-".to_owned();
+    };
+    let sign = if ms < 0 { "-" } else { "" };
+    let ms = ms.unsigned_abs();
+    let text = if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60)
+    };
+    format!("{sign}{text}")
+}
+
+/// Rows as aligned columns under a header.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", text.join("  ").trim_end());
+    };
+    line(header.to_vec(), &mut out);
+    for row in rows {
+        line(row.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+fn or_dash(v: Option<&str>) -> String {
+    v.unwrap_or("-").to_owned()
+}
+
+/// The status as three tables: consumers, shards, EFO pool.
+pub fn status(s: &GroupStatus) -> String {
+    let mut out = String::new();
+    let consumers: Vec<Vec<String>> = s
+        .consumers
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.clone(),
+                c.host.clone(),
+                age(Some(c.heartbeat_age_ms)),
+                if c.live { "live" } else { "not live" }.to_owned(),
+                if c.standalone {
+                    "standalone"
+                } else if c.active {
+                    "active"
+                } else {
+                    "inactive"
+                }
+                .to_owned(),
+                c.leases.to_string(),
+            ]
+        })
+        .collect();
+    let _ = writeln!(out, "consumers ({})", consumers.len());
+    out.push_str(&table(
+        &["consumer", "host", "heartbeat", "state", "mode", "leases"],
+        &consumers,
+    ));
+    let shards: Vec<Vec<String>> = s
+        .shards
+        .iter()
+        .map(|r| {
+            vec![
+                r.scope.clone(),
+                r.shard.clone(),
+                r.state.to_owned(),
+                or_dash(r.owner.as_deref()),
+                age(r.lease_expires_in_ms),
+                r.counter.to_string(),
+                r.claim
+                    .as_ref()
+                    .map(|(by, a)| format!("{by} ({})", age(Some(*a))))
+                    .unwrap_or_else(|| "-".to_owned()),
+                age(r.lag_ms),
+                or_dash(r.checkpoint.as_deref()),
+            ]
+        })
+        .collect();
+    let _ = writeln!(out, "\nshards ({})", shards.len());
+    out.push_str(&table(
+        &[
+            "scope",
+            "shard",
+            "state",
+            "owner",
+            "expires in",
+            "counter",
+            "claim",
+            "lag",
+            "checkpoint",
+        ],
+        &shards,
+    ));
+    let efo: Vec<Vec<String>> = s
+        .efo
+        .iter()
+        .map(|e| {
+            vec![
+                e.name.clone(),
+                or_dash(e.used_by.as_deref()),
+                age(e.idle_ms),
+                e.arn.clone(),
+            ]
+        })
+        .collect();
+    let _ = writeln!(out, "\nEFO pool ({})", efo.len());
+    out.push_str(&table(&["name", "locked by", "idle", "arn"], &efo));
+    out
+}
+
+/// What a reset did.
+pub fn reset(r: &ResetReport) -> String {
+    let mut out = format!("reset: {} shard(s)\n", r.reset.len());
+    for s in &r.reset {
+        let _ = writeln!(out, "  {s}");
+    }
+    if !r.changed.is_empty() {
+        let _ = writeln!(
+            out,
+            "changed while resetting (not touched; run again): {}",
+            r.changed
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !r.skipped_depleted.is_empty() {
+        let _ = writeln!(
+            out,
+            "depleted, left alone: {}",
+            r.skipped_depleted
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    out
+}
+
+fn check(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "FAILED"
+    }
+}
+
+/// The demo's verification and the final assignment table.
+pub fn demo(r: &crate::demo::DemoReport) -> String {
+    let v = &r.verification;
+    let mut out = String::new();
+    let _ = writeln!(out, "\nverification ({:.1}s)", r.elapsed.as_secs_f64());
+    let ids = |s: &[shardkeeper::state::ShardId]| {
+        s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    let rows = vec![
+        vec![
+            "records produced".into(),
+            v.produced.to_string(),
+            String::new(),
+        ],
+        vec![
+            "records processed".into(),
+            v.processed.to_string(),
+            format!("{} duplicates, re-run after a lost lease", v.duplicates),
+        ],
+        vec![
+            "records lost".into(),
+            v.lost.to_string(),
+            check(v.lost == 0).into(),
+        ],
+        vec![
+            "per-key order violations".into(),
+            v.order_violations.to_string(),
+            check(v.order_violations == 0).into(),
+        ],
+        vec![
+            "shards held by two consumers at once".into(),
+            v.double_owned.len().to_string(),
+            format!(
+                "{} {}",
+                check(v.double_owned.is_empty()),
+                ids(&v.double_owned)
+            ),
+        ],
+        vec![
+            "checkpoints moved backwards".into(),
+            v.checkpoint_regressions.len().to_string(),
+            format!(
+                "{} {}",
+                check(v.checkpoint_regressions.is_empty()),
+                ids(&v.checkpoint_regressions)
+            ),
+        ],
+    ];
+    out.push_str(&table(&["check", "value", "result"], &rows));
+    if let Some(k) = &r.killed {
+        let _ = writeln!(out, "killed part-way: {k}");
+    }
+    if let Some(s) = &r.split {
+        let _ = writeln!(out, "split part-way: {s}");
+    }
+    let _ = writeln!(out, "\nfinal assignments");
+    let shards: Vec<Vec<String>> = r
+        .final_status
+        .shards
+        .iter()
+        .map(|s| {
+            vec![
+                s.shard.clone(),
+                s.state.to_owned(),
+                or_dash(s.owner.as_deref()),
+                or_dash(s.checkpoint.as_deref()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["shard", "state", "owner", "checkpoint"], &shards));
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if v.passed() {
+            "demo passed"
+        } else {
+            "demo FAILED"
+        }
+    );
+    out
+}

@@ -1,0 +1,83 @@
+//! An operator's reset: moving a shard's checkpoint anywhere, backwards
+//! included (the only write that may), guarded against racing the holder.
+
+use crate::error::Result;
+use crate::item::{n, s, Expr};
+use crate::model::ShardState;
+use crate::schema::{attr, ShardScope};
+use crate::sequence::Checkpoint;
+use crate::store::StateStore;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+impl StateStore {
+    /// Sets the checkpoint of `seen.shard_id` in `scope` to `to`, if the shard
+    /// is still as read in `seen`, and moves its lease counter on.
+    ///
+    /// Leased scope: the shard's counter must still be the one seen, and,
+    /// unless `evict`, no live lease may be held. With `evict` the lease
+    /// ends too (owner, expiry and claim removed), so the holder learns
+    /// `LeaseLost` at its next write instead of writing its old position
+    /// over the reset. Standalone scopes have no lease: the item must not
+    /// have been written since it was read (`updated` unchanged).
+    /// `false` if the condition failed (nothing written).
+    pub async fn reset_checkpoint(
+        &self,
+        scope: &ShardScope,
+        seen: &ShardState,
+        to: &Checkpoint,
+        evict: bool,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[
+                attr::CP,
+                attr::CP_SUB,
+                attr::CP_ORD,
+                attr::CP_ARRIVAL,
+                attr::UPDATED,
+                attr::COUNTER,
+                attr::OWNER,
+                attr::EXPIRES,
+                attr::CLAIM_BY,
+                attr::CLAIM_AT,
+            ])
+            .value("cp", s(to.stored_text()))
+            .value("cp_sub", n(to.stored_sub_sequence()))
+            .value("ord", s(to.order_key()))
+            .value("now", n(self.now()))
+            .value("one", n(1))
+            .value("n", n(seen.counter))
+            .value("seen_updated", n(seen.updated))
+            .value("false", AttributeValue::Bool(false));
+        let mut update = "SET #cp = :cp, #cp_sub = :cp_sub, #cp_ord = :ord, #updated = :now \
+                          REMOVE #cp_arrival"
+            .to_owned();
+        let condition = match scope {
+            ShardScope::Group => {
+                let counter = if seen.counter == 0 {
+                    "(attribute_not_exists(#counter) OR #counter = :n)"
+                } else {
+                    "#counter = :n"
+                };
+                if evict {
+                    update.push_str(", #owner, #expires, #claim_by, #claim_at");
+                    counter.to_owned()
+                } else {
+                    format!("{counter} AND (attribute_not_exists(#owner) OR #expires < :now)")
+                }
+            }
+            ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated".to_owned(),
+        };
+        update.push_str(" ADD #counter :one");
+        let req = self.update_req(
+            &scope.shard_sk(&seen.shard_id),
+            &expr,
+            &update,
+            Some(&condition),
+        );
+        let applied = self.conditional_update(req).await?.is_ok();
+        if applied {
+            tracing::warn!(shard = %seen.shard_id, checkpoint = %to, evict, "checkpoint reset by an operator");
+        }
+        Ok(applied)
+    }
+}

@@ -1,0 +1,162 @@
+//! A group's status for operators, computed from one snapshot (pure): who is
+//! alive, who owns which shard, how far each shard is checkpointed, how old
+//! the last processed record is, open claims, and the EFO pool.
+
+use crate::rebalance::live_consumers;
+use crate::state::{EpochMillis, GroupSnapshot, ShardState};
+use serde::Serialize;
+use std::time::Duration;
+
+/// The whole status of one group on one stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupStatus {
+    /// When the snapshot was read (ms since the epoch).
+    pub taken_at: EpochMillis,
+    /// Registered consumers.
+    pub consumers: Vec<ConsumerRow>,
+    /// Every shard of every scope (leased, standalone, standalone EFO).
+    pub shards: Vec<ShardRow>,
+    /// The EFO consumer pool.
+    pub efo: Vec<EfoRow>,
+}
+
+/// One registered consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsumerRow {
+    /// Its id.
+    pub id: String,
+    /// Host it runs on.
+    pub host: String,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Its active flag (an inactive consumer waits for an EFO consumer).
+    pub active: bool,
+    /// Reads every shard itself.
+    pub standalone: bool,
+    /// Fresh heartbeat, active, not standalone: may hold leases.
+    pub live: bool,
+    /// Live leases it holds.
+    pub leases: usize,
+}
+
+/// One shard in one scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShardRow {
+    /// `group` (leased), `consumer:<id>` or `efo:<name>` (standalone).
+    pub scope: String,
+    /// The shard.
+    pub shard: String,
+    /// `open`, `waiting` (a parent is not depleted yet) or `depleted`.
+    pub state: &'static str,
+    /// Lease owner, while the lease is live.
+    pub owner: Option<String>,
+    /// Milliseconds until the lease expires (negative: expired).
+    pub lease_expires_in_ms: Option<i64>,
+    /// Lease counter (moves at every change of hands).
+    pub counter: u64,
+    /// Consumer that claimed the lease, and the claim's age in ms.
+    pub claim: Option<(String, i64)>,
+    /// The stored checkpoint.
+    pub checkpoint: Option<String>,
+    /// Age in ms of the last checkpointed record (by its arrival time): the
+    /// consumer lag when the shard has newer records, an upper bound otherwise.
+    pub lag_ms: Option<i64>,
+    /// Parent shards.
+    pub parents: Vec<String>,
+}
+
+/// One EFO consumer of the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EfoRow {
+    /// Its name.
+    pub name: String,
+    /// Its ARN.
+    pub arn: String,
+    /// The consumer holding its lock.
+    pub used_by: Option<String>,
+    /// Milliseconds it has been free.
+    pub idle_ms: Option<i64>,
+}
+
+fn shard_row(scope: String, s: &ShardState, now: EpochMillis) -> ShardRow {
+    let state = if s.depleted {
+        "depleted"
+    } else if !s.pending_parents.is_empty() {
+        "waiting"
+    } else {
+        "open"
+    };
+    ShardRow {
+        scope,
+        shard: s.shard_id.to_string(),
+        state,
+        owner: s.owner.as_ref().map(ToString::to_string),
+        lease_expires_in_ms: s.owner.as_ref().and(s.expires).map(|e| e - now),
+        counter: s.counter,
+        claim: s.claim.as_ref().map(|c| (c.by.to_string(), now - c.at)),
+        checkpoint: s.checkpoint.as_ref().map(ToString::to_string),
+        lag_ms: s
+            .checkpoint_arrival
+            .filter(|_| !s.depleted)
+            .map(|t| now - t),
+        parents: s.parents.iter().map(ToString::to_string).collect(),
+    }
+}
+
+impl GroupStatus {
+    /// The status in `snapshot`, judging liveness with `heartbeat_timeout`.
+    pub fn from_snapshot(snapshot: &GroupSnapshot, heartbeat_timeout: Duration) -> Self {
+        let now = snapshot.taken_at;
+        let live = live_consumers(snapshot, now, heartbeat_timeout);
+        let consumers = snapshot
+            .consumers
+            .iter()
+            .map(|c| ConsumerRow {
+                id: c.id().to_string(),
+                host: c.info.host.clone(),
+                heartbeat_age_ms: now - c.heartbeat,
+                active: c.active,
+                standalone: c.info.standalone,
+                live: live.contains(c.id()),
+                leases: snapshot
+                    .shards
+                    .iter()
+                    .filter(|s| s.live_lease(now).is_some_and(|l| &l.owner == c.id()))
+                    .count(),
+            })
+            .collect();
+        let shards = snapshot
+            .shards
+            .iter()
+            .map(|s| shard_row("group".to_owned(), s, now))
+            .chain(
+                snapshot
+                    .own_shards
+                    .iter()
+                    .map(|(c, s)| shard_row(format!("consumer:{c}"), s, now)),
+            )
+            .chain(
+                snapshot
+                    .efo_shards
+                    .iter()
+                    .map(|(e, s)| shard_row(format!("efo:{e}"), s, now)),
+            )
+            .collect();
+        let efo = snapshot
+            .efo
+            .iter()
+            .map(|e| EfoRow {
+                name: e.name.to_string(),
+                arn: e.arn.clone(),
+                used_by: e.used_by.as_ref().map(ToString::to_string),
+                idle_ms: e.released.filter(|_| e.used_by.is_none()).map(|r| now - r),
+            })
+            .collect();
+        GroupStatus {
+            taken_at: now,
+            consumers,
+            shards,
+            efo,
+        }
+    }
+}
