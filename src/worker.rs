@@ -363,11 +363,11 @@ impl<H: RecordHandler> ShardWorker<H> {
             .iter()
             .map(|r| {
                 let base = StreamRecord {
-                    shard_id: shard.to_string(),
-                    sequence_number: r.sequence_number().to_owned(),
+                    shard_id: shard.as_str().into(),
+                    sequence_number: r.sequence_number().into(),
                     sub_sequence: 0,
                     aggregated: false,
-                    partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                    partition_key: r.partition_key().unwrap_or_default().into(),
                     explicit_hash_key: None,
                     data: Bytes::new(),
                     approximate_arrival: r

@@ -41,7 +41,7 @@ fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
     match e.downcast::<RecordError>() {
         Ok(e) => *e,
         Err(e) => RecordError::Handler {
-            sequence_number: record.sequence_number.clone(),
+            sequence_number: record.sequence_number.to_string(),
             sub_sequence: record.sub_sequence,
             error: e.to_string(),
         },
@@ -102,16 +102,16 @@ impl<'p, H: RecordHandler> Run<'p, H> {
         let Some(store) = self.store else {
             return Ok(false);
         };
-        if !self.stored.contains_key(&record.shard_id) {
-            let shard = ShardId::new(&record.shard_id)?;
+        if !self.stored.contains_key(&*record.shard_id) {
+            let shard = ShardId::new(&*record.shard_id)?;
             let cp = match store.fetch_checkpoint(&ShardScope::Group, &shard).await {
                 Ok(cp) => Some(cp),
                 Err(StateError::NotFound { .. }) => None,
                 Err(e) => return Err(e),
             };
-            self.stored.insert(record.shard_id.clone(), cp);
+            self.stored.insert(record.shard_id.to_string(), cp);
         }
-        Ok(self.stored[&record.shard_id]
+        Ok(self.stored[&*record.shard_id]
             .as_ref()
             .is_some_and(|cp| cp.covers(sequence, record.sub_sequence)))
     }
@@ -124,10 +124,10 @@ impl<'p, H: RecordHandler> Run<'p, H> {
             sequence,
             sub_sequence: record.sub_sequence,
         };
-        match self.progress.get_mut(&record.shard_id) {
+        match self.progress.get_mut(&*record.shard_id) {
             Some(slot) => *slot = cp,
             None => {
-                self.progress.insert(record.shard_id.clone(), cp);
+                self.progress.insert(record.shard_id.to_string(), cp);
             }
         }
     }
@@ -176,7 +176,7 @@ impl<'p, H: RecordHandler> Run<'p, H> {
     async fn failed_record(&mut self, record: &StreamRecord, error: RecordError) -> Result<bool> {
         if let Some(store) = self.store {
             let key = RecordKey {
-                shard_id: ShardId::new(&record.shard_id)?,
+                shard_id: ShardId::new(&*record.shard_id)?,
                 sequence: SequenceNumber::new(&record.sequence_number)?,
                 sub_sequence: record.sub_sequence,
             };

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// DynamoDB Streams events (see [`crate::processing::DynamoDbProcessor`]).
@@ -140,17 +141,19 @@ impl EventSource for DynamoDbStreams {
                 .get_or_insert_with(|| format!("batch.{seq}"))
                 .clone();
             let record = StreamRecord {
-                shard_id: key,
-                sequence_number: seq.clone(),
+                shard_id: key.into(),
+                sequence_number: seq.as_str().into(),
                 sub_sequence: 0,
                 aggregated: false,
-                partition_key: serde_json::to_string(&rec.change.keys).unwrap_or_default(),
+                partition_key: serde_json::to_string(&rec.change.keys)
+                    .unwrap_or_default()
+                    .into(),
                 explicit_hash_key: None,
                 data: Bytes::copy_from_slice(raw.get().as_bytes()),
                 approximate_arrival: Some(
                     rec.change.approximate_creation_date_time.timestamp_millis(),
                 ),
-                event_source_arn: rec.event_source_arn.clone(),
+                event_source_arn: rec.event_source_arn.as_deref().map(Arc::from),
             };
             units.push((seq, Unit::Records(vec![record])));
         }

@@ -5,11 +5,14 @@ use crate::processing::core::Unit;
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::source::EventSource;
-use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The event's records, each kept raw so that one malformed record fails
@@ -36,32 +39,87 @@ struct SequenceOnly {
 #[derive(Debug, Clone, Copy)]
 pub struct Kinesis;
 
-fn unit(rec: &KinesisEventRecord) -> Unit {
+/// The fields of a Kinesis event record the processor uses, borrowed from
+/// the event text (a string with escapes is the only one copied). Cheaper
+/// than `aws_lambda_events`' owned record, which also keeps every other
+/// field; measured in docs/BENCHMARKS.md.
+#[derive(Deserialize)]
+struct RecordRef<'a> {
+    #[serde(rename = "eventID", borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(rename = "eventSourceARN", borrow, default)]
+    event_source_arn: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    kinesis: PayloadRef<'a>,
+}
+
+/// A whole event whose records all parse.
+#[derive(Deserialize)]
+struct WholeEvent<'a> {
+    #[serde(rename = "Records", borrow)]
+    records: Vec<RecordRef<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PayloadRef<'a> {
+    #[serde(rename = "partitionKey", borrow)]
+    partition_key: Cow<'a, str>,
+    #[serde(rename = "sequenceNumber", borrow)]
+    sequence_number: Cow<'a, str>,
+    #[serde(borrow)]
+    data: Cow<'a, str>,
+    /// Seconds since the epoch, with a fraction.
+    #[serde(rename = "approximateArrivalTimestamp", default)]
+    approximate_arrival_timestamp: Option<f64>,
+}
+
+/// Reuses the previous record's shard id and stream ARN when they repeat
+/// (they do for every record of an event-source-mapped batch).
+#[derive(Default)]
+struct Shared {
+    shard: Option<Arc<str>>,
+    arn: Option<Arc<str>>,
+}
+
+fn share(slot: &mut Option<Arc<str>>, value: &str) -> Arc<str> {
+    match slot {
+        Some(v) if &**v == value => v.clone(),
+        _ => {
+            let v: Arc<str> = Arc::from(value);
+            *slot = Some(v.clone());
+            v
+        }
+    }
+}
+
+fn unit(rec: &RecordRef<'_>, shared: &mut Shared) -> Result<Unit, String> {
+    let data = BASE64
+        .decode(rec.kinesis.data.as_bytes())
+        .map_err(|e| format!("data is not base64: {e}"))?;
     let shard = rec
         .event_id
         .as_deref()
         .and_then(|id| id.split_once(':'))
         .map(|(shard, _)| shard)
         .unwrap_or("unknown");
-    record_unit(
-        StreamRecord {
-            shard_id: shard.to_owned(),
-            sequence_number: rec.kinesis.sequence_number.clone(),
-            sub_sequence: 0,
-            aggregated: false,
-            partition_key: rec.kinesis.partition_key.clone(),
-            explicit_hash_key: None,
-            data: Bytes::new(),
-            approximate_arrival: Some(
-                rec.kinesis
-                    .approximate_arrival_timestamp
-                    .0
-                    .timestamp_millis(),
-            ),
-            event_source_arn: rec.event_source_arn.clone(),
-        },
-        &rec.kinesis.data.0,
-    )
+    let base = StreamRecord {
+        shard_id: share(&mut shared.shard, shard),
+        sequence_number: rec.kinesis.sequence_number.as_ref().into(),
+        sub_sequence: 0,
+        aggregated: false,
+        partition_key: rec.kinesis.partition_key.as_ref().into(),
+        explicit_hash_key: None,
+        data: Bytes::new(),
+        approximate_arrival: rec
+            .kinesis
+            .approximate_arrival_timestamp
+            .map(|secs| (secs * 1000.0).round() as i64),
+        event_source_arn: rec
+            .event_source_arn
+            .as_deref()
+            .map(|arn| share(&mut shared.arn, arn)),
+    };
+    Ok(record_unit_owned(base, data))
 }
 
 /// The unit of one Kinesis record: `base` describes it (its `data` is
@@ -72,6 +130,17 @@ pub(crate) fn record_unit(base: StreamRecord, data: &[u8]) -> Unit {
             data: Bytes::copy_from_slice(data),
             ..base
         }]),
+        _ => record_unit_owned(base, data.to_vec()),
+    }
+}
+
+/// [`record_unit`] for a payload the caller owns (no copy of a plain record).
+pub(crate) fn record_unit_owned(base: StreamRecord, data: Vec<u8>) -> Unit {
+    match kpl::deaggregate(&data) {
+        Ok(None) => Unit::Records(vec![StreamRecord {
+            data: Bytes::from(data),
+            ..base
+        }]),
         Ok(Some(users)) => Unit::Records(
             users
                 .into_iter()
@@ -79,7 +148,7 @@ pub(crate) fn record_unit(base: StreamRecord, data: &[u8]) -> Unit {
                 .map(|(i, u)| StreamRecord {
                     sub_sequence: i as u64,
                     aggregated: true,
-                    partition_key: u.partition_key.to_owned(),
+                    partition_key: u.partition_key.into(),
                     explicit_hash_key: u.explicit_hash_key.map(str::to_owned),
                     data: Bytes::copy_from_slice(u.data),
                     ..base.clone()
@@ -88,12 +157,12 @@ pub(crate) fn record_unit(base: StreamRecord, data: &[u8]) -> Unit {
         ),
         Err(e) => {
             let error = RecordError::Aggregate {
-                sequence_number: base.sequence_number.clone(),
+                sequence_number: base.sequence_number.to_string(),
                 error: e.to_string(),
             };
             Unit::Broken(
                 StreamRecord {
-                    data: Bytes::copy_from_slice(data),
+                    data: Bytes::from(data),
                     ..base
                 },
                 error,
@@ -106,28 +175,50 @@ impl EventSource for Kinesis {
     type Response = KinesisEventResponse;
 
     fn units(event_json: &str) -> Result<Vec<(String, Unit)>, String> {
+        // One pass over the event when every record is well-formed (the
+        // common case); else record by record, so one malformed record
+        // fails alone.
+        if let Ok(event) = serde_json::from_str::<WholeEvent<'_>>(event_json) {
+            let mut shared = Shared::default();
+            return Ok(event
+                .records
+                .iter()
+                .enumerate()
+                .map(|(index, rec)| {
+                    let item = rec.kinesis.sequence_number.to_string();
+                    let unit = unit(rec, &mut shared).unwrap_or_else(|error| {
+                        Unit::Unreadable(item.clone(), RecordError::Malformed { index, error })
+                    });
+                    (item, unit)
+                })
+                .collect());
+        }
         let event: RawEvent<'_> =
             serde_json::from_str(event_json).map_err(|e| format!("not a Kinesis event: {e}"))?;
+        let mut shared = Shared::default();
         event
             .records
             .iter()
             .enumerate()
-            .map(
-                |(index, raw)| match serde_json::from_str::<KinesisEventRecord>(raw.get()) {
-                    Ok(rec) => Ok((rec.kinesis.sequence_number.clone(), unit(&rec))),
+            .map(|(index, raw)| {
+                let parsed = serde_json::from_str::<RecordRef<'_>>(raw.get())
+                    .map_err(|e| e.to_string())
+                    .and_then(|rec| {
+                        let item = rec.kinesis.sequence_number.to_string();
+                        unit(&rec, &mut shared).map(|u| (item, u))
+                    });
+                match parsed {
+                    Ok(ok) => Ok(ok),
                     Err(e) => {
                         let id: RecordId = serde_json::from_str(raw.get()).map_err(|_| {
                             format!("record {index} is malformed and has no sequence number: {e}")
                         })?;
-                        let error = RecordError::Malformed {
-                            index,
-                            error: e.to_string(),
-                        };
+                        let error = RecordError::Malformed { index, error: e };
                         let item = id.kinesis.sequence_number;
                         Ok((item.clone(), Unit::Unreadable(item, error)))
                     }
-                },
-            )
+                }
+            })
             .collect()
     }
 

@@ -41,11 +41,11 @@ pub(crate) async fn park(
             let Some(store) = store else { return Ok(false) };
             let parked = ParkedRecord {
                 key: RecordKey {
-                    shard_id: ShardId::new(&record.shard_id)?,
+                    shard_id: ShardId::new(&*record.shard_id)?,
                     sequence: SequenceNumber::new(&record.sequence_number)?,
                     sub_sequence: record.sub_sequence,
                 },
-                partition_key: record.partition_key.clone(),
+                partition_key: record.partition_key.to_string(),
                 data: record.data.to_vec(),
                 error: error.to_string(),
                 attempts,
@@ -59,7 +59,7 @@ pub(crate) async fn park(
             let req = client
                 .put_record()
                 .stream_name(stream)
-                .partition_key(&record.partition_key)
+                .partition_key(&*record.partition_key)
                 .data(aws_sdk_kinesis::primitives::Blob::new(body));
             let retry = store.map(|s| s.config().retry).unwrap_or_default();
             call_kinesis(&retry, "PutRecord", || req.clone().send()).await?;

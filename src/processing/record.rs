@@ -4,21 +4,27 @@ use crate::processing::outcome::RecordError;
 use crate::state::EpochMillis;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 /// One user record: a plain Kinesis record, or one user record out of a KPL
 /// aggregate (then `aggregated` is true and `sub_sequence` is its position).
+///
+/// Strings are `Arc<str>` (read them as `&str` with `&*` or `as_ref()`):
+/// the shard id and stream ARN are shared by every record of a batch, and
+/// a clone of a record (which the processor keeps to park it if the
+/// handler fails) allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRecord {
     /// The shard it came from.
-    pub shard_id: String,
+    pub shard_id: Arc<str>,
     /// The Kinesis record's sequence number.
-    pub sequence_number: String,
+    pub sequence_number: Arc<str>,
     /// The position inside a KPL aggregate (0 for a plain record).
     pub sub_sequence: u64,
     /// True if it came out of a KPL aggregate.
     pub aggregated: bool,
     /// Its partition key.
-    pub partition_key: String,
+    pub partition_key: Arc<str>,
     /// Its explicit hash key (aggregated records only).
     pub explicit_hash_key: Option<String>,
     /// Its payload.
@@ -26,14 +32,14 @@ pub struct StreamRecord {
     /// When Kinesis received it (ms).
     pub approximate_arrival: Option<EpochMillis>,
     /// The stream ARN, as the event gives it.
-    pub event_source_arn: Option<String>,
+    pub event_source_arn: Option<Arc<str>>,
 }
 
 impl StreamRecord {
     /// The payload parsed as JSON into `T`; the error names the record and the serde error.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, RecordError> {
         serde_json::from_slice(&self.data).map_err(|e| RecordError::Payload {
-            sequence_number: self.sequence_number.clone(),
+            sequence_number: self.sequence_number.to_string(),
             sub_sequence: self.sub_sequence,
             error: e.to_string(),
         })

@@ -99,11 +99,11 @@ where
                 if let Err(e) = (self.fold)(&mut state, record) {
                     state = serde_json::from_str(&before)?;
                     let error = RecordError::Handler {
-                        sequence_number: seq.clone(),
+                        sequence_number: seq.to_string(),
                         sub_sequence: sub,
                         error: e.into().to_string(),
                     };
-                    failure = Some((seq, error));
+                    failure = Some((seq.to_string(), error));
                     break 'records;
                 }
             }

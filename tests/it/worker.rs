@@ -27,7 +27,7 @@ fn worker(
             let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
             log.lock()
                 .unwrap()
-                .push((me, record.partition_key.clone(), n));
+                .push((me, record.partition_key.to_string(), n));
             Ok::<(), std::io::Error>(())
         }
     };
@@ -258,9 +258,11 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
                 let sink = sink.clone();
                 async move {
                     let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
-                    sink.lock()
-                        .unwrap()
-                        .push(("fn".to_owned(), record.partition_key.clone(), n));
+                    sink.lock().unwrap().push((
+                        "fn".to_owned(),
+                        record.partition_key.to_string(),
+                        n,
+                    ));
                     Ok::<(), std::io::Error>(())
                 }
             }

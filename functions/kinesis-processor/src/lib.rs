@@ -50,7 +50,10 @@ impl OrderWriter {
                 AttributeValue::N(order.amount_cents.to_string()),
             )
             .item("currency", AttributeValue::S(order.currency))
-            .item("sequence_number", AttributeValue::S(record.sequence_number))
+            .item(
+                "sequence_number",
+                AttributeValue::S(record.sequence_number.to_string()),
+            )
             .condition_expression("attribute_not_exists(order_id)")
             .send()
             .await;

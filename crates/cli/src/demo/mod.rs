@@ -181,7 +181,7 @@ fn spawn_worker(
                 .ok_or_else(|| std::io::Error::other("not a record of the demo"))?;
             sink.lock().expect("history").processed.push(Processed {
                 consumer: me,
-                shard: ShardId::new(record.shard_id.as_str()).map_err(std::io::Error::other)?,
+                shard: ShardId::new(&*record.shard_id).map_err(std::io::Error::other)?,
                 key: record.partition_key.to_string(),
                 n,
                 at: Instant::now(),
