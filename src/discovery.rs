@@ -1,7 +1,8 @@
 //! Shard discovery: the stream's shards into the state, parents first.
 
 use crate::state::{
-    EnsureShard, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec, StateStore,
+    EnsureShard, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec, ShardState,
+    StateStore,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -88,10 +89,20 @@ pub async fn discover_shards(
     kinesis: &aws_sdk_kinesis::Client,
     snapshot: &GroupSnapshot,
 ) -> Result<DiscoveryReport> {
+    discover_shards_in(store, kinesis, &ShardScope::Group, &snapshot.shards).await
+}
+
+/// [`discover_shards`] for any scope (a standalone consumer discovers into
+/// its own), given the shards the scope already has.
+pub async fn discover_shards_in(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    scope: &ShardScope,
+    known_shards: &[ShardState],
+) -> Result<DiscoveryReport> {
     let stream = store.config().stream.as_str().to_owned();
     let (specs, pages) = list_stream_shards(kinesis, &stream, &store.config().retry).await?;
-    let known: BTreeMap<&ShardId, bool> = snapshot
-        .shards
+    let known: BTreeMap<&ShardId, bool> = known_shards
         .iter()
         .map(|s| (&s.shard_id, s.ending_sequence.is_some()))
         .collect();
@@ -108,7 +119,7 @@ pub async fn discover_shards(
         if !changed {
             continue;
         }
-        match store.ensure_shard(&ShardScope::Group, &spec).await? {
+        match store.ensure_shard(scope, &spec).await? {
             EnsureShard::Created => report.created.push(spec.shard_id.to_string()),
             EnsureShard::Closed => report.closed.push(spec.shard_id.to_string()),
             EnsureShard::Existing => {}

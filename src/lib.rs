@@ -30,6 +30,7 @@ pub mod reap;
 pub mod rebalance;
 pub mod reset;
 pub mod session;
+pub mod standalone;
 pub mod status;
 
 pub use action::{Action, ActionKind};
@@ -40,8 +41,10 @@ pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{plan_rebalance, RebalanceConfig};
 pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
 pub use session::{ConsumerSession, SessionTick};
+pub use standalone::StandaloneReader;
 pub use status::GroupStatus;
 pub mod kpl;
+mod membership;
 pub mod processing;
 pub mod worker;
 pub mod worker_events;

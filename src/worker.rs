@@ -5,13 +5,15 @@
 //! its deadline) and in a long-running process (bounded by a stop signal).
 
 use crate::discovery::list_stream_shards;
+use crate::membership::Membership;
 use crate::processing::core::{Run, Unit};
 use crate::processing::kinesis::record_unit;
 use crate::processing::{ProcessingOptions, RecordHandler, StreamRecord};
 use crate::session::ConsumerSession;
+use crate::standalone::StandaloneReader;
 use crate::state::{
-    is_throttling_code, Checkpoint, CheckpointOutcome, EpochMillis, Result, ShardId, ShardScope,
-    StateError, StateStore,
+    is_throttling_code, Checkpoint, CheckpointOutcome, EpochMillis, Result, ShardId, StateError,
+    StateStore,
 };
 use crate::worker_events::{Observer, StopReason, WorkerEvent};
 use aws_sdk_kinesis::types::ShardIteratorType;
@@ -99,7 +101,7 @@ struct Cursor {
 
 /// A polling shard worker: one consumer instance.
 pub struct ShardWorker<H> {
-    session: ConsumerSession,
+    membership: Membership,
     store: StateStore,
     kinesis: aws_sdk_kinesis::Client,
     handler: H,
@@ -119,8 +121,35 @@ impl<H: RecordHandler> ShardWorker<H> {
         handler: H,
         config: WorkerConfig,
     ) -> Self {
+        Self::with_membership(Membership::Group(session), store, kinesis, handler, config)
+    }
+
+    /// A standalone worker: reads every shard with its own checkpoints.
+    pub fn standalone(
+        reader: StandaloneReader,
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        handler: H,
+        config: WorkerConfig,
+    ) -> Self {
+        Self::with_membership(
+            Membership::Standalone(reader),
+            store,
+            kinesis,
+            handler,
+            config,
+        )
+    }
+
+    fn with_membership(
+        membership: Membership,
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        handler: H,
+        config: WorkerConfig,
+    ) -> Self {
         ShardWorker {
-            session,
+            membership,
             store,
             kinesis,
             handler,
@@ -181,18 +210,19 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.leave().await?;
         } else {
             let positions = self.positions();
-            self.session
-                .checkpoint_all(|shard| positions.get(shard).cloned())
+            self.membership
+                .checkpoint_all(&|shard| positions.get(shard).cloned())
                 .await?;
         }
         Ok(&self.report)
     }
 
-    /// Leaves the group at the current progress (see [`ConsumerSession::leave`]).
+    /// Stops at the current progress: a group member leaves the group (see
+    /// [`ConsumerSession::leave`]); a standalone worker checkpoints.
     pub async fn leave(&mut self) -> Result<()> {
         let positions = self.positions();
-        self.session
-            .leave(|shard| positions.get(shard).cloned())
+        self.membership
+            .leave(&|shard| positions.get(shard).cloned())
             .await?;
         for shard in std::mem::take(&mut self.cursors).into_keys() {
             self.stopped(&shard, StopReason::Released);
@@ -233,8 +263,8 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn renew(&mut self) -> Result<()> {
         let positions = self.positions();
         let tick = self
-            .session
-            .tick(|shard| positions.get(shard).cloned())
+            .membership
+            .tick(&|shard| positions.get(shard).cloned())
             .await?;
         self.next_renew = Instant::now() + self.config.renew_every;
         for shard in &tick.lost {
@@ -249,7 +279,10 @@ impl<H: RecordHandler> ShardWorker<H> {
             }
         }
         for shard in tick.gained {
-            let state = self.store.get_shard(&ShardScope::Group, &shard).await?;
+            let state = self
+                .store
+                .get_shard(&self.membership.scope(), &shard)
+                .await?;
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
                 position: state.checkpoint.clone(),
@@ -403,7 +436,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.report.parked += report.parked;
         if let Some(cp) = progress.get(shard.as_str()) {
             let sent = Instant::now();
-            match self.session.checkpoint(shard, cp, last_arrival).await {
+            match self.membership.checkpoint(shard, cp, last_arrival).await {
                 Ok(outcome) => {
                     self.report.checkpoints += 1;
                     if outcome == CheckpointOutcome::Stored {
@@ -456,7 +489,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .into_iter()
             .filter(|s| s.parents.contains(shard))
             .collect();
-        match self.session.complete_shard(shard, &children).await {
+        match self.membership.complete_shard(shard, &children).await {
             Ok(_) => {
                 self.report.shards_completed += 1;
                 self.stopped(shard, StopReason::Completed);

@@ -3,14 +3,40 @@
 use crate::common::{create_stream, ctx, list_shards, rebalancer, wait_stream_active};
 use aws_sdk_kinesis::primitives::Blob;
 use shardkeeper::processing::{ProcessingOptions, StreamRecord};
+use shardkeeper::state::ShardScope;
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore};
 use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::ConsumerSession;
+use shardkeeper::{ConsumerSession, StandaloneReader};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 type Log = Arc<Mutex<Vec<(String, String, u32)>>>;
+
+/// A handler that logs (consumer, key, n) for every record.
+fn logging(name: &str, log: Log) -> impl shardkeeper::processing::RecordHandler {
+    let me = name.to_owned();
+    move |record: StreamRecord| {
+        let (log, me) = (log.clone(), me.clone());
+        async move {
+            let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+            log.lock()
+                .unwrap()
+                .push((me, record.partition_key.to_string(), n));
+            Ok::<(), std::io::Error>(())
+        }
+    }
+}
+
+fn eager() -> WorkerConfig {
+    WorkerConfig {
+        renew_every: Duration::ZERO,
+        min_poll_interval: Duration::ZERO,
+        idle_poll_interval: Duration::ZERO,
+        processing: ProcessingOptions::default(),
+        ..WorkerConfig::default()
+    }
+}
 
 fn worker(
     store: &StateStore,
@@ -20,25 +46,49 @@ fn worker(
 ) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
     let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let me = name.to_owned();
-    let handler = move |record: StreamRecord| {
-        let (log, me) = (log.clone(), me.clone());
-        async move {
-            let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
-            log.lock()
-                .unwrap()
-                .push((me, record.partition_key.to_string(), n));
-            Ok::<(), std::io::Error>(())
-        }
-    };
-    let config = WorkerConfig {
-        renew_every: Duration::ZERO,
-        min_poll_interval: Duration::ZERO,
-        idle_poll_interval: Duration::ZERO,
-        processing: ProcessingOptions::default(),
-        ..WorkerConfig::default()
-    };
-    ShardWorker::new(session, store.clone(), kinesis.clone(), handler, config)
+    ShardWorker::new(
+        session,
+        store.clone(),
+        kinesis.clone(),
+        logging(name, log),
+        eager(),
+    )
+}
+
+fn standalone(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    name: &str,
+    log: Log,
+) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let reader = StandaloneReader::new(store.clone(), kinesis.clone(), info);
+    ShardWorker::standalone(
+        reader,
+        store.clone(),
+        kinesis.clone(),
+        logging(name, log),
+        eager(),
+    )
+}
+
+/// Splits the stream's first shard in the middle of its hash range.
+async fn split_first(ctx: &crate::common::Ctx, stream: &str) {
+    let parent = list_shards(&ctx.aws, stream).await[0].clone();
+    let range = parent.hash_key_range().unwrap();
+    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
+        + range.ending_hash_key().parse::<u128>().unwrap())
+        / 2;
+    ctx.aws
+        .kinesis
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(parent.shard_id())
+        .new_starting_hash_key(mid.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_stream_active(&ctx.aws, stream).await;
 }
 
 async fn produce(ctx: &crate::common::Ctx, stream: &str, keys: u32, per_key: std::ops::Range<u32>) {
@@ -126,21 +176,7 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
             w.step().await.unwrap();
         }
     }
-    let parent = list_shards(&ctx.aws, &stream).await[0].clone();
-    let range = parent.hash_key_range().unwrap();
-    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
-        + range.ending_hash_key().parse::<u128>().unwrap())
-        / 2;
-    ctx.aws
-        .kinesis
-        .split_shard()
-        .stream_name(&stream)
-        .shard_to_split(parent.shard_id())
-        .new_starting_hash_key(mid.to_string())
-        .send()
-        .await
-        .unwrap();
-    wait_stream_active(&ctx.aws, &stream).await;
+    split_first(&ctx, &stream).await;
     produce(&ctx, &stream, 10, 3..6).await;
     for _ in 0..20 {
         rebalancer.tick().await.unwrap();
@@ -305,4 +341,58 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
             .all(|s| s.owner.is_none() && s.checkpoint.is_some()),
         "{shards:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_lease() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx, &stream, 6, 0..3).await;
+    let (group_log, solo_log): (Log, Log) = (Arc::default(), Arc::default());
+    let mut member = worker(&store, &ctx.aws.kinesis, "member", group_log.clone());
+    let mut solo = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
+    for _ in 0..4 {
+        rebalancer.tick().await.unwrap();
+        member.step().await.unwrap();
+        solo.step().await.unwrap();
+    }
+    // A split mid-way: the standalone worker too reads the children only
+    // after the parent, in its own scope.
+    split_first(&ctx, &stream).await;
+    produce(&ctx, &stream, 6, 3..5).await;
+    for _ in 0..8 {
+        rebalancer.tick().await.unwrap();
+        member.step().await.unwrap();
+        solo.step().await.unwrap();
+    }
+    check(&group_log, 6, 5);
+    check(&solo_log, 6, 5);
+
+    // The rebalancer gave it nothing: it is registered standalone.
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.live_consumers, 1, "{tick:?}");
+    let solo_id = ConsumerId::new("solo").unwrap();
+    assert!(store.owned_shards(&solo_id).await.unwrap().is_empty());
+    // Its checkpoints are its own: the parent depleted, the rest checkpointed.
+    let own = store
+        .list_shards(&ShardScope::Consumer(solo_id))
+        .await
+        .unwrap();
+    assert_eq!(own.len(), 4, "{own:?}");
+    assert_eq!(own.iter().filter(|s| s.depleted).count(), 1, "{own:?}");
+    assert!(own.iter().all(|s| s.checkpoint.is_some()), "{own:?}");
+    assert_eq!(solo.report().shards_completed, 1);
+
+    // Restarted under the same id, it resumes after its checkpoints.
+    let mut again = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
+    for _ in 0..3 {
+        again.step().await.unwrap();
+    }
+    assert_eq!(solo_log.lock().unwrap().len(), 30, "nothing read twice");
+    // (It re-reads each open shard from its checkpointed record, which the
+    // checkpoint covers, so that a KPL aggregate can resume inside itself.)
+    assert_eq!(again.report().processed, 0, "{:?}", again.report());
+    assert_eq!(again.report().duplicates_skipped, 3, "{:?}", again.report());
 }

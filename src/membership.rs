@@ -1,0 +1,80 @@
+//! How a shard worker holds its shards: as a member of a group (leases
+//! given by the rebalancer, fenced checkpoints) or standalone (every shard,
+//! checkpoints of its own). The worker's reading code is the same for both.
+
+use crate::session::{ConsumerSession, SessionTick};
+use crate::standalone::StandaloneReader;
+use crate::state::{
+    Checkpoint, CheckpointOutcome, Depleted, EpochMillis, Result, ShardId, ShardScope, ShardSpec,
+};
+
+/// The progress of each shard: where to checkpoint it.
+pub(crate) type Progress<'a> =
+    &'a (dyn Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)> + Sync);
+
+/// A group member's session, or a standalone reader.
+#[derive(Debug)]
+pub(crate) enum Membership {
+    Group(ConsumerSession),
+    Standalone(StandaloneReader),
+}
+
+impl Membership {
+    /// Where the shards' state lives.
+    pub(crate) fn scope(&self) -> ShardScope {
+        match self {
+            Membership::Group(_) => ShardScope::Group,
+            Membership::Standalone(r) => r.scope().clone(),
+        }
+    }
+
+    /// Heartbeat and renewals (group) or discovery (standalone).
+    pub(crate) async fn tick(&mut self, progress: Progress<'_>) -> Result<SessionTick> {
+        match self {
+            Membership::Group(s) => s.tick(progress).await,
+            Membership::Standalone(r) => r.tick().await,
+        }
+    }
+
+    /// A checkpoint: fenced by the lease (group) or in its own scope.
+    pub(crate) async fn checkpoint(
+        &mut self,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<CheckpointOutcome> {
+        match self {
+            Membership::Group(s) => s.checkpoint(shard, cp, arrival).await,
+            Membership::Standalone(r) => r.checkpoint(shard, cp, arrival).await,
+        }
+    }
+
+    /// The shard is read to its end.
+    pub(crate) async fn complete_shard(
+        &mut self,
+        shard: &ShardId,
+        children: &[ShardSpec],
+    ) -> Result<Depleted> {
+        match self {
+            Membership::Group(s) => s.complete_shard(shard, children).await,
+            Membership::Standalone(r) => r.complete_shard(shard, children).await,
+        }
+    }
+
+    /// A stop that hands the shards on: a group member leaves the group; a
+    /// standalone reader checkpoints (nobody else reads its scope).
+    pub(crate) async fn leave(&mut self, progress: Progress<'_>) -> Result<()> {
+        match self {
+            Membership::Group(s) => s.leave(progress).await.map(drop),
+            Membership::Standalone(r) => r.checkpoint_all(progress).await,
+        }
+    }
+
+    /// A stop that keeps the shards: checkpoint only.
+    pub(crate) async fn checkpoint_all(&mut self, progress: Progress<'_>) -> Result<()> {
+        match self {
+            Membership::Group(s) => s.checkpoint_all(progress).await,
+            Membership::Standalone(r) => r.checkpoint_all(progress).await,
+        }
+    }
+}
