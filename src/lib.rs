@@ -23,6 +23,7 @@ pub use shardkeeper_state as state;
 pub mod action;
 pub mod config;
 pub mod discovery;
+pub mod efo_pool;
 pub mod executor;
 pub mod functions;
 pub mod metrics;

@@ -209,3 +209,123 @@ async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
         "{err}"
     );
 }
+
+fn test_pool(prefix: &str, size: usize) -> shardkeeper::efo_pool::EfoPool {
+    shardkeeper::efo_pool::EfoPool {
+        poll_interval: Duration::from_millis(20),
+        ..shardkeeper::efo_pool::EfoPool::new(prefix, size)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
+    use shardkeeper::efo_pool::lock_or_grow;
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let arn = stream_arn(&ctx.aws, &stream).await;
+    let store = ctx.store(&stream);
+    let pool = test_pool("grp", 3);
+    let ids: Vec<ConsumerId> = (0..6)
+        .map(|i| ConsumerId::new(format!("c{i}")).unwrap())
+        .collect();
+    for id in &ids {
+        store
+            .heartbeat(&ConsumerInfo::for_this_process(id.clone(), store.now()))
+            .await
+            .unwrap();
+    }
+    let racers: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (store, kinesis, pool, id) = (
+                store.clone(),
+                ctx.aws.kinesis.clone(),
+                pool.clone(),
+                id.clone(),
+            );
+            tokio::spawn(async move {
+                let lock = lock_or_grow(&store, &kinesis, &id, &pool).await.unwrap();
+                (id, lock)
+            })
+        })
+        .collect();
+    let mut locked = BTreeSet::new();
+    let mut waiting = Vec::new();
+    for r in racers {
+        let (id, lock) = r.await.unwrap();
+        match lock {
+            Some(lock) => assert!(locked.insert(lock.name.to_string()), "shared: {lock:?}"),
+            None => waiting.push(id),
+        }
+    }
+    assert_eq!(
+        locked,
+        BTreeSet::from([
+            "grp-00".to_owned(),
+            "grp-01".to_owned(),
+            "grp-02".to_owned()
+        ])
+    );
+    let on_kinesis = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_kinesis.consumers().len(), 3, "registered once each");
+    assert_eq!(waiting.len(), 3);
+    for id in &waiting {
+        let state = store.get_consumer(id).await.unwrap().unwrap();
+        assert!(!state.active, "{id} waits inactive, so it gets no leases");
+    }
+
+    // A released lock goes to a waiting consumer; nothing new is registered.
+    let holder = ids.iter().find(|id| !waiting.contains(id)).unwrap();
+    let held = store.get_or_lock_efo(holder).await.unwrap().unwrap();
+    assert!(store.release_efo(&held).await.unwrap());
+    let next = lock_or_grow(&store, &ctx.aws.kinesis, &waiting[0], &pool)
+        .await
+        .unwrap()
+        .expect("the freed consumer");
+    assert_eq!(next.name, held.name);
+    assert!(
+        store
+            .get_consumer(&waiting[0])
+            .await
+            .unwrap()
+            .unwrap()
+            .active
+    );
+    let on_kinesis = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_kinesis.consumers().len(), 3);
+}
+
+#[tokio::test]
+async fn a_pool_outside_the_kinesis_limits_is_a_validation_error() {
+    use shardkeeper::efo_pool::lock_or_grow;
+    let ctx = ctx().await;
+    let store = ctx.store("efo-limits");
+    let me = ConsumerId::new("c0").unwrap();
+    for pool in [
+        test_pool("grp", 0),
+        test_pool("grp", 21),
+        test_pool("a:b", 2),
+    ] {
+        let err = lock_or_grow(&store, &ctx.aws.kinesis, &me, &pool)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, shardkeeper::state::StateError::Validation { .. }),
+            "{pool:?}: {err:?}"
+        );
+    }
+}

@@ -84,6 +84,16 @@ pub enum StateError {
         /// How long the store waited.
         waited_ms: u64,
     },
+    /// A newly registered enhanced fan-out consumer did not become ACTIVE in time.
+    #[error("EFO consumer {name} is not ACTIVE after {waited_ms} ms (status {status})")]
+    EfoNotActive {
+        /// The consumer name.
+        name: String,
+        /// The last status seen.
+        status: String,
+        /// How long it was waited for.
+        waited_ms: u64,
+    },
     /// The store was stopped with [`crate::StateStore::stop`].
     #[error("the state store was stopped")]
     Stopped,
@@ -108,14 +118,16 @@ impl fmt::Display for Service {
 }
 
 impl StateError {
-    pub(crate) fn validation(field: &'static str, reason: impl Into<String>) -> Self {
+    /// A [`StateError::Validation`] of `field`.
+    pub fn validation(field: &'static str, reason: impl Into<String>) -> Self {
         StateError::Validation {
             field,
             reason: reason.into(),
         }
     }
 
-    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+    /// A [`StateError::NotFound`] of `what`.
+    pub fn not_found(what: impl Into<String>) -> Self {
         StateError::NotFound { what: what.into() }
     }
 

@@ -1,0 +1,192 @@
+//! The group's pool of enhanced fan-out consumers, grown on demand: a
+//! consumer that finds no free EFO consumer registers a new one with
+//! Kinesis (up to the pool's size, at most 20 per stream), waits until it is
+//! ACTIVE, records it, and locks it. Names are `<prefix>-00` to
+//! `<prefix>-<size-1>`, so racing consumers can never grow the pool past
+//! its size: two that pick the same name register it once (Kinesis answers
+//! the second with `ResourceInUseException`, which is adopted) and the lock
+//! decides who gets it. The reaper shrinks the pool again (idle ones are
+//! deregistered, one is kept).
+
+use crate::state::{call_kinesis, ConsumerId, EfoLock, EfoName, Result, StateError, StateStore};
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use std::time::{Duration, Instant};
+
+/// Kinesis allows at most this many registered consumers per stream.
+pub const MAX_EFO_CONSUMERS: usize = 20;
+
+/// How the pool grows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EfoPool {
+    /// The most EFO consumers the group registers (1 to 20; other groups
+    /// and applications share the stream's limit of 20).
+    pub size: usize,
+    /// Consumer names are `<prefix>-NN` (letters, digits, `_`, `.`, `-`).
+    pub prefix: String,
+    /// How long to wait for a new consumer to become ACTIVE.
+    pub active_timeout: Duration,
+    /// How often to ask meanwhile.
+    pub poll_interval: Duration,
+}
+
+impl EfoPool {
+    /// A pool of `size` consumers named after `prefix` (typically the group).
+    pub fn new(prefix: &str, size: usize) -> Self {
+        EfoPool {
+            size,
+            prefix: prefix.to_owned(),
+            active_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(1..=MAX_EFO_CONSUMERS).contains(&self.size) {
+            return Err(StateError::validation(
+                "EFO pool size",
+                format!("{}: must be 1 to {MAX_EFO_CONSUMERS}", self.size),
+            ));
+        }
+        let ok = !self.prefix.is_empty()
+            && self.prefix.len() <= 120
+            && self
+                .prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !ok {
+            return Err(StateError::validation(
+                "EFO consumer name prefix",
+                format!(
+                    "{:?}: 1 to 120 of letters, digits, '_', '.', '-'",
+                    self.prefix
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn name(&self, i: usize) -> String {
+        format!("{}-{i:02}", self.prefix)
+    }
+}
+
+fn kinesis_error(
+    operation: &'static str,
+    err: impl ProvideErrorMetadata + std::fmt::Display,
+) -> StateError {
+    StateError::Sdk {
+        service: crate::state::Service::Kinesis,
+        operation,
+        code: err.code().map(str::to_owned),
+        message: err.to_string(),
+    }
+}
+
+/// The stream's ARN (EFO calls take ARNs, not names).
+pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -> Result<String> {
+    let req = kinesis
+        .describe_stream_summary()
+        .stream_name(store.config().stream.as_str());
+    let out = call_kinesis(&store.config().retry, "DescribeStreamSummary", || {
+        req.clone().send()
+    })
+    .await?;
+    out.stream_description_summary()
+        .map(|s| s.stream_arn().to_owned())
+        .ok_or_else(|| StateError::not_found("stream description"))
+}
+
+/// Registers `name` with Kinesis (or adopts it if it exists) and waits
+/// until it is ACTIVE; returns its ARN.
+async fn register_active(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream_arn: &str,
+    name: &str,
+    pool: &EfoPool,
+) -> Result<String> {
+    let arn = match kinesis
+        .register_stream_consumer()
+        .stream_arn(stream_arn)
+        .consumer_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => out
+            .consumer()
+            .map(|c| c.consumer_arn().to_owned())
+            .ok_or_else(|| StateError::not_found("registered consumer"))?,
+        Err(e) if e.code() == Some("ResourceInUseException") => kinesis
+            .describe_stream_consumer()
+            .stream_arn(stream_arn)
+            .consumer_name(name)
+            .send()
+            .await
+            .map_err(|e| kinesis_error("DescribeStreamConsumer", e))?
+            .consumer_description()
+            .map(|c| c.consumer_arn().to_owned())
+            .ok_or_else(|| StateError::not_found("described consumer"))?,
+        Err(e) => return Err(kinesis_error("RegisterStreamConsumer", e)),
+    };
+    let started = Instant::now();
+    loop {
+        let out = kinesis
+            .describe_stream_consumer()
+            .consumer_arn(&arn)
+            .send()
+            .await
+            .map_err(|e| kinesis_error("DescribeStreamConsumer", e))?;
+        let status = out
+            .consumer_description()
+            .map(|c| c.consumer_status().as_str().to_owned());
+        if status.as_deref() == Some("ACTIVE") {
+            return Ok(arn);
+        }
+        if started.elapsed() >= pool.active_timeout {
+            return Err(StateError::EfoNotActive {
+                name: name.to_owned(),
+                status: status.unwrap_or_default(),
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(pool.poll_interval).await;
+    }
+}
+
+/// The EFO consumer `consumer` holds, or a free one locked for it, or a new
+/// one registered and locked while the pool is below its size. `None` when
+/// every one of `pool.size` consumers is locked by others (the consumer is
+/// then marked inactive, so the rebalancer gives it no leases).
+pub async fn lock_or_grow(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    consumer: &ConsumerId,
+    pool: &EfoPool,
+) -> Result<Option<EfoLock>> {
+    pool.validate()?;
+    let mut stream: Option<String> = None;
+    for _ in 0..=pool.size {
+        if let Some(lock) = store.get_or_lock_efo(consumer).await? {
+            return Ok(Some(lock));
+        }
+        let known = store.list_efo().await?;
+        let Some(name) = (0..pool.size)
+            .map(|i| pool.name(i))
+            .find(|n| known.iter().all(|e| e.name.as_str() != n))
+        else {
+            return Ok(None);
+        };
+        let stream_arn = match &stream {
+            Some(arn) => arn.clone(),
+            None => {
+                let arn = stream_arn(store, kinesis).await?;
+                stream = Some(arn.clone());
+                arn
+            }
+        };
+        let arn = register_active(kinesis, &stream_arn, &name, pool).await?;
+        if store.register_efo(&EfoName::new(&name)?, &arn).await? {
+            tracing::info!(efo = %name, %consumer, "registered an enhanced fan-out consumer for the pool");
+        }
+    }
+    Ok(None)
+}
