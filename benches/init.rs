@@ -307,6 +307,9 @@ fn serve(env_file: Option<&Path>) -> Result<(), Error> {
         let env = env.join("\n") + "\n";
         println!("the functions reach them with this environment:\n{env}");
         if let Some(path) = env_file {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
             std::fs::write(path, &env)?;
             println!("(written to {}: cargo lambda watch --env-file {})", path.display(), path.display());
         }
