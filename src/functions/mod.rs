@@ -33,6 +33,32 @@ pub async fn start_store(
     Ok(store)
 }
 
+/// What every scheduled function (rebalancer, reaper, shard worker) builds
+/// once at init.
+pub struct ScheduledInit {
+    /// Its configuration, from the environment.
+    pub config: crate::config::ScheduledConfig,
+    /// The started state store.
+    pub store: crate::state::StateStore,
+    /// Kinesis, from the standard credential and region chains.
+    pub kinesis: aws_sdk_kinesis::Client,
+}
+
+/// The init of a scheduled function: logging, configuration from the
+/// environment, AWS clients from the standard chains, then [`start_store`].
+pub async fn init_scheduled() -> Result<ScheduledInit, lambda_runtime::Error> {
+    init_tracing();
+    let config = crate::config::ScheduledConfig::from_env()?;
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let kinesis = aws_sdk_kinesis::Client::new(&aws);
+    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
+    Ok(ScheduledInit {
+        config,
+        store,
+        kinesis,
+    })
+}
+
 /// Sets up logging: JSON lines in Lambda (where `AWS_LAMBDA_FUNCTION_NAME`
 /// is set), human-readable text elsewhere; the level from `RUST_LOG`
 /// (default `info`).

@@ -242,3 +242,23 @@ pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::function
         emit_metrics: false,
     }
 }
+
+/// Splits the stream's first shard in the middle of its hash range, waits
+/// until the stream is ACTIVE again, and returns the parent.
+pub async fn split_first(aws: &AwsClients, stream: &str) -> aws_sdk_kinesis::types::Shard {
+    let parent = list_shards(aws, stream).await[0].clone();
+    let range = parent.hash_key_range().unwrap();
+    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
+        + range.ending_hash_key().parse::<u128>().unwrap())
+        / 2;
+    aws.kinesis
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(parent.shard_id())
+        .new_starting_hash_key(mid.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_stream_active(aws, stream).await;
+    parent
+}

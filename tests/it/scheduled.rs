@@ -3,7 +3,8 @@
 //! through lambda_runtime's service with the scheduled-event fixture.
 
 use crate::common::{
-    create_stream, ctx, lambda_context, list_shards, stream_arn, wait_stream_active, Ctx,
+    create_stream, ctx, lambda_context, list_shards, split_first, stream_arn, wait_stream_active,
+    Ctx,
 };
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{LambdaEvent, Service};
@@ -176,22 +177,7 @@ async fn split_and_merge_during_consumption_keep_parents_first() {
     tick_all(&mut sessions).await;
     rebalancer.tick().await.unwrap();
     tick_all(&mut sessions).await;
-    let shards = list_shards(&ctx.aws, &stream).await;
-    let s0 = shards[0].clone();
-    let range = s0.hash_key_range().unwrap();
-    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
-        + range.ending_hash_key().parse::<u128>().unwrap())
-        / 2;
-    ctx.aws
-        .kinesis
-        .split_shard()
-        .stream_name(&stream)
-        .shard_to_split(s0.shard_id())
-        .new_starting_hash_key(mid.to_string())
-        .send()
-        .await
-        .unwrap();
-    wait_stream_active(&ctx.aws, &stream).await;
+    let s0 = split_first(&ctx.aws, &stream).await;
     let tick = rebalancer.tick().await.unwrap();
     assert_eq!(tick.discovery.created.len(), 2, "{:?}", tick.discovery);
     assert_eq!(tick.discovery.closed, vec![s0.shard_id().to_owned()]);

@@ -1,6 +1,6 @@
 //! The polling shard worker with the rebalancer, on the in-process servers.
 
-use crate::common::{create_stream, ctx, list_shards, rebalancer, wait_stream_active};
+use crate::common::{create_stream, ctx, rebalancer, split_first};
 use aws_sdk_kinesis::primitives::Blob;
 use shardkeeper::processing::{ProcessingOptions, StreamRecord};
 use shardkeeper::state::ShardScope;
@@ -72,23 +72,15 @@ fn standalone(
     )
 }
 
-/// Splits the stream's first shard in the middle of its hash range.
-async fn split_first(ctx: &crate::common::Ctx, stream: &str) {
-    let parent = list_shards(&ctx.aws, stream).await[0].clone();
-    let range = parent.hash_key_range().unwrap();
-    let mid = (range.starting_hash_key().parse::<u128>().unwrap()
-        + range.ending_hash_key().parse::<u128>().unwrap())
-        / 2;
-    ctx.aws
-        .kinesis
-        .split_shard()
-        .stream_name(stream)
-        .shard_to_split(parent.shard_id())
-        .new_starting_hash_key(mid.to_string())
-        .send()
-        .await
-        .unwrap();
-    wait_stream_active(&ctx.aws, stream).await;
+/// One rebalancer tick, then one step of every worker.
+async fn tick_and_step<H: shardkeeper::processing::RecordHandler>(
+    rebalancer: &shardkeeper::functions::Rebalancer,
+    workers: &mut [ShardWorker<H>],
+) {
+    rebalancer.tick().await.unwrap();
+    for w in workers {
+        w.step().await.unwrap();
+    }
 }
 
 async fn produce(ctx: &crate::common::Ctx, stream: &str, keys: u32, per_key: std::ops::Range<u32>) {
@@ -142,10 +134,7 @@ async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
             assert!(!dead.shards().is_empty(), "w3 held shards when it died");
             produce(&ctx, &stream, 40, 5..10).await;
         }
-        rebalancer.tick().await.unwrap();
-        for w in &mut workers {
-            w.step().await.unwrap();
-        }
+        tick_and_step(&rebalancer, &mut workers).await;
         ctx.clock.advance(Duration::from_secs(1));
         if log.lock().unwrap().len() >= 400 && round > 4 {
             break;
@@ -171,18 +160,12 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
         .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
         .collect();
     for _ in 0..3 {
-        rebalancer.tick().await.unwrap();
-        for w in &mut workers {
-            w.step().await.unwrap();
-        }
+        tick_and_step(&rebalancer, &mut workers).await;
     }
-    split_first(&ctx, &stream).await;
+    split_first(&ctx.aws, &stream).await;
     produce(&ctx, &stream, 10, 3..6).await;
     for _ in 0..20 {
-        rebalancer.tick().await.unwrap();
-        for w in &mut workers {
-            w.step().await.unwrap();
-        }
+        tick_and_step(&rebalancer, &mut workers).await;
         ctx.clock.advance(Duration::from_secs(1));
         if log.lock().unwrap().len() >= 60 {
             break;
@@ -354,17 +337,15 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     let mut member = worker(&store, &ctx.aws.kinesis, "member", group_log.clone());
     let mut solo = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
     for _ in 0..4 {
-        rebalancer.tick().await.unwrap();
-        member.step().await.unwrap();
+        tick_and_step(&rebalancer, std::slice::from_mut(&mut member)).await;
         solo.step().await.unwrap();
     }
     // A split mid-way: the standalone worker too reads the children only
     // after the parent, in its own scope.
-    split_first(&ctx, &stream).await;
+    split_first(&ctx.aws, &stream).await;
     produce(&ctx, &stream, 6, 3..5).await;
     for _ in 0..8 {
-        rebalancer.tick().await.unwrap();
-        member.step().await.unwrap();
+        tick_and_step(&rebalancer, std::slice::from_mut(&mut member)).await;
         solo.step().await.unwrap();
     }
     check(&group_log, 6, 5);

@@ -42,7 +42,8 @@ pub struct Depleted {
 const MONOTONIC: &str = "(attribute_not_exists(#cp_ord) OR #cp_ord <= :ord)";
 const CP_SET: &str = "SET #cp = :cp, #cp_sub = :cp_sub, #cp_ord = :ord, #updated = :now";
 
-fn checkpoint_expr(
+/// The names, values and `SET` clause that store `cp` (and its arrival time).
+pub(crate) fn checkpoint_expr(
     cp: &Checkpoint,
     arrival: Option<EpochMillis>,
     now: EpochMillis,

@@ -1,13 +1,13 @@
 //! An operator's reset: moving a shard's checkpoint anywhere, backwards
 //! included (the only write that may), guarded against racing the holder.
 
+use crate::checkpoint::checkpoint_expr;
 use crate::error::Result;
-use crate::item::{n, s, Expr};
+use crate::item::n;
 use crate::model::ShardState;
 use crate::schema::{attr, ShardScope};
 use crate::sequence::Checkpoint;
 use crate::store::StateStore;
-use aws_sdk_dynamodb::types::AttributeValue;
 
 impl StateStore {
     /// Sets the checkpoint of `seen.shard_id` in `scope` to `to`, if the shard
@@ -27,30 +27,20 @@ impl StateStore {
         to: &Checkpoint,
         evict: bool,
     ) -> Result<bool> {
-        let expr = Expr::new()
+        let (expr, set) = checkpoint_expr(to, None, self.now());
+        let expr = expr
             .names(&[
-                attr::CP,
-                attr::CP_SUB,
-                attr::CP_ORD,
                 attr::CP_ARRIVAL,
-                attr::UPDATED,
                 attr::COUNTER,
                 attr::OWNER,
                 attr::EXPIRES,
                 attr::CLAIM_BY,
                 attr::CLAIM_AT,
             ])
-            .value("cp", s(to.stored_text()))
-            .value("cp_sub", n(to.stored_sub_sequence()))
-            .value("ord", s(to.order_key()))
-            .value("now", n(self.now()))
             .value("one", n(1))
             .value("n", n(seen.counter))
-            .value("seen_updated", n(seen.updated))
-            .value("false", AttributeValue::Bool(false));
-        let mut update = "SET #cp = :cp, #cp_sub = :cp_sub, #cp_ord = :ord, #updated = :now \
-                          REMOVE #cp_arrival"
-            .to_owned();
+            .value("seen_updated", n(seen.updated));
+        let mut update = format!("{set} REMOVE #cp_arrival");
         let condition = match scope {
             ShardScope::Group => {
                 let counter = if seen.counter == 0 {

@@ -3,22 +3,17 @@
 //! deregister idle EFO consumers, remove state of shards past retention.
 
 use lambda_runtime::{service_fn, Error};
-use shardkeeper::functions::{handle_reap, init_tracing, start_store, Reaper};
-use shardkeeper::ScheduledConfig;
+use shardkeeper::functions::{handle_reap, init_scheduled, Reaper};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    init_tracing();
-    let config = ScheduledConfig::from_env()?;
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kinesis = aws_sdk_kinesis::Client::new(&aws);
-    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
+    let init = init_scheduled().await?;
     let reaper = Reaper {
-        store,
-        kinesis,
-        config: config.reap.clone(),
+        store: init.store,
+        kinesis: init.kinesis,
+        config: init.config.reap.clone(),
         emit_metrics: true,
     };
-    let timing = config.timing;
+    let timing = init.config.timing;
     lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await
 }

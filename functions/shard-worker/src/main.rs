@@ -6,24 +6,19 @@
 //! `SHARDKEEPER_DEADLINE_MARGIN_MS` (2000).
 
 use lambda_runtime::{service_fn, Error};
-use shardkeeper::functions::{init_tracing, start_store, WorkerFunction};
+use shardkeeper::functions::{init_scheduled, WorkerFunction};
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::worker::WorkerConfig;
-use shardkeeper::ScheduledConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    init_tracing();
-    let config = ScheduledConfig::from_env()?;
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kinesis = aws_sdk_kinesis::Client::new(&aws);
-    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
+    let init = init_scheduled().await?;
     let function = WorkerFunction {
-        store,
-        kinesis,
-        lease_term: config.lease_term,
+        store: init.store,
+        kinesis: init.kinesis,
+        lease_term: init.config.lease_term,
         config: WorkerConfig::default(),
-        margin: config.timing.margin,
+        margin: init.config.timing.margin,
         handler: || {
             |record: StreamRecord| async move {
                 let value: serde_json::Value = serde_json::from_slice(&record.data)?;
