@@ -33,7 +33,15 @@ fn variables_read(binary: &str) -> BTreeSet<String> {
                 vars.insert(part.split('"').next().unwrap().to_owned());
             }
         }
-        if src.contains("ScheduledConfig::from_env") || src.contains("store_config_from_env") {
+        // `init_scheduled` reads `ScheduledConfig::from_env`.
+        if [
+            "ScheduledConfig::from_env",
+            "init_scheduled",
+            "store_config_from_env",
+        ]
+        .iter()
+        .any(|reader| src.contains(reader))
+        {
             for v in [
                 "SHARDKEEPER_TABLE",
                 "SHARDKEEPER_GROUP",
