@@ -2,9 +2,11 @@
 //!
 //! A missing or malformed variable fails at init with an error that names it.
 
+use crate::efo_pool::{EfoPool, MAX_EFO_CONSUMERS};
 use crate::reap::ReapConfig;
 use crate::rebalance::RebalanceConfig;
 use crate::state::{schema::DEFAULT_TABLE, StateError, StoreConfig};
+use crate::worker::WorkerConfig;
 use std::time::Duration;
 
 /// A configuration error: which variable, and what is wrong with it.
@@ -47,6 +49,8 @@ pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";
 pub const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
 /// Claims and forced takes per tick; 0 = as many as balance needs (default 0).
 pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
+/// Enhanced fan-out consumers the shard workers share (0, the default: they poll; at most 20).
+pub const EFO_POOL_SIZE: &str = "SHARDKEEPER_EFO_POOL_SIZE";
 /// Seconds an EFO consumer may stay free before it is deregistered (default 900).
 pub const EFO_IDLE_TIMEOUT_SECONDS: &str = "SHARDKEEPER_EFO_IDLE_TIMEOUT_SECONDS";
 /// The stream's retention in hours (default 24).
@@ -74,6 +78,8 @@ pub struct ScheduledConfig {
     pub rebalance: RebalanceConfig,
     /// The reaper's planner settings.
     pub reap: ReapConfig,
+    /// Enhanced fan-out consumers the shard workers share (0: they poll).
+    pub efo_pool_size: usize,
 }
 
 /// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
@@ -190,7 +196,29 @@ impl ScheduledConfig {
                 efo_idle_timeout: secs(vars.positive(EFO_IDLE_TIMEOUT_SECONDS, 900)?),
                 retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
             },
+            efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
+                n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
+                n => {
+                    return Err(ConfigError::Malformed {
+                        var: EFO_POOL_SIZE,
+                        value: n.to_string(),
+                        reason: format!("Kinesis allows at most {MAX_EFO_CONSUMERS} per stream"),
+                    })
+                }
+            },
         })
+    }
+
+    /// The shard worker's settings: the defaults, reading with enhanced
+    /// fan-out from a pool named after the group (`:` becomes `-`, which
+    /// consumer names allow) when its size is not 0.
+    pub fn worker_config(&self) -> WorkerConfig {
+        let prefix = self.store.group.as_str().replace(':', "-");
+        WorkerConfig {
+            enhanced_fan_out: (self.efo_pool_size > 0)
+                .then(|| EfoPool::new(&prefix, self.efo_pool_size)),
+            ..WorkerConfig::default()
+        }
     }
 }
 
@@ -226,6 +254,28 @@ mod tests {
         assert_eq!(c.store.table, "my-state");
         assert_eq!(c.rebalance.max_moves_per_tick, Some(2));
         assert_eq!(c.timing.tick, Duration::from_secs(10));
+        assert!(
+            c.worker_config().enhanced_fan_out.is_none(),
+            "polls by default"
+        );
+    }
+
+    #[test]
+    fn the_efo_pool_size_turns_on_enhanced_fan_out_within_the_kinesis_limit() {
+        let c = config(&[(GROUP, "billing"), (STREAM, "orders"), (EFO_POOL_SIZE, "3")]).unwrap();
+        let pool = c.worker_config().enhanced_fan_out.unwrap();
+        assert_eq!((pool.prefix.as_str(), pool.size), ("billing", 3));
+        let err = config(&[
+            (GROUP, "billing"),
+            (STREAM, "orders"),
+            (EFO_POOL_SIZE, "21"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("SHARDKEEPER_EFO_POOL_SIZE") && err.contains("20"),
+            "{err}"
+        );
     }
 
     #[test]

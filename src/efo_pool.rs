@@ -8,7 +8,9 @@
 //! decides who gets it. The reaper shrinks the pool again (idle ones are
 //! deregistered, one is kept).
 
-use crate::state::{call_kinesis, ConsumerId, EfoLock, EfoName, Result, StateError, StateStore};
+use crate::state::{
+    call_kinesis, kinesis_error, ConsumerId, EfoLock, EfoName, Result, StateError, StateStore,
+};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::time::{Duration, Instant};
 
@@ -70,18 +72,6 @@ impl EfoPool {
     }
 }
 
-fn kinesis_error(
-    operation: &'static str,
-    err: impl ProvideErrorMetadata + std::fmt::Display,
-) -> StateError {
-    StateError::Sdk {
-        service: crate::state::Service::Kinesis,
-        operation,
-        code: err.code().map(str::to_owned),
-        message: err.to_string(),
-    }
-}
-
 /// The stream's ARN (EFO calls take ARNs, not names).
 pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -> Result<String> {
     let req = kinesis
@@ -121,11 +111,11 @@ async fn register_active(
             .consumer_name(name)
             .send()
             .await
-            .map_err(|e| kinesis_error("DescribeStreamConsumer", e))?
+            .map_err(|e| kinesis_error("DescribeStreamConsumer", &e))?
             .consumer_description()
             .map(|c| c.consumer_arn().to_owned())
             .ok_or_else(|| StateError::not_found("described consumer"))?,
-        Err(e) => return Err(kinesis_error("RegisterStreamConsumer", e)),
+        Err(e) => return Err(kinesis_error("RegisterStreamConsumer", &e)),
     };
     let started = Instant::now();
     loop {
@@ -134,7 +124,7 @@ async fn register_active(
             .consumer_arn(&arn)
             .send()
             .await
-            .map_err(|e| kinesis_error("DescribeStreamConsumer", e))?;
+            .map_err(|e| kinesis_error("DescribeStreamConsumer", &e))?;
         let status = out
             .consumer_description()
             .map(|c| c.consumer_status().as_str().to_owned());

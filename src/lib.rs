@@ -27,6 +27,7 @@ pub mod efo_pool;
 pub mod executor;
 pub mod functions;
 pub mod metrics;
+pub mod reads;
 pub mod reap;
 pub mod rebalance;
 pub mod reset;

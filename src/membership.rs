@@ -5,7 +5,8 @@
 use crate::session::{ConsumerSession, SessionTick};
 use crate::standalone::StandaloneReader;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, Depleted, EpochMillis, Result, ShardId, ShardScope, ShardSpec,
+    Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, Result, ShardId,
+    ShardScope, ShardSpec,
 };
 
 /// The progress of each shard: where to checkpoint it.
@@ -25,6 +26,33 @@ impl Membership {
         match self {
             Membership::Group(_) => ShardScope::Group,
             Membership::Standalone(r) => r.scope().clone(),
+        }
+    }
+
+    /// The consumer's id.
+    pub(crate) fn id(&self) -> &ConsumerId {
+        match self {
+            Membership::Group(s) => s.id(),
+            Membership::Standalone(r) => r.id(),
+        }
+    }
+
+    /// The enhanced fan-out consumer now locked. A standalone reader reads as
+    /// it (returns the shards it stops reading); a group member's shards are
+    /// its leases, whatever it reads with.
+    pub(crate) fn set_efo_lock(&mut self, lock: Option<EfoLock>) -> Vec<ShardId> {
+        match self {
+            Membership::Group(_) => Vec::new(),
+            Membership::Standalone(r) => r.set_efo_lock(lock),
+        }
+    }
+
+    /// Gives up every shard held, checkpointed (a group member releases its
+    /// leases; a standalone reader has nothing to give up).
+    pub(crate) async fn release_all(&mut self, progress: Progress<'_>) -> Result<Vec<ShardId>> {
+        match self {
+            Membership::Group(s) => s.release_all(progress).await,
+            Membership::Standalone(_) => Ok(Vec::new()),
         }
     }
 

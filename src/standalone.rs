@@ -2,13 +2,18 @@
 //! checkpoints of its own (`OWN#<consumer>#<shard>`), and takes no part in
 //! lease balancing (registered as standalone, the rebalancer gives it
 //! nothing). Parents are still read before their children.
+//!
+//! With enhanced fan-out the reader reads as the EFO consumer it has locked:
+//! its checkpoints live in that consumer's scope (`EFO#<name>#<shard>`) and
+//! are fenced by the lock, so whoever locks the EFO consumer next carries on
+//! where it stopped; without a lock it reads nothing.
 
 use crate::discovery::discover_shards_in;
 use crate::rebalance::available_shards;
 use crate::session::SessionTick;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, ConsumerInfo, Depleted, EpochMillis, GroupSnapshot, Result,
-    ShardId, ShardScope, ShardSpec, StateStore,
+    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EfoLock, EpochMillis,
+    GroupSnapshot, Result, ShardId, ShardScope, ShardSpec, StateStore,
 };
 use std::collections::BTreeSet;
 
@@ -20,6 +25,15 @@ pub struct StandaloneReader {
     info: ConsumerInfo,
     scope: ShardScope,
     reading: BTreeSet<ShardId>,
+    efo: Efo,
+}
+
+#[derive(Debug)]
+enum Efo {
+    /// Polling: checkpoints in the consumer's own scope.
+    Off,
+    /// Enhanced fan-out, as the EFO consumer locked (none: read nothing).
+    Locked(Option<EfoLock>),
 }
 
 impl StandaloneReader {
@@ -37,7 +51,29 @@ impl StandaloneReader {
             info,
             scope,
             reading: BTreeSet::new(),
+            efo: Efo::Off,
         }
+    }
+
+    /// The consumer's id.
+    pub fn id(&self) -> &ConsumerId {
+        &self.info.id
+    }
+
+    /// Reads as the enhanced fan-out consumer `lock` names (see the module
+    /// docs); `None`: reads nothing until a lock is set. Returns the shards
+    /// it stops reading because the scope changed.
+    pub fn set_efo_lock(&mut self, lock: Option<EfoLock>) -> Vec<ShardId> {
+        let scope = lock.as_ref().map(|l| ShardScope::Efo(l.name.clone()));
+        let same = matches!(&self.efo, Efo::Locked(Some(held)) if Some(held) == lock.as_ref());
+        self.efo = Efo::Locked(lock);
+        if same {
+            return Vec::new();
+        }
+        if let Some(scope) = scope {
+            self.scope = scope;
+        }
+        std::mem::take(&mut self.reading).into_iter().collect()
     }
 
     /// Where its checkpoints live.
@@ -50,6 +86,12 @@ impl StandaloneReader {
     /// every parent depleted. One ListShards and one Query per tick.
     pub async fn tick(&mut self) -> Result<SessionTick> {
         let beat = self.store.heartbeat(&self.info).await?;
+        if let Efo::Locked(None) = self.efo {
+            return Ok(SessionTick {
+                registered: beat.registered,
+                ..SessionTick::default()
+            });
+        }
         let known = self.store.list_shards(&self.scope).await?;
         let report = discover_shards_in(&self.store, &self.kinesis, &self.scope, &known).await?;
         let shards = if report.created.is_empty() && report.closed.is_empty() {
@@ -73,16 +115,22 @@ impl StandaloneReader {
         Ok(tick)
     }
 
-    /// Stores a checkpoint in its scope (monotonic; no lease to fence).
+    /// Stores a checkpoint in its scope (monotonic; fenced by the EFO lock
+    /// when reading with one: [`crate::state::StateError::LeaseLost`] if it is lost).
     pub async fn checkpoint(
         &self,
         shard: &ShardId,
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
-        self.store
-            .checkpoint_unleased(&self.scope, shard, cp, arrival)
-            .await
+        match &self.efo {
+            Efo::Locked(Some(lock)) => self.store.checkpoint_efo(lock, shard, cp, arrival).await,
+            _ => {
+                self.store
+                    .checkpoint_unleased(&self.scope, shard, cp, arrival)
+                    .await
+            }
+        }
     }
 
     /// The shard was read to its end: depleted in its scope, children next.
@@ -105,7 +153,10 @@ impl StandaloneReader {
     ) -> Result<()> {
         for shard in std::mem::take(&mut self.reading) {
             if let Some((cp, arrival)) = progress(&shard) {
-                self.checkpoint(&shard, &cp, arrival).await?;
+                match self.checkpoint(&shard, &cp, arrival).await {
+                    Err(e) if !e.is_lease_lost() => return Err(e),
+                    _ => {}
+                }
             }
         }
         Ok(())

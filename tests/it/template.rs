@@ -104,6 +104,23 @@ fn every_function_has_its_variables_and_permissions() {
             .concat(),
         ),
         (
+            "ShardWorker",
+            [
+                &state[..],
+                &scheduled_state[..],
+                &[
+                    "kinesis:DescribeStreamSummary",
+                    "kinesis:ListShards",
+                    "kinesis:GetShardIterator",
+                    "kinesis:GetRecords",
+                    "kinesis:RegisterStreamConsumer",
+                    "kinesis:DescribeStreamConsumer",
+                    "kinesis:SubscribeToShard",
+                ],
+            ]
+            .concat(),
+        ),
+        (
             "KinesisProcessor",
             [
                 &state[..],
@@ -168,5 +185,17 @@ fn every_function_has_its_variables_and_permissions() {
     assert_eq!(
         t["Resources"]["LeaseRebalancer"]["Properties"]["ReservedConcurrentExecutions"],
         1
+    );
+    // The pool size reaches the shard workers, within the Kinesis limit.
+    let size = &t["Parameters"]["EfoPoolSize"];
+    assert_eq!(
+        (size["Default"].as_u64(), size["MaxValue"].as_u64()),
+        (Some(0), Some(20))
+    );
+    let set = &t["Resources"]["ShardWorker"]["Properties"]["Environment"]["Variables"]
+        [shardkeeper::config::EFO_POOL_SIZE];
+    assert!(
+        matches!(set, Value::Tagged(v) if v.tag == "Ref" && v.value == "EfoPoolSize"),
+        "{set:?}"
     );
 }

@@ -1,120 +1,14 @@
 //! The polling shard worker with the rebalancer, on the in-process servers.
 
 use crate::common::{create_stream, ctx, rebalancer, split_first};
-use aws_sdk_kinesis::primitives::Blob;
-use shardkeeper::processing::{ProcessingOptions, StreamRecord};
+use crate::consume::{check, produce, standalone, tick_and_step, worker, Log};
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::state::ConsumerId;
 use shardkeeper::state::ShardScope;
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, StandaloneReader};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use shardkeeper::worker::WorkerConfig;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
-
-type Log = Arc<Mutex<Vec<(String, String, u32)>>>;
-
-/// A handler that logs (consumer, key, n) for every record.
-fn logging(name: &str, log: Log) -> impl shardkeeper::processing::RecordHandler {
-    let me = name.to_owned();
-    move |record: StreamRecord| {
-        let (log, me) = (log.clone(), me.clone());
-        async move {
-            let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
-            log.lock()
-                .unwrap()
-                .push((me, record.partition_key.to_string(), n));
-            Ok::<(), std::io::Error>(())
-        }
-    }
-}
-
-fn eager() -> WorkerConfig {
-    WorkerConfig {
-        renew_every: Duration::ZERO,
-        min_poll_interval: Duration::ZERO,
-        idle_poll_interval: Duration::ZERO,
-        processing: ProcessingOptions::default(),
-        ..WorkerConfig::default()
-    }
-}
-
-fn worker(
-    store: &StateStore,
-    kinesis: &aws_sdk_kinesis::Client,
-    name: &str,
-    log: Log,
-) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
-    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    ShardWorker::new(
-        session,
-        store.clone(),
-        kinesis.clone(),
-        logging(name, log),
-        eager(),
-    )
-}
-
-fn standalone(
-    store: &StateStore,
-    kinesis: &aws_sdk_kinesis::Client,
-    name: &str,
-    log: Log,
-) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
-    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
-    let reader = StandaloneReader::new(store.clone(), kinesis.clone(), info);
-    ShardWorker::standalone(
-        reader,
-        store.clone(),
-        kinesis.clone(),
-        logging(name, log),
-        eager(),
-    )
-}
-
-/// One rebalancer tick, then one step of every worker.
-async fn tick_and_step<H: shardkeeper::processing::RecordHandler>(
-    rebalancer: &shardkeeper::functions::Rebalancer,
-    workers: &mut [ShardWorker<H>],
-) {
-    rebalancer.tick().await.unwrap();
-    for w in workers {
-        w.step().await.unwrap();
-    }
-}
-
-async fn produce(ctx: &crate::common::Ctx, stream: &str, keys: u32, per_key: std::ops::Range<u32>) {
-    for n in per_key {
-        for k in 0..keys {
-            ctx.aws
-                .kinesis
-                .put_record()
-                .stream_name(stream)
-                .partition_key(format!("k{k}"))
-                .data(Blob::new(n.to_string()))
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-}
-
-/// Every (key, n) processed, each once, per key in order.
-fn check(log: &Log, keys: u32, per_key: u32) {
-    let log = log.lock().unwrap();
-    let mut by_key: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for (_, key, n) in log.iter() {
-        by_key.entry(key.as_str()).or_default().push(*n);
-    }
-    assert_eq!(by_key.len(), keys as usize, "every key seen");
-    for (key, ns) in by_key {
-        assert_eq!(
-            ns,
-            (0..per_key).collect::<Vec<_>>(),
-            "{key}: every record once, in order"
-        );
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {

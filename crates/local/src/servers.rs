@@ -24,6 +24,9 @@ pub struct LocalOptions {
     pub iterator_ttl: Duration,
     /// Most open shards across all Kinesis streams.
     pub shard_limit: u32,
+    /// How long the Kinesis server keeps a SubscribeToShard subscription open
+    /// (AWS: 5 minutes).
+    pub subscription_lifetime: Duration,
 }
 
 impl Default for LocalOptions {
@@ -39,6 +42,7 @@ impl Default for LocalOptions {
             stream_delete_delay: Duration::ZERO,
             iterator_ttl: Duration::from_secs(300),
             shard_limit: 10_000,
+            subscription_lifetime: Duration::from_secs(300),
         }
     }
 }
@@ -168,6 +172,7 @@ async fn serve(
         update_stream_ms: options.stream_update_delay.as_millis() as u64,
         shard_limit: options.shard_limit,
         iterator_ttl_seconds: options.iterator_ttl.as_secs().max(1),
+        subscribe_to_shard_session_ms: options.subscription_lifetime.as_millis() as u64,
         ..ferrokinesis::store::StoreOptions::default()
     };
     let (app, _store) = ferrokinesis::create_app(store_options);

@@ -91,6 +91,20 @@ fn is_condition_failure(code: Option<&str>) -> bool {
     )
 }
 
+/// A Kinesis error taken as it is (no retry): its code, and its message
+/// with every cause.
+pub fn kinesis_error(
+    operation: &'static str,
+    err: &(impl ProvideErrorMetadata + std::error::Error),
+) -> StateError {
+    StateError::Sdk {
+        service: Service::Kinesis,
+        operation,
+        code: err.code().map(str::to_owned),
+        message: error_chain(err),
+    }
+}
+
 /// Flattens an error and its sources into one line.
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut out = err.to_string();

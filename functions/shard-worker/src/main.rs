@@ -3,12 +3,12 @@
 //! user code: it parses each record as JSON and logs it; put your own in its
 //! place. Configuration: `SHARDKEEPER_TABLE`, `SHARDKEEPER_GROUP`,
 //! `SHARDKEEPER_STREAM`, `SHARDKEEPER_LEASE_TERM_SECONDS` (10),
-//! `SHARDKEEPER_DEADLINE_MARGIN_MS` (2000).
+//! `SHARDKEEPER_DEADLINE_MARGIN_MS` (2000), `SHARDKEEPER_EFO_POOL_SIZE` (0:
+//! poll; 1 to 20: read with enhanced fan-out consumers shared from a pool).
 
 use lambda_runtime::{service_fn, Error};
 use shardkeeper::functions::{init_scheduled, WorkerFunction};
 use shardkeeper::processing::StreamRecord;
-use shardkeeper::worker::WorkerConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -17,7 +17,7 @@ async fn main() -> Result<(), Error> {
         store: init.store,
         kinesis: init.kinesis,
         lease_term: init.config.lease_term,
-        config: WorkerConfig::default(),
+        config: init.config.worker_config(),
         margin: init.config.timing.margin,
         handler: || {
             |record: StreamRecord| async move {

@@ -1,0 +1,146 @@
+//! The Kinesis reads a shard worker makes (GetShardIterator, GetRecords,
+//! SubscribeToShard), behind a trait. [`SdkReads`] is the implementation on
+//! the AWS SDK client; tests plug in a fake to show what the local servers
+//! cannot (read throttling, duplicate subscriptions, `MillisBehindLatest`).
+
+mod sdk;
+
+pub use sdk::SdkReads;
+
+use crate::state::{EpochMillis, ShardId, StateError};
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::Pin;
+
+/// The future a read returns.
+pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ReadError>> + Send + 'a>>;
+
+/// Where a read of a shard starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest record in the shard.
+    TrimHorizon,
+    /// Records that arrive from now on.
+    Latest,
+    /// The first record at or after this time (ms).
+    AtTimestamp(EpochMillis),
+    /// The record with this sequence number.
+    AtSequence(String),
+    /// The record after this sequence number.
+    AfterSequence(String),
+}
+
+/// One record as Kinesis delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    /// Its sequence number.
+    pub sequence_number: String,
+    /// Its partition key.
+    pub partition_key: String,
+    /// Its data (possibly a KPL aggregate).
+    pub data: Bytes,
+    /// When Kinesis received it (ms).
+    pub arrival: Option<EpochMillis>,
+}
+
+/// The answer to one GetRecords.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordsPage {
+    /// The records, in shard order.
+    pub records: Vec<ReadRecord>,
+    /// The iterator for the next read; `None` at the end of a closed shard.
+    pub next_iterator: Option<String>,
+    /// How far behind the tip of the shard the read is (ms).
+    pub millis_behind_latest: Option<i64>,
+}
+
+/// One event of a SubscribeToShard subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionEvent {
+    /// The records, in shard order.
+    pub records: Vec<ReadRecord>,
+    /// Where the subscription stands (empty at the end of a closed shard).
+    pub continuation: String,
+    /// How far behind the tip of the shard the subscription is (ms).
+    pub millis_behind_latest: Option<i64>,
+    /// The shard's children: sent when the shard is closed.
+    pub child_shards: Vec<ShardId>,
+}
+
+impl SubscriptionEvent {
+    /// The shard is read to its end: Kinesis sends the children with no
+    /// continuation, or (after the last records of a closed shard) an event
+    /// with no records.
+    pub fn is_shard_end(&self) -> bool {
+        !self.child_shards.is_empty() && (self.continuation.is_empty() || self.records.is_empty())
+    }
+}
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The shard iterator is older than five minutes (or otherwise expired).
+    #[error("the shard iterator expired")]
+    ExpiredIterator,
+    /// The shard's read limits were exceeded (`ProvisionedThroughputExceededException` and the like).
+    #[error("reads of the shard are throttled: {0}")]
+    Throttled(String),
+    /// Another subscription of this enhanced fan-out consumer to this shard
+    /// is still open (Kinesis allows one, and a new one only 5 s after the last).
+    #[error("a subscription to the shard with this consumer is still open: {0}")]
+    SubscriptionInUse(String),
+    /// Anything else.
+    #[error(transparent)]
+    Failed(#[from] StateError),
+}
+
+impl From<ReadError> for StateError {
+    /// A read error the worker cannot handle itself, as a state error.
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Failed(e) => e,
+            ReadError::Throttled(code) => StateError::Sdk {
+                service: crate::state::Service::Kinesis,
+                operation: "GetRecords",
+                message: format!("throttled: {code}"),
+                code: Some(code),
+            },
+            other => StateError::Sdk {
+                service: crate::state::Service::Kinesis,
+                operation: "GetRecords",
+                code: None,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The reads of one stream's shards.
+pub trait KinesisReads: Send + Sync + std::fmt::Debug {
+    /// A shard iterator at `start`.
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a ShardId,
+        start: &'a StartAt,
+    ) -> ReadFuture<'a, String>;
+
+    /// One GetRecords with `iterator`, at most `limit` records.
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ReadFuture<'a, RecordsPage>;
+
+    /// A SubscribeToShard subscription of the enhanced fan-out consumer
+    /// `consumer_arn` to `shard`, from `start`.
+    fn subscribe<'a>(
+        &'a self,
+        consumer_arn: &'a str,
+        shard: &'a ShardId,
+        start: &'a StartAt,
+    ) -> ReadFuture<'a, Box<dyn Subscription>>;
+}
+
+/// An open SubscribeToShard subscription.
+pub trait Subscription: Send {
+    /// The next event; `None` when Kinesis ended the subscription (it does
+    /// after 5 minutes, or at the end of a closed shard).
+    fn next_event(&mut self) -> ReadFuture<'_, Option<SubscriptionEvent>>;
+}

@@ -1,0 +1,179 @@
+//! [`KinesisReads`] on the AWS SDK client.
+
+use super::{
+    KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, StartAt, Subscription,
+    SubscriptionEvent,
+};
+use crate::state::{
+    call_kinesis, is_throttling_code, kinesis_error, RetryPolicy, ShardId, StateError,
+};
+use aws_sdk_kinesis::types::{
+    Record, ShardIteratorType, StartingPosition, SubscribeToShardEventStream,
+};
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use aws_smithy_types::DateTime;
+
+/// Reads through an `aws_sdk_kinesis::Client`. GetShardIterator is retried
+/// by the project's policy; GetRecords is not (the worker backs off the one
+/// shard that is throttled and goes on with the others).
+#[derive(Debug, Clone)]
+pub struct SdkReads {
+    client: aws_sdk_kinesis::Client,
+    retry: RetryPolicy,
+}
+
+impl SdkReads {
+    /// Reads through `client`, retrying GetShardIterator by `retry`.
+    pub fn new(client: aws_sdk_kinesis::Client, retry: RetryPolicy) -> Self {
+        SdkReads { client, retry }
+    }
+}
+
+fn classify(
+    operation: &'static str,
+    err: &(impl ProvideErrorMetadata + std::error::Error),
+) -> ReadError {
+    match err.code().unwrap_or_default() {
+        "ExpiredIteratorException" => ReadError::ExpiredIterator,
+        "ResourceInUseException" => ReadError::SubscriptionInUse(err.to_string()),
+        code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
+        _ => ReadError::Failed(kinesis_error(operation, err)),
+    }
+}
+
+fn record(r: Record) -> ReadRecord {
+    ReadRecord {
+        arrival: r
+            .approximate_arrival_timestamp
+            .and_then(|t| t.to_millis().ok()),
+        sequence_number: r.sequence_number,
+        partition_key: r.partition_key.unwrap_or_default(),
+        data: r.data.into_inner().into(),
+    }
+}
+
+fn iterator_type(start: &StartAt) -> (ShardIteratorType, Option<&str>, Option<DateTime>) {
+    match start {
+        StartAt::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
+        StartAt::Latest => (ShardIteratorType::Latest, None, None),
+        StartAt::AtTimestamp(t) => (
+            ShardIteratorType::AtTimestamp,
+            None,
+            Some(DateTime::from_millis(*t)),
+        ),
+        StartAt::AtSequence(s) => (ShardIteratorType::AtSequenceNumber, Some(s), None),
+        StartAt::AfterSequence(s) => (ShardIteratorType::AfterSequenceNumber, Some(s), None),
+    }
+}
+
+impl KinesisReads for SdkReads {
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a ShardId,
+        start: &'a StartAt,
+    ) -> ReadFuture<'a, String> {
+        Box::pin(async move {
+            let (kind, sequence, timestamp) = iterator_type(start);
+            let req = self
+                .client
+                .get_shard_iterator()
+                .stream_name(stream)
+                .shard_id(shard.as_str())
+                .shard_iterator_type(kind)
+                .set_starting_sequence_number(sequence.map(str::to_owned))
+                .set_timestamp(timestamp);
+            let out = call_kinesis(&self.retry, "GetShardIterator", || req.clone().send()).await?;
+            out.shard_iterator.ok_or_else(|| {
+                ReadError::Failed(StateError::validation(
+                    "GetShardIterator answer",
+                    format!("no iterator for {shard}"),
+                ))
+            })
+        })
+    }
+
+    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ReadFuture<'a, RecordsPage> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_records()
+                .shard_iterator(iterator)
+                .limit(limit)
+                .send()
+                .await
+                .map_err(|e| classify("GetRecords", &e))?;
+            Ok(RecordsPage {
+                next_iterator: out.next_shard_iterator,
+                millis_behind_latest: out.millis_behind_latest,
+                records: out.records.into_iter().map(record).collect(),
+            })
+        })
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        consumer_arn: &'a str,
+        shard: &'a ShardId,
+        start: &'a StartAt,
+    ) -> ReadFuture<'a, Box<dyn Subscription>> {
+        Box::pin(async move {
+            let (kind, sequence, timestamp) = iterator_type(start);
+            let position = StartingPosition::builder()
+                .r#type(kind)
+                .set_sequence_number(sequence.map(str::to_owned))
+                .set_timestamp(timestamp)
+                .build()
+                .map_err(|e| StateError::validation("starting position", e.to_string()))?;
+            let out = self
+                .client
+                .subscribe_to_shard()
+                .consumer_arn(consumer_arn)
+                .shard_id(shard.as_str())
+                .starting_position(position)
+                .send()
+                .await
+                .map_err(|e| classify("SubscribeToShard", &e))?;
+            Ok(Box::new(SdkSubscription(out.event_stream)) as Box<dyn Subscription>)
+        })
+    }
+}
+
+struct SdkSubscription(
+    aws_sdk_kinesis::primitives::event_stream::EventReceiver<
+        SubscribeToShardEventStream,
+        aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError,
+    >,
+);
+
+impl Subscription for SdkSubscription {
+    fn next_event(&mut self) -> ReadFuture<'_, Option<SubscriptionEvent>> {
+        Box::pin(async move {
+            loop {
+                let event = self
+                    .0
+                    .recv()
+                    .await
+                    .map_err(|e| classify("SubscribeToShard", &e))?;
+                match event {
+                    None => return Ok(None),
+                    Some(SubscribeToShardEventStream::SubscribeToShardEvent(e)) => {
+                        return Ok(Some(SubscriptionEvent {
+                            continuation: e.continuation_sequence_number,
+                            millis_behind_latest: Some(e.millis_behind_latest),
+                            child_shards: e
+                                .child_shards
+                                .unwrap_or_default()
+                                .iter()
+                                .filter_map(|c| ShardId::new(c.shard_id()).ok())
+                                .collect(),
+                            records: e.records.into_iter().map(record).collect(),
+                        }))
+                    }
+                    // Event types this SDK does not know: skip them.
+                    Some(_) => continue,
+                }
+            }
+        })
+    }
+}

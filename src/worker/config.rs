@@ -1,0 +1,97 @@
+//! How a shard worker reads, and what it reports.
+
+use crate::efo_pool::EfoPool;
+use crate::processing::ProcessingOptions;
+use crate::state::EpochMillis;
+use std::time::Duration;
+
+/// Where a shard with no checkpoint starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialPosition {
+    /// The oldest record still in the shard.
+    #[default]
+    TrimHorizon,
+    /// Only records that arrive from now on.
+    Latest,
+    /// The first record at or after this time (ms).
+    AtTimestamp(EpochMillis),
+}
+
+/// Kinesis serves each shard at most this many bytes per second to GetRecords.
+pub const SHARD_READ_BYTES_PER_SECOND: u64 = 2 * 1024 * 1024;
+
+/// How the worker reads.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Where shards with no checkpoint start.
+    pub initial_position: InitialPosition,
+    /// How often the session heartbeats and renews (KCL renews every ~3.3 s).
+    pub renew_every: Duration,
+    /// The least time between two GetRecords of one shard (Kinesis allows 5
+    /// per second). After a large answer the worker also waits long enough to
+    /// stay under [`SHARD_READ_BYTES_PER_SECOND`].
+    pub min_poll_interval: Duration,
+    /// How long to wait before polling a shard that returned nothing.
+    pub idle_poll_interval: Duration,
+    /// Records per GetRecords (at most 10,000).
+    pub max_records: i32,
+    /// Failure mode, attempts and parking of the processing core.
+    pub processing: ProcessingOptions,
+    /// At a stop: `true` (default) leaves the group (checkpoint, release,
+    /// deregister) so others take over at once; `false` checkpoints and keeps
+    /// the leases, for a process that comes back under the same consumer id.
+    pub release_on_stop: bool,
+    /// Read with enhanced fan-out (SubscribeToShard) through an EFO consumer
+    /// locked from this pool, instead of polling. A worker that finds no
+    /// free EFO consumer (and the pool at its size) marks itself inactive and
+    /// reads nothing until one is free.
+    pub enhanced_fan_out: Option<EfoPool>,
+    /// How long one subscription is kept before it is renewed from where it
+    /// stands (Kinesis ends every subscription after 5 minutes).
+    pub subscription_lifetime: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            initial_position: InitialPosition::TrimHorizon,
+            renew_every: Duration::from_secs(3),
+            min_poll_interval: Duration::from_millis(200),
+            idle_poll_interval: Duration::from_secs(1),
+            max_records: 10_000,
+            processing: ProcessingOptions::default(),
+            release_on_stop: true,
+            enhanced_fan_out: None,
+            subscription_lifetime: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What the worker did so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerReport {
+    /// GetRecords calls.
+    pub polls: u64,
+    /// SubscribeToShard subscriptions opened.
+    pub subscriptions: u64,
+    /// Subscriptions refused because one was still open for the shard.
+    pub subscriptions_refused: u64,
+    /// User records handled successfully.
+    pub processed: u64,
+    /// User records skipped as already checkpointed.
+    pub duplicates_skipped: u64,
+    /// Records parked.
+    pub parked: u64,
+    /// Fenced checkpoints stored.
+    pub checkpoints: u64,
+    /// Shards read to their end and completed.
+    pub shards_completed: u64,
+    /// Leases lost (the shard stopped at once).
+    pub leases_lost: u64,
+    /// Expired iterators refreshed at the checkpoint.
+    pub iterators_refreshed: u64,
+    /// Throttled reads backed off.
+    pub throttled: u64,
+    /// The largest `MillisBehindLatest` of the last read of each shard.
+    pub millis_behind_latest: Option<i64>,
+}

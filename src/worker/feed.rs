@@ -1,0 +1,409 @@
+//! Where a shard's records come from: GetRecords polling, or an enhanced
+//! fan-out subscription pumped by a task of its own (so a quiet shard never
+//! holds up the others). Both give the worker batches; the worker processes
+//! them the same way and tells the feed how it went.
+
+use super::config::{InitialPosition, WorkerConfig, SHARD_READ_BYTES_PER_SECOND};
+use crate::reads::{KinesisReads, ReadError, ReadRecord, StartAt, SubscriptionEvent};
+use crate::state::{Checkpoint, EpochMillis, ShardId};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Kinesis refuses a new subscription of a consumer to a shard for about
+/// 5 s after the last one started.
+const RESUBSCRIBE_AFTER_REFUSAL: Duration = Duration::from_secs(5);
+
+/// How long to back off a throttled shard (plus jitter up to half of it).
+const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
+
+type Events = mpsc::Receiver<Result<SubscriptionEvent, ReadError>>;
+
+/// The reading state of one held shard.
+#[derive(Debug)]
+pub(crate) struct Cursor {
+    /// How far the shard is processed.
+    pub position: Option<Checkpoint>,
+    /// Arrival time of the last processed record.
+    pub arrival: Option<EpochMillis>,
+    /// Not read again before this.
+    pub next_poll: Instant,
+    /// `MillisBehindLatest` of the last read.
+    pub millis_behind: Option<i64>,
+    feed: Feed,
+}
+
+#[derive(Debug)]
+enum Feed {
+    Polling {
+        iterator: Option<String>,
+    },
+    Subscribed {
+        events: Option<Events>,
+        /// Where the subscription stood after the last batch processed.
+        continuation: Option<String>,
+        /// Read once by polling (after a subscription failed in a way that
+        /// may hide the end of the shard).
+        poll_once: bool,
+    },
+}
+
+/// A batch of records fetched from a shard.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    /// The records, in shard order.
+    pub records: Vec<ReadRecord>,
+    /// `MillisBehindLatest` with it.
+    pub millis_behind: Option<i64>,
+    next: Next,
+}
+
+#[derive(Debug)]
+enum Next {
+    /// Polling: the next iterator; `None` at the end of a closed shard.
+    Iterator(Option<String>),
+    /// A subscription event: its continuation, and whether the shard ended.
+    Continuation { continuation: String, end: bool },
+}
+
+impl Batch {
+    /// The shard ends after these records.
+    pub fn ends_shard(&self) -> bool {
+        match &self.next {
+            Next::Iterator(it) => it.is_none(),
+            Next::Continuation { end, .. } => *end,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.records.iter().map(|r| r.data.len() as u64).sum()
+    }
+}
+
+/// What fetching found.
+#[derive(Debug)]
+pub(crate) enum Fetched {
+    /// Records to process (possibly none: an empty read).
+    Batch(Batch),
+    /// Nothing now (no event yet, a refreshed iterator, a back-off).
+    Nothing,
+}
+
+/// How a fetch went wrong in a way the worker counts.
+#[derive(Debug, Default)]
+pub(crate) struct FetchNotes {
+    pub polled: bool,
+    pub subscribed: bool,
+    pub refused: bool,
+    pub throttled: bool,
+    pub refreshed: bool,
+}
+
+/// Where reading starts when no iterator or subscription carries on: after
+/// the checkpoint (at the checkpointed record, which the processing core
+/// skips, so a pending KPL sub-sequence resumes inside its aggregate), or the
+/// initial position. `None` for a shard already read to its end.
+fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<StartAt> {
+    Some(match position {
+        Some(Checkpoint::After { sequence, .. }) | Some(Checkpoint::AtSequence(sequence)) => {
+            StartAt::AtSequence(sequence.as_str().to_owned())
+        }
+        Some(Checkpoint::ShardEnd) => return None,
+        Some(Checkpoint::Latest) => StartAt::Latest,
+        Some(Checkpoint::AtTimestamp(t)) => StartAt::AtTimestamp(*t),
+        Some(Checkpoint::TrimHorizon) => StartAt::TrimHorizon,
+        None => match initial {
+            InitialPosition::TrimHorizon => StartAt::TrimHorizon,
+            InitialPosition::Latest => StartAt::Latest,
+            InitialPosition::AtTimestamp(t) => StartAt::AtTimestamp(t),
+        },
+    })
+}
+
+fn backoff() -> Instant {
+    Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
+}
+
+/// Forwards a subscription's events until it ends, its lifetime is over, or
+/// the worker drops the shard.
+fn pump(mut subscription: Box<dyn crate::reads::Subscription>, lifetime: Duration) -> Events {
+    let (tx, rx) = mpsc::channel(2);
+    tokio::spawn(async move {
+        let over = tokio::time::sleep(lifetime);
+        tokio::pin!(over);
+        let failed = loop {
+            let event = tokio::select! {
+                _ = &mut over => break None,
+                _ = tx.closed() => break None,
+                event = subscription.next_event() => event,
+            };
+            match event {
+                Ok(Some(e)) => {
+                    if tx.send(Ok(e)).await.is_err() {
+                        break None;
+                    }
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        // Closed before the worker hears of the end, so its next
+        // subscription never overlaps this one.
+        drop(subscription);
+        if let Some(e) = failed {
+            let _ = tx.send(Err(e)).await;
+        }
+    });
+    rx
+}
+
+impl Cursor {
+    /// A shard starting at `position` (its checkpoint), polled or subscribed.
+    pub fn new(
+        position: Option<Checkpoint>,
+        arrival: Option<EpochMillis>,
+        subscribed: bool,
+    ) -> Self {
+        Cursor {
+            position,
+            arrival,
+            next_poll: Instant::now(),
+            millis_behind: None,
+            feed: if subscribed {
+                Feed::Subscribed {
+                    events: None,
+                    continuation: None,
+                    poll_once: false,
+                }
+            } else {
+                Feed::Polling { iterator: None }
+            },
+        }
+    }
+
+    /// Due to be read now.
+    pub fn due(&self, now: Instant) -> bool {
+        match &self.feed {
+            Feed::Subscribed {
+                events: Some(events),
+                ..
+            } => !events.is_empty() || events.is_closed(),
+            _ => self.next_poll <= now,
+        }
+    }
+
+    /// Ends the subscription (if any) so the next read subscribes again, with
+    /// the EFO consumer locked now.
+    pub fn unsubscribe(&mut self) {
+        if let Feed::Subscribed { events, .. } = &mut self.feed {
+            *events = None;
+        }
+    }
+
+    /// Fetches what is there: one GetRecords, or the subscription's next
+    /// event (subscribing first when there is none).
+    pub async fn fetch(
+        &mut self,
+        reads: &dyn KinesisReads,
+        stream: &str,
+        shard: &ShardId,
+        consumer_arn: Option<&str>,
+        config: &WorkerConfig,
+        notes: &mut FetchNotes,
+    ) -> Result<Fetched, ReadError> {
+        let Some(start) = start_at(self.position.as_ref(), config.initial_position) else {
+            return Ok(Fetched::Nothing);
+        };
+        match &mut self.feed {
+            Feed::Polling { iterator } => {
+                let it = iterator.take();
+                let fetched = Self::poll(reads, stream, shard, it, &start, config, notes).await?;
+                if notes.throttled {
+                    self.next_poll = backoff();
+                }
+                Ok(fetched)
+            }
+            Feed::Subscribed {
+                events,
+                continuation,
+                poll_once,
+            } => {
+                if std::mem::take(poll_once) {
+                    let fetched =
+                        Self::poll(reads, stream, shard, None, &start, config, notes).await?;
+                    if let Fetched::Nothing = fetched {
+                        *poll_once = true;
+                    }
+                    if notes.throttled {
+                        self.next_poll = backoff();
+                    }
+                    return Ok(fetched);
+                }
+                let Some(rx) = events else {
+                    let Some(arn) = consumer_arn else {
+                        return Ok(Fetched::Nothing);
+                    };
+                    // Carry on from the position (after the last record
+                    // processed, exact); a subscription that started at
+                    // LATEST or a time and has processed nothing yet carries
+                    // on after its continuation, so it neither skips nor
+                    // repeats what arrived meanwhile.
+                    let start = match (&start, continuation.as_ref()) {
+                        (StartAt::Latest | StartAt::AtTimestamp(_), Some(c)) if !c.is_empty() => {
+                            StartAt::AfterSequence(c.clone())
+                        }
+                        _ => start,
+                    };
+                    match reads.subscribe(arn, shard, &start).await {
+                        Ok(subscription) => {
+                            notes.subscribed = true;
+                            *events = Some(pump(subscription, config.subscription_lifetime));
+                        }
+                        Err(ReadError::SubscriptionInUse(why)) => {
+                            tracing::debug!(%shard, %why, "subscription refused: one is still open");
+                            notes.refused = true;
+                            self.next_poll = Instant::now() + RESUBSCRIBE_AFTER_REFUSAL;
+                        }
+                        Err(ReadError::Throttled(_)) => {
+                            notes.throttled = true;
+                            self.next_poll = backoff();
+                        }
+                        Err(e) => return Err(e),
+                    }
+                    return Ok(Fetched::Nothing);
+                };
+                match rx.try_recv() {
+                    Ok(Ok(event)) => {
+                        let end = event.is_shard_end();
+                        Ok(Fetched::Batch(Batch {
+                            records: event.records,
+                            millis_behind: event.millis_behind_latest,
+                            next: Next::Continuation {
+                                continuation: event.continuation,
+                                end,
+                            },
+                        }))
+                    }
+                    Ok(Err(e)) => {
+                        *events = None;
+                        match e {
+                            ReadError::SubscriptionInUse(why) => {
+                                tracing::debug!(%shard, %why, "subscription refused: one is still open");
+                                notes.refused = true;
+                                self.next_poll = Instant::now() + RESUBSCRIBE_AFTER_REFUSAL;
+                            }
+                            ReadError::Throttled(_) => {
+                                notes.throttled = true;
+                                self.next_poll = backoff();
+                            }
+                            e => {
+                                // An event this SDK could not read may be the
+                                // end of the shard (no continuation): one poll
+                                // tells.
+                                tracing::warn!(%shard, error = %e, "subscription failed; reading once by polling");
+                                *poll_once = true;
+                            }
+                        }
+                        Ok(Fetched::Nothing)
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => Ok(Fetched::Nothing),
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        // The subscription's lifetime is over: subscribe again.
+                        *events = None;
+                        Ok(Fetched::Nothing)
+                    }
+                }
+            }
+        }
+    }
+
+    async fn poll(
+        reads: &dyn KinesisReads,
+        stream: &str,
+        shard: &ShardId,
+        iterator: Option<String>,
+        start: &StartAt,
+        config: &WorkerConfig,
+        notes: &mut FetchNotes,
+    ) -> Result<Fetched, ReadError> {
+        let iterator = match iterator {
+            Some(it) => it,
+            None => reads.shard_iterator(stream, shard, start).await?,
+        };
+        notes.polled = true;
+        match reads.get_records(&iterator, config.max_records).await {
+            Ok(page) => Ok(Fetched::Batch(Batch {
+                records: page.records,
+                millis_behind: page.millis_behind_latest,
+                next: Next::Iterator(page.next_iterator),
+            })),
+            // Refresh at the checkpoint, never at LATEST (that would skip records).
+            Err(ReadError::ExpiredIterator) => {
+                notes.refreshed = true;
+                Ok(Fetched::Nothing)
+            }
+            Err(ReadError::Throttled(_)) => {
+                notes.throttled = true;
+                Ok(Fetched::Nothing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The batch is processed up to `position` (`ok`: all of it). Sets where
+    /// the next read starts and when it is due.
+    pub fn processed(
+        &mut self,
+        batch: Batch,
+        ok: bool,
+        position: Option<(Checkpoint, Option<EpochMillis>)>,
+        config: &WorkerConfig,
+    ) {
+        if let Some((cp, arrival)) = position {
+            self.position = Some(cp);
+            self.arrival = arrival;
+        }
+        self.millis_behind = batch.millis_behind.or(self.millis_behind);
+        let now = Instant::now();
+        if !ok {
+            // Read again from the failed record.
+            match &mut self.feed {
+                Feed::Polling { iterator } => *iterator = None,
+                Feed::Subscribed {
+                    events,
+                    continuation,
+                    ..
+                } => {
+                    *events = None;
+                    *continuation = None;
+                }
+            }
+            self.next_poll = now + config.idle_poll_interval;
+            return;
+        }
+        let pace =
+            Duration::from_secs_f64(batch.bytes() as f64 / SHARD_READ_BYTES_PER_SECOND as f64);
+        let wait = if batch.records.is_empty() {
+            config.idle_poll_interval
+        } else {
+            config.min_poll_interval.max(pace)
+        };
+        match (&mut self.feed, batch.next) {
+            (Feed::Polling { iterator }, Next::Iterator(next)) => {
+                *iterator = next;
+                self.next_poll = now + wait;
+            }
+            (
+                Feed::Subscribed { continuation, .. },
+                Next::Continuation {
+                    continuation: c, ..
+                },
+            ) => {
+                *continuation = Some(c);
+            }
+            // A poll of a subscribed shard (after a failed subscription):
+            // subscribe again from the position.
+            (Feed::Subscribed { .. }, Next::Iterator(_)) => {}
+            (Feed::Polling { .. }, Next::Continuation { .. }) => {}
+        }
+    }
+}

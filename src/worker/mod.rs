@@ -1,0 +1,443 @@
+//! The self-managed shard worker: holds the leases the rebalancer gives it,
+//! reads each leased shard (GetRecords polling, or SubscribeToShard through
+//! an enhanced fan-out consumer locked from the group's pool), hands the
+//! records to the same processing core as the event-source-mapped handlers,
+//! and writes fenced checkpoints. The same code runs in a Lambda invocation
+//! (bounded by its deadline) and in a long-running process (bounded by a
+//! stop signal).
+
+mod config;
+mod feed;
+
+pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
+
+use crate::discovery::list_stream_shards;
+use crate::efo_pool::lock_or_grow;
+use crate::membership::Membership;
+use crate::processing::core::{Run, Unit};
+use crate::processing::kinesis::record_unit;
+use crate::processing::{RecordHandler, StreamRecord};
+use crate::reads::{KinesisReads, SdkReads};
+use crate::session::ConsumerSession;
+use crate::standalone::StandaloneReader;
+use crate::state::{
+    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, ShardId, StateStore,
+};
+use crate::worker_events::{Observer, StopReason, WorkerEvent};
+use feed::{Batch, Cursor, FetchNotes, Fetched};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A shard worker: one consumer instance.
+pub struct ShardWorker<H> {
+    membership: Membership,
+    store: StateStore,
+    kinesis: aws_sdk_kinesis::Client,
+    reads: Arc<dyn KinesisReads>,
+    handler: H,
+    config: WorkerConfig,
+    cursors: BTreeMap<ShardId, Cursor>,
+    next_renew: Instant,
+    report: WorkerReport,
+    observer: Option<Observer>,
+    efo_lock: Option<EfoLock>,
+    efo_recheck: bool,
+}
+
+impl<H: RecordHandler> ShardWorker<H> {
+    /// A worker for the session's consumer, reading the store's stream.
+    pub fn new(
+        session: ConsumerSession,
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        handler: H,
+        config: WorkerConfig,
+    ) -> Self {
+        Self::with_membership(Membership::Group(session), store, kinesis, handler, config)
+    }
+
+    /// A standalone worker: reads every shard with its own checkpoints (with
+    /// enhanced fan-out: those of the EFO consumer it locks).
+    pub fn standalone(
+        reader: StandaloneReader,
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        handler: H,
+        config: WorkerConfig,
+    ) -> Self {
+        Self::with_membership(
+            Membership::Standalone(reader),
+            store,
+            kinesis,
+            handler,
+            config,
+        )
+    }
+
+    fn with_membership(
+        membership: Membership,
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        handler: H,
+        config: WorkerConfig,
+    ) -> Self {
+        let mut membership = membership;
+        if config.enhanced_fan_out.is_some() {
+            // Nothing to read with until an EFO consumer is locked.
+            membership.set_efo_lock(None);
+        }
+        let reads = Arc::new(SdkReads::new(kinesis.clone(), store.config().retry));
+        ShardWorker {
+            membership,
+            store,
+            kinesis,
+            reads,
+            handler,
+            config,
+            cursors: BTreeMap::new(),
+            next_renew: Instant::now(),
+            report: WorkerReport::default(),
+            observer: None,
+            efo_lock: None,
+            efo_recheck: false,
+        }
+    }
+
+    /// Reports every lease and checkpoint event to `observer`.
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Reads shards through `reads` instead of the Kinesis client (the
+    /// client still lists shards and manages the EFO pool).
+    pub fn with_reads(mut self, reads: Arc<dyn KinesisReads>) -> Self {
+        self.reads = reads;
+        self
+    }
+
+    fn emit(&self, event: WorkerEvent) {
+        if let Some(observer) = &self.observer {
+            observer(event);
+        }
+    }
+
+    fn stopped(&self, shard: &ShardId, why: StopReason) {
+        self.emit(WorkerEvent::Stopped {
+            shard: shard.clone(),
+            why,
+            at: Instant::now(),
+        });
+    }
+
+    fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
+        if self.cursors.remove(shard).is_some() {
+            if why == StopReason::Lost {
+                self.report.leases_lost += 1;
+            }
+            self.stopped(shard, why);
+        }
+    }
+
+    /// What the worker did so far.
+    pub fn report(&self) -> &WorkerReport {
+        &self.report
+    }
+
+    /// The shards it holds now.
+    pub fn shards(&self) -> Vec<ShardId> {
+        self.cursors.keys().cloned().collect()
+    }
+
+    /// The enhanced fan-out consumer it has locked (when reading with EFO).
+    pub fn efo_lock(&self) -> Option<&EfoLock> {
+        self.efo_lock.as_ref()
+    }
+
+    /// `MillisBehindLatest` of the last read of each held shard.
+    pub fn millis_behind_latest(&self) -> BTreeMap<ShardId, i64> {
+        self.cursors
+            .iter()
+            .filter_map(|(s, c)| c.millis_behind.map(|m| (s.clone(), m)))
+            .collect()
+    }
+
+    /// Steps until `stop()` says so or `deadline` (an invocation's deadline
+    /// minus a margin) passes; then checkpoints every shard and, by default
+    /// ([`WorkerConfig::release_on_stop`]), leaves the group: leases released
+    /// (claimants get theirs) so others take over at once.
+    pub async fn run_until(
+        &mut self,
+        deadline: Option<Instant>,
+        stop: impl Fn() -> bool,
+    ) -> Result<&WorkerReport> {
+        while !stop() && deadline.is_none_or(|d| Instant::now() < d) {
+            let read = self.step().await?;
+            if !read {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        if self.config.release_on_stop {
+            self.leave().await?;
+        } else {
+            let positions = self.positions();
+            self.membership
+                .checkpoint_all(&|shard| positions.get(shard).cloned())
+                .await?;
+        }
+        Ok(&self.report)
+    }
+
+    /// Stops at the current progress: a group member leaves the group (see
+    /// [`ConsumerSession::leave`]); a standalone worker checkpoints. An EFO
+    /// consumer held is released for the next worker.
+    pub async fn leave(&mut self) -> Result<()> {
+        let positions = self.positions();
+        self.membership
+            .leave(&|shard| positions.get(shard).cloned())
+            .await?;
+        for shard in std::mem::take(&mut self.cursors).into_keys() {
+            self.stopped(&shard, StopReason::Released);
+        }
+        if let Some(lock) = self.efo_lock.take() {
+            self.store.release_efo(&lock).await?;
+            self.membership.set_efo_lock(None);
+        }
+        Ok(())
+    }
+
+    fn positions(&self) -> BTreeMap<ShardId, (Checkpoint, Option<EpochMillis>)> {
+        self.cursors
+            .iter()
+            .filter_map(|(s, c)| {
+                c.position
+                    .clone()
+                    .filter(Checkpoint::has_progress)
+                    .map(|p| (s.clone(), (p, c.arrival)))
+            })
+            .collect()
+    }
+
+    /// One step: renew when due, then one read of each shard that is due
+    /// (a GetRecords, or the events a subscription has delivered). Returns
+    /// whether any shard was read.
+    pub async fn step(&mut self) -> Result<bool> {
+        if Instant::now() >= self.next_renew {
+            self.renew().await?;
+        }
+        let now = Instant::now();
+        let due: Vec<ShardId> = self
+            .cursors
+            .iter()
+            .filter(|(_, c)| c.due(now))
+            .map(|(s, _)| s.clone())
+            .collect();
+        let mut read = false;
+        for shard in &due {
+            read |= self.read(shard).await?;
+        }
+        Ok(read)
+    }
+
+    /// Locks an EFO consumer from the pool (or keeps the one held); without
+    /// one, a group member gives up its leases (it is marked inactive, so the
+    /// rebalancer gives it no more) and a standalone one reads nothing.
+    async fn lock_efo(&mut self) -> Result<()> {
+        let Some(pool) = &self.config.enhanced_fan_out else {
+            return Ok(());
+        };
+        let lock = lock_or_grow(&self.store, &self.kinesis, self.membership.id(), pool).await?;
+        self.efo_recheck = false;
+        if lock == self.efo_lock {
+            return Ok(());
+        }
+        tracing::info!(consumer = %self.membership.id(), efo = ?lock.as_ref().map(|l| l.name.as_str()), "enhanced fan-out consumer");
+        self.efo_lock = lock.clone();
+        for cursor in self.cursors.values_mut() {
+            cursor.unsubscribe();
+        }
+        for shard in self.membership.set_efo_lock(lock) {
+            self.drop_shard(&shard, StopReason::Released);
+        }
+        Ok(())
+    }
+
+    async fn renew(&mut self) -> Result<()> {
+        let efo = self.config.enhanced_fan_out.is_some();
+        if efo && (self.efo_lock.is_none() || self.efo_recheck) {
+            self.lock_efo().await?;
+        }
+        let positions = self.positions();
+        let tick = self
+            .membership
+            .tick(&|shard| positions.get(shard).cloned())
+            .await?;
+        self.next_renew = Instant::now() + self.config.renew_every;
+        for shard in &tick.lost {
+            self.drop_shard(shard, StopReason::Lost);
+        }
+        for (shard, _) in &tick.handed_off {
+            self.drop_shard(shard, StopReason::HandedOff);
+        }
+        if efo && tick.registered {
+            // (Re-)registered: a lock taken before, or released by a reaper
+            // that removed this consumer, is checked again, and the active
+            // flag set now that the consumer exists.
+            self.lock_efo().await?;
+        }
+        for shard in tick.gained {
+            let state = self
+                .store
+                .get_shard(&self.membership.scope(), &shard)
+                .await?;
+            self.emit(WorkerEvent::Gained {
+                shard: shard.clone(),
+                position: state.checkpoint.clone(),
+                at: Instant::now(),
+            });
+            self.cursors.insert(
+                shard,
+                Cursor::new(state.checkpoint, state.checkpoint_arrival, efo),
+            );
+        }
+        if efo && self.efo_lock.is_none() && !self.cursors.is_empty() {
+            // No EFO consumer to read with: hand the leases back.
+            let positions = self.positions();
+            self.membership
+                .release_all(&|shard| positions.get(shard).cloned())
+                .await?;
+            for shard in self.shards() {
+                self.drop_shard(&shard, StopReason::Released);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the shard once and processes what came. Whether anything was read.
+    async fn read(&mut self, shard: &ShardId) -> Result<bool> {
+        let Some(cursor) = self.cursors.get_mut(shard) else {
+            return Ok(false);
+        };
+        let mut notes = FetchNotes::default();
+        let stream = self.store.config().stream.as_str();
+        let arn = self.efo_lock.as_ref().map(|l| l.arn.as_str());
+        let fetched = cursor
+            .fetch(&*self.reads, stream, shard, arn, &self.config, &mut notes)
+            .await;
+        self.report.polls += u64::from(notes.polled);
+        self.report.subscriptions += u64::from(notes.subscribed);
+        self.report.subscriptions_refused += u64::from(notes.refused);
+        self.report.throttled += u64::from(notes.throttled);
+        self.report.iterators_refreshed += u64::from(notes.refreshed);
+        match fetched {
+            Ok(Fetched::Batch(batch)) => {
+                self.process(shard, batch).await?;
+                Ok(true)
+            }
+            Ok(Fetched::Nothing) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn process(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
+        let shard_arc: Arc<str> = shard.as_str().into();
+        let last_arrival = batch.records.last().and_then(|r| r.arrival);
+        let units: Vec<Unit> = batch
+            .records
+            .iter()
+            .map(|r| {
+                let base = StreamRecord {
+                    shard_id: shard_arc.clone(),
+                    sequence_number: r.sequence_number.as_str().into(),
+                    sub_sequence: 0,
+                    aggregated: false,
+                    partition_key: r.partition_key.as_str().into(),
+                    explicit_hash_key: None,
+                    data: bytes::Bytes::new(),
+                    approximate_arrival: r.arrival,
+                    event_source_arn: None,
+                };
+                record_unit(base, &r.data)
+            })
+            .collect();
+        let cursor = self.cursors.get(shard).expect("cursor");
+        let mut run = Run::new(
+            &self.handler,
+            Some(&self.store),
+            &self.config.processing,
+            None,
+        );
+        run.preload(shard.as_str(), cursor.position.clone());
+        for unit in units {
+            if run.stopped() {
+                break;
+            }
+            run.unit(unit).await?;
+        }
+        let failed = run.stopped() || !run.report.failures.is_empty();
+        let (report, progress) = run.into_parts(0);
+        self.report.processed += report.processed;
+        self.report.duplicates_skipped += report.duplicates_skipped;
+        self.report.parked += report.parked;
+        let mut position = None;
+        if let Some(cp) = progress.get(shard.as_str()) {
+            let sent = Instant::now();
+            match self.membership.checkpoint(shard, cp, last_arrival).await {
+                Ok(outcome) => {
+                    self.report.checkpoints += 1;
+                    if outcome == CheckpointOutcome::Stored {
+                        self.emit(WorkerEvent::Checkpointed {
+                            shard: shard.clone(),
+                            checkpoint: cp.clone(),
+                            sent,
+                        });
+                    }
+                }
+                Err(e) if e.is_lease_lost() => {
+                    tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
+                    self.drop_shard(shard, StopReason::Lost);
+                    // A standalone EFO reader's checkpoints are fenced by
+                    // its EFO lock: check the lock at the next renewal.
+                    self.efo_recheck = self.config.enhanced_fan_out.is_some();
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+            position = Some((cp.clone(), last_arrival));
+        }
+        let ends = !failed && batch.ends_shard();
+        let cursor = self.cursors.get_mut(shard).expect("cursor");
+        cursor.processed(batch, !failed, position, &self.config);
+        self.report.millis_behind_latest =
+            self.cursors.values().filter_map(|c| c.millis_behind).max();
+        if ends {
+            self.complete(shard).await?;
+        }
+        Ok(())
+    }
+
+    /// The shard is read to its end: deplete it so its children become leasable.
+    async fn complete(&mut self, shard: &ShardId) -> Result<()> {
+        let stream = self.store.config().stream.as_str().to_owned();
+        let (specs, _) =
+            list_stream_shards(&self.kinesis, &stream, &self.store.config().retry).await?;
+        let children: Vec<_> = specs
+            .into_iter()
+            .filter(|s| s.parents.contains(shard))
+            .collect();
+        match self.membership.complete_shard(shard, &children).await {
+            Ok(_) => {
+                self.report.shards_completed += 1;
+                self.stopped(shard, StopReason::Completed);
+            }
+            Err(e) if e.is_lease_lost() => {
+                self.report.leases_lost += 1;
+                self.stopped(shard, StopReason::Lost);
+            }
+            Err(e) => return Err(e),
+        }
+        self.cursors.remove(shard);
+        Ok(())
+    }
+}
