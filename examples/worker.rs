@@ -7,10 +7,13 @@
 //! SHARDKEEPER_GROUP=orders-app SHARDKEEPER_STREAM=orders cargo run --example worker
 //! ```
 //!
-//! Or on the embedded servers, with a stream, a producer and a rebalancer of
-//! its own, for ten seconds: `cargo run --example worker -- --local`.
+//! (`SHARDKEEPER_EFO_POOL_SIZE=2` reads with enhanced fan-out.) Or on the
+//! embedded servers, with a stream, a producer and a rebalancer of its own,
+//! for ten seconds: `cargo run --example worker -- --local` (add `--efo` to
+//! read with an enhanced fan-out consumer).
 
 use aws_sdk_kinesis::primitives::Blob;
+use shardkeeper::efo_pool::EfoPool;
 use shardkeeper::functions::Rebalancer;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
@@ -27,8 +30,9 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 async fn main() -> Result<(), Error> {
     shardkeeper::functions::init_tracing();
     let local = std::env::args().any(|a| a == "--local");
+    let efo = std::env::args().any(|a| a == "--efo");
     let _servers;
-    let (dynamodb, kinesis, config) = if local {
+    let (dynamodb, kinesis, config, worker_config) = if local {
         let servers = LocalServers::start(LocalOptions::default())?;
         let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
         _servers = servers;
@@ -42,6 +46,11 @@ async fn main() -> Result<(), Error> {
             aws.dynamodb,
             aws.kinesis,
             StoreConfig::new("orders-app", "orders")?,
+            WorkerConfig {
+                renew_every: Duration::from_secs(1),
+                enhanced_fan_out: efo.then(|| EfoPool::new("orders-app", 1)),
+                ..WorkerConfig::default()
+            },
         )
     } else {
         let config = ScheduledConfig::from_env()?;
@@ -49,7 +58,8 @@ async fn main() -> Result<(), Error> {
         (
             aws_sdk_dynamodb::Client::new(&aws),
             aws_sdk_kinesis::Client::new(&aws),
-            config.store,
+            config.store.clone(),
+            config.worker_config(),
         )
     };
     let store = StateStore::new(dynamodb, config);
@@ -115,20 +125,17 @@ async fn main() -> Result<(), Error> {
             Ok::<(), std::io::Error>(())
         }
     };
-    let config = WorkerConfig {
-        renew_every: Duration::from_secs(1),
-        ..WorkerConfig::default()
-    };
-    let mut worker = ShardWorker::new(session, store, kinesis, handler, config);
+    let mut worker = ShardWorker::new(session, store, kinesis, handler, worker_config);
     println!("worker {id} running; Ctrl-C stops it (checkpoints, then releases its leases)");
     let report = worker
         .run_until(None, || stop.load(Ordering::SeqCst))
         .await?;
     println!(
-        "stopped: {} records processed, {} checkpoints, {} polls",
+        "stopped: {} records processed, {} checkpoints, {} polls, {} subscriptions",
         seen.load(Ordering::Relaxed),
         report.checkpoints,
-        report.polls
+        report.polls,
+        report.subscriptions
     );
     Ok(())
 }
