@@ -29,8 +29,11 @@ pub struct WorkerConfig {
     pub renew_every: Duration,
     /// The least time between two GetRecords of one shard (Kinesis allows 5
     /// per second). After a large answer the worker also waits long enough to
-    /// stay under [`SHARD_READ_BYTES_PER_SECOND`].
+    /// stay under `read_bytes_per_second`.
     pub min_poll_interval: Duration,
+    /// The read rate one shard is paced to: Kinesis serves
+    /// [`SHARD_READ_BYTES_PER_SECOND`] per shard to all its polling readers.
+    pub read_bytes_per_second: u64,
     /// How long to wait before polling a shard that returned nothing.
     pub idle_poll_interval: Duration,
     /// Records per GetRecords (at most 10,000).
@@ -57,6 +60,7 @@ impl Default for WorkerConfig {
             initial_position: InitialPosition::TrimHorizon,
             renew_every: Duration::from_secs(3),
             min_poll_interval: Duration::from_millis(200),
+            read_bytes_per_second: SHARD_READ_BYTES_PER_SECOND,
             idle_poll_interval: Duration::from_secs(1),
             max_records: 10_000,
             processing: ProcessingOptions::default(),

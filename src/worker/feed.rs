@@ -3,7 +3,7 @@
 //! holds up the others). Both give the worker batches; the worker processes
 //! them the same way and tells the feed how it went.
 
-use super::config::{InitialPosition, WorkerConfig, SHARD_READ_BYTES_PER_SECOND};
+use super::config::{InitialPosition, WorkerConfig};
 use crate::reads::{KinesisReads, ReadError, ReadRecord, StartAt, SubscriptionEvent};
 use crate::state::{Checkpoint, EpochMillis, ShardId};
 use std::time::{Duration, Instant};
@@ -380,8 +380,9 @@ impl Cursor {
             self.next_poll = now + config.idle_poll_interval;
             return;
         }
-        let pace =
-            Duration::from_secs_f64(batch.bytes() as f64 / SHARD_READ_BYTES_PER_SECOND as f64);
+        let pace = Duration::from_secs_f64(
+            batch.bytes() as f64 / config.read_bytes_per_second.max(1) as f64,
+        );
         let wait = if batch.records.is_empty() {
             config.idle_poll_interval
         } else {

@@ -34,6 +34,8 @@ struct Shard {
     millis_behind: i64,
     /// Subscriptions asked for while one was still open.
     overlapping: u32,
+    /// When each GetRecords was served, and the bytes it returned.
+    served: Vec<(std::time::Instant, usize)>,
     open: Option<Arc<AtomicBool>>,
 }
 
@@ -95,6 +97,8 @@ impl KinesisReads for FakeReads {
         } else {
             let i: usize = iterator.trim_start_matches("it-").parse().unwrap();
             let end = (i + limit as usize).min(shard.records.len());
+            let bytes = shard.records[i..end].iter().map(|r| r.data.len()).sum();
+            shard.served.push((std::time::Instant::now(), bytes));
             Ok(RecordsPage {
                 records: shard.records[i..end].to_vec(),
                 next_iterator: (!shard.closed || end < shard.records.len())
@@ -186,26 +190,31 @@ impl Subscription for FakeSubscription {
     }
 }
 
-/// A standalone worker on a real one-shard stream (its shard listing, its
-/// checkpoints and EFO pool are the real servers') that reads through `fake`.
-async fn reading_through(
-    ctx: &Ctx,
-    fake: &FakeReads,
-    log: Log,
-    efo: bool,
-) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
-    let stream = create_stream(&ctx.aws, 1).await;
-    let store = ctx.store(&stream);
-    let info = ConsumerInfo::for_this_process(ConsumerId::new("solo").unwrap(), store.now());
-    let reader = StandaloneReader::new(store.clone(), ctx.aws.kinesis.clone(), info);
-    let config = WorkerConfig {
+/// The eager configuration, reading with an EFO pool of one when `efo`, and
+/// subscriptions renewed every 40 ms.
+fn fake_config(efo: bool) -> WorkerConfig {
+    WorkerConfig {
         enhanced_fan_out: efo.then(|| EfoPool {
             poll_interval: Duration::from_millis(20),
             ..EfoPool::new("fake", 1)
         }),
         subscription_lifetime: Duration::from_millis(40),
         ..eager()
-    };
+    }
+}
+
+/// A standalone worker on a real one-shard stream (its shard listing, its
+/// checkpoints and EFO pool are the real servers') that reads through `fake`.
+async fn reading_through(
+    ctx: &Ctx,
+    fake: &FakeReads,
+    log: Log,
+    config: WorkerConfig,
+) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let info = ConsumerInfo::for_this_process(ConsumerId::new("solo").unwrap(), store.now());
+    let reader = StandaloneReader::new(store.clone(), ctx.aws.kinesis.clone(), info);
     ShardWorker::standalone(
         reader,
         store,
@@ -242,7 +251,7 @@ async fn throttled_reads_back_off_lose_nothing_and_report_millis_behind_latest()
         shard.millis_behind = 42_000;
     }
     let log: Log = Arc::default();
-    let mut w = reading_through(&ctx, &fake, log.clone(), false).await;
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(false)).await;
     run(&mut w, |w| w.report().processed == 20).await;
     crate::consume::check(&log, 4, 5);
     assert_eq!(w.report().throttled, 2, "{:?}", w.report());
@@ -262,7 +271,7 @@ async fn a_refused_subscription_is_retried_and_subscriptions_never_overlap() {
         shard.millis_behind = 7;
     }
     let log: Log = Arc::default();
-    let mut w = reading_through(&ctx, &fake, log.clone(), true).await;
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
     run(&mut w, |w| w.report().processed == 30).await;
     crate::consume::check(&log, 3, 10);
     let report = w.report().clone();
@@ -287,7 +296,7 @@ async fn a_shard_end_the_subscription_cannot_decode_is_found_by_one_poll() {
         shard.undecodable_end = true;
     }
     let log: Log = Arc::default();
-    let mut w = reading_through(&ctx, &fake, log.clone(), true).await;
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
     run(&mut w, |w| w.report().shards_completed == 1).await;
     crate::consume::check(&log, 2, 4);
     let report = w.report();
@@ -306,9 +315,37 @@ async fn a_closed_shard_read_by_subscription_completes_at_its_end() {
         shard.closed = true;
     }
     let log: Log = Arc::default();
-    let mut w = reading_through(&ctx, &fake, log.clone(), true).await;
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
     run(&mut w, |w| w.report().shards_completed == 1).await;
     crate::consume::check(&log, 2, 4);
     assert_eq!(w.report().shards_completed, 1, "{:?}", w.report());
     assert_eq!(w.report().polls, 0, "{:?}", w.report());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_is_paced_to_the_shard_read_rate() {
+    let ctx = ctx().await;
+    let fake = FakeReads::default();
+    fake.0.lock().unwrap().records = records(4, 3);
+    let log: Log = Arc::default();
+    // 4 one-byte records per GetRecords at 16 bytes/s: 250 ms apart at least.
+    let config = WorkerConfig {
+        max_records: 4,
+        read_bytes_per_second: 16,
+        ..fake_config(false)
+    };
+    let mut w = reading_through(&ctx, &fake, log.clone(), config).await;
+    run(&mut w, |w| w.report().processed == 12).await;
+    crate::consume::check(&log, 4, 3);
+    let served = fake.0.lock().unwrap().served.clone();
+    assert!(served.len() >= 3, "{served:?}");
+    for pair in served.windows(2) {
+        let ((at, bytes), (next, _)) = (pair[0], pair[1]);
+        let least = Duration::from_secs_f64(bytes as f64 / 16.0);
+        assert!(
+            next - at >= least,
+            "{bytes} bytes at 16 B/s, yet the next read came after {:?}",
+            next - at
+        );
+    }
 }
