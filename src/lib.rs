@@ -26,6 +26,7 @@ pub mod discovery;
 pub mod efo_pool;
 pub mod executor;
 pub mod functions;
+pub mod history;
 pub mod metrics;
 pub mod reads;
 pub mod reap;

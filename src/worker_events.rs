@@ -40,7 +40,8 @@ pub enum WorkerEvent {
         shard: ShardId,
         /// Why.
         why: StopReason,
-        /// When.
+        /// When (for [`StopReason::Completed`]: when the write that
+        /// depleted the shard was sent, before its children could be leased).
         at: Instant,
     },
 }

@@ -426,10 +426,17 @@ impl<H: RecordHandler> ShardWorker<H> {
             .into_iter()
             .filter(|s| s.parents.contains(shard))
             .collect();
+        let sent = Instant::now();
         match self.membership.complete_shard(shard, &children).await {
             Ok(_) => {
                 self.report.shards_completed += 1;
-                self.stopped(shard, StopReason::Completed);
+                // Stamped with the send time: the children could not be
+                // leased before the write, which came after it.
+                self.emit(WorkerEvent::Stopped {
+                    shard: shard.clone(),
+                    why: StopReason::Completed,
+                    at: sent,
+                });
             }
             Err(e) if e.is_lease_lost() => {
                 self.report.leases_lost += 1;

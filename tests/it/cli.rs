@@ -1,16 +1,13 @@
 //! The operator CLI: `status` and `reset` on a real group, the demo with
-//! its verification, and the verification's own checks on bad histories.
+//! its verification.
 
 use crate::common::{ctx, lease, seed_shards};
 use clap::Parser;
-use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId, ShardScope, StateError};
-use shardkeeper::worker_events::{StopReason, WorkerEvent};
+use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
 use shardkeeper::ResetRefused;
 use shardkeeper_cli::args::{DemoArgs, ResetArgs, Target};
-use shardkeeper_cli::demo::history::{History, Processed, Produced};
-use shardkeeper_cli::demo::verify::verify;
 use shardkeeper_cli::{commands, Cli, Error};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
     let config = store.config();
@@ -271,91 +268,4 @@ async fn the_demo_verifies_what_it_consumed() {
         .all(|s| s.owner.as_deref().is_some_and(|o| o != "worker-0")));
     let text = shardkeeper_cli::render::demo(&report);
     assert!(text.contains("demo passed"), "{text}");
-}
-
-fn shard(n: u32) -> ShardId {
-    ShardId::new(format!("shardId-{n:012}")).unwrap()
-}
-
-fn processed(consumer: &str, key: &str, n: u64, at: Instant) -> Processed {
-    Processed {
-        consumer: consumer.to_owned(),
-        shard: shard(0),
-        key: key.to_owned(),
-        n,
-        at,
-    }
-}
-
-fn gained(at: Instant) -> WorkerEvent {
-    WorkerEvent::Gained {
-        shard: shard(0),
-        position: None,
-        at,
-    }
-}
-
-fn checkpointed(seq: &str, sent: Instant) -> WorkerEvent {
-    WorkerEvent::Checkpointed {
-        shard: shard(0),
-        checkpoint: Checkpoint::after(seq).unwrap(),
-        sent,
-    }
-}
-
-#[test]
-fn the_verification_rejects_bad_histories() {
-    let t = Instant::now();
-    let ms = |n: u64| t + Duration::from_millis(n);
-    let good = History {
-        produced: (0..3).map(|n| Produced { key: "k".into(), n }).collect(),
-        processed: vec![
-            processed("a", "k", 0, ms(1)),
-            processed("a", "k", 1, ms(2)),
-            // a dies; b re-runs 1 (after a's last checkpoint), then 2.
-            processed("b", "k", 1, ms(20)),
-            processed("b", "k", 2, ms(21)),
-        ],
-        events: vec![
-            ("a".into(), gained(ms(0))),
-            ("a".into(), checkpointed("10", ms(3))),
-            ("b".into(), gained(ms(10))),
-            ("b".into(), checkpointed("20", ms(22))),
-            (
-                "b".into(),
-                WorkerEvent::Stopped {
-                    shard: shard(0),
-                    why: StopReason::Released,
-                    at: ms(30),
-                },
-            ),
-        ],
-        killed: vec![("a".into(), ms(5))],
-    };
-    let v = verify(&good);
-    assert!(v.passed(), "{v:?}");
-    assert_eq!((v.processed, v.duplicates), (3, 1));
-
-    let mut lost = good.clone();
-    lost.processed.retain(|p| p.n != 2);
-    assert_eq!(verify(&lost).lost, 1);
-
-    let mut reordered = good.clone();
-    reordered.processed.swap(0, 1);
-    assert_eq!(verify(&reordered).order_violations, 1);
-
-    // a's checkpoint sent after b learned it held the shard, and accepted:
-    // two holders at once.
-    let mut double = good.clone();
-    double
-        .events
-        .insert(3, ("a".into(), checkpointed("15", ms(12))));
-    let v = verify(&double);
-    assert_eq!(v.double_owned, vec![shard(0)], "{v:?}");
-
-    let mut backwards = good.clone();
-    backwards
-        .events
-        .push(("b".into(), checkpointed("5", ms(25))));
-    assert_eq!(verify(&backwards).checkpoint_regressions, vec![shard(0)]);
 }

@@ -19,6 +19,7 @@ mod esm;
 mod fake_reads;
 mod fixtures;
 mod functions;
+mod history;
 mod kinesis_processing;
 mod leases;
 mod local;

@@ -188,6 +188,11 @@ pub fn demo(r: &crate::demo::DemoReport) -> String {
             format!("{} duplicates, re-run after a lost lease", v.duplicates),
         ],
         vec![
+            "duplicates the checkpoints rule out".into(),
+            v.unjustified_duplicates.to_string(),
+            check(v.unjustified_duplicates == 0).into(),
+        ],
+        vec![
             "records lost".into(),
             v.lost.to_string(),
             check(v.lost == 0).into(),
@@ -213,6 +218,15 @@ pub fn demo(r: &crate::demo::DemoReport) -> String {
                 "{} {}",
                 check(v.checkpoint_regressions.is_empty()),
                 ids(&v.checkpoint_regressions)
+            ),
+        ],
+        vec![
+            "children read before their parents ended".into(),
+            v.children_before_parents.len().to_string(),
+            format!(
+                "{} {}",
+                check(v.children_before_parents.is_empty()),
+                ids(&v.children_before_parents)
             ),
         ],
     ];

@@ -4,21 +4,18 @@
 //! shard is split; at the end the run is verified from what was actually
 //! produced, processed and checkpointed.
 
-pub mod history;
-pub mod verify;
-
 use crate::args::DemoArgs;
 use crate::error::Error;
-use history::{History, Processed, Produced, SharedHistory};
 use indicatif::{ProgressBar, ProgressStyle};
 use shardkeeper::functions::{Reaper, Rebalancer};
-use shardkeeper::processing::StreamRecord;
+use shardkeeper::history::{
+    check, recording_handler, recording_observer, History, Produced, SharedHistory, Verification,
+};
 use shardkeeper::state::{
-    kinesis_stream_created, ConsumerId, ConsumerInfo, ShardId, StartOptions, StateStore,
-    StoreConfig, TableOptions,
+    kinesis_stream_created, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
+    TableOptions,
 };
 use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::worker_events::Observer;
 use shardkeeper::{ConsumerSession, GroupStatus, ReapConfig, RebalanceConfig};
 use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
 use std::path::PathBuf;
@@ -26,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
-use verify::{verify, Verification};
 
 /// The demo's stream and group.
 pub const STREAM: &str = "demo-orders";
@@ -169,35 +165,8 @@ fn spawn_worker(
         ConsumerInfo::for_this_process(id, store.now()),
         LEASE_TERM,
     );
-    let sink = history.clone();
-    let me = name.clone();
-    let handler = move |record: StreamRecord| {
-        let sink = sink.clone();
-        let me = me.clone();
-        async move {
-            let n: u64 = std::str::from_utf8(&record.data)
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| std::io::Error::other("not a record of the demo"))?;
-            sink.lock().expect("history").processed.push(Processed {
-                consumer: me,
-                shard: ShardId::new(&*record.shard_id).map_err(std::io::Error::other)?,
-                key: record.partition_key.to_string(),
-                n,
-                at: Instant::now(),
-            });
-            Ok::<(), std::io::Error>(())
-        }
-    };
-    let events = history.clone();
-    let me = name.clone();
-    let observer: Observer = Arc::new(move |event| {
-        events
-            .lock()
-            .expect("history")
-            .events
-            .push((me.clone(), event));
-    });
+    let handler = recording_handler(history, &name);
+    let observer = recording_observer(history, &name);
     let config = WorkerConfig {
         renew_every: Duration::from_millis(500),
         min_poll_interval: Duration::from_millis(100),
@@ -471,7 +440,14 @@ async fn run_on(
     let _ = reaping.await;
     outcome?;
     produce_result?;
-    let verification = verify(&history.lock().expect("history"));
+    let (shards, _) =
+        shardkeeper::list_stream_shards(&kinesis, STREAM, &store.config().retry).await?;
+    let mut history = history.lock().expect("history");
+    history.parents = shards
+        .into_iter()
+        .map(|s| (s.shard_id, s.parents))
+        .collect();
+    let verification = check(&history);
     Ok(DemoReport {
         verification,
         final_status: GroupStatus::from_snapshot(&final_snapshot, LEASE_TERM),

@@ -1,12 +1,21 @@
-//! What the demo's producer, handlers and workers did, appended as it
-//! happens (one lock; the demo's rates are far below where that matters).
+//! A consumer system's history (records produced and processed, every
+//! worker's lease and checkpoint events, kills, the shard lineage) and the
+//! checker that proves a run kept the toolkit's guarantees. The demo and the
+//! stress run record one and check it; the checker is pure.
 
-use shardkeeper::state::ShardId;
-use shardkeeper::worker_events::WorkerEvent;
+mod check;
+mod record;
+
+pub use check::{check, Verification};
+pub use record::{recording_handler, recording_observer};
+
+use crate::state::{SequenceNumber, ShardId};
+use crate::worker_events::WorkerEvent;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A record the producer wrote (Kinesis accepted it).
+/// A record a producer wrote (Kinesis accepted it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Produced {
     /// Partition key.
@@ -26,6 +35,10 @@ pub struct Processed {
     pub key: String,
     /// Position among its key's records.
     pub n: u64,
+    /// Its sequence number (and sub-sequence inside a KPL aggregate).
+    pub sequence: SequenceNumber,
+    /// Its sub-sequence number (0 unless aggregated).
+    pub sub_sequence: u64,
     /// When.
     pub at: Instant,
 }
@@ -41,7 +54,9 @@ pub struct History {
     pub events: Vec<(String, WorkerEvent)>,
     /// Consumers killed (no release, no more heartbeats), and when.
     pub killed: Vec<(String, Instant)>,
+    /// Each shard's parents (from the stream's shard list at the end).
+    pub parents: BTreeMap<ShardId, Vec<ShardId>>,
 }
 
-/// The history, shared by every task of the demo.
+/// A history shared by every task of a run.
 pub type SharedHistory = Arc<Mutex<History>>;

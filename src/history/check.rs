@@ -1,0 +1,246 @@
+//! The history checker: what a run must never do, computed from what was
+//! actually produced, processed and checkpointed.
+
+use super::{History, Processed};
+use crate::state::{Checkpoint, ShardId};
+use crate::worker_events::{StopReason, WorkerEvent};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+/// What the checks found. [`Verification::passed`] is the verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Verification {
+    /// Records produced.
+    pub produced: usize,
+    /// Distinct records processed.
+    pub processed: usize,
+    /// Records processed more than once. Allowed only after a lease change,
+    /// for records the new holder's starting checkpoint did not cover (those
+    /// after the last accepted checkpoint of the holder before).
+    pub duplicates: usize,
+    /// Duplicates that the new holder's starting checkpoint covered, or
+    /// within one holding (must be 0).
+    pub unjustified_duplicates: usize,
+    /// Records produced and never processed (must be 0).
+    pub lost: usize,
+    /// Records processed before an earlier record of the same key was
+    /// processed for the first time (must be 0).
+    pub order_violations: usize,
+    /// Shards held by two consumers at once, both with accepted
+    /// checkpoints in the overlap (must be empty).
+    pub double_owned: Vec<ShardId>,
+    /// Shards whose accepted checkpoints moved backwards (must be empty).
+    pub checkpoint_regressions: Vec<ShardId>,
+    /// Shards with a record processed before every parent was read to its
+    /// end (must be empty).
+    pub children_before_parents: Vec<ShardId>,
+}
+
+impl Verification {
+    /// Every check passed.
+    pub fn passed(&self) -> bool {
+        self.lost == 0
+            && self.unjustified_duplicates == 0
+            && self.order_violations == 0
+            && self.double_owned.is_empty()
+            && self.checkpoint_regressions.is_empty()
+            && self.children_before_parents.is_empty()
+    }
+}
+
+/// One consumer's holding of one shard: from when it learned it held the
+/// lease (starting at `position`) to the send time of its last accepted
+/// checkpoint; `stopped` when it ended.
+#[derive(Debug, Clone)]
+struct Holding {
+    consumer: String,
+    position: Option<Checkpoint>,
+    start: Instant,
+    end: Instant,
+    stopped: Option<Instant>,
+}
+
+fn holdings(history: &History) -> BTreeMap<ShardId, Vec<Holding>> {
+    let mut open: HashMap<(&str, &ShardId), Holding> = HashMap::new();
+    let mut done: BTreeMap<ShardId, Vec<Holding>> = BTreeMap::new();
+    for (consumer, event) in &history.events {
+        match event {
+            WorkerEvent::Gained {
+                shard,
+                position,
+                at,
+            } => {
+                let h = Holding {
+                    consumer: consumer.clone(),
+                    position: position.clone(),
+                    start: *at,
+                    end: *at,
+                    stopped: None,
+                };
+                if let Some(h) = open.insert((consumer, shard), h) {
+                    done.entry(shard.clone()).or_default().push(h);
+                }
+            }
+            WorkerEvent::Checkpointed { shard, sent, .. } => {
+                if let Some(h) = open.get_mut(&(consumer.as_str(), shard)) {
+                    h.end = h.end.max(*sent);
+                }
+            }
+            WorkerEvent::Stopped { shard, at, .. } => {
+                if let Some(mut h) = open.remove(&(consumer.as_str(), shard)) {
+                    h.stopped = Some(*at);
+                    done.entry(shard.clone()).or_default().push(h);
+                }
+            }
+        }
+    }
+    for ((_, shard), h) in open {
+        done.entry(shard.clone()).or_default().push(h);
+    }
+    for hs in done.values_mut() {
+        hs.sort_by_key(|h| h.start);
+    }
+    done
+}
+
+fn overlapping(holders: &[Holding]) -> bool {
+    holders.iter().enumerate().any(|(i, a)| {
+        holders[i + 1..]
+            .iter()
+            .any(|b| a.consumer != b.consumer && a.start < b.end && b.start < a.end)
+    })
+}
+
+fn regressed(history: &History) -> Vec<ShardId> {
+    let mut accepted: BTreeMap<&ShardId, Vec<(Instant, String)>> = BTreeMap::new();
+    for (_, event) in &history.events {
+        if let WorkerEvent::Checkpointed {
+            shard,
+            checkpoint,
+            sent,
+        } = event
+        {
+            accepted
+                .entry(shard)
+                .or_default()
+                .push((*sent, checkpoint.order_key()));
+        }
+    }
+    accepted
+        .into_iter()
+        .filter_map(|(shard, mut cps)| {
+            cps.sort_by_key(|(sent, _)| *sent);
+            cps.windows(2)
+                .any(|w| w[1].1 < w[0].1)
+                .then(|| shard.clone())
+        })
+        .collect()
+}
+
+/// The holding a processing happened in: the last one of its consumer on
+/// its shard that started before it.
+fn holding_of<'a>(
+    holdings: &'a BTreeMap<ShardId, Vec<Holding>>,
+    p: &Processed,
+) -> Option<&'a Holding> {
+    holdings
+        .get(&p.shard)?
+        .iter()
+        .rev()
+        .find(|h| h.consumer == p.consumer && h.start <= p.at)
+}
+
+/// A repeat of `first` in `again` is justified when it came in a later
+/// holding whose starting checkpoint does not cover the record (the holder
+/// before stopped before checkpointing it). Without worker events there is
+/// nothing to judge by, and a repeat counts as justified.
+fn justified(
+    holdings: &BTreeMap<ShardId, Vec<Holding>>,
+    first: &Processed,
+    again: &Processed,
+) -> bool {
+    let (Some(a), Some(b)) = (holding_of(holdings, first), holding_of(holdings, again)) else {
+        return holdings.is_empty();
+    };
+    if std::ptr::eq(a, b) {
+        return false;
+    }
+    !b.position
+        .as_ref()
+        .is_some_and(|cp| cp.covers(&again.sequence, again.sub_sequence))
+}
+
+/// When each shard was completed (read to its end): the earliest such stop.
+fn completions(history: &History) -> HashMap<&ShardId, Instant> {
+    let mut out: HashMap<&ShardId, Instant> = HashMap::new();
+    for (_, event) in &history.events {
+        if let WorkerEvent::Stopped {
+            shard,
+            why: StopReason::Completed,
+            at,
+        } = event
+        {
+            let t = out.entry(shard).or_insert(*at);
+            *t = (*t).min(*at);
+        }
+    }
+    out
+}
+
+/// Checks `history`. See [`Verification`] for what each field means.
+pub fn check(history: &History) -> Verification {
+    let holdings = holdings(history);
+    let produced: HashSet<(&str, u64)> = history
+        .produced
+        .iter()
+        .map(|p| (p.key.as_str(), p.n))
+        .collect();
+    let mut first: HashMap<(&str, u64), &Processed> = HashMap::new();
+    let mut highest: HashMap<&str, u64> = HashMap::new();
+    let (mut duplicates, mut unjustified, mut order_violations) = (0, 0, 0);
+    for p in &history.processed {
+        if let Some(before) = first.get(&(p.key.as_str(), p.n)) {
+            duplicates += 1;
+            if !justified(&holdings, before, p) {
+                unjustified += 1;
+            }
+            continue;
+        }
+        first.insert((p.key.as_str(), p.n), p);
+        let top = highest.entry(p.key.as_str()).or_insert(p.n);
+        if p.n < *top {
+            order_violations += 1;
+        }
+        *top = (*top).max(p.n);
+    }
+    let completed = completions(history);
+    let children_before_parents: BTreeSet<ShardId> = history
+        .processed
+        .iter()
+        .filter(|p| {
+            history.parents.get(&p.shard).is_some_and(|parents| {
+                parents
+                    .iter()
+                    .any(|parent| completed.get(parent).is_none_or(|done| p.at < *done))
+            })
+        })
+        .map(|p| p.shard.clone())
+        .collect();
+    let seen: HashSet<(&str, u64)> = first.keys().copied().collect();
+    Verification {
+        produced: produced.len(),
+        processed: seen.len(),
+        duplicates,
+        unjustified_duplicates: unjustified,
+        lost: produced.difference(&seen).count(),
+        order_violations,
+        double_owned: holdings
+            .into_iter()
+            .filter(|(_, holders)| overlapping(holders))
+            .map(|(shard, _)| shard)
+            .collect(),
+        checkpoint_regressions: regressed(history),
+        children_before_parents: children_before_parents.into_iter().collect(),
+    }
+}
