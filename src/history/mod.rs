@@ -4,9 +4,11 @@
 //! stress run record one and check it; the checker is pure.
 
 mod check;
+mod produce;
 mod record;
 
 pub use check::{check, Verification};
+pub use produce::{produce_numbered, NumberedLoad};
 pub use record::{recording_handler, recording_observer};
 
 use crate::state::{SequenceNumber, ShardId};

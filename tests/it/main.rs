@@ -30,6 +30,7 @@ mod scale;
 mod scheduled;
 mod split_merge;
 mod stream;
+mod stress;
 mod table;
 mod template;
 mod windows;

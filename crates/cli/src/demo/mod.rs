@@ -9,7 +9,8 @@ use crate::error::Error;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::history::{
-    check, recording_handler, recording_observer, History, Produced, SharedHistory, Verification,
+    check, produce_numbered, recording_handler, recording_observer, History, NumberedLoad,
+    SharedHistory, Verification,
 };
 use shardkeeper::state::{
     kinesis_stream_created, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
@@ -89,66 +90,6 @@ async fn wait_active(kinesis: &aws_sdk_kinesis::Client) -> Result<(), Error> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(Error::Demo("the stream did not become ACTIVE".into()))
-}
-
-/// Writes `records` records over `keys` partition keys, each key's records
-/// numbered 0, 1, 2, ...; a batch holds each key at most once and failed
-/// entries are retried before the next batch, so each key's order holds.
-async fn produce(
-    kinesis: aws_sdk_kinesis::Client,
-    records: usize,
-    keys: usize,
-    pace: Duration,
-    history: SharedHistory,
-) -> Result<(), Error> {
-    let keys = keys.clamp(1, 500);
-    let batch = keys.min(100);
-    let mut next_n = vec![0u64; keys];
-    let mut written = 0;
-    let mut key = 0;
-    while written < records {
-        let mut pending: Vec<(String, u64)> = Vec::new();
-        while pending.len() < batch && written + pending.len() < records {
-            pending.push((format!("key-{key:03}"), next_n[key]));
-            next_n[key] += 1;
-            key = (key + 1) % keys;
-        }
-        while !pending.is_empty() {
-            let entries: Vec<_> = pending
-                .iter()
-                .map(|(k, n)| {
-                    aws_sdk_kinesis::types::PutRecordsRequestEntry::builder()
-                        .partition_key(k)
-                        .data(aws_sdk_kinesis::primitives::Blob::new(n.to_string()))
-                        .build()
-                        .expect("partition key and data are set")
-                })
-                .collect();
-            let out = kinesis
-                .put_records()
-                .stream_name(STREAM)
-                .set_records(Some(entries))
-                .send()
-                .await
-                .map_err(|e| err("PutRecords", e))?;
-            let mut failed = Vec::new();
-            let mut h = history.lock().expect("history");
-            for (entry, result) in pending.into_iter().zip(out.records()) {
-                if result.error_code().is_some() {
-                    failed.push(entry);
-                } else {
-                    written += 1;
-                    h.produced.push(Produced {
-                        key: entry.0,
-                        n: entry.1,
-                    });
-                }
-            }
-            pending = failed;
-        }
-        tokio::time::sleep(pace).await;
-    }
-    Ok(())
 }
 
 fn spawn_worker(
@@ -323,13 +264,17 @@ async fn run_on(
     // while a worker dies and a shard splits.
     let batches = args.records.div_ceil(args.keys.clamp(1, 100)).max(1) as u32;
     let pace = Duration::from_secs(10) / batches;
-    let producer = tokio::spawn(produce(
-        kinesis.clone(),
-        args.records,
-        args.keys,
+    let load = NumberedLoad {
+        stream: STREAM.to_owned(),
+        records: Some(args.records),
+        keys: args.keys.clamp(1, 500),
+        batch: 100,
         pace,
-        history.clone(),
-    ));
+    };
+    let producer = {
+        let (kinesis, history, stop) = (kinesis.clone(), history.clone(), stop.clone());
+        tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &stop).await })
+    };
     let rebalancer = Rebalancer {
         store: store.clone(),
         kinesis: kinesis.clone(),
@@ -429,7 +374,7 @@ async fn run_on(
         }
     };
     bar.finish_and_clear();
-    let produce_result = producer.await.map_err(|e| err("producer", e))?;
+    producer.await.map_err(|e| err("producer", e))?;
     let final_snapshot = store.load_group().await?;
     stop.store(true, Ordering::Relaxed);
     for (_, task) in workers {
@@ -439,7 +384,6 @@ async fn run_on(
     let _ = rebalancing.await;
     let _ = reaping.await;
     outcome?;
-    produce_result?;
     let (shards, _) =
         shardkeeper::list_stream_shards(&kinesis, STREAM, &store.config().retry).await?;
     let mut history = history.lock().expect("history");

@@ -1,0 +1,391 @@
+//! The stress run: consumers, the rebalancer and the reaper run concurrently
+//! on the in-process servers while a producer writes numbered records with
+//! many keys; consumers are killed mid-batch and restarted, others leave and
+//! join, shards are split and merged. Every lease change, checkpoint and
+//! processed record goes to a history, and the history checker must find no
+//! double ownership, no checkpoint regression, no lost record, no per-key
+//! disorder, no unjustified duplicate and no child read before its parents.
+//!
+//! The default is short, for CI. Longer runs:
+//! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
+//! SHARDKEEPER_STRESS_SHARDS=256 cargo test --test it stress -- --nocapture`
+//! (`SHARDKEEPER_STRESS_SEED` repeats a run's choices).
+
+use crate::common::{create_stream, ctx, list_shards};
+use shardkeeper::functions::{Reaper, Rebalancer};
+use shardkeeper::history::{
+    check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
+};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
+use shardkeeper::worker::{ShardWorker, WorkerConfig};
+use shardkeeper::worker_events::WorkerEvent;
+use shardkeeper::{ConsumerSession, ReapConfig, RebalanceConfig};
+use shardkeeper_local::{unique_name, AwsClients};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+const LEASE_TERM: Duration = Duration::from_secs(2);
+
+/// The run's size, from the environment or the CI defaults.
+#[derive(Debug, Clone)]
+struct Stress {
+    seconds: u64,
+    consumers: usize,
+    shards: i32,
+    keys: usize,
+    seed: u64,
+}
+
+impl Stress {
+    fn from_env() -> Self {
+        let var = |name: &str, default: u64| -> u64 {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        Stress {
+            seconds: var("SHARDKEEPER_STRESS_SECONDS", 8),
+            consumers: var("SHARDKEEPER_STRESS_CONSUMERS", 6) as usize,
+            shards: var("SHARDKEEPER_STRESS_SHARDS", 16) as i32,
+            keys: var("SHARDKEEPER_STRESS_KEYS", 200) as usize,
+            seed: var("SHARDKEEPER_STRESS_SEED", fastrand::u64(..)),
+        }
+    }
+}
+
+/// A running consumer: its name, task and stop flag.
+struct Consumer {
+    name: String,
+    task: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+fn spawn_consumer(
+    name: String,
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    history: &SharedHistory,
+) -> Consumer {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(&name).unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, LEASE_TERM);
+    let config = WorkerConfig {
+        renew_every: Duration::from_millis(500),
+        min_poll_interval: Duration::from_millis(100),
+        idle_poll_interval: Duration::from_millis(200),
+        max_records: 200,
+        ..WorkerConfig::default()
+    };
+    let mut worker = ShardWorker::new(
+        session,
+        store.clone(),
+        kinesis.clone(),
+        recording_handler(history, &name),
+        config,
+    )
+    .with_observer(recording_observer(history, &name));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let me = name.clone();
+    let task = tokio::spawn(async move {
+        // A worker that fails (e.g. its table calls keep failing) stops like
+        // a crashed process; the group takes its shards over.
+        if let Err(e) = worker
+            .run_until(None, || flag.load(Ordering::Relaxed))
+            .await
+        {
+            tracing::warn!(consumer = %me, error = %e, "worker stopped");
+        }
+    });
+    Consumer { name, task, stop }
+}
+
+/// Runs `tick` every `every` until `stop`, counting failed ticks.
+fn ticking<F, Fut, T, E>(
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    failed: Arc<AtomicU64>,
+    tick: F,
+) -> JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, E>> + Send,
+    E: std::fmt::Display,
+{
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = tick().await {
+                tracing::debug!(error = %e, "tick failed");
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+fn open(shard: &aws_sdk_kinesis::types::Shard) -> bool {
+    shard
+        .sequence_number_range()
+        .is_some_and(|r| r.ending_sequence_number().is_none())
+}
+
+fn range(shard: &aws_sdk_kinesis::types::Shard) -> (u128, u128) {
+    let r = shard.hash_key_range().unwrap();
+    (
+        r.starting_hash_key().parse().unwrap(),
+        r.ending_hash_key().parse().unwrap(),
+    )
+}
+
+/// Splits a random open shard in the middle; whether Kinesis accepted it.
+async fn split_one(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> bool {
+    let shards: Vec<_> = list_shards(aws, stream)
+        .await
+        .into_iter()
+        .filter(open)
+        .collect();
+    let Some(shard) = shards.get(rng.usize(..shards.len().max(1))) else {
+        return false;
+    };
+    let (lo, hi) = range(shard);
+    aws.kinesis
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(shard.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2 + 1).to_string())
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Merges two adjacent open shards; whether Kinesis accepted it.
+async fn merge_two(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> bool {
+    let mut shards: Vec<_> = list_shards(aws, stream)
+        .await
+        .into_iter()
+        .filter(open)
+        .collect();
+    shards.sort_by_key(|s| range(s).0);
+    let pairs: Vec<_> = shards
+        .windows(2)
+        .filter(|w| range(&w[0]).1 + 1 == range(&w[1]).0)
+        .map(|w| (w[0].shard_id().to_owned(), w[1].shard_id().to_owned()))
+        .collect();
+    let Some((a, b)) = pairs.get(rng.usize(..pairs.len().max(1))) else {
+        return false;
+    };
+    aws.kinesis
+        .merge_shards()
+        .stream_name(stream)
+        .shard_to_merge(a)
+        .adjacent_shard_to_merge(b)
+        .send()
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_keeps_every_guarantee() {
+    let cfg = Stress::from_env();
+    println!("stress run: {cfg:?}");
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, cfg.shards).await;
+    let store = StateStore::new(
+        ctx.aws.dynamodb.clone(),
+        StoreConfig::new(&unique_name("stress"), &stream)
+            .unwrap()
+            .table(&ctx.table)
+            .unwrap(),
+    );
+    let history = SharedHistory::default();
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let failed_ticks = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+
+    let producer = {
+        let load = NumberedLoad {
+            stream: stream.clone(),
+            records: None,
+            keys: cfg.keys,
+            batch: 100,
+            pace: Duration::from_millis(20),
+        };
+        let (kinesis, history, stop) = (
+            ctx.aws.kinesis.clone(),
+            history.clone(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let flag = stop.clone();
+        (
+            stop,
+            tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &flag).await }),
+        )
+    };
+    let rebalancer = Arc::new(Rebalancer {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: RebalanceConfig {
+            heartbeat_timeout: LEASE_TERM,
+            handoff_timeout: LEASE_TERM,
+            max_moves_per_tick: None,
+        },
+        lease_term: LEASE_TERM,
+        emit_metrics: false,
+    });
+    let reaper = Arc::new(Reaper {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: ReapConfig {
+            heartbeat_timeout: LEASE_TERM,
+            ..ReapConfig::default()
+        },
+        emit_metrics: false,
+    });
+    let rebalancing = ticking(
+        Duration::from_millis(250),
+        stop_all.clone(),
+        failed_ticks.clone(),
+        move || {
+            let r = rebalancer.clone();
+            async move { r.tick().await }
+        },
+    );
+    let reaping = ticking(
+        Duration::from_millis(500),
+        stop_all.clone(),
+        failed_ticks.clone(),
+        move || {
+            let r = reaper.clone();
+            async move { r.tick().await }
+        },
+    );
+
+    let mut generation = 0;
+    let mut next_name = || {
+        generation += 1;
+        format!("c{generation}")
+    };
+    let mut live: Vec<Consumer> = (0..cfg.consumers)
+        .map(|_| spawn_consumer(next_name(), &store, &ctx.aws.kinesis, &history))
+        .collect();
+    let mut left: Vec<Consumer> = Vec::new();
+    let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
+    while started.elapsed() < Duration::from_secs(cfg.seconds) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match rng.u32(..100) {
+            0..8 if !live.is_empty() => {
+                // Killed mid-batch: no release, no more heartbeats. A new
+                // process takes its place.
+                let victim = live.swap_remove(rng.usize(..live.len()));
+                victim.task.abort();
+                history
+                    .lock()
+                    .unwrap()
+                    .killed
+                    .push((victim.name, Instant::now()));
+                kills += 1;
+                live.push(spawn_consumer(
+                    next_name(),
+                    &store,
+                    &ctx.aws.kinesis,
+                    &history,
+                ));
+            }
+            8..12 if live.len() > 1 => {
+                // One leaves cleanly; another joins.
+                let leaving = live.swap_remove(rng.usize(..live.len()));
+                leaving.stop.store(true, Ordering::Relaxed);
+                left.push(leaving);
+                leaves += 1;
+                live.push(spawn_consumer(
+                    next_name(),
+                    &store,
+                    &ctx.aws.kinesis,
+                    &history,
+                ));
+            }
+            12..15 => splits += u32::from(split_one(&ctx.aws, &stream, &mut rng).await),
+            15..17 => merges += u32::from(merge_two(&ctx.aws, &stream, &mut rng).await),
+            _ => {}
+        }
+    }
+
+    // Production stops; the group drains the stream.
+    producer.0.store(true, Ordering::Relaxed);
+    let produced = producer.1.await.unwrap();
+    let mut seen = HashSet::new();
+    let mut scanned = 0;
+    for _ in 0..1200 {
+        {
+            let h = history.lock().unwrap();
+            for p in &h.processed[scanned..] {
+                seen.insert((p.key.clone(), p.n));
+            }
+            scanned = h.processed.len();
+        }
+        if seen.len() >= produced {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for c in live.iter().chain(&left) {
+        c.stop.store(true, Ordering::Relaxed);
+    }
+    for c in live.into_iter().chain(left) {
+        let _ = c.task.await;
+    }
+    stop_all.store(true, Ordering::Relaxed);
+    let _ = rebalancing.await;
+    let _ = reaping.await;
+
+    let (specs, _) =
+        shardkeeper::list_stream_shards(&ctx.aws.kinesis, &stream, &store.config().retry)
+            .await
+            .unwrap();
+    let mut history = history.lock().unwrap();
+    history.parents = specs
+        .iter()
+        .map(|s| (s.shard_id.clone(), s.parents.clone()))
+        .collect();
+    let verdict = check(&history);
+    let lease_changes = history
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, WorkerEvent::Gained { .. }))
+        .count();
+    println!(
+        "stress run: {:.1}s, {} consumers ({} started in all), {} shards at the start, {} at the end, \
+         {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
+         {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks; \
+         checker: {} double ownership, {} regressions, {} lost, {} order violations, \
+         {} unjustified duplicates, {} children before parents",
+        started.elapsed().as_secs_f64(),
+        cfg.consumers,
+        generation,
+        cfg.shards,
+        specs.len(),
+        verdict.produced,
+        verdict.processed,
+        verdict.duplicates,
+        failed_ticks.load(Ordering::Relaxed),
+        verdict.double_owned.len(),
+        verdict.checkpoint_regressions.len(),
+        verdict.lost,
+        verdict.order_violations,
+        verdict.unjustified_duplicates,
+        verdict.children_before_parents.len(),
+    );
+    assert!(verdict.passed(), "seed {}: {verdict:?}", cfg.seed);
+    assert_eq!(
+        verdict.produced, produced,
+        "the history holds every record written"
+    );
+    assert!(
+        produced > 0 && lease_changes > cfg.consumers,
+        "the run did something"
+    );
+}
