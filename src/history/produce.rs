@@ -42,7 +42,7 @@ pub async fn produce_numbered(
     let done = |written: usize| load.records.is_some_and(|r| written >= r);
     while !done(written) && !stop.load(Ordering::Relaxed) {
         let mut pending: Vec<(String, u64)> = Vec::new();
-        while pending.len() < batch && !load.records.is_some_and(|r| written + pending.len() >= r) {
+        while pending.len() < batch && load.records.is_none_or(|r| written + pending.len() < r) {
             pending.push((format!("key-{key}"), next_n[key]));
             next_n[key] += 1;
             key = (key + 1) % keys;
