@@ -40,8 +40,10 @@ pub enum WorkerEvent {
         shard: ShardId,
         /// Why.
         why: StopReason,
-        /// When (for [`StopReason::Completed`]: when the write that
-        /// depleted the shard was sent, before its children could be leased).
+        /// When. [`StopReason::Completed`] is reported just before the
+        /// write that depletes the shard is sent (its children cannot be
+        /// leased before), and followed by [`StopReason::Lost`] if that write
+        /// is refused.
         at: Instant,
     },
 }

@@ -171,19 +171,30 @@ fn justified(
         .is_some_and(|cp| cp.covers(&again.sequence, again.sub_sequence))
 }
 
-/// When each shard was completed (read to its end): the earliest such stop.
+/// When each shard was completed (read to its end): the earliest
+/// completion not followed by that worker's `Lost` for the shard (its
+/// depleting write was refused).
 fn completions(history: &History) -> HashMap<&ShardId, Instant> {
-    let mut out: HashMap<&ShardId, Instant> = HashMap::new();
-    for (_, event) in &history.events {
-        if let WorkerEvent::Stopped {
-            shard,
-            why: StopReason::Completed,
-            at,
-        } = event
-        {
-            let t = out.entry(shard).or_insert(*at);
-            *t = (*t).min(*at);
+    let mut announced: Vec<(&str, &ShardId, Instant)> = Vec::new();
+    for (consumer, event) in &history.events {
+        match event {
+            WorkerEvent::Stopped {
+                shard,
+                why: StopReason::Completed,
+                at,
+            } => announced.push((consumer, shard, *at)),
+            WorkerEvent::Stopped {
+                shard,
+                why: StopReason::Lost,
+                ..
+            } => announced.retain(|(c, s, _)| !(c == consumer && s == &shard)),
+            _ => {}
         }
+    }
+    let mut out: HashMap<&ShardId, Instant> = HashMap::new();
+    for (_, shard, at) in announced {
+        let t = out.entry(shard).or_insert(at);
+        *t = (*t).min(at);
     }
     out
 }

@@ -426,18 +426,17 @@ impl<H: RecordHandler> ShardWorker<H> {
             .into_iter()
             .filter(|s| s.parents.contains(shard))
             .collect();
-        let sent = Instant::now();
+        // Announced before the write, stamped with its send time: the
+        // children cannot be leased before the write lands, and a worker
+        // stopped while the write is in flight still leaves the completion
+        // on record. A write refused for a lost lease is followed by `Lost`.
+        self.emit(WorkerEvent::Stopped {
+            shard: shard.clone(),
+            why: StopReason::Completed,
+            at: Instant::now(),
+        });
         match self.membership.complete_shard(shard, &children).await {
-            Ok(_) => {
-                self.report.shards_completed += 1;
-                // Stamped with the send time: the children could not be
-                // leased before the write, which came after it.
-                self.emit(WorkerEvent::Stopped {
-                    shard: shard.clone(),
-                    why: StopReason::Completed,
-                    at: sent,
-                });
-            }
+            Ok(_) => self.report.shards_completed += 1,
             Err(e) if e.is_lease_lost() => {
                 self.report.leases_lost += 1;
                 self.stopped(shard, StopReason::Lost);

@@ -167,4 +167,13 @@ fn a_child_read_before_its_parent_ended_is_caught() {
     let v = check(&early);
     assert_eq!(v.children_before_parents, vec![shard(2)], "{v:?}");
     assert!(!v.passed());
+
+    // A completion whose depleting write was refused (the lease was lost)
+    // does not count.
+    let mut refused = history.clone();
+    refused
+        .events
+        .insert(5, ("b".into(), stopped(0, StopReason::Lost, ms(28))));
+    let v = check(&refused);
+    assert_eq!(v.children_before_parents, vec![shard(1)], "{v:?}");
 }

@@ -386,3 +386,45 @@ async fn discovery_racing_with_depletion_never_strands_a_child() {
         assert!(state.is_leasable());
     }
 }
+
+#[tokio::test]
+async fn a_consumer_whose_clock_runs_ahead_takes_leases_early_but_never_writes_over_another() {
+    let ctx = ctx().await;
+    let store = ctx.store("skew");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    // b's clock runs 40 s ahead of a's (more than the 30 s lease term).
+    let ahead = shardkeeper::state::ManualClock::new(ctx.clock_now() + 40_000);
+    let skewed = shardkeeper::state::StateStore::with_clock(
+        ctx.aws.dynamodb.clone(),
+        store.config().clone(),
+        std::sync::Arc::new(ahead),
+    );
+    let a = lease(&store, &shard, "a").await;
+    store
+        .checkpoint(&a, &Checkpoint::after("10").unwrap(), None)
+        .await
+        .unwrap();
+    // To b, a's fresh lease has already expired: it takes it early.
+    let b = skewed
+        .acquire_lease(&shard, &cid("b"), TERM)
+        .await
+        .unwrap()
+        .expect("taken early by the skewed clock");
+    // a is fenced at once: its next write fails, and b's state stands.
+    let err = store
+        .checkpoint(&a, &Checkpoint::after("20").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    skewed
+        .checkpoint(&b, &Checkpoint::after("15").unwrap(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Group, &shard)
+            .await
+            .unwrap(),
+        Checkpoint::after("15").unwrap()
+    );
+}

@@ -379,6 +379,9 @@ async fn the_stress_run_keeps_every_guarantee() {
         verdict.unjustified_duplicates,
         verdict.children_before_parents.len(),
     );
+    if !verdict.passed() {
+        explain(&history, &verdict, started);
+    }
     assert!(verdict.passed(), "seed {}: {verdict:?}", cfg.seed);
     assert_eq!(
         verdict.produced, produced,
@@ -388,4 +391,37 @@ async fn the_stress_run_keeps_every_guarantee() {
         produced > 0 && lease_changes > cfg.consumers,
         "the run did something"
     );
+}
+
+/// Prints what led to each child read before its parents ended.
+fn explain(
+    history: &shardkeeper::history::History,
+    verdict: &shardkeeper::history::Verification,
+    t0: Instant,
+) {
+    let ms = |t: Instant| t.saturating_duration_since(t0).as_millis();
+    for child in &verdict.children_before_parents {
+        let parents = history.parents.get(child).cloned().unwrap_or_default();
+        println!("child {child}, parents {parents:?}");
+        for (who, e) in &history.events {
+            let (shard, what, at) = match e {
+                WorkerEvent::Gained { shard, at, .. } => (shard, "gained".to_string(), *at),
+                WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
+                WorkerEvent::Checkpointed { .. } => continue,
+            };
+            if shard == child || parents.contains(shard) {
+                println!("  {:>6} ms {who} {what} {shard}", ms(at));
+            }
+        }
+        if let Some(p) = history.processed.iter().find(|p| &p.shard == child) {
+            println!(
+                "  {:>6} ms {} first record of {child}",
+                ms(p.at),
+                p.consumer
+            );
+        }
+        for (who, at) in &history.killed {
+            println!("  {:>6} ms {who} killed", ms(*at));
+        }
+    }
 }

@@ -250,3 +250,38 @@ async fn a_stopped_store_refuses_calls() {
         Err(StateError::Stopped)
     ));
 }
+
+#[tokio::test]
+async fn a_missing_table_is_an_error_naming_the_aws_code() {
+    let ctx = ctx().await;
+    let store = StateStore::new(
+        ctx.aws.dynamodb.clone(),
+        StoreConfig::new("g", "s")
+            .unwrap()
+            .table(&unique_name("sk-missing"))
+            .unwrap(),
+    );
+    let me = shardkeeper::state::ConsumerId::new("c").unwrap();
+    let err = store
+        .heartbeat(&shardkeeper::state::ConsumerInfo::for_this_process(
+            me,
+            store.now(),
+        ))
+        .await
+        .unwrap_err();
+    match &err {
+        StateError::Sdk { code, .. } => {
+            assert_eq!(code.as_deref(), Some("ResourceNotFoundException"), "{err}")
+        }
+        other => panic!("expected an SDK error, got {other:?}"),
+    }
+    // `ensure_table` (what every function runs at init) creates it.
+    store.ensure_table(&fast()).await.unwrap();
+    store
+        .heartbeat(&shardkeeper::state::ConsumerInfo::for_this_process(
+            shardkeeper::state::ConsumerId::new("c").unwrap(),
+            store.now(),
+        ))
+        .await
+        .unwrap();
+}
