@@ -11,6 +11,7 @@ mod checkpoints;
 mod cli;
 mod common;
 mod consumers;
+mod ddb_reader;
 mod dynamodb_processing;
 mod efo;
 mod esm;

@@ -59,7 +59,9 @@ pub use model::{
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::ITERATOR_TYPES;
 pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
-pub use retry::{call_kinesis, is_throttling_code, RetryPolicy};
+pub use retry::{
+    call_aws, call_kinesis, is_throttling_code, retry_throttled, Retried, RetryPolicy,
+};
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
 pub use shard::{EnsureShard, ShardSpec};
