@@ -22,6 +22,7 @@ pub use shardkeeper_state as state;
 
 pub mod action;
 pub mod config;
+pub mod ddb_streams;
 pub mod discovery;
 pub mod efo_pool;
 pub mod executor;

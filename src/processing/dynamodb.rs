@@ -61,6 +61,24 @@ pub enum Change<T> {
     },
 }
 
+/// A record error naming the record's sequence number.
+pub(crate) fn payload_error(seq: &str, error: String) -> RecordError {
+    RecordError::Payload {
+        sequence_number: seq.to_owned(),
+        sub_sequence: 0,
+        error,
+    }
+}
+
+/// Decodes one image (`which` is `old` or `new`) into `T`.
+pub(crate) fn decode_image<T: DeserializeOwned>(
+    item: impl Into<serde_dynamo::Item>,
+    which: &str,
+    seq: &str,
+) -> Result<T, RecordError> {
+    serde_dynamo::from_item(item).map_err(|e| payload_error(seq, format!("{which} image: {e}")))
+}
+
 fn image<T: DeserializeOwned>(
     item: &serde_dynamo::Item,
     which: &str,
@@ -69,30 +87,38 @@ fn image<T: DeserializeOwned>(
     if item.is_empty() {
         return Ok(None);
     }
-    serde_dynamo::from_item(item.clone())
-        .map(Some)
-        .map_err(|e| RecordError::Payload {
-            sequence_number: seq.to_owned(),
-            sub_sequence: 0,
-            error: format!("{which} image: {e}"),
-        })
+    decode_image(item.clone(), which, seq).map(Some)
 }
 
 impl<T: DeserializeOwned> Change<T> {
     /// Decodes a stream record into a typed change.
     pub fn from_record(record: &EventRecord) -> Result<Self, RecordError> {
         let seq = record.change.sequence_number.as_deref().unwrap_or("");
-        let missing = |what: &str| RecordError::Payload {
-            sequence_number: seq.to_owned(),
-            sub_sequence: 0,
-            error: format!(
-                "{} has no {what} image (stream view type {:?})",
-                record.event_name, record.change.stream_view_type
-            ),
-        };
         let old = image(&record.change.old_image, "old", seq)?;
         let new = image(&record.change.new_image, "new", seq)?;
-        match record.event_name.as_str() {
+        let view = format!("{:?}", record.change.stream_view_type);
+        Change::from_images(&record.event_name, old, new, seq, &view)
+    }
+}
+
+impl<T> Change<T> {
+    /// The change an event (`INSERT`, `MODIFY`, `REMOVE`) with these decoded
+    /// images makes; an image the event needs and the stream's view type
+    /// (`view`, for the message) left out is an error naming `seq`.
+    pub(crate) fn from_images(
+        event_name: &str,
+        old: Option<T>,
+        new: Option<T>,
+        seq: &str,
+        view: &str,
+    ) -> Result<Self, RecordError> {
+        let missing = |what: &str| {
+            payload_error(
+                seq,
+                format!("{event_name} has no {what} image (stream view type {view})"),
+            )
+        };
+        match event_name {
             "INSERT" => Ok(Change::Insert {
                 new: new.ok_or_else(|| missing("new"))?,
             }),
@@ -101,11 +127,7 @@ impl<T: DeserializeOwned> Change<T> {
                 new: new.ok_or_else(|| missing("new"))?,
             }),
             "REMOVE" => Ok(Change::Remove { old }),
-            other => Err(RecordError::Payload {
-                sequence_number: seq.to_owned(),
-                sub_sequence: 0,
-                error: format!("unknown event name {other:?}"),
-            }),
+            other => Err(payload_error(seq, format!("unknown event name {other:?}"))),
         }
     }
 }

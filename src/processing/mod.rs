@@ -27,7 +27,7 @@
 //! ```
 
 pub(crate) mod core;
-mod dynamodb;
+pub(crate) mod dynamodb;
 mod handler;
 pub(crate) mod kinesis;
 mod options;

@@ -195,6 +195,20 @@ pub async fn create_id_table(
     req.send().await.expect("create table")
 }
 
+/// A new table keyed by `id` with a NEW_AND_OLD_IMAGES stream: its name and
+/// its stream's ARN.
+pub async fn create_stream_table(aws: &AwsClients) -> (String, String) {
+    let table = unique_name("orders");
+    let out = create_id_table(aws, &table, true).await;
+    let arn = out
+        .table_description()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_owned();
+    (table, arn)
+}
+
 /// Acquires a lease the test expects to be free.
 pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
     store

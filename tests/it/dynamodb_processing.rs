@@ -2,14 +2,13 @@
 //! table on the DynamoDB server, its stream read back, shaped as the event
 //! source mapping shapes it, and handled as typed changes.
 
-use crate::common::{create_id_table, ctx, lambda_context};
+use crate::common::{create_stream_table, ctx, lambda_context};
 use crate::esm::{dynamodb_event, read_table_stream};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{LambdaEvent, Service};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use shardkeeper::processing::{changes, Change, DynamoDbProcessor, RecordError, StreamRecord};
-use shardkeeper_local::unique_name;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,14 +66,7 @@ fn projector(
 }
 
 async fn write_orders(ctx: &crate::common::Ctx) -> (String, String) {
-    let table = unique_name("orders");
-    let out = create_id_table(&ctx.aws, &table, true).await;
-    let arn = out
-        .table_description()
-        .unwrap()
-        .latest_stream_arn()
-        .unwrap()
-        .to_owned();
+    let (table, arn) = create_stream_table(&ctx.aws).await;
     let put = |id: &str, status: &str, amount: u64| {
         ctx.aws
             .dynamodb

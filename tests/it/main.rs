@@ -12,6 +12,7 @@ mod cli;
 mod common;
 mod consume;
 mod consumers;
+mod ddb_reader;
 mod dynamodb_processing;
 mod efo;
 mod efo_worker;

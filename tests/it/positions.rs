@@ -1,20 +1,12 @@
 //! DynamoDB Streams positions, against a real table stream of the DynamoDB server.
 
-use crate::common::{create_id_table, ctx};
+use crate::common::{create_stream_table, ctx};
 use shardkeeper::state::{ShardId, StateError, StreamPosition};
-use shardkeeper_local::unique_name;
 
 #[tokio::test]
 async fn shard_positions_are_saved_restored_and_removed() {
     let ctx = ctx().await;
-    let table = unique_name("orders");
-    let out = create_id_table(&ctx.aws, &table, true).await;
-    let stream_arn = out
-        .table_description()
-        .unwrap()
-        .latest_stream_arn()
-        .unwrap()
-        .to_owned();
+    let (table, stream_arn) = create_stream_table(&ctx.aws).await;
     let described = ctx
         .aws
         .streams

@@ -59,7 +59,10 @@ pub use model::{
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::ITERATOR_TYPES;
 pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
-pub use retry::{call_kinesis, is_throttling_code, kinesis_error, RetryPolicy};
+pub use retry::{
+    call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Retried,
+    RetryPolicy,
+};
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
 pub use shard::{EnsureShard, ShardSpec};

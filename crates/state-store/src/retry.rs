@@ -120,13 +120,63 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     out
 }
 
+/// How a call run by [`retry_throttled`] ended without a result.
+#[derive(Debug)]
+pub enum Retried<E> {
+    /// The caller's `stopped` said to stop before an attempt.
+    Stopped,
+    /// The last attempt failed: with an error that is not throttling, or
+    /// still throttled after the policy's attempts.
+    Failed {
+        /// The last error.
+        error: E,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+}
+
+/// Runs `send` until it succeeds, fails with an error that `throttled` does
+/// not call throttling, `stopped` says to stop, or throttling outlasts
+/// `policy` (capped exponential backoff with full jitter between attempts).
+/// The one retry loop of every AWS call the state store and its users make.
+pub async fn retry_throttled<T, E, F, Fut>(
+    policy: &RetryPolicy,
+    operation: &str,
+    throttled: impl Fn(&E) -> bool,
+    stopped: impl Fn() -> bool,
+    mut send: F,
+) -> Result<T, Retried<E>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let max = policy.max_attempts.max(1);
+    let mut attempts = 0;
+    loop {
+        if stopped() {
+            return Err(Retried::Stopped);
+        }
+        attempts += 1;
+        let error = match send().await {
+            Ok(out) => return Ok(out),
+            Err(error) => error,
+        };
+        if attempts >= max || !throttled(&error) {
+            return Err(Retried::Failed { error, attempts });
+        }
+        let pause = policy.jittered(attempts);
+        tracing::debug!(operation, attempts, ?pause, "throttled, backing off");
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// Runs `send` until it succeeds, fails for good, or throttling outlasts `policy`.
 pub(crate) async fn with_retries<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     service: Service,
     operation: &'static str,
     stopped: impl Fn() -> bool,
-    mut send: F,
+    send: F,
 ) -> Result<T, CallError<E>>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -134,42 +184,26 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    let max = policy.max_attempts.max(1);
-    let mut attempt = 0;
-    loop {
-        if stopped() {
-            return Err(CallError::Failed(StateError::Stopped));
+    let throttled = |err: &SdkError<E, R>| {
+        matches!(err, SdkError::ServiceError(_)) && err.code().is_some_and(is_throttling_code)
+    };
+    let (err, attempts) = match retry_throttled(policy, operation, throttled, stopped, send).await {
+        Ok(out) => return Ok(out),
+        Err(Retried::Stopped) => return Err(CallError::Failed(StateError::Stopped)),
+        Err(Retried::Failed { error, attempts }) => (error, attempts),
+    };
+    let code = err.code().map(str::to_owned);
+    if let SdkError::ServiceError(service_err) = err {
+        let inner = service_err.into_err();
+        if is_condition_failure(code.as_deref()) {
+            return Err(CallError::Condition(inner));
         }
-        attempt += 1;
-        let err = match send().await {
-            Ok(out) => return Ok(out),
-            Err(err) => err,
-        };
-        let code = err.code().map(str::to_owned);
-        if let SdkError::ServiceError(service_err) = err {
-            let inner = service_err.into_err();
-            if is_condition_failure(code.as_deref()) {
-                return Err(CallError::Condition(inner));
-            }
-            let message = error_chain(&inner);
-            if code.as_deref().is_some_and(is_throttling_code) {
-                if attempt >= max {
-                    return Err(CallError::Failed(StateError::Throttled {
-                        service,
-                        operation,
-                        attempts: attempt,
-                        message,
-                    }));
-                }
-                let pause = policy.jittered(attempt);
-                tracing::debug!(%service, operation, attempt, ?pause, "throttled, backing off");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-            return Err(CallError::Failed(StateError::Sdk {
+        let message = error_chain(&inner);
+        if code.as_deref().is_some_and(is_throttling_code) {
+            return Err(CallError::Failed(StateError::Throttled {
                 service,
                 operation,
-                code,
+                attempts,
                 message,
             }));
         }
@@ -177,9 +211,15 @@ where
             service,
             operation,
             code,
-            message: error_chain(&err),
+            message,
         }));
     }
+    Err(CallError::Failed(StateError::Sdk {
+        service,
+        operation,
+        code,
+        message: error_chain(&err),
+    }))
 }
 
 /// Sends a Kinesis request with the throttling retries of `policy`; every
@@ -196,11 +236,29 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    match with_retries(policy, Service::Kinesis, operation, || false, send).await {
+    call_aws(policy, Service::Kinesis, operation, send).await
+}
+
+/// Sends a request to `service` with the throttling retries of `policy`;
+/// every failure comes back as a [`StateError`] (`Throttled`, or `Sdk` with
+/// the AWS error code; a failed condition is an `Sdk` error here).
+pub async fn call_aws<T, E, R, F, Fut>(
+    policy: &RetryPolicy,
+    service: Service,
+    operation: &'static str,
+    send: F,
+) -> Result<T, StateError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, SdkError<E, R>>>,
+{
+    match with_retries(policy, service, operation, || false, send).await {
         Ok(out) => Ok(out),
         Err(CallError::Failed(e)) => Err(e),
         Err(CallError::Condition(e)) => Err(StateError::Sdk {
-            service: Service::Kinesis,
+            service,
             operation,
             code: e.code().map(str::to_owned),
             message: error_chain(&e),

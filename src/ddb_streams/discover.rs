@@ -1,0 +1,103 @@
+//! Discovery: the stream's shards (DescribeStream, every page) against the
+//! shards the reader knows and the positions the store saved.
+
+use crate::ddb_streams::batch::Discovery;
+use crate::ddb_streams::client::StreamsClient;
+use crate::ddb_streams::error::ReaderError;
+use crate::ddb_streams::position::ShardPosition;
+use crate::ddb_streams::reader::{Cursor, StreamReader};
+use crate::ddb_streams::tree;
+use crate::parents_first;
+use crate::state::{ShardId, ShardSpec, StreamPosition};
+use std::collections::BTreeMap;
+
+impl<C: StreamsClient> StreamReader<C> {
+    /// Every shard of the stream, paged by `ExclusiveStartShardId`.
+    async fn describe_all(&self) -> Result<(Vec<ShardSpec>, usize), ReaderError> {
+        let mut shards = Vec::new();
+        let mut pages = 0;
+        let mut start: Option<String> = None;
+        loop {
+            let (arn, client, from) = (&self.stream_arn, &self.client, start.as_deref());
+            let page = self
+                .call("DescribeStream", || client.describe_stream(arn, from))
+                .await?;
+            pages += 1;
+            shards.extend(page.shards);
+            match page.last_evaluated_shard_id {
+                Some(next) if start.as_deref() != Some(next.as_str()) => start = Some(next),
+                _ => return Ok((shards, pages)),
+            }
+        }
+    }
+
+    /// Lists the stream's shards: new ones get a position (the configured
+    /// initial position the first time, `TRIM_HORIZON` later; saved at once
+    /// so a restart resumes them there), shards gone from the stream are
+    /// dropped with their saved positions. The first discovery also loads
+    /// the saved positions; positions of another stream (the table's stream
+    /// was re-created) count as removed.
+    pub async fn discover(&mut self) -> Result<Discovery, ReaderError> {
+        let (listed, pages) = self.describe_all().await?;
+        let now = self.store.now();
+        let first = self.discovered_at.is_none();
+        let mut saved: BTreeMap<ShardId, StreamPosition> = BTreeMap::new();
+        let mut stale = Vec::new();
+        if first {
+            for position in self.store.load_positions().await? {
+                if position.stream_arn == self.stream_arn {
+                    saved.insert(position.shard_id.clone(), position);
+                } else {
+                    stale.push(position.shard_id);
+                }
+            }
+        }
+        let known: Vec<ShardId> = self.cursors.keys().chain(saved.keys()).cloned().collect();
+        let diff = tree::diff_shards(&known, &listed);
+        let mut removed = stale;
+        removed.extend(diff.removed.iter().cloned());
+        for id in &removed {
+            self.cursors.remove(id);
+            if self.store.remove_position(id).await? {
+                tracing::info!(shard = %id, "shard gone from the stream; its position was dropped");
+            }
+        }
+        let ordered = parents_first(listed);
+        let mut latest = Vec::new();
+        for spec in &ordered {
+            if let Some(cursor) = self.cursors.get_mut(&spec.shard_id) {
+                cursor.spec = spec.clone();
+                continue;
+            }
+            let stored = saved.remove(&spec.shard_id);
+            let position = match &stored {
+                Some(p) => ShardPosition::from_stored(p, now),
+                None if first => ShardPosition::initial(self.config.initial_position, now),
+                None => ShardPosition::TrimHorizon,
+            };
+            let mut cursor = Cursor::new(spec.clone(), position.clone());
+            if stored.is_some() {
+                cursor.saved = Some(position.clone());
+            } else if let Some(p) = position.to_stored(&self.stream_arn, spec)? {
+                self.store.save_position(&p).await?;
+                cursor.saved = Some(position.clone());
+            }
+            if matches!(position, ShardPosition::Latest { .. }) {
+                latest.push(spec.shard_id.clone());
+            }
+            self.cursors.insert(spec.shard_id.clone(), cursor);
+        }
+        self.order = ordered;
+        for id in latest {
+            self.take_latest(&id).await?;
+        }
+        self.discovered_at = Some(now);
+        self.rediscover = false;
+        Ok(Discovery {
+            shards: self.order.len(),
+            pages,
+            new_shards: diff.new,
+            removed_shards: removed,
+        })
+    }
+}

@@ -1,0 +1,60 @@
+//! A self-managed DynamoDB Streams reader (no event source mapping) and the
+//! replica recipe built on it.
+//!
+//! [`StreamReader`] discovers a stream's shard tree, reads each shard from
+//! its saved position (kept in the state store, one item per shard), a child
+//! only after its parent is read to its end, and hands out [`ChangeRecord`]s
+//! that decode into the same [`crate::processing::Change`] the event-source
+//! handlers get. A position moves only when the caller commits what it
+//! accepted. [`build_replica`] keeps a copy of a table in memory: position,
+//! scan, then the stream from the position.
+//!
+//! ```no_run
+//! use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
+//! use shardkeeper::processing::Change;
+//! use shardkeeper::state::{StateStore, StoreConfig};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { id: String, status: String }
+//!
+//! # async fn run(stream_arn: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+//! let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), StoreConfig::new("billing", "orders")?);
+//! let streams = aws_sdk_dynamodbstreams::Client::new(&aws);
+//! let mut reader = StreamReader::new(streams, store, stream_arn, ReaderConfig::default());
+//! loop {
+//!     // Each record is handled in order; a shard's position is saved once its records are accepted.
+//!     reader.poll(|record| async move {
+//!         match record.change::<Order>()? {
+//!             Change::Insert { new } | Change::Modify { new, .. } => println!("{} is {}", new.id, new.status),
+//!             Change::Remove { old } => println!("removed {:?}", old.map(|o| o.id)),
+//!         }
+//!         Ok::<(), shardkeeper::processing::RecordError>(())
+//!     }).await?;
+//! }
+//! # }
+//! ```
+
+mod accept;
+mod batch;
+mod client;
+mod config;
+mod discover;
+mod error;
+mod position;
+mod read;
+mod reader;
+mod record;
+pub mod replica;
+mod sdk;
+mod tree;
+
+pub use batch::{Batch, Discovery, PollReport, ReaderStats, ShardBatch, TrimmedShard};
+pub use client::{IteratorStart, RecordsPage, ShardPage, StreamsClient};
+pub use config::{OnTrimmed, ReaderConfig};
+pub use error::{ReaderError, StreamsError};
+pub use position::ShardPosition;
+pub use reader::StreamReader;
+pub use record::{ChangeKind, ChangeRecord, Image};
+pub use replica::{build_replica, scan_table, ItemKey, KeyValue, Replica, ReplicaReport};
+pub use tree::{diff_shards, readable, ShardDiff};

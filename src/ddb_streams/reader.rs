@@ -1,0 +1,225 @@
+//! `StreamReader`: reads a DynamoDB stream's shards in order, parents before
+//! children, and keeps each shard's position in the state store.
+//!
+//! The read path is in `read.rs`, discovery in `discover.rs`; committing,
+//! seeking, rewinding and the handler loop in `accept.rs`; the decisions
+//! (what to read, where to reopen) in `tree.rs` and `position.rs`.
+
+use crate::ddb_streams::batch::{Batch, ReaderStats};
+use crate::ddb_streams::client::StreamsClient;
+use crate::ddb_streams::config::ReaderConfig;
+use crate::ddb_streams::error::{ReaderError, StreamsError};
+use crate::ddb_streams::position::ShardPosition;
+use crate::ddb_streams::tree;
+use crate::state::{retry_throttled, EpochMillis, Retried, ShardId, ShardSpec, StateStore};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One shard's reading state.
+#[derive(Debug, Clone)]
+pub(super) struct Cursor {
+    pub(super) spec: ShardSpec,
+    /// Accepted by the caller (committed).
+    pub(super) committed: ShardPosition,
+    /// Last written to the state store.
+    pub(super) saved: Option<ShardPosition>,
+    /// After the last record handed out.
+    pub(super) read: ShardPosition,
+    pub(super) iterator: Option<String>,
+    /// Records created before this are skipped (a seek, a reopened `LATEST`).
+    pub(super) skipping: Option<EpochMillis>,
+    pub(super) ended: bool,
+    pub(super) empty_reads: u32,
+    /// Every record created before this time (ms) has been read: the newest
+    /// record read, or the start of a read that confirmed the shard's head.
+    pub(super) read_up_to: Option<EpochMillis>,
+}
+
+impl Cursor {
+    pub(super) fn new(spec: ShardSpec, position: ShardPosition) -> Self {
+        Cursor {
+            spec,
+            committed: position.clone(),
+            saved: None,
+            read: position,
+            iterator: None,
+            skipping: None,
+            ended: false,
+            empty_reads: 0,
+            read_up_to: None,
+        }
+    }
+
+    /// Read to its end and everything read committed.
+    pub(super) fn finished(&self) -> bool {
+        self.ended && self.committed == self.read
+    }
+
+    /// Reads again from `position` with a new iterator.
+    pub(super) fn reset(&mut self, position: ShardPosition) {
+        self.read = position;
+        self.iterator = None;
+        self.skipping = None;
+        self.ended = false;
+        self.empty_reads = 0;
+        self.read_up_to = None;
+    }
+}
+
+/// Reads one DynamoDB stream (self-managed, without an event source
+/// mapping): discovers its shard tree, reads each shard from its saved
+/// position, a child only after its parent is read to its end, and hands
+/// out typed changes. Positions move only when the caller commits what it
+/// accepted ([`StreamReader::commit`], or [`StreamReader::poll`] with a
+/// handler).
+pub struct StreamReader<C> {
+    pub(super) client: C,
+    pub(super) store: StateStore,
+    pub(super) stream_arn: String,
+    pub(super) config: ReaderConfig,
+    pub(super) cursors: BTreeMap<ShardId, Cursor>,
+    /// Every known shard, parents first.
+    pub(super) order: Vec<ShardSpec>,
+    pub(super) discovered_at: Option<EpochMillis>,
+    pub(super) rediscover: bool,
+    pub(super) stats: ReaderStats,
+    /// Throttled answers, counted while `self` is shared with a call.
+    pub(super) throttled: AtomicU64,
+}
+
+impl<C: StreamsClient> StreamReader<C> {
+    /// A reader of `stream_arn` keeping its positions in `store` (one group
+    /// and stream of the state table; the table must exist).
+    pub fn new(client: C, store: StateStore, stream_arn: &str, config: ReaderConfig) -> Self {
+        StreamReader {
+            client,
+            store,
+            stream_arn: stream_arn.to_owned(),
+            config,
+            cursors: BTreeMap::new(),
+            order: Vec::new(),
+            discovered_at: None,
+            rediscover: false,
+            stats: ReaderStats::default(),
+            throttled: AtomicU64::new(0),
+        }
+    }
+
+    /// The stream read.
+    pub fn stream_arn(&self) -> &str {
+        &self.stream_arn
+    }
+
+    /// The state store the positions are kept in.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReaderConfig {
+        &self.config
+    }
+
+    /// What the reader did so far.
+    pub fn stats(&self) -> ReaderStats {
+        ReaderStats {
+            throttled: self.throttled.load(Ordering::Relaxed),
+            ..self.stats
+        }
+    }
+
+    /// Each known shard's committed position, parents first.
+    pub fn positions(&self) -> Vec<(ShardId, ShardPosition)> {
+        self.order
+            .iter()
+            .filter_map(|s| self.cursors.get(&s.shard_id))
+            .map(|c| (c.spec.shard_id.clone(), c.committed.clone()))
+            .collect()
+    }
+
+    /// `true` once every change made before `time` (ms, by the store's
+    /// clock) has been handed out: each shard is finished, or handed out a
+    /// record created at or after `time`, or confirmed its head (the
+    /// configured number of empty reads) in a read that started at or after
+    /// `time`. Unlike [`Batch::caught_up`] this is reached under a steady
+    /// write load too. Record times come from the service's clock: a reader
+    /// whose clock runs behind it can see this a little early.
+    pub fn read_past(&self, time: EpochMillis) -> bool {
+        self.discovered_at.is_some()
+            && self
+                .cursors
+                .values()
+                .all(|c| c.finished() || c.read_up_to.is_some_and(|t| t >= time))
+    }
+
+    /// Reads every shard that may be read now (one GetRecords each, parents
+    /// before children), discovering the shards first when due. The records
+    /// are handed out; [`StreamReader::commit`] accepts them. After an
+    /// error, reading resumes at the committed positions.
+    pub async fn next_batch(&mut self) -> Result<Batch, ReaderError> {
+        let result = self.read_all().await;
+        if result.is_err() {
+            self.rewind();
+        }
+        result
+    }
+
+    async fn read_all(&mut self) -> Result<Batch, ReaderError> {
+        let mut batch = Batch::default();
+        if self.discovery_due() {
+            batch.discovery = Some(self.discover().await?);
+        }
+        let cursors = &self.cursors;
+        let to_read = tree::readable(&self.order, |id| cursors.get(id).map(Cursor::finished));
+        for id in to_read {
+            if let Some(shard) = self.read_shard(&id, &mut batch.trimmed).await? {
+                batch.shards.push(shard);
+            }
+        }
+        let at_head = self.config.empty_reads_at_head;
+        batch.caught_up = self
+            .cursors
+            .values()
+            .all(|c| c.finished() || (!c.ended && c.empty_reads >= at_head));
+        Ok(batch)
+    }
+
+    fn discovery_due(&self) -> bool {
+        match self.discovered_at {
+            None => true,
+            Some(at) => {
+                self.rediscover
+                    || self.store.now() - at >= self.config.discover_every.as_millis() as i64
+            }
+        }
+    }
+
+    /// One DynamoDB Streams call, throttling retried with the store's retry policy.
+    pub(super) async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        send: F,
+    ) -> Result<T, ReaderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StreamsError>>,
+    {
+        let is_throttled = |e: &StreamsError| {
+            let yes = e.is_throttled();
+            self.throttled.fetch_add(u64::from(yes), Ordering::Relaxed);
+            yes
+        };
+        let retry = &self.store.config().retry;
+        retry_throttled(retry, operation, is_throttled, || false, send)
+            .await
+            .map_err(|e| match e {
+                Retried::Failed { error, attempts } => ReaderError::Streams {
+                    operation,
+                    attempts,
+                    error,
+                },
+                Retried::Stopped => ReaderError::State(crate::state::StateError::Stopped),
+            })
+    }
+}

@@ -1,0 +1,212 @@
+//! One item change read from a DynamoDB stream, converted from the SDK's
+//! stream record: images as `aws_sdk_dynamodb` items (what a table read or
+//! write uses), and typed with [`ChangeRecord::change`] into the same
+//! [`Change`] the event-source-mapped handlers get.
+
+use crate::processing::dynamodb::{decode_image, payload_error};
+use crate::processing::{Change, RecordError};
+use crate::state::{EpochMillis, SequenceNumber, ShardId};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, OperationType};
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+
+/// An item (or its key attributes), as the DynamoDB SDK reads and writes it.
+pub type Image = HashMap<String, AttributeValue>;
+
+/// What happened to the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeKind {
+    /// The item was created.
+    Insert,
+    /// The item was written over (also for writes that changed nothing).
+    Modify,
+    /// The item was deleted.
+    Remove,
+}
+
+impl ChangeKind {
+    /// The stream's event name: `INSERT`, `MODIFY` or `REMOVE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Insert => "INSERT",
+            ChangeKind::Modify => "MODIFY",
+            ChangeKind::Remove => "REMOVE",
+        }
+    }
+}
+
+/// One record of a DynamoDB stream shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeRecord {
+    /// The shard it was read from.
+    pub shard_id: ShardId,
+    /// The record's event id.
+    pub event_id: String,
+    /// Insert, modify or remove.
+    pub kind: ChangeKind,
+    /// Its sequence number (unique and increasing within the shard).
+    pub sequence_number: SequenceNumber,
+    /// `ApproximateCreationDateTime` (ms; the service rounds it to the second).
+    pub created_at: Option<EpochMillis>,
+    /// The item's key attributes.
+    pub keys: Image,
+    /// The item after the change (view types `NEW_IMAGE`, `NEW_AND_OLD_IMAGES`).
+    pub new_image: Option<Image>,
+    /// The item before the change (view types `OLD_IMAGE`, `NEW_AND_OLD_IMAGES`).
+    pub old_image: Option<Image>,
+    /// The stream's view type, as the record names it.
+    pub view_type: Option<String>,
+}
+
+fn attribute(value: &StreamValue) -> Result<AttributeValue, String> {
+    Ok(match value {
+        StreamValue::S(s) => AttributeValue::S(s.clone()),
+        StreamValue::N(n) => AttributeValue::N(n.clone()),
+        StreamValue::B(b) => AttributeValue::B(b.clone()),
+        StreamValue::Bool(b) => AttributeValue::Bool(*b),
+        StreamValue::Null(b) => AttributeValue::Null(*b),
+        StreamValue::Ss(v) => AttributeValue::Ss(v.clone()),
+        StreamValue::Ns(v) => AttributeValue::Ns(v.clone()),
+        StreamValue::Bs(v) => AttributeValue::Bs(v.clone()),
+        StreamValue::L(v) => AttributeValue::L(v.iter().map(attribute).collect::<Result<_, _>>()?),
+        StreamValue::M(m) => AttributeValue::M(image(m)?),
+        other => return Err(format!("unknown attribute type {other:?}")),
+    })
+}
+
+fn image(map: &HashMap<String, StreamValue>) -> Result<Image, String> {
+    map.iter()
+        .map(|(k, v)| Ok((k.clone(), attribute(v).map_err(|e| format!("{k}: {e}"))?)))
+        .collect()
+}
+
+impl ChangeRecord {
+    /// Converts the SDK's stream record (`index` is its place in the page,
+    /// for the error when it has no sequence number). A record the reader
+    /// cannot use (no sequence number, an unknown event name or attribute
+    /// type) is an error naming it, never a panic.
+    pub fn from_sdk(
+        shard_id: &ShardId,
+        index: usize,
+        record: &aws_sdk_dynamodbstreams::types::Record,
+    ) -> Result<Self, RecordError> {
+        let malformed = |error: String| RecordError::Malformed { index, error };
+        let data = record
+            .dynamodb()
+            .ok_or_else(|| malformed("no dynamodb field".into()))?;
+        let seq = data
+            .sequence_number()
+            .ok_or_else(|| malformed("no SequenceNumber".into()))?;
+        let sequence_number =
+            SequenceNumber::new(seq).map_err(|e| payload_error(seq, e.to_string()))?;
+        let kind = match record.event_name() {
+            Some(OperationType::Insert) => ChangeKind::Insert,
+            Some(OperationType::Modify) => ChangeKind::Modify,
+            Some(OperationType::Remove) => ChangeKind::Remove,
+            other => return Err(payload_error(seq, format!("unknown event name {other:?}"))),
+        };
+        let convert = |which: &str, map: Option<&HashMap<String, StreamValue>>| {
+            map.map(image)
+                .transpose()
+                .map_err(|e| payload_error(seq, format!("{which}: {e}")))
+        };
+        Ok(ChangeRecord {
+            shard_id: shard_id.clone(),
+            event_id: record.event_id().unwrap_or_default().to_owned(),
+            kind,
+            sequence_number,
+            created_at: data
+                .approximate_creation_date_time()
+                .and_then(|t| t.to_millis().ok()),
+            keys: convert("keys", data.keys())?.unwrap_or_default(),
+            new_image: convert("new image", data.new_image())?,
+            old_image: convert("old image", data.old_image())?,
+            view_type: data.stream_view_type().map(|v| v.as_str().to_owned()),
+        })
+    }
+
+    /// The change as `T`, decoded with `serde_dynamo`; an image that does
+    /// not decode, or one the change needs and the stream's view type leaves
+    /// out, is an error naming the sequence number.
+    pub fn change<T: DeserializeOwned>(&self) -> Result<Change<T>, RecordError> {
+        let seq = self.sequence_number.as_str();
+        let decode = |which: &str, image: &Option<Image>| {
+            image
+                .clone()
+                .map(|item| decode_image(item, which, seq))
+                .transpose()
+        };
+        let old = decode("old", &self.old_image)?;
+        let new = decode("new", &self.new_image)?;
+        let view = self.view_type.as_deref().unwrap_or("unknown");
+        Change::from_images(self.kind.as_str(), old, new, seq, view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodbstreams::types::{Record, StreamRecord, StreamViewType};
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Order {
+        id: String,
+        amount: u64,
+    }
+
+    fn record(name: OperationType, new: Option<StreamValue>) -> Record {
+        let mut data = StreamRecord::builder()
+            .sequence_number("100000000000000000042")
+            .stream_view_type(StreamViewType::NewAndOldImages)
+            .keys("id", StreamValue::S("o1".into()));
+        if let Some(amount) = new {
+            data = data
+                .new_image("id", StreamValue::S("o1".into()))
+                .new_image("amount", amount);
+        }
+        Record::builder()
+            .event_id("e1")
+            .event_name(name)
+            .dynamodb(data.build())
+            .build()
+    }
+
+    #[test]
+    fn a_record_becomes_a_typed_change() {
+        let shard = ShardId::new("shardId-1").unwrap();
+        let rec = record(OperationType::Insert, Some(StreamValue::N("7".into())));
+        let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+        assert_eq!(change.kind, ChangeKind::Insert);
+        assert_eq!(
+            change.change::<Order>().unwrap(),
+            Change::Insert {
+                new: Order {
+                    id: "o1".into(),
+                    amount: 7
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn a_malformed_image_is_an_error_naming_the_sequence_number() {
+        let shard = ShardId::new("shardId-1").unwrap();
+        let wrong_type = record(OperationType::Modify, Some(StreamValue::S("seven".into())));
+        let err = ChangeRecord::from_sdk(&shard, 0, &wrong_type)
+            .unwrap()
+            .change::<Order>()
+            .unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Payload { sequence_number, error, .. }
+                if sequence_number == "100000000000000000042" && error.contains("new image")),
+            "{err}"
+        );
+        let no_image = record(OperationType::Insert, None);
+        let err = ChangeRecord::from_sdk(&shard, 0, &no_image)
+            .unwrap()
+            .change::<Order>()
+            .unwrap_err();
+        assert!(err.to_string().contains("has no new image"), "{err}");
+    }
+}

@@ -1,0 +1,99 @@
+//! [`StreamsClient`] for the AWS SDK's DynamoDB Streams client.
+
+use crate::ddb_streams::client::{IteratorStart, RecordsPage, ShardPage, StreamsClient};
+use crate::ddb_streams::error::StreamsError;
+use crate::state::{SequenceNumber, ShardSpec, StateError};
+use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodbstreams::types::{Shard, ShardIteratorType};
+use std::future::Future;
+
+fn streams_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    err: SdkError<E, R>,
+) -> StreamsError {
+    let code = err.code().map(str::to_owned);
+    StreamsError::from_code(code.as_deref(), DisplayErrorContext(&err).to_string())
+}
+
+fn invalid(e: StateError) -> StreamsError {
+    StreamsError::Other {
+        code: None,
+        message: format!("DescribeStream returned a shard that cannot be used: {e}"),
+    }
+}
+
+fn shard_spec(shard: &Shard) -> Result<ShardSpec, StateError> {
+    let id = shard.shard_id().unwrap_or_default();
+    let parents: Vec<&str> = shard.parent_shard_id().into_iter().collect();
+    let mut spec = ShardSpec::new(id)?.with_parents(&parents)?;
+    let range = shard.sequence_number_range();
+    spec.starting_sequence = range
+        .and_then(|r| r.starting_sequence_number())
+        .map(SequenceNumber::new)
+        .transpose()?;
+    spec.ending_sequence = range
+        .and_then(|r| r.ending_sequence_number())
+        .map(SequenceNumber::new)
+        .transpose()?;
+    Ok(spec)
+}
+
+impl StreamsClient for aws_sdk_dynamodbstreams::Client {
+    fn describe_stream(
+        &self,
+        stream_arn: &str,
+        exclusive_start_shard_id: Option<&str>,
+    ) -> impl Future<Output = Result<ShardPage, StreamsError>> + Send {
+        let req = self
+            .describe_stream()
+            .stream_arn(stream_arn)
+            .set_exclusive_start_shard_id(exclusive_start_shard_id.map(str::to_owned));
+        async move {
+            let out = req.send().await.map_err(streams_error)?;
+            let Some(description) = out.stream_description() else {
+                return Ok(ShardPage::default());
+            };
+            Ok(ShardPage {
+                shards: description
+                    .shards()
+                    .iter()
+                    .map(shard_spec)
+                    .collect::<Result<_, _>>()
+                    .map_err(invalid)?,
+                last_evaluated_shard_id: description.last_evaluated_shard_id().map(str::to_owned),
+            })
+        }
+    }
+
+    fn get_shard_iterator(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        start: &IteratorStart,
+    ) -> impl Future<Output = Result<Option<String>, StreamsError>> + Send {
+        let req = self
+            .get_shard_iterator()
+            .stream_arn(stream_arn)
+            .shard_id(shard_id)
+            .shard_iterator_type(ShardIteratorType::from(start.iterator_type()))
+            .set_sequence_number(start.sequence_number().map(|s| s.as_str().to_owned()));
+        async move {
+            let out = req.send().await.map_err(streams_error)?;
+            Ok(out.shard_iterator)
+        }
+    }
+
+    fn get_records(
+        &self,
+        iterator: &str,
+        limit: Option<i32>,
+    ) -> impl Future<Output = Result<RecordsPage, StreamsError>> + Send {
+        let req = self.get_records().shard_iterator(iterator).set_limit(limit);
+        async move {
+            let out = req.send().await.map_err(streams_error)?;
+            Ok(RecordsPage {
+                records: out.records.unwrap_or_default(),
+                next_iterator: out.next_shard_iterator,
+            })
+        }
+    }
+}
