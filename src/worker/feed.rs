@@ -123,6 +123,27 @@ fn backoff() -> Instant {
     Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
 }
 
+/// When to subscribe again after a refused (one still open) or throttled
+/// subscription; any other error comes back.
+fn retry_subscription_at(
+    e: ReadError,
+    shard: &ShardId,
+    notes: &mut FetchNotes,
+) -> Result<Instant, ReadError> {
+    match e {
+        ReadError::SubscriptionInUse(why) => {
+            tracing::debug!(%shard, %why, "subscription refused: one is still open");
+            notes.refused = true;
+            Ok(Instant::now() + RESUBSCRIBE_AFTER_REFUSAL)
+        }
+        ReadError::Throttled(_) => {
+            notes.throttled = true;
+            Ok(backoff())
+        }
+        e => Err(e),
+    }
+}
+
 /// Forwards a subscription's events until it ends, its lifetime is over, or
 /// the worker drops the shard.
 fn pump(mut subscription: Box<dyn crate::reads::Subscription>, lifetime: Duration) -> Events {
@@ -258,16 +279,7 @@ impl Cursor {
                             notes.subscribed = true;
                             *events = Some(pump(subscription, config.subscription_lifetime));
                         }
-                        Err(ReadError::SubscriptionInUse(why)) => {
-                            tracing::debug!(%shard, %why, "subscription refused: one is still open");
-                            notes.refused = true;
-                            self.next_poll = Instant::now() + RESUBSCRIBE_AFTER_REFUSAL;
-                        }
-                        Err(ReadError::Throttled(_)) => {
-                            notes.throttled = true;
-                            self.next_poll = backoff();
-                        }
-                        Err(e) => return Err(e),
+                        Err(e) => self.next_poll = retry_subscription_at(e, shard, notes)?,
                     }
                     return Ok(Fetched::Nothing);
                 };
@@ -285,17 +297,9 @@ impl Cursor {
                     }
                     Ok(Err(e)) => {
                         *events = None;
-                        match e {
-                            ReadError::SubscriptionInUse(why) => {
-                                tracing::debug!(%shard, %why, "subscription refused: one is still open");
-                                notes.refused = true;
-                                self.next_poll = Instant::now() + RESUBSCRIBE_AFTER_REFUSAL;
-                            }
-                            ReadError::Throttled(_) => {
-                                notes.throttled = true;
-                                self.next_poll = backoff();
-                            }
-                            e => {
+                        match retry_subscription_at(e, shard, notes) {
+                            Ok(at) => self.next_poll = at,
+                            Err(e) => {
                                 // An event this SDK could not read may be the
                                 // end of the shard (no continuation): one poll
                                 // tells.
