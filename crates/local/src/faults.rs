@@ -1,14 +1,95 @@
-//! An endpoint that answers every request with one AWS error, for retry tests.
+//! AWS JSON error answers: the one way this crate builds them, and an
+//! endpoint that answers every request with one, for retry tests.
 
 use crate::LocalError;
-use axum::http::{HeaderValue, StatusCode};
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A loopback HTTP endpoint that fails every request with a given AWS JSON
-/// error (for example `ProvisionedThroughputExceededException` with status
-/// 400), counting the requests it received.
+/// The AWS service an injected error speaks for: it decides the error codes,
+/// their `__type` spelling and the content type the SDK expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AwsService {
+    /// DynamoDB and DynamoDB Streams (AWS JSON 1.0, namespaced `__type`).
+    DynamoDb,
+    /// Kinesis Data Streams (AWS JSON 1.1, bare `__type`).
+    Kinesis,
+}
+
+/// Kinesis operations that AWS throttles per shard with
+/// `ProvisionedThroughputExceededException`; the others (control plane,
+/// enhanced fan-out) are limited with `LimitExceededException`.
+const KINESIS_SHARD_OPERATIONS: &[&str] =
+    &["PutRecord", "PutRecords", "GetRecords", "GetShardIterator"];
+
+impl AwsService {
+    /// The error code AWS answers a throttled request with, for the operation
+    /// named by the request's `x-amz-target` header (for example
+    /// `Kinesis_20131202.PutRecord`).
+    pub(crate) fn throttling_error(self, target: &str) -> &'static str {
+        let (api, operation) = target.split_once('.').unwrap_or(("", target));
+        match self {
+            AwsService::DynamoDb if api.starts_with("DynamoDBStreams") => "LimitExceededException",
+            AwsService::DynamoDb => "ProvisionedThroughputExceededException",
+            AwsService::Kinesis if KINESIS_SHARD_OPERATIONS.contains(&operation) => {
+                "ProvisionedThroughputExceededException"
+            }
+            AwsService::Kinesis => "LimitExceededException",
+        }
+    }
+
+    /// The error code AWS answers an internal failure (HTTP 500) with.
+    pub(crate) fn internal_error(self) -> &'static str {
+        match self {
+            AwsService::DynamoDb => "InternalServerError",
+            AwsService::Kinesis => "InternalFailure",
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            AwsService::DynamoDb => "application/x-amz-json-1.0",
+            AwsService::Kinesis => "application/x-amz-json-1.1",
+        }
+    }
+
+    fn type_prefix(self) -> &'static str {
+        match self {
+            AwsService::DynamoDb => "com.amazonaws.dynamodb.v20120810#",
+            AwsService::Kinesis => "",
+        }
+    }
+}
+
+/// An AWS JSON error answer of `service`, as the SDK's error parser reads it:
+/// the code in the body's `__type` and in `x-amzn-errortype`, a message that
+/// says it was injected.
+pub(crate) fn error_response(
+    service: AwsService,
+    status: StatusCode,
+    error_type: &str,
+) -> Response<Body> {
+    let body = format!(
+        r#"{{"__type":"{}{error_type}","message":"injected {error_type}"}}"#,
+        service.type_prefix()
+    );
+    let mut resp = (status, body).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        "content-type",
+        HeaderValue::from_static(service.content_type()),
+    );
+    if let Ok(v) = HeaderValue::from_str(error_type) {
+        headers.insert("x-amzn-errortype", v);
+    }
+    resp
+}
+
+/// A loopback HTTP endpoint that fails every request with a given DynamoDB
+/// JSON error (for example `ProvisionedThroughputExceededException` with
+/// status 400), counting the requests it received.
 #[derive(Debug)]
 pub struct FailingEndpoint {
     url: String,
@@ -30,27 +111,12 @@ impl FailingEndpoint {
         );
         let hits = Arc::new(AtomicU64::new(0));
         let status = StatusCode::from_u16(status).map_err(|e| LocalError::Start(e.to_string()))?;
-        let body = format!(
-            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{error_type}","message":"injected {error_type}"}}"#
-        );
         let error_type = error_type.to_owned();
         let counter = hits.clone();
         let app = axum::Router::new().fallback(move || {
-            let body = body.clone();
-            let error_type = error_type.clone();
             counter.fetch_add(1, Ordering::SeqCst);
-            async move {
-                let mut resp = (status, body).into_response();
-                let headers = resp.headers_mut();
-                headers.insert(
-                    "content-type",
-                    HeaderValue::from_static("application/x-amz-json-1.0"),
-                );
-                if let Ok(v) = HeaderValue::from_str(&error_type) {
-                    headers.insert("x-amzn-errortype", v);
-                }
-                resp
-            }
+            let resp = error_response(AwsService::DynamoDb, status, &error_type);
+            async move { resp }
         });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -72,5 +138,69 @@ impl FailingEndpoint {
 impl Drop for FailingEndpoint {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttling_codes_follow_the_operation() {
+        let ddb = AwsService::DynamoDb;
+        let kinesis = AwsService::Kinesis;
+        let cases = [
+            (
+                ddb,
+                "DynamoDB_20120810.PutItem",
+                "ProvisionedThroughputExceededException",
+            ),
+            (
+                ddb,
+                "DynamoDBStreams_20120810.GetRecords",
+                "LimitExceededException",
+            ),
+            (
+                kinesis,
+                "Kinesis_20131202.PutRecord",
+                "ProvisionedThroughputExceededException",
+            ),
+            (
+                kinesis,
+                "Kinesis_20131202.GetRecords",
+                "ProvisionedThroughputExceededException",
+            ),
+            (
+                kinesis,
+                "Kinesis_20131202.ListShards",
+                "LimitExceededException",
+            ),
+            (
+                kinesis,
+                "Kinesis_20131202.SubscribeToShard",
+                "LimitExceededException",
+            ),
+        ];
+        for (service, target, code) in cases {
+            assert_eq!(service.throttling_error(target), code, "{target}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_are_spelled_per_service() {
+        let resp = error_response(
+            AwsService::Kinesis,
+            StatusCode::BAD_REQUEST,
+            "LimitExceededException",
+        );
+        assert_eq!(resp.headers()["content-type"], "application/x-amz-json-1.1");
+        assert_eq!(resp.headers()["x-amzn-errortype"], "LimitExceededException");
+        let resp = error_response(
+            AwsService::DynamoDb,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalServerError",
+        );
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(resp.headers()["content-type"], "application/x-amz-json-1.0");
     }
 }

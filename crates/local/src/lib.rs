@@ -4,7 +4,9 @@
 //! benchmarks and local demo run on, with nothing installed.
 //!
 //! The same clients can point at external servers or at real AWS (see
-//! [`test_endpoints`]), so one test suite runs everywhere.
+//! [`test_endpoints`]), so one test suite runs everywhere. A [`FaultProxy`]
+//! in front of a server throttles, fails, drops or delays requests at chosen
+//! rates, for tests of retries and failure handling.
 //!
 //! ```no_run
 //! use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
@@ -18,6 +20,8 @@
 
 mod clients;
 mod counter;
+mod fault_plan;
+mod fault_proxy;
 mod faults;
 mod names;
 mod servers;
@@ -27,7 +31,9 @@ pub use clients::{
     KINESIS_ENDPOINT_VAR, REAL_AWS_VAR,
 };
 pub use counter::{OperationCount, RequestCounter};
-pub use faults::FailingEndpoint;
+pub use fault_plan::{FaultCounts, Faults};
+pub use fault_proxy::FaultProxy;
+pub use faults::{AwsService, FailingEndpoint};
 pub use names::unique_name;
 pub use servers::{LocalOptions, LocalServers};
 
@@ -38,4 +44,7 @@ pub enum LocalError {
     /// A server could not be started.
     #[error("cannot start the local servers: {0}")]
     Start(String),
+    /// A [`Faults`] configuration out of range.
+    #[error("invalid faults: {0}")]
+    InvalidFaults(String),
 }

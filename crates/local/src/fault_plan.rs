@@ -1,0 +1,294 @@
+//! What a fault proxy does to requests: the configured rates, the per-request
+//! draw, and the counts of what was done.
+
+use crate::LocalError;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// What a [`FaultProxy`](crate::FaultProxy) does to the requests it receives.
+///
+/// `throttle`, `server_error` and `drop` are shares of all requests (each
+/// from 0.0 to 1.0, together at most 1.0); the rest is forwarded, and
+/// `delay` of those forwarded wait a time drawn from `latency` first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Faults {
+    /// Answered with the service's throttling error (HTTP 400).
+    pub throttle: f64,
+    /// Answered with the service's internal error (HTTP 500).
+    pub server_error: f64,
+    /// Read, then the connection is closed without an answer.
+    pub drop: f64,
+    /// Of the forwarded requests, the share that waits before it is forwarded.
+    pub delay: f64,
+    /// How long a delayed request waits (drawn uniformly).
+    pub latency: RangeInclusive<Duration>,
+}
+
+impl Default for Faults {
+    /// No faults: everything is forwarded at once.
+    fn default() -> Self {
+        Faults {
+            throttle: 0.0,
+            server_error: 0.0,
+            drop: 0.0,
+            delay: 0.0,
+            latency: Duration::ZERO..=Duration::ZERO,
+        }
+    }
+}
+
+impl Faults {
+    /// No faults (the default).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Checks that every rate is within 0.0..=1.0, that the injected shares
+    /// add up to at most 1.0 and that the latency range is not reversed.
+    pub fn validate(&self) -> Result<(), LocalError> {
+        let rates = [
+            ("throttle", self.throttle),
+            ("server_error", self.server_error),
+            ("drop", self.drop),
+            ("delay", self.delay),
+        ];
+        for (name, rate) in rates {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(LocalError::InvalidFaults(format!(
+                    "{name} rate {rate} is not within 0.0..=1.0"
+                )));
+            }
+        }
+        let injected = self.throttle + self.server_error + self.drop;
+        if injected > 1.0 + 1e-9 {
+            return Err(LocalError::InvalidFaults(format!(
+                "throttle, server_error and drop add up to {injected}, more than 1.0"
+            )));
+        }
+        if self.latency.start() > self.latency.end() {
+            return Err(LocalError::InvalidFaults(format!(
+                "latency range {:?} is reversed",
+                self.latency
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a [`FaultProxy`](crate::FaultProxy) did so far. Every request is counted once in
+/// `throttled`, `errors_500`, `dropped` or `forwarded`; `delayed` counts the
+/// forwarded requests that waited first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Answered with a throttling error.
+    pub throttled: u64,
+    /// Answered with HTTP 500.
+    pub errors_500: u64,
+    /// Connections closed without an answer.
+    pub dropped: u64,
+    /// Forwarded after a wait (also counted in `forwarded`).
+    pub delayed: u64,
+    /// Forwarded to the upstream server.
+    pub forwarded: u64,
+}
+
+impl FaultCounts {
+    /// Requests answered (or dropped) by the proxy itself.
+    pub fn injected(&self) -> u64 {
+        self.throttled + self.errors_500 + self.dropped
+    }
+
+    /// Requests received in all.
+    pub fn requests(&self) -> u64 {
+        self.injected() + self.forwarded
+    }
+}
+
+/// What happens to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    Throttle,
+    ServerError,
+    Drop,
+    Forward(Option<Duration>),
+}
+
+/// Draws a request's fate. Every call takes the same draws from `rng`
+/// whatever the rates, so changing one rate does not shift the others.
+pub(crate) fn decide(faults: &Faults, rng: &mut fastrand::Rng) -> Fate {
+    let fate = rng.f64();
+    let delayed = rng.f64() < faults.delay;
+    let (low, high) = (faults.latency.start(), faults.latency.end());
+    let wait = *low + (*high - *low).mul_f64(rng.f64());
+    let mut bound = faults.throttle;
+    if fate < bound {
+        return Fate::Throttle;
+    }
+    bound += faults.server_error;
+    if fate < bound {
+        return Fate::ServerError;
+    }
+    bound += faults.drop;
+    if fate < bound {
+        return Fate::Drop;
+    }
+    Fate::Forward(delayed.then_some(wait))
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    throttled: AtomicU64,
+    errors_500: AtomicU64,
+    dropped: AtomicU64,
+    delayed: AtomicU64,
+    forwarded: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn record(&self, fate: Fate) {
+        let counter = match fate {
+            Fate::Throttle => &self.throttled,
+            Fate::ServerError => &self.errors_500,
+            Fate::Drop => &self.dropped,
+            Fate::Forward(delay) => {
+                if delay.is_some() {
+                    self.delayed.fetch_add(1, Ordering::SeqCst);
+                }
+                &self.forwarded
+            }
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn snapshot(&self) -> FaultCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::SeqCst);
+        FaultCounts {
+            throttled: get(&self.throttled),
+            errors_500: get(&self.errors_500),
+            dropped: get(&self.dropped),
+            delayed: get(&self.delayed),
+            forwarded: get(&self.forwarded),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(faults: &Faults, n: usize, seed: u64) -> [usize; 5] {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut seen = [0; 5];
+        for _ in 0..n {
+            let i = match decide(faults, &mut rng) {
+                Fate::Throttle => 0,
+                Fate::ServerError => 1,
+                Fate::Drop => 2,
+                Fate::Forward(Some(wait)) => {
+                    assert!(faults.latency.contains(&wait), "{wait:?}");
+                    3
+                }
+                Fate::Forward(None) => 4,
+            };
+            seen[i] += 1;
+        }
+        seen
+    }
+
+    #[test]
+    fn fates_come_in_their_shares() {
+        let faults = Faults {
+            throttle: 0.2,
+            server_error: 0.1,
+            drop: 0.05,
+            delay: 0.5,
+            latency: Duration::from_millis(1)..=Duration::from_millis(9),
+        };
+        let seen = share(&faults, 20_000, 7);
+        let expected = [4_000, 2_000, 1_000, 6_500, 6_500];
+        for (got, want) in seen.iter().zip(expected) {
+            assert!(got.abs_diff(want) < want / 10, "{seen:?} vs {expected:?}");
+        }
+    }
+
+    #[test]
+    fn rates_of_zero_and_one_are_exact() {
+        assert_eq!(share(&Faults::none(), 1_000, 1), [0, 0, 0, 0, 1_000]);
+        let all = |f: Faults| share(&f, 1_000, 2);
+        let none = Faults::none();
+        assert_eq!(
+            all(Faults {
+                throttle: 1.0,
+                ..none.clone()
+            })[0],
+            1_000
+        );
+        assert_eq!(
+            all(Faults {
+                server_error: 1.0,
+                ..none.clone()
+            })[1],
+            1_000
+        );
+        assert_eq!(
+            all(Faults {
+                drop: 1.0,
+                ..none.clone()
+            })[2],
+            1_000
+        );
+        assert_eq!(all(Faults { delay: 1.0, ..none })[3], 1_000);
+    }
+
+    #[test]
+    fn a_seed_reproduces_the_decisions() {
+        let faults = Faults {
+            throttle: 0.3,
+            drop: 0.3,
+            ..Faults::none()
+        };
+        let run = |seed| {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            (0..100)
+                .map(|_| decide(&faults, &mut rng))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(11), run(11));
+        assert_ne!(run(11), run(12));
+    }
+
+    #[test]
+    fn invalid_faults_are_refused() {
+        let none = Faults::none();
+        assert!(none.validate().is_ok());
+        for bad in [
+            Faults {
+                throttle: 1.5,
+                ..none.clone()
+            },
+            Faults {
+                delay: -0.1,
+                ..none.clone()
+            },
+            Faults {
+                server_error: f64::NAN,
+                ..none.clone()
+            },
+            Faults {
+                throttle: 0.6,
+                drop: 0.6,
+                ..none.clone()
+            },
+            Faults {
+                latency: Duration::from_secs(2)..=Duration::from_secs(1),
+                ..none.clone()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(LocalError::InvalidFaults(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! A fault-injecting HTTP/1.1 proxy in front of one loopback AWS endpoint:
+//! throttling, internal errors, dropped connections and latency at chosen
+//! rates, decided per request from a seeded generator.
+
+use crate::fault_plan::{decide, Counters, Fate};
+use crate::faults::{error_response, AwsService};
+use crate::{FaultCounts, Faults, LocalError};
+use axum::body::Body;
+use axum::http::{Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+/// A fault-injecting HTTP/1.1 proxy listening on `127.0.0.1`, in front of one
+/// loopback endpoint of the in-process (or another local) DynamoDB or Kinesis
+/// server. Point an SDK client's endpoint at [`FaultProxy::url`].
+///
+/// Each request's fate is drawn from a generator seeded by
+/// [`FaultProxy::seed`], so a run whose requests arrive one after another is
+/// reproduced by [`FaultProxy::start_seeded`] with the same seed. Forwarded
+/// answers are streamed, so SubscribeToShard event streams pass through.
+/// The proxy runs on the runtime that started it; dropping it stops it.
+#[derive(Debug)]
+pub struct FaultProxy {
+    url: String,
+    seed: u64,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy for `service` in front of `upstream_url` (an
+    /// `http://` URL on a loopback address), with a random seed.
+    pub async fn start(
+        service: AwsService,
+        upstream_url: &str,
+        faults: Faults,
+    ) -> Result<Self, LocalError> {
+        Self::start_seeded(service, upstream_url, faults, fastrand::u64(..)).await
+    }
+
+    /// Starts a proxy whose fault decisions come from `seed`.
+    pub async fn start_seeded(
+        service: AwsService,
+        upstream_url: &str,
+        faults: Faults,
+        seed: u64,
+    ) -> Result<Self, LocalError> {
+        faults.validate()?;
+        let upstream = loopback_upstream(upstream_url).await?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| LocalError::Start(e.to_string()))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| LocalError::Start(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            service,
+            upstream,
+            faults: Mutex::new(faults),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            paused: AtomicBool::new(false),
+            counts: Counters::default(),
+        });
+        let task = tokio::spawn(accept(listener, shared.clone()));
+        tracing::debug!(%local, %upstream, ?service, seed, "fault proxy started");
+        Ok(FaultProxy {
+            url: format!("http://{local}"),
+            seed,
+            shared,
+            task,
+        })
+    }
+
+    /// The proxy's URL, for an SDK client's endpoint.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The service the proxy answers for.
+    pub fn service(&self) -> AwsService {
+        self.shared.service
+    }
+
+    /// The seed of the fault decisions.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> Faults {
+        lock(&self.shared.faults).clone()
+    }
+
+    /// Replaces the faults, from the next request on.
+    pub fn set_faults(&self, faults: Faults) -> Result<(), LocalError> {
+        faults.validate()?;
+        *lock(&self.shared.faults) = faults;
+        Ok(())
+    }
+
+    /// Forwards every request at once until [`FaultProxy::resume`].
+    pub fn pause(&self) {
+        self.shared.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Injects faults again after [`FaultProxy::pause`].
+    pub fn resume(&self) {
+        self.shared.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the proxy is paused.
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::SeqCst)
+    }
+
+    /// What the proxy did so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.shared.counts.snapshot()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    service: AwsService,
+    upstream: SocketAddr,
+    faults: Mutex<Faults>,
+    rng: Mutex<fastrand::Rng>,
+    paused: AtomicBool,
+    counts: Counters,
+}
+
+impl Shared {
+    fn fate(&self) -> Fate {
+        let fate = if self.paused.load(Ordering::SeqCst) {
+            Fate::Forward(None)
+        } else {
+            let faults = lock(&self.faults).clone();
+            decide(&faults, &mut lock(&self.rng))
+        };
+        self.counts.record(fate);
+        fate
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The upstream's address: `url` must be `http://` on a loopback address.
+async fn loopback_upstream(url: &str) -> Result<SocketAddr, LocalError> {
+    let bad = |why: &str| LocalError::Start(format!("upstream {url:?}: {why}"));
+    let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("only http:// is proxied"));
+    }
+    let host = uri.host().ok_or_else(|| bad("no host"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) if host.eq_ignore_ascii_case("localhost") => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| bad(&e.to_string()))?
+            .collect(),
+        Err(_) => return Err(bad("not a loopback address")),
+    };
+    match addrs.first() {
+        Some(first) if addrs.iter().all(|a| a.ip().is_loopback()) => Ok(*first),
+        _ => Err(bad("not a loopback address")),
+    }
+}
+
+async fn accept(listener: TcpListener, shared: Arc<Shared>) {
+    // Connections live in this set, so stopping the proxy ends them too.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, shared.clone()));
+                }
+                Err(e) => tracing::debug!(error = %e, "fault proxy accept failed"),
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "fault proxy connection ended");
+    }
+}
+
+/// Why a request gets no answer: hyper closes the connection when the
+/// service fails, without writing a response.
+#[derive(Debug, thiserror::Error)]
+enum NoAnswer {
+    #[error("connection dropped by fault injection")]
+    Dropped,
+    #[error("upstream failed: {0}")]
+    Upstream(String),
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, NoAnswer> {
+    let service = shared.service;
+    match shared.fate() {
+        Fate::Forward(delay) => {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            forward(shared.upstream, req).await.map_err(|e| {
+                tracing::warn!(error = %e, "fault proxy cannot forward");
+                e
+            })
+        }
+        Fate::Throttle => {
+            let target = req
+                .headers()
+                .get("x-amz-target")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            read_body(req).await;
+            let code = service.throttling_error(&target);
+            Ok(error_response(service, StatusCode::BAD_REQUEST, code))
+        }
+        Fate::ServerError => {
+            read_body(req).await;
+            let code = service.internal_error();
+            Ok(error_response(
+                service,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code,
+            ))
+        }
+        Fate::Drop => {
+            read_body(req).await;
+            Err(NoAnswer::Dropped)
+        }
+    }
+}
+
+/// Reads the request to its end, as a server does before it answers.
+async fn read_body(req: Request<Incoming>) {
+    let _ = axum::body::to_bytes(Body::new(req.into_body()), usize::MAX).await;
+}
+
+/// Sends `req` upstream on a connection of its own and streams the answer back.
+async fn forward(upstream: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, NoAnswer> {
+    let failed = |e: &dyn std::fmt::Display| NoAnswer::Upstream(e.to_string());
+    let stream = TcpStream::connect(upstream).await.map_err(|e| failed(&e))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| failed(&e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "fault proxy upstream connection ended");
+        }
+    });
+    let (mut parts, body) = req.into_parts();
+    if let Some(path) = parts.uri.path_and_query().cloned() {
+        parts.uri = Uri::from(path);
+    }
+    let resp = sender
+        .send_request(Request::from_parts(parts, body))
+        .await
+        .map_err(|e| failed(&e))?;
+    Ok(resp.map(Body::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_loopback_upstreams_are_accepted() {
+        for ok in [
+            "http://127.0.0.1:4566",
+            "http://[::1]:8000",
+            "http://localhost:1",
+        ] {
+            let addr = loopback_upstream(ok).await.unwrap();
+            assert!(addr.ip().is_loopback(), "{ok}");
+        }
+        for bad in [
+            "http://192.0.2.1:80",
+            "http://example.invalid:80",
+            "https://127.0.0.1:443",
+            "not a url",
+        ] {
+            assert!(loopback_upstream(bad).await.is_err(), "{bad}");
+        }
+    }
+}
