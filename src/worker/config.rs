@@ -96,6 +96,10 @@ pub struct WorkerReport {
     pub iterators_refreshed: u64,
     /// Throttled reads backed off.
     pub throttled: u64,
+    /// Transient failures ridden out (throttling past the retries, AWS
+    /// internal errors, connection failures): the step was retried later,
+    /// or a checkpoint was left to the next one.
+    pub transient_errors: u64,
     /// The largest `MillisBehindLatest` of the last read of each shard.
     pub millis_behind_latest: Option<i64>,
 }

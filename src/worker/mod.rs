@@ -21,13 +21,17 @@ use crate::reads::{KinesisReads, SdkReads};
 use crate::session::ConsumerSession;
 use crate::standalone::StandaloneReader;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, ShardId, StateStore,
+    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, ShardId, StateError, StateStore,
 };
 use crate::worker_events::{Observer, StopReason, WorkerEvent};
 use feed::{Batch, Cursor, FetchNotes, Fetched};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Attempts at checkpointing and leaving when a run stops, through transient
+/// failures.
+const STOP_ATTEMPTS: u32 = 4;
 
 /// A shard worker: one consumer instance.
 pub struct ShardWorker<H> {
@@ -167,26 +171,65 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// minus a margin) passes; then checkpoints every shard and, by default
     /// ([`WorkerConfig::release_on_stop`]), leaves the group: leases released
     /// (claimants get theirs) so others take over at once.
+    ///
+    /// Transient failures ([`StateError::is_transient`]: throttling past the
+    /// retries, AWS internal errors, a table or stream endpoint that does not
+    /// answer) are ridden out: the step is tried again after a capped,
+    /// growing pause and counted in [`WorkerReport::transient_errors`]. While
+    /// renewals fail nothing is read, so no shard is processed past the
+    /// lease term of its last renewal; a lease taken meanwhile is found lost
+    /// at the next renewal. Any other error ends the run.
     pub async fn run_until(
         &mut self,
         deadline: Option<Instant>,
         stop: impl Fn() -> bool,
     ) -> Result<&WorkerReport> {
+        let mut failures = 0;
         while !stop() && deadline.is_none_or(|d| Instant::now() < d) {
-            let read = self.step().await?;
-            if !read {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            match self.step().await {
+                Ok(read) => {
+                    failures = 0;
+                    if !read {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                Err(e) if e.is_transient() => {
+                    failures += 1;
+                    self.transient(&e, "step failed; trying again");
+                    let pause = self.store.config().retry.backoff_cap(failures);
+                    let pause = deadline.map_or(pause, |d| {
+                        pause.min(d.saturating_duration_since(Instant::now()))
+                    });
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
             }
         }
-        if self.config.release_on_stop {
-            self.leave().await?;
-        } else {
-            let positions = self.positions();
-            self.membership
-                .checkpoint_all(&|shard| positions.get(shard).cloned())
-                .await?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let stopped = if self.config.release_on_stop {
+                self.leave().await
+            } else {
+                let positions = self.positions();
+                self.membership
+                    .checkpoint_all(&|shard| positions.get(shard).cloned())
+                    .await
+            };
+            match stopped {
+                Ok(_) => return Ok(&self.report),
+                Err(e) if e.is_transient() && attempt < STOP_ATTEMPTS => {
+                    self.transient(&e, "stopping failed; trying again");
+                    tokio::time::sleep(self.store.config().retry.backoff_cap(attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(&self.report)
+    }
+
+    fn transient(&mut self, error: &StateError, what: &str) {
+        self.report.transient_errors += 1;
+        tracing::warn!(consumer = %self.membership.id(), %error, "{what}");
     }
 
     /// Stops at the current progress: a group member leaves the group (see
@@ -401,6 +444,12 @@ impl<H: RecordHandler> ShardWorker<H> {
                     // its EFO lock: check the lock at the next renewal.
                     self.efo_recheck = self.config.enhanced_fan_out.is_some();
                     return Ok(());
+                }
+                // The records are processed: reading carries on after them
+                // (not again within this lease) and the next checkpoint, a
+                // hand-over or leaving stores the position.
+                Err(e) if e.is_transient() => {
+                    self.transient(&e, "checkpoint failed; the next one covers these records")
                 }
                 Err(e) => return Err(e),
             }

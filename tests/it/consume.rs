@@ -111,15 +111,14 @@ pub async fn tick_and_step<H: shardkeeper::processing::RecordHandler>(
 
 /// Puts records `per_key` numbered for each of `keys` keys (`k0`..).
 pub async fn produce(
-    ctx: &crate::common::Ctx,
+    kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
     keys: u32,
     per_key: std::ops::Range<u32>,
 ) {
     for n in per_key {
         for k in 0..keys {
-            ctx.aws
-                .kinesis
+            kinesis
                 .put_record()
                 .stream_name(stream)
                 .partition_key(format!("k{k}"))

@@ -44,7 +44,7 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
     let store = ctx.store(&stream);
     store.ensure_table(&TableOptions::default()).await.unwrap();
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 20, 0..5).await;
+    produce(&ctx.aws.kinesis, &stream, 20, 0..5).await;
     let log: Log = Arc::default();
     let mut workers: Vec<_> = (0..3)
         .map(|i| {
@@ -59,7 +59,7 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
         let seen = log.lock().unwrap().len();
         if !split && seen >= 50 {
             split_first(&ctx.aws, &stream).await;
-            produce(&ctx, &stream, 20, 5..10).await;
+            produce(&ctx.aws.kinesis, &stream, 20, 5..10).await;
             split = true;
         }
         if split && seen >= 200 && round % 20 == 0 {
@@ -101,7 +101,7 @@ async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
     let store = ctx.store(&stream);
-    produce(&ctx, &stream, 5, 0..4).await;
+    produce(&ctx.aws.kinesis, &stream, 5, 0..4).await;
     let log: Log = Arc::default();
     let pool = || efo("solo", 1);
     let mut first = standalone_with(&store, &ctx.aws.kinesis, "s1", log.clone(), pool());
@@ -131,7 +131,7 @@ async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
     // The first stops and frees its EFO consumer; the second takes it over
     // and carries on after the first's checkpoints.
     first.leave().await.unwrap();
-    produce(&ctx, &stream, 5, 4..8).await;
+    produce(&ctx.aws.kinesis, &stream, 5, 4..8).await;
     for _ in 0..300 {
         second.step().await.unwrap();
         if log.lock().unwrap().len() >= 40 {

@@ -1,5 +1,5 @@
 //! The in-process servers themselves: fixed ports, file-backed DynamoDB that
-//! survives a restart, and enhanced fan-out SubscribeToShard through the SDK.
+//! survives a restart (of the process, or of the server alone mid-run), and enhanced fan-out SubscribeToShard through the SDK.
 
 use crate::common::{create_stream, ctx, stream_arn};
 use aws_sdk_kinesis::primitives::Blob;
@@ -56,6 +56,48 @@ async fn file_backed_dynamodb_keeps_state_across_a_restart_on_fixed_ports() {
     drop(aws);
     servers.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_stopped_dynamodb_fails_calls_as_transient_and_comes_back_on_its_file() {
+    let dir = std::env::temp_dir().join(unique_name("sk-restart"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut servers = LocalServers::start(LocalOptions {
+        dynamodb_file: Some(dir.join("state.sqlite")),
+        ..LocalOptions::default()
+    })
+    .unwrap();
+    let endpoint = servers.dynamodb_endpoint();
+    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+    let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
+    store.ensure_table(&TableOptions::default()).await.unwrap();
+    let me = ConsumerId::new("steady").unwrap();
+    store
+        .heartbeat(&ConsumerInfo::for_this_process(me.clone(), 7))
+        .await
+        .unwrap();
+
+    servers.stop_dynamodb().unwrap();
+    assert!(!servers.dynamodb_running());
+    let err = store.get_consumer(&me).await.unwrap_err();
+    assert!(err.is_transient(), "no answer is transient: {err}");
+    assert!(!err.is_lease_lost());
+
+    servers.start_dynamodb().unwrap();
+    assert_eq!(servers.dynamodb_endpoint(), endpoint, "the same port");
+    // The same client, whose pooled connections died with the server.
+    let back = store.get_consumer(&me).await.unwrap().expect("kept");
+    assert_eq!(back.info.started, 7);
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_in_memory_dynamodb_refuses_to_stop() {
+    let mut servers = LocalServers::start(LocalOptions::default()).unwrap();
+    let err = servers.stop_dynamodb().unwrap_err();
+    assert!(matches!(err, shardkeeper_local::LocalError::Restart(_)), "{err}");
+    assert!(servers.dynamodb_running());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
     let stream = create_stream(&ctx.aws, 8).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 40, 0..5).await;
+    produce(&ctx.aws.kinesis, &stream, 40, 0..5).await;
     let log: Log = Arc::default();
     let mut workers: Vec<_> = (0..4)
         .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
@@ -26,7 +26,7 @@ async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
             // w3 dies: no release, no more heartbeats or renewals.
             let dead = workers.pop().unwrap();
             assert!(!dead.shards().is_empty(), "w3 held shards when it died");
-            produce(&ctx, &stream, 40, 5..10).await;
+            produce(&ctx.aws.kinesis, &stream, 40, 5..10).await;
         }
         tick_and_step(&rebalancer, &mut workers).await;
         ctx.clock.advance(Duration::from_secs(1));
@@ -48,7 +48,7 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 10, 0..3).await;
+    produce(&ctx.aws.kinesis, &stream, 10, 0..3).await;
     let log: Log = Arc::default();
     let mut workers: Vec<_> = (0..2)
         .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
@@ -57,7 +57,7 @@ async fn a_split_during_consumption_reads_children_after_the_parent() {
         tick_and_step(&rebalancer, &mut workers).await;
     }
     split_first(&ctx.aws, &stream).await;
-    produce(&ctx, &stream, 10, 3..6).await;
+    produce(&ctx.aws.kinesis, &stream, 10, 3..6).await;
     for _ in 0..20 {
         tick_and_step(&rebalancer, &mut workers).await;
         ctx.clock.advance(Duration::from_secs(1));
@@ -76,7 +76,7 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 2, 0..2).await;
+    produce(&ctx.aws.kinesis, &stream, 2, 0..2).await;
     let log: Log = Arc::default();
     let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
     w.step().await.unwrap(); // registers
@@ -95,7 +95,7 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
         .await
         .unwrap()
         .unwrap();
-    produce(&ctx, &stream, 2, 2..3).await;
+    produce(&ctx.aws.kinesis, &stream, 2, 2..3).await;
     w.step().await.unwrap();
     assert!(w.shards().is_empty(), "the worker let go of the shard");
     assert_eq!(w.report().leases_lost, 1);
@@ -129,7 +129,7 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
         .await
         .unwrap();
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 3, 0..2).await;
+    produce(&ctx.aws.kinesis, &stream, 3, 0..2).await;
     let log: Log = Arc::default();
     let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
     w.step().await.unwrap();
@@ -138,7 +138,7 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
     assert_eq!(log.lock().unwrap().len(), 6);
     // The iterator the worker holds expires; records arrive meanwhile.
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    produce(&ctx, &stream, 3, 2..4).await;
+    produce(&ctx.aws.kinesis, &stream, 3, 2..4).await;
     for _ in 0..4 {
         w.step().await.unwrap();
     }
@@ -151,7 +151,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
     let store = ctx.store(&stream);
-    produce(&ctx, &stream, 4, 0..3).await;
+    produce(&ctx.aws.kinesis, &stream, 4, 0..3).await;
     let log: Log = Arc::default();
     let sink = log.clone();
     let function = shardkeeper::functions::WorkerFunction {
@@ -226,7 +226,7 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     let stream = create_stream(&ctx.aws, 2).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
-    produce(&ctx, &stream, 6, 0..3).await;
+    produce(&ctx.aws.kinesis, &stream, 6, 0..3).await;
     let (group_log, solo_log): (Log, Log) = (Arc::default(), Arc::default());
     let mut member = worker(&store, &ctx.aws.kinesis, "member", group_log.clone());
     let mut solo = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
@@ -237,7 +237,7 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     // A split mid-way: the standalone worker too reads the children only
     // after the parent, in its own scope.
     split_first(&ctx.aws, &stream).await;
-    produce(&ctx, &stream, 6, 3..5).await;
+    produce(&ctx.aws.kinesis, &stream, 6, 3..5).await;
     for _ in 0..8 {
         tick_and_step(&rebalancer, std::slice::from_mut(&mut member)).await;
         solo.step().await.unwrap();

@@ -105,6 +105,21 @@ impl FaultCounts {
     }
 }
 
+impl std::ops::Add for FaultCounts {
+    type Output = FaultCounts;
+
+    /// The counts of two proxies together.
+    fn add(self, other: FaultCounts) -> FaultCounts {
+        FaultCounts {
+            throttled: self.throttled + other.throttled,
+            errors_500: self.errors_500 + other.errors_500,
+            dropped: self.dropped + other.dropped,
+            delayed: self.delayed + other.delayed,
+            forwarded: self.forwarded + other.forwarded,
+        }
+    }
+}
+
 /// What happens to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fate {

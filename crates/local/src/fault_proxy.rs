@@ -226,7 +226,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 tokio::time::sleep(delay).await;
             }
             forward(shared.upstream, req).await.map_err(|e| {
-                tracing::warn!(error = %e, "fault proxy cannot forward");
+                tracing::debug!(error = %e, "fault proxy cannot forward");
                 e
             })
         }

@@ -24,6 +24,22 @@ pub enum AwsService {
 const KINESIS_SHARD_OPERATIONS: &[&str] =
     &["PutRecord", "PutRecords", "GetRecords", "GetShardIterator"];
 
+/// DynamoDB operations on items, which AWS throttles with
+/// `ProvisionedThroughputExceededException`; table management and the
+/// other control-plane calls get `ThrottlingException`.
+const DYNAMODB_ITEM_OPERATIONS: &[&str] = &[
+    "GetItem",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "BatchGetItem",
+    "BatchWriteItem",
+    "TransactGetItems",
+    "TransactWriteItems",
+];
+
 impl AwsService {
     /// The error code AWS answers a throttled request with, for the operation
     /// named by the request's `x-amz-target` header (for example
@@ -32,7 +48,10 @@ impl AwsService {
         let (api, operation) = target.split_once('.').unwrap_or(("", target));
         match self {
             AwsService::DynamoDb if api.starts_with("DynamoDBStreams") => "LimitExceededException",
-            AwsService::DynamoDb => "ProvisionedThroughputExceededException",
+            AwsService::DynamoDb if DYNAMODB_ITEM_OPERATIONS.contains(&operation) => {
+                "ProvisionedThroughputExceededException"
+            }
+            AwsService::DynamoDb => "ThrottlingException",
             AwsService::Kinesis if KINESIS_SHARD_OPERATIONS.contains(&operation) => {
                 "ProvisionedThroughputExceededException"
             }
@@ -155,6 +174,7 @@ mod tests {
                 "DynamoDB_20120810.PutItem",
                 "ProvisionedThroughputExceededException",
             ),
+            (ddb, "DynamoDB_20120810.DescribeTable", "ThrottlingException"),
             (
                 ddb,
                 "DynamoDBStreams_20120810.GetRecords",

@@ -24,6 +24,7 @@ mod fault_plan;
 mod fault_proxy;
 mod faults;
 mod names;
+mod server_thread;
 mod servers;
 
 pub use clients::{
@@ -47,4 +48,7 @@ pub enum LocalError {
     /// A [`Faults`] configuration out of range.
     #[error("invalid faults: {0}")]
     InvalidFaults(String),
+    /// A server cannot be stopped or started again.
+    #[error("cannot restart the local server: {0}")]
+    Restart(String),
 }

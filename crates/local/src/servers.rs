@@ -1,5 +1,6 @@
 //! The DynamoDB and Kinesis servers, started in this process on loopback ports.
 
+use crate::server_thread::ServerThread;
 use crate::LocalError;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,123 +50,105 @@ impl Default for LocalOptions {
 
 /// Running DynamoDB (with Streams) and Kinesis (with enhanced fan-out) servers.
 ///
-/// They run on a runtime of their own, on a thread of their own, so they
+/// Each runs on a runtime of its own, on a thread of its own, so they
 /// outlive any test's runtime and can be shared by every test of a binary.
-/// Dropping this stops them.
+/// A file-backed DynamoDB can be stopped and started again on its port
+/// ([`LocalServers::stop_dynamodb`], [`LocalServers::start_dynamodb`]), as a
+/// server restart in the middle of a run. Dropping this stops them.
 #[derive(Debug)]
 pub struct LocalServers {
-    dynamodb: SocketAddr,
-    kinesis: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    options: LocalOptions,
+    dynamodb_addr: SocketAddr,
+    dynamodb: Option<ServerThread>,
+    kinesis: ServerThread,
 }
 
 impl LocalServers {
     /// Starts both servers; returns once they accept connections.
     pub fn start(options: LocalOptions) -> Result<Self, LocalError> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("shardkeeper-local".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_name("shardkeeper-local-io")
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(LocalError::Start(e.to_string())));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    match serve(&options).await {
-                        Ok((addrs, mut servers)) => {
-                            let _ = ready_tx.send(Ok(addrs));
-                            let _ = stop_rx.await;
-                            servers.abort_all();
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                        }
-                    }
-                });
-            })
-            .map_err(|e| LocalError::Start(e.to_string()))?;
-        let (dynamodb, kinesis) = ready_rx
-            .recv()
-            .map_err(|_| LocalError::Start("server thread ended before it was ready".into()))??;
-        tracing::debug!(%dynamodb, %kinesis, "local DynamoDB and Kinesis servers started");
+        let dynamodb = start_dynamodb(&options, options.dynamodb_port)?;
+        let kinesis = start_kinesis(&options)?;
+        tracing::debug!(dynamodb = %dynamodb.addr(), kinesis = %kinesis.addr(), "local DynamoDB and Kinesis servers started");
         Ok(LocalServers {
-            dynamodb,
+            dynamodb_addr: dynamodb.addr(),
+            dynamodb: Some(dynamodb),
             kinesis,
-            shutdown: Some(stop_tx),
-            thread: Some(thread),
+            options,
         })
     }
 
     /// The DynamoDB (and DynamoDB Streams) endpoint URL.
     pub fn dynamodb_endpoint(&self) -> String {
-        format!("http://{}", self.dynamodb)
+        format!("http://{}", self.dynamodb_addr)
     }
 
     /// The Kinesis endpoint URL.
     pub fn kinesis_endpoint(&self) -> String {
-        format!("http://{}", self.kinesis)
+        format!("http://{}", self.kinesis.addr())
+    }
+
+    /// Stops the DynamoDB server: its connections close and new ones are
+    /// refused until [`LocalServers::start_dynamodb`]. Only a file-backed
+    /// server ([`LocalOptions::dynamodb_file`]) can be stopped, since an
+    /// in-memory one would lose its state. Blocks until the server is down.
+    pub fn stop_dynamodb(&mut self) -> Result<(), LocalError> {
+        if self.options.dynamodb_file.is_none() {
+            return Err(LocalError::Restart(
+                "an in-memory DynamoDB would lose its state; set LocalOptions::dynamodb_file".into(),
+            ));
+        }
+        if let Some(mut server) = self.dynamodb.take() {
+            server.stop();
+            tracing::debug!(dynamodb = %self.dynamodb_addr, "local DynamoDB server stopped");
+        }
+        Ok(())
+    }
+
+    /// Starts the DynamoDB server again on its port, from its file, after
+    /// [`LocalServers::stop_dynamodb`] (nothing to do if it runs).
+    pub fn start_dynamodb(&mut self) -> Result<(), LocalError> {
+        if self.dynamodb.is_none() {
+            let server = start_dynamodb(&self.options, self.dynamodb_addr.port())
+                .map_err(|e| LocalError::Restart(e.to_string()))?;
+            tracing::debug!(dynamodb = %self.dynamodb_addr, "local DynamoDB server started again");
+            self.dynamodb = Some(server);
+        }
+        Ok(())
+    }
+
+    /// Whether the DynamoDB server is running (not stopped by
+    /// [`LocalServers::stop_dynamodb`]).
+    pub fn dynamodb_running(&self) -> bool {
+        self.dynamodb.is_some()
     }
 
     /// Stops both servers and waits for them to end.
-    pub fn stop(mut self) {
-        self.stop_inner();
-    }
-
-    fn stop_inner(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    pub fn stop(self) {}
 }
 
-impl Drop for LocalServers {
-    fn drop(&mut self) {
-        self.stop_inner();
-    }
-}
-
-async fn bind(port: u16) -> Result<tokio::net::TcpListener, LocalError> {
-    tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .map_err(|e| LocalError::Start(format!("cannot listen on 127.0.0.1:{port}: {e}")))
-}
-
-async fn serve(
-    options: &LocalOptions,
-) -> Result<((SocketAddr, SocketAddr), tokio::task::JoinSet<()>), LocalError> {
-    let db = match &options.dynamodb_file {
-        Some(path) => {
-            let path = path.to_str().ok_or_else(|| {
-                LocalError::Start(format!("DynamoDB file path {path:?} is not UTF-8"))
-            })?;
-            dynoxide::Database::new(path)
+fn start_dynamodb(options: &LocalOptions, port: u16) -> Result<ServerThread, LocalError> {
+    let file = options.dynamodb_file.clone();
+    ServerThread::start("dynamodb", port, move || {
+        let db = match &file {
+            Some(path) => {
+                let path = path.to_str().ok_or_else(|| {
+                    LocalError::Start(format!("DynamoDB file path {path:?} is not UTF-8"))
+                })?;
+                dynoxide::Database::new(path)
+            }
+            None => dynoxide::Database::memory(),
         }
-        None => dynoxide::Database::memory(),
-    }
-    .map_err(|e| LocalError::Start(format!("DynamoDB storage: {e}")))?;
-    let ddb_listener = bind(options.dynamodb_port).await?;
-    let kinesis_listener = bind(options.kinesis_port).await?;
-    let addrs = (
-        ddb_listener
-            .local_addr()
-            .map_err(|e| LocalError::Start(e.to_string()))?,
-        kinesis_listener
-            .local_addr()
-            .map_err(|e| LocalError::Start(e.to_string()))?,
-    );
+        .map_err(|e| LocalError::Start(format!("DynamoDB storage: {e}")))?;
+        Ok(move |listener| async move {
+            let never = std::future::pending::<()>();
+            if let Err(e) = dynoxide::server::serve_with_shutdown(listener, db, never).await {
+                tracing::error!(error = %e, "local DynamoDB server stopped");
+            }
+        })
+    })
+}
+
+fn start_kinesis(options: &LocalOptions) -> Result<ServerThread, LocalError> {
     let store_options = ferrokinesis::store::StoreOptions {
         create_stream_ms: options.stream_create_delay.as_millis() as u64,
         delete_stream_ms: options.stream_delete_delay.as_millis() as u64,
@@ -175,18 +158,12 @@ async fn serve(
         subscribe_to_shard_session_ms: options.subscription_lifetime.as_millis() as u64,
         ..ferrokinesis::store::StoreOptions::default()
     };
-    let (app, _store) = ferrokinesis::create_app(store_options);
-    let mut servers = tokio::task::JoinSet::new();
-    servers.spawn(async move {
-        let never = std::future::pending::<()>();
-        if let Err(e) = dynoxide::server::serve_with_shutdown(ddb_listener, db, never).await {
-            tracing::error!(error = %e, "local DynamoDB server stopped");
-        }
-    });
-    servers.spawn(async move {
-        if let Err(e) = axum::serve(kinesis_listener, app).await {
-            tracing::error!(error = %e, "local Kinesis server stopped");
-        }
-    });
-    Ok((addrs, servers))
+    ServerThread::start("kinesis", options.kinesis_port, move || {
+        Ok(move |listener| async move {
+            let (app, _store) = ferrokinesis::create_app(store_options);
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "local Kinesis server stopped");
+            }
+        })
+    })
 }

@@ -140,6 +140,30 @@ impl StateError {
     pub fn is_throttled(&self) -> bool {
         matches!(self, StateError::Throttled { .. })
     }
+
+    /// `true` when the same call may succeed later unchanged: throttling
+    /// that outlasted the retries, an AWS internal error or unavailable
+    /// service, and failures with no AWS answer at all (connection refused
+    /// or dropped, timeouts). A missing table, a wrong schema, bad input or
+    /// a lost lease are not transient.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StateError::Throttled { .. } => true,
+            StateError::Sdk { code: None, .. } => true,
+            StateError::Sdk {
+                code: Some(code), ..
+            } => matches!(
+                code.as_str(),
+                "InternalServerError"
+                    | "InternalFailure"
+                    | "ServiceUnavailable"
+                    | "ServiceUnavailableException"
+                    | "RequestTimeout"
+                    | "RequestTimeoutException"
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// The state store's result type.
