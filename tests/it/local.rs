@@ -96,7 +96,10 @@ async fn a_stopped_dynamodb_fails_calls_as_transient_and_comes_back_on_its_file(
 async fn an_in_memory_dynamodb_refuses_to_stop() {
     let mut servers = LocalServers::start(LocalOptions::default()).unwrap();
     let err = servers.stop_dynamodb().unwrap_err();
-    assert!(matches!(err, shardkeeper_local::LocalError::Restart(_)), "{err}");
+    assert!(
+        matches!(err, shardkeeper_local::LocalError::Restart(_)),
+        "{err}"
+    );
     assert!(servers.dynamodb_running());
 }
 

@@ -77,7 +77,6 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
     produce(&f.direct.kinesis, &stream, KEYS, 0..3).await;
     assert_eq!(until_processed(&log, 30).await, 30, "seed {seed}");
 
-
     // Everything at once, at high rates, on both services.
     f.set_faults(&Faults {
         throttle: 0.25,
@@ -101,15 +100,19 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     f.dynamodb.set_faults(Faults::none()).unwrap();
 
-    // The table's server goes down and comes back on its file.
+    // The table's server goes down for longer than the SDK's retries last
+    // (3 attempts, backoff up to 1 s and 2 s), and comes back on its file.
     let kinesis = f.direct.kinesis.clone();
-    let restart = f.restart_dynamodb(Duration::from_secs(1));
+    let restart = f.restart_dynamodb(Duration::from_secs(5));
     let during = produce(&kinesis, &stream, KEYS, 8..10);
     tokio::join!(restart, during);
     assert_eq!(until_processed(&log, 100).await, 100, "seed {seed}");
 
     stop.store(true, Ordering::Relaxed);
-    let report = running.await.unwrap().expect("the worker rode the faults out");
+    let report = running
+        .await
+        .unwrap()
+        .expect("the worker rode the faults out");
     assigning.await.unwrap();
     let counts = f.counts();
     println!("seed {seed}: {report:?}; proxies: {counts:?}");

@@ -6,12 +6,21 @@
 //! double ownership, no checkpoint regression, no lost record, no per-key
 //! disorder, no unjustified duplicate and no child read before its parents.
 //!
+//! It runs twice: on the shared servers, and on servers of its own behind
+//! fault-injecting proxies (throttling, internal errors, dropped
+//! connections, latency) with the DynamoDB server restarted on its file in
+//! the middle of the run; the producer and the test's own calls go around
+//! the proxies.
+//!
 //! The default is short, for CI. Longer runs:
 //! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
 //! SHARDKEEPER_STRESS_SHARDS=256 cargo test --test it stress -- --nocapture`
-//! (`SHARDKEEPER_STRESS_SEED` repeats a run's choices).
+//! (`SHARDKEEPER_STRESS_SEED` repeats a run's choices;
+//! `SHARDKEEPER_STRESS_FAULTS` sets the fault rate of the second run and
+//! `SHARDKEEPER_STRESS_RESTARTS` how often DynamoDB restarts in it).
 
 use crate::common::{create_stream, ctx, list_shards};
+use crate::faulty::Faulty;
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
@@ -20,7 +29,7 @@ use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
 use shardkeeper::worker::{ShardWorker, WorkerConfig};
 use shardkeeper::worker_events::WorkerEvent;
 use shardkeeper::{ConsumerSession, ReapConfig, RebalanceConfig};
-use shardkeeper_local::{unique_name, AwsClients};
+use shardkeeper_local::{unique_name, AwsClients, FaultCounts, Faults};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +46,11 @@ struct Stress {
     shards: i32,
     keys: usize,
     seed: u64,
+    /// The share of requests throttled in the run with faults (half as many
+    /// answered 500, half as many dropped, twice as many delayed).
+    fault_rate: f64,
+    /// DynamoDB restarts in the run with faults, spread over it.
+    restarts: u32,
 }
 
 impl Stress {
@@ -53,8 +67,34 @@ impl Stress {
             shards: var("SHARDKEEPER_STRESS_SHARDS", 16) as i32,
             keys: var("SHARDKEEPER_STRESS_KEYS", 200) as usize,
             seed: var("SHARDKEEPER_STRESS_SEED", fastrand::u64(..)),
+            fault_rate: std::env::var("SHARDKEEPER_STRESS_FAULTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.05),
+            restarts: var("SHARDKEEPER_STRESS_RESTARTS", 1) as u32,
         }
     }
+
+    fn faults(&self) -> Faults {
+        let r = self.fault_rate;
+        Faults {
+            throttle: r,
+            server_error: r / 2.0,
+            drop: r / 2.0,
+            delay: (2.0 * r).min(1.0),
+            latency: Duration::ZERO..=Duration::from_millis(50),
+        }
+    }
+}
+
+/// Where a run goes: the clients of the system under test, the clients of
+/// the producer and the test's own calls, the state table, and the proxies
+/// and restartable server of a run with faults.
+struct Setup<'a> {
+    system: AwsClients,
+    direct: AwsClients,
+    table: String,
+    faulty: Option<&'a mut Faulty>,
 }
 
 /// A running consumer: its name, task and stop flag.
@@ -190,15 +230,54 @@ async fn merge_two(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stress_run_keeps_every_guarantee() {
     let cfg = Stress::from_env();
-    println!("stress run: {cfg:?}");
-    let mut rng = fastrand::Rng::with_seed(cfg.seed);
     let ctx = ctx().await;
-    let stream = create_stream(&ctx.aws, cfg.shards).await;
+    let setup = Setup {
+        system: ctx.aws.clone(),
+        direct: ctx.aws.clone(),
+        table: ctx.table.clone(),
+        faulty: None,
+    };
+    stress(&cfg, setup).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_restart() {
+    let cfg = Stress::from_env();
+    let mut faulty = Faulty::start(cfg.seed).await;
+    faulty.set_faults(&cfg.faults());
+    let setup = Setup {
+        system: faulty.ctx.aws.clone(),
+        direct: faulty.direct.clone(),
+        table: faulty.ctx.table.clone(),
+        faulty: Some(&mut faulty),
+    };
+    let counts = stress(&cfg, setup).await;
+    assert!(counts.injected() > 0, "faults were injected");
+}
+
+/// One run; what the proxies did (nothing without them).
+async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
+    let Setup {
+        system,
+        direct,
+        table,
+        mut faulty,
+    } = setup;
+    println!(
+        "stress run: {cfg:?}, {}",
+        if faulty.is_some() {
+            "through faults"
+        } else {
+            "no faults"
+        }
+    );
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let stream = create_stream(&direct, cfg.shards).await;
     let store = StateStore::new(
-        ctx.aws.dynamodb.clone(),
+        system.dynamodb.clone(),
         StoreConfig::new(&unique_name("stress"), &stream)
             .unwrap()
-            .table(&ctx.table)
+            .table(&table)
             .unwrap(),
     );
     let history = SharedHistory::default();
@@ -215,7 +294,7 @@ async fn the_stress_run_keeps_every_guarantee() {
             pace: Duration::from_millis(20),
         };
         let (kinesis, history, stop) = (
-            ctx.aws.kinesis.clone(),
+            direct.kinesis.clone(),
             history.clone(),
             Arc::new(AtomicBool::new(false)),
         );
@@ -227,7 +306,7 @@ async fn the_stress_run_keeps_every_guarantee() {
     };
     let rebalancer = Arc::new(Rebalancer {
         store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
+        kinesis: system.kinesis.clone(),
         config: RebalanceConfig {
             heartbeat_timeout: LEASE_TERM,
             handoff_timeout: LEASE_TERM,
@@ -238,7 +317,7 @@ async fn the_stress_run_keeps_every_guarantee() {
     });
     let reaper = Arc::new(Reaper {
         store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
+        kinesis: system.kinesis.clone(),
         config: ReapConfig {
             heartbeat_timeout: LEASE_TERM,
             ..ReapConfig::default()
@@ -270,12 +349,37 @@ async fn the_stress_run_keeps_every_guarantee() {
         format!("c{generation}")
     };
     let mut live: Vec<Consumer> = (0..cfg.consumers)
-        .map(|_| spawn_consumer(next_name(), &store, &ctx.aws.kinesis, &history))
+        .map(|_| spawn_consumer(next_name(), &store, &system.kinesis, &history))
         .collect();
     let mut left: Vec<Consumer> = Vec::new();
     let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
+    let (mut restarts, mut crashes) = (0, 0);
+    let restart_every = Duration::from_secs(cfg.seconds) / (cfg.restarts + 1);
     while started.elapsed() < Duration::from_secs(cfg.seconds) {
         tokio::time::sleep(Duration::from_millis(250)).await;
+        // A worker that ended by itself failed for good: a supervisor
+        // starts another in its place, and the run reports it.
+        while let Some(i) = live.iter().position(|c| c.task.is_finished()) {
+            let crashed = live.swap_remove(i);
+            tracing::warn!(consumer = %crashed.name, "worker ended by itself");
+            crashes += 1;
+            live.push(spawn_consumer(
+                next_name(),
+                &store,
+                &system.kinesis,
+                &history,
+            ));
+        }
+        if let Some(faulty) = faulty.as_deref_mut() {
+            if restarts < cfg.restarts && started.elapsed() >= restart_every * (restarts + 1) {
+                // Down for longer than a lease term: every lease expires.
+                faulty
+                    .restart_dynamodb(LEASE_TERM + Duration::from_secs(1))
+                    .await;
+                restarts += 1;
+                continue;
+            }
+        }
         match rng.u32(..100) {
             0..8 if !live.is_empty() => {
                 // Killed mid-batch: no release, no more heartbeats. A new
@@ -291,7 +395,7 @@ async fn the_stress_run_keeps_every_guarantee() {
                 live.push(spawn_consumer(
                     next_name(),
                     &store,
-                    &ctx.aws.kinesis,
+                    &system.kinesis,
                     &history,
                 ));
             }
@@ -304,12 +408,12 @@ async fn the_stress_run_keeps_every_guarantee() {
                 live.push(spawn_consumer(
                     next_name(),
                     &store,
-                    &ctx.aws.kinesis,
+                    &system.kinesis,
                     &history,
                 ));
             }
-            12..15 => splits += u32::from(split_one(&ctx.aws, &stream, &mut rng).await),
-            15..17 => merges += u32::from(merge_two(&ctx.aws, &stream, &mut rng).await),
+            12..15 => splits += u32::from(split_one(&direct, &stream, &mut rng).await),
+            15..17 => merges += u32::from(merge_two(&direct, &stream, &mut rng).await),
             _ => {}
         }
     }
@@ -343,7 +447,7 @@ async fn the_stress_run_keeps_every_guarantee() {
     let _ = reaping.await;
 
     let (specs, _) =
-        shardkeeper::list_stream_shards(&ctx.aws.kinesis, &stream, &store.config().retry)
+        shardkeeper::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
             .await
             .unwrap();
     let mut history = history.lock().unwrap();
@@ -357,10 +461,13 @@ async fn the_stress_run_keeps_every_guarantee() {
         .iter()
         .filter(|(_, e)| matches!(e, WorkerEvent::Gained { .. }))
         .count();
+    let counts = faulty.as_deref().map(Faulty::counts).unwrap_or_default();
     println!(
         "stress run: {:.1}s, {} consumers ({} started in all), {} shards at the start, {} at the end, \
          {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
          {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks; \
+         faults: {} requests, {} throttled, {} answered 500, {} dropped, {} delayed, \
+         {restarts} DynamoDB restarts, {crashes} workers ended by themselves; \
          checker: {} double ownership, {} regressions, {} lost, {} order violations, \
          {} unjustified duplicates, {} children before parents",
         started.elapsed().as_secs_f64(),
@@ -372,6 +479,11 @@ async fn the_stress_run_keeps_every_guarantee() {
         verdict.processed,
         verdict.duplicates,
         failed_ticks.load(Ordering::Relaxed),
+        counts.requests(),
+        counts.throttled,
+        counts.errors_500,
+        counts.dropped,
+        counts.delayed,
         verdict.double_owned.len(),
         verdict.checkpoint_regressions.len(),
         verdict.lost,
@@ -391,6 +503,15 @@ async fn the_stress_run_keeps_every_guarantee() {
         produced > 0 && lease_changes > cfg.consumers,
         "the run did something"
     );
+    assert_eq!(
+        crashes, 0,
+        "seed {}: every worker rode the faults out",
+        cfg.seed
+    );
+    if faulty.is_some() {
+        assert_eq!(restarts, cfg.restarts, "DynamoDB restarted as asked");
+    }
+    counts
 }
 
 /// Prints what led to each child read before its parents ended.

@@ -174,7 +174,11 @@ mod tests {
                 "DynamoDB_20120810.PutItem",
                 "ProvisionedThroughputExceededException",
             ),
-            (ddb, "DynamoDB_20120810.DescribeTable", "ThrottlingException"),
+            (
+                ddb,
+                "DynamoDB_20120810.DescribeTable",
+                "ThrottlingException",
+            ),
             (
                 ddb,
                 "DynamoDBStreams_20120810.GetRecords",

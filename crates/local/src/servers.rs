@@ -94,7 +94,8 @@ impl LocalServers {
     pub fn stop_dynamodb(&mut self) -> Result<(), LocalError> {
         if self.options.dynamodb_file.is_none() {
             return Err(LocalError::Restart(
-                "an in-memory DynamoDB would lose its state; set LocalOptions::dynamodb_file".into(),
+                "an in-memory DynamoDB would lose its state; set LocalOptions::dynamodb_file"
+                    .into(),
             ));
         }
         if let Some(mut server) = self.dynamodb.take() {
