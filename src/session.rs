@@ -113,10 +113,12 @@ impl ConsumerSession {
         if !scan {
             return Ok(tick);
         }
+        let now = self.store.now();
+        let owned = self.store.owned_shards(self.id()).await?;
+        // Only a scan that happened counts: a failed one is made again.
         self.assignments = Some(beat.assignments);
         self.ticks_since_scan = 0;
-        let now = self.store.now();
-        for shard in self.store.owned_shards(self.id()).await? {
+        for shard in owned {
             if let Some(lease) = shard.live_lease(now) {
                 if !self.leases.contains_key(&shard.shard_id) {
                     tick.gained.push(shard.shard_id.clone());

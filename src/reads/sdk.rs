@@ -14,8 +14,10 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::DateTime;
 
 /// Reads through an `aws_sdk_kinesis::Client`. GetShardIterator is retried
-/// by the project's policy; GetRecords is not (the worker backs off the one
-/// shard that is throttled and goes on with the others).
+/// by the project's policy; GetRecords is sent once, with the SDK's own
+/// retries turned off (the worker backs off the one shard that is throttled
+/// or failed and goes on with the others, instead of every shard waiting
+/// out the SDK's backoff).
 #[derive(Debug, Clone)]
 pub struct SdkReads {
     client: aws_sdk_kinesis::Client,
@@ -100,6 +102,11 @@ impl KinesisReads for SdkReads {
                 .get_records()
                 .shard_iterator(iterator)
                 .limit(limit)
+                .customize()
+                .config_override(
+                    aws_sdk_kinesis::config::Builder::default()
+                        .retry_config(aws_smithy_types::retry::RetryConfig::disabled()),
+                )
                 .send()
                 .await
                 .map_err(|e| classify("GetRecords", &e))?;

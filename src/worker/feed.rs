@@ -95,6 +95,8 @@ pub(crate) struct FetchNotes {
     pub subscribed: bool,
     pub refused: bool,
     pub throttled: bool,
+    /// A read failed transiently (500, no answer): the shard backs off.
+    pub failed: bool,
     pub refreshed: bool,
 }
 
@@ -238,7 +240,7 @@ impl Cursor {
             Feed::Polling { iterator } => {
                 let it = iterator.take();
                 let fetched = Self::poll(reads, stream, shard, it, &start, config, notes).await?;
-                if notes.throttled {
+                if notes.throttled || notes.failed {
                     self.next_poll = backoff();
                 }
                 Ok(fetched)
@@ -254,7 +256,7 @@ impl Cursor {
                     if let Fetched::Nothing = fetched {
                         *poll_once = true;
                     }
-                    if notes.throttled {
+                    if notes.throttled || notes.failed {
                         self.next_poll = backoff();
                     }
                     return Ok(fetched);
@@ -329,12 +331,15 @@ impl Cursor {
         config: &WorkerConfig,
         notes: &mut FetchNotes,
     ) -> Result<Fetched, ReadError> {
-        let iterator = match iterator {
-            Some(it) => it,
-            None => reads.shard_iterator(stream, shard, start).await?,
+        let page = async {
+            let iterator = match iterator {
+                Some(it) => it,
+                None => reads.shard_iterator(stream, shard, start).await?,
+            };
+            notes.polled = true;
+            reads.get_records(&iterator, config.max_records).await
         };
-        notes.polled = true;
-        match reads.get_records(&iterator, config.max_records).await {
+        match page.await {
             Ok(page) => Ok(Fetched::Batch(Batch {
                 records: page.records,
                 millis_behind: page.millis_behind_latest,
@@ -347,6 +352,13 @@ impl Cursor {
             }
             Err(ReadError::Throttled(_)) => {
                 notes.throttled = true;
+                Ok(Fetched::Nothing)
+            }
+            // A 500 or no answer for this shard: it backs off alone and
+            // reads again from its position.
+            Err(ReadError::Failed(e)) if e.is_transient() => {
+                tracing::debug!(%shard, error = %e, "read failed; backing off this shard");
+                notes.failed = true;
                 Ok(Fetched::Nothing)
             }
             Err(e) => Err(e),

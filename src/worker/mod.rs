@@ -25,7 +25,7 @@ use crate::state::{
 };
 use crate::worker_events::{Observer, StopReason, WorkerEvent};
 use feed::{Batch, Cursor, FetchNotes, Fetched};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,9 @@ pub struct ShardWorker<H> {
     handler: H,
     config: WorkerConfig,
     cursors: BTreeMap<ShardId, Cursor>,
+    /// Shards gained whose cursor is not open yet (their state not read):
+    /// kept until it is, so a failure in between never strands a lease.
+    pending: BTreeSet<ShardId>,
     next_renew: Instant,
     report: WorkerReport,
     observer: Option<Observer>,
@@ -100,6 +103,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             handler,
             config,
             cursors: BTreeMap::new(),
+            pending: BTreeSet::new(),
             next_renew: Instant::now(),
             report: WorkerReport::default(),
             observer: None,
@@ -136,6 +140,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 
     fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
+        self.pending.remove(shard);
         if self.cursors.remove(shard).is_some() {
             if why == StopReason::Lost {
                 self.report.leases_lost += 1;
@@ -240,6 +245,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.membership
             .leave(&|shard| positions.get(shard).cloned())
             .await?;
+        self.pending.clear();
         for shard in std::mem::take(&mut self.cursors).into_keys() {
             self.stopped(&shard, StopReason::Released);
         }
@@ -323,17 +329,36 @@ impl<H: RecordHandler> ShardWorker<H> {
         for (shard, _) in &tick.handed_off {
             self.drop_shard(shard, StopReason::HandedOff);
         }
+        self.pending.extend(tick.gained);
         if efo && tick.registered {
             // (Re-)registered: a lock taken before, or released by a reaper
             // that removed this consumer, is checked again, and the active
             // flag set now that the consumer exists.
             self.lock_efo().await?;
         }
-        for shard in tick.gained {
+        if efo && self.efo_lock.is_none() && !(self.cursors.is_empty() && self.pending.is_empty()) {
+            // No EFO consumer to read with: hand the leases back.
+            let positions = self.positions();
+            self.membership
+                .release_all(&|shard| positions.get(shard).cloned())
+                .await?;
+            self.pending.clear();
+            for shard in self.shards() {
+                self.drop_shard(&shard, StopReason::Released);
+            }
+        }
+        self.open_pending().await
+    }
+
+    /// Opens a cursor at the stored checkpoint of each shard gained.
+    async fn open_pending(&mut self) -> Result<()> {
+        let efo = self.config.enhanced_fan_out.is_some();
+        while let Some(shard) = self.pending.first().cloned() {
             let state = self
                 .store
                 .get_shard(&self.membership.scope(), &shard)
                 .await?;
+            self.pending.remove(&shard);
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
                 position: state.checkpoint.clone(),
@@ -343,16 +368,6 @@ impl<H: RecordHandler> ShardWorker<H> {
                 shard,
                 Cursor::new(state.checkpoint, state.checkpoint_arrival, efo),
             );
-        }
-        if efo && self.efo_lock.is_none() && !self.cursors.is_empty() {
-            // No EFO consumer to read with: hand the leases back.
-            let positions = self.positions();
-            self.membership
-                .release_all(&|shard| positions.get(shard).cloned())
-                .await?;
-            for shard in self.shards() {
-                self.drop_shard(&shard, StopReason::Released);
-            }
         }
         Ok(())
     }
@@ -373,6 +388,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.report.subscriptions_refused += u64::from(notes.refused);
         self.report.throttled += u64::from(notes.throttled);
         self.report.iterators_refreshed += u64::from(notes.refreshed);
+        self.report.transient_errors += u64::from(notes.failed);
         match fetched {
             Ok(Fetched::Batch(batch)) => {
                 self.process(shard, batch).await?;

@@ -28,6 +28,8 @@ struct Shard {
     throttle: u32,
     /// Subscriptions to refuse as duplicates before serving.
     refuse: u32,
+    /// GetRecords calls still to fail with this AWS error code.
+    fail: Vec<&'static str>,
     /// At the end of the closed shard, a subscription fails the way an
     /// event without a continuation fails to decode.
     undecodable_end: bool,
@@ -94,6 +96,14 @@ impl KinesisReads for FakeReads {
             Err(ReadError::Throttled(
                 "ProvisionedThroughputExceededException".into(),
             ))
+        } else if !shard.fail.is_empty() {
+            let code = shard.fail.remove(0);
+            Err(ReadError::Failed(StateError::Sdk {
+                service: shardkeeper::state::Service::Kinesis,
+                operation: "GetRecords",
+                code: Some(code.into()),
+                message: format!("{code}: injected"),
+            }))
         } else {
             let i: usize = iterator.trim_start_matches("it-").parse().unwrap();
             let end = (i + limit as usize).min(shard.records.len());
@@ -258,6 +268,40 @@ async fn throttled_reads_back_off_lose_nothing_and_report_millis_behind_latest()
     assert_eq!(w.report().millis_behind_latest, Some(42_000));
     let behind = w.millis_behind_latest();
     assert_eq!(behind.values().copied().collect::<Vec<_>>(), vec![42_000]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_read_backs_off_its_shard_and_loses_nothing_but_a_refusal_stops_the_worker() {
+    let ctx = ctx().await;
+    let fake = FakeReads::default();
+    {
+        let mut shard = fake.0.lock().unwrap();
+        shard.records = records(4, 5);
+        shard.fail = vec!["InternalFailure", "ServiceUnavailable"];
+    }
+    let log: Log = Arc::default();
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(false)).await;
+    // Every step succeeds (`run` unwraps them) through both failures.
+    run(&mut w, |w| w.report().processed == 20).await;
+    crate::consume::check(&log, 4, 5);
+    assert_eq!(w.report().transient_errors, 2, "{:?}", w.report());
+    assert_eq!(w.report().throttled, 0);
+
+    // An error that will not pass is the caller's to see.
+    fake.0.lock().unwrap().fail = vec!["AccessDeniedException"];
+    let mut refused = None;
+    for _ in 0..500 {
+        match w.step().await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("the refusal came back");
+    assert!(!e.is_transient(), "{e}");
+    assert!(e.to_string().contains("AccessDeniedException"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

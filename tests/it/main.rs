@@ -18,6 +18,7 @@ mod efo;
 mod efo_worker;
 mod esm;
 mod fake_reads;
+mod fault_proxy;
 mod faulty;
 mod fixtures;
 mod functions;

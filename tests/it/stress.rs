@@ -421,20 +421,20 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     // Production stops; the group drains the stream.
     producer.0.store(true, Ordering::Relaxed);
     let produced = producer.1.await.unwrap();
+    // Drained when every record is processed; given up (and the checker
+    // reports what is lost) after a minute without progress.
     let mut seen = HashSet::new();
     let mut scanned = 0;
-    for _ in 0..1200 {
-        {
-            let h = history.lock().unwrap();
-            for p in &h.processed[scanned..] {
-                seen.insert((p.key.clone(), p.n));
-            }
-            scanned = h.processed.len();
-        }
-        if seen.len() >= produced {
-            break;
-        }
+    let mut progress = Instant::now();
+    while seen.len() < produced && progress.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(100)).await;
+        let h = history.lock().unwrap();
+        for p in &h.processed[scanned..] {
+            if seen.insert((p.key.clone(), p.n)) {
+                progress = Instant::now();
+            }
+        }
+        scanned = h.processed.len();
     }
     for c in live.iter().chain(&left) {
         c.stop.store(true, Ordering::Relaxed);
@@ -450,7 +450,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         shardkeeper::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
             .await
             .unwrap();
-    let mut history = history.lock().unwrap();
+    // Every task has ended: the history is complete.
+    let mut history = std::mem::take(&mut *history.lock().unwrap());
     history.parents = specs
         .iter()
         .map(|s| (s.shard_id.clone(), s.parents.clone()))
@@ -493,6 +494,18 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     );
     if !verdict.passed() {
         explain(&history, &verdict, started);
+    }
+    if verdict.lost > 0 {
+        // Where the group stands on the shards it has not finished.
+        let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
+        let snapshot = direct_store.load_group().await.unwrap();
+        let status = shardkeeper::status::GroupStatus::from_snapshot(&snapshot, LEASE_TERM);
+        for row in status.shards.iter().filter(|r| r.state != "depleted") {
+            println!("unfinished: {row:?}");
+        }
+        for row in &status.consumers {
+            println!("consumer: {row:?}");
+        }
     }
     assert!(verdict.passed(), "seed {}: {verdict:?}", cfg.seed);
     assert_eq!(

@@ -223,7 +223,7 @@ async fn put_record(
 }
 
 /// The HTTP status of the answer an SDK error came from.
-fn status<E>(err: &SdkError<E, aws_smithy_runtime_api::http::Response>) -> Option<u16> {
+fn status<E>(err: &SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>) -> Option<u16> {
     err.raw_response().map(|r| r.status().as_u16())
 }
 
