@@ -36,7 +36,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
+/// The lease term (and heartbeat timeout) of a run without faults.
 const LEASE_TERM: Duration = Duration::from_secs(2);
+
+/// The lease term of a run with faults: a renewal tick that meets a
+/// throttle waits out the SDK's backoff (1 s and up), so 2 s would have
+/// consumers reaped over and over for missed heartbeats.
+const FAULTY_LEASE_TERM: Duration = Duration::from_secs(4);
 
 /// The run's size, from the environment or the CI defaults.
 #[derive(Debug, Clone)]
@@ -109,9 +115,10 @@ fn spawn_consumer(
     store: &StateStore,
     kinesis: &aws_sdk_kinesis::Client,
     history: &SharedHistory,
+    lease_term: Duration,
 ) -> Consumer {
     let info = ConsumerInfo::for_this_process(ConsumerId::new(&name).unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, LEASE_TERM);
+    let session = ConsumerSession::new(store.clone(), info, lease_term);
     let config = WorkerConfig {
         renew_every: Duration::from_millis(500),
         min_poll_interval: Duration::from_millis(100),
@@ -272,6 +279,11 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         }
     );
     let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let lease_term = if faulty.is_some() {
+        FAULTY_LEASE_TERM
+    } else {
+        LEASE_TERM
+    };
     let stream = create_stream(&direct, cfg.shards).await;
     let store = StateStore::new(
         system.dynamodb.clone(),
@@ -308,18 +320,18 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         store: store.clone(),
         kinesis: system.kinesis.clone(),
         config: RebalanceConfig {
-            heartbeat_timeout: LEASE_TERM,
-            handoff_timeout: LEASE_TERM,
+            heartbeat_timeout: lease_term,
+            handoff_timeout: lease_term,
             max_moves_per_tick: None,
         },
-        lease_term: LEASE_TERM,
+        lease_term,
         emit_metrics: false,
     });
     let reaper = Arc::new(Reaper {
         store: store.clone(),
         kinesis: system.kinesis.clone(),
         config: ReapConfig {
-            heartbeat_timeout: LEASE_TERM,
+            heartbeat_timeout: lease_term,
             ..ReapConfig::default()
         },
         emit_metrics: false,
@@ -349,7 +361,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         format!("c{generation}")
     };
     let mut live: Vec<Consumer> = (0..cfg.consumers)
-        .map(|_| spawn_consumer(next_name(), &store, &system.kinesis, &history))
+        .map(|_| spawn_consumer(next_name(), &store, &system.kinesis, &history, lease_term))
         .collect();
     let mut left: Vec<Consumer> = Vec::new();
     let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
@@ -368,13 +380,14 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                 &store,
                 &system.kinesis,
                 &history,
+                lease_term,
             ));
         }
         if let Some(faulty) = faulty.as_deref_mut() {
             if restarts < cfg.restarts && started.elapsed() >= restart_every * (restarts + 1) {
                 // Down for longer than a lease term: every lease expires.
                 faulty
-                    .restart_dynamodb(LEASE_TERM + Duration::from_secs(1))
+                    .restart_dynamodb(lease_term + Duration::from_secs(1))
                     .await;
                 restarts += 1;
                 continue;
@@ -397,6 +410,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                     &store,
                     &system.kinesis,
                     &history,
+                    lease_term,
                 ));
             }
             8..12 if live.len() > 1 => {
@@ -410,6 +424,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                     &store,
                     &system.kinesis,
                     &history,
+                    lease_term,
                 ));
             }
             12..15 => splits += u32::from(split_one(&direct, &stream, &mut rng).await),
@@ -499,7 +514,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         // Where the group stands on the shards it has not finished.
         let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
         let snapshot = direct_store.load_group().await.unwrap();
-        let status = shardkeeper::status::GroupStatus::from_snapshot(&snapshot, LEASE_TERM);
+        let status = shardkeeper::status::GroupStatus::from_snapshot(&snapshot, lease_term);
         for row in status.shards.iter().filter(|r| r.state != "depleted") {
             println!("unfinished: {row:?}");
         }
