@@ -222,6 +222,40 @@ pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
         .expect("the shard is free")
 }
 
+/// Registers an enhanced fan-out consumer `name` on the stream and waits
+/// (bounded) until it is ACTIVE; its ARN.
+pub async fn active_efo_consumer(aws: &AwsClients, stream_arn: &str, name: &str) -> String {
+    let consumer_arn = aws
+        .kinesis
+        .register_stream_consumer()
+        .stream_arn(stream_arn)
+        .consumer_name(name)
+        .send()
+        .await
+        .expect("register consumer")
+        .consumer()
+        .expect("consumer")
+        .consumer_arn()
+        .to_owned();
+    for _ in 0..100 {
+        let out = aws
+            .kinesis
+            .describe_stream_consumer()
+            .consumer_arn(&consumer_arn)
+            .send()
+            .await
+            .expect("describe consumer");
+        if out
+            .consumer_description()
+            .is_some_and(|d| d.consumer_status().as_str() == "ACTIVE")
+        {
+            return consumer_arn;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("consumer {name} never became ACTIVE");
+}
+
 /// The stream's ARN.
 pub async fn stream_arn(aws: &AwsClients, stream: &str) -> String {
     aws.kinesis

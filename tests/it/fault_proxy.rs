@@ -1,13 +1,11 @@
 //! The fault proxy through the real AWS SDK clients, in front of the
 //! in-process DynamoDB and Kinesis servers.
 
+use crate::common::{active_efo_consumer, create_id_table, create_stream, stream_arn};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, Select,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use aws_sdk_kinesis::operation::put_record::{PutRecordError, PutRecordOutput};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
@@ -102,71 +100,19 @@ impl Proxied {
     }
 }
 
-fn item(pk: &str, n: usize) -> std::collections::HashMap<String, AttributeValue> {
+fn item(id: &str, n: usize) -> std::collections::HashMap<String, AttributeValue> {
     [
-        ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
+        ("id".to_owned(), AttributeValue::S(id.to_owned())),
         ("n".to_owned(), AttributeValue::N(n.to_string())),
     ]
     .into()
 }
 
-async fn create_table(ddb: &aws_sdk_dynamodb::Client) -> String {
+/// A new table keyed by `id`.
+async fn table(aws: &AwsClients) -> String {
     let name = unique_name("fp");
-    ddb.create_table()
-        .table_name(&name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("create table");
-    for _ in 0..100 {
-        let out = ddb.describe_table().table_name(&name).send().await;
-        if out.is_ok_and(|o| {
-            o.table().and_then(|t| t.table_status()).map(|s| s.as_str()) == Some("ACTIVE")
-        }) {
-            return name;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("table {name} never became ACTIVE");
-}
-
-async fn create_stream(kinesis: &aws_sdk_kinesis::Client) -> (String, String) {
-    let name = unique_name("fp");
-    kinesis
-        .create_stream()
-        .stream_name(&name)
-        .shard_count(1)
-        .send()
-        .await
-        .expect("create stream");
-    for _ in 0..100 {
-        let out = kinesis
-            .describe_stream_summary()
-            .stream_name(&name)
-            .send()
-            .await;
-        if let Some(summary) = out.ok().and_then(|o| o.stream_description_summary) {
-            if summary.stream_status().as_str() == "ACTIVE" {
-                return (name, summary.stream_arn().to_owned());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("stream {name} never became ACTIVE");
+    create_id_table(aws, &name, false).await;
+    name
 }
 
 /// The (sequence number, data) of a shard's records from its start.
@@ -202,7 +148,7 @@ async fn get_item(
 ) -> Result<GetItemOutput, SdkError<GetItemError>> {
     ddb.get_item()
         .table_name(table)
-        .key("pk", AttributeValue::S("a".into()))
+        .key("id", AttributeValue::S("a".into()))
         .consistent_read(true)
         .send()
         .await
@@ -345,7 +291,7 @@ async fn without_faults_everything_is_forwarded_unchanged() {
     let p = proxied(Faults::none()).await;
     let direct = direct().await;
 
-    let table = create_table(&p.aws.dynamodb).await;
+    let table = table(&p.aws).await;
     p.aws
         .dynamodb
         .put_item()
@@ -359,7 +305,7 @@ async fn without_faults_everything_is_forwarded_unchanged() {
     let direct_item = get_item(&direct.dynamodb, &table).await.expect("get").item;
     assert_eq!(proxied_item, direct_item);
 
-    let (stream, _) = create_stream(&p.aws.kinesis).await;
+    let stream = create_stream(&p.aws, 1).await;
     let put = put_record(&p.aws.kinesis, &stream, "through the proxy")
         .await
         .expect("put record through the proxy");
@@ -402,7 +348,7 @@ async fn standard_retries_ride_out_a_throttle_rate() {
     .await
     .expect("proxy");
     let direct = direct().await;
-    let table = create_table(&direct.dynamodb).await;
+    let table = table(&direct).await;
     let sent = RequestCounter::new();
     // Ten attempts: at three, 0.3^3 = 2.7 % of calls would run out of them.
     let ddb = dynamodb_client(&direct.config, proxy.url(), retries(10), &sent);
@@ -517,38 +463,9 @@ async fn next_records(
 async fn subscribe_to_shard_streams_through_the_proxy() {
     let p = proxied(Faults::none()).await;
     let kinesis = &p.aws.kinesis;
-    let (stream, stream_arn) = create_stream(kinesis).await;
-    let consumer = kinesis
-        .register_stream_consumer()
-        .stream_arn(&stream_arn)
-        .consumer_name("fault-proxy")
-        .send()
-        .await
-        .expect("register consumer");
-    let consumer_arn = consumer
-        .consumer()
-        .expect("consumer")
-        .consumer_arn()
-        .to_owned();
-    let mut active = false;
-    for _ in 0..100 {
-        let out = kinesis
-            .describe_stream_consumer()
-            .consumer_arn(&consumer_arn)
-            .send()
-            .await
-            .expect("describe consumer");
-        if out
-            .consumer_description()
-            .map(|d| d.consumer_status().as_str())
-            == Some("ACTIVE")
-        {
-            active = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(active, "consumer never became ACTIVE");
+    let stream = create_stream(&p.aws, 1).await;
+    let stream_arn = stream_arn(&p.aws, &stream).await;
+    let consumer_arn = active_efo_consumer(&p.aws, &stream_arn, "fault-proxy").await;
     let first = put_record(kinesis, &stream, "first").await.expect("put");
     let mut events = kinesis
         .subscribe_to_shard()

@@ -1,12 +1,11 @@
 //! The in-process servers themselves: fixed ports, file-backed DynamoDB that
 //! survives a restart (of the process, or of the server alone mid-run), and enhanced fan-out SubscribeToShard through the SDK.
 
-use crate::common::{create_stream, ctx, stream_arn};
+use crate::common::{active_efo_consumer, create_stream, ctx, stream_arn};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
 use shardkeeper_local::{unique_name, AwsClients, Endpoints, LocalOptions, LocalServers};
-use std::time::Duration;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -108,36 +107,7 @@ async fn enhanced_fan_out_subscribe_to_shard_delivers_records() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let stream_arn = stream_arn(&ctx.aws, &stream).await;
-    let consumer = ctx
-        .aws
-        .kinesis
-        .register_stream_consumer()
-        .stream_arn(&stream_arn)
-        .consumer_name("efo-test")
-        .send()
-        .await
-        .unwrap();
-    let consumer_arn = consumer.consumer().unwrap().consumer_arn().to_owned();
-    for _ in 0..100 {
-        let status = ctx
-            .aws
-            .kinesis
-            .describe_stream_consumer()
-            .consumer_arn(&consumer_arn)
-            .send()
-            .await
-            .unwrap();
-        if status
-            .consumer_description()
-            .unwrap()
-            .consumer_status()
-            .as_str()
-            == "ACTIVE"
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let consumer_arn = active_efo_consumer(&ctx.aws, &stream_arn, "efo-test").await;
     let put = ctx
         .aws
         .kinesis
