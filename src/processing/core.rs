@@ -1,39 +1,72 @@
-//! What every source shares: handling a run of records in order, counting
-//! attempts, parking poison records, and checkpointing the successful prefix.
+//! The record-processing core: the one loop that every mode (event-source-mapped
+//! processors, the shard worker) runs over a batch of one scope.
+//!
+//! A mode reads its records into [`Unit`]s and supplies a [`CheckpointSink`];
+//! the core owns the rest:
+//! - order: units are handled one after another, records of a unit in order;
+//! - the duplicate check: a record the sink's stored position covers is skipped;
+//! - attempts and parking: each failure is counted in the state store, and a
+//!   record that failed `max_attempts` times is parked and passed;
+//! - the failure mode: stop at the first failure, or report every failure;
+//! - one stop-by instant: no unit starts at or after it, the rest is reported;
+//! - progress: the end of the successful (or parked) prefix, committed to the
+//!   sink once at the end of the batch;
+//! - the counters of a [`BatchReport`].
 
 use crate::processing::handler::{HandlerError, RecordHandler};
 use crate::processing::options::{FailureMode, ProcessingOptions};
 use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
-use crate::state::{
-    Checkpoint, CheckpointOutcome, RecordKey, Result, SequenceNumber, ShardId, ShardScope,
-    StateError, StateStore,
-};
-use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use crate::processing::unit::Unit;
+use crate::state::{Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateStore};
+use std::future::Future;
+use std::time::Instant;
 
-/// One record of an event, as a source reads it (public only to the
-/// crate's sources: `core` is a private module).
-pub enum Unit {
-    /// User records ready for the handler (one, or the user records of a KPL aggregate).
-    Records(Vec<StreamRecord>),
-    /// A record that cannot be handled: it fails (and counts toward parking).
-    Broken(StreamRecord, RecordError),
-    /// A record so malformed that only its item identifier is known.
-    Unreadable(String, RecordError),
+/// Where a mode keeps its positions: what is already done, and what a batch
+/// made done.
+pub trait CheckpointSink: Send {
+    /// The stored position of the batch's scope, if any: the core skips the
+    /// records it covers. Read once per batch.
+    fn stored(&mut self) -> impl Future<Output = Result<Option<Checkpoint>>> + Send;
+
+    /// Stores `checkpoint`: every record of the batch up to it was handled
+    /// or parked. Called once, at the end of a batch that made progress.
+    /// Returns whether a write was stored (`false`: the stored position was
+    /// already at or past it).
+    fn commit(&mut self, checkpoint: &Checkpoint) -> impl Future<Output = Result<bool>> + Send;
 }
 
-/// The state of one batch being processed.
-pub(crate) struct Run<'p, H> {
-    pub(crate) handler: &'p H,
-    pub(crate) store: Option<&'p StateStore>,
-    pub(crate) options: &'p ProcessingOptions,
-    /// How long checkpoints live (sources whose checkpoints are per batch expire them).
-    pub(crate) checkpoint_ttl: Option<Duration>,
-    pub(crate) report: BatchReport,
-    stored: BTreeMap<String, Option<Checkpoint>>,
-    progress: BTreeMap<String, Checkpoint>,
+/// A sink that stores nothing and knows of nothing done (processing without
+/// a state store).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCheckpoints;
+
+impl CheckpointSink for NoCheckpoints {
+    async fn stored(&mut self) -> Result<Option<Checkpoint>> {
+        Ok(None)
+    }
+
+    async fn commit(&mut self, _: &Checkpoint) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// The processing core for one handler and its options; [`Core::run`]
+/// processes one batch.
+pub struct Core<'p, H> {
+    handler: &'p H,
+    store: Option<&'p StateStore>,
+    options: &'p ProcessingOptions,
+}
+
+/// The core's view of one batch in progress.
+struct Batch<'s, S> {
+    scope: &'s ShardId,
+    sink: &'s mut S,
+    stored: Option<Option<Checkpoint>>,
+    progress: Option<Checkpoint>,
+    report: BatchReport,
     failed: bool,
 }
 
@@ -48,118 +81,97 @@ fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
     }
 }
 
-impl<'p, H: RecordHandler> Run<'p, H> {
-    pub(crate) fn new(
+impl<'p, H: RecordHandler> Core<'p, H> {
+    /// A core running `handler` with `options`; `store` counts attempts and
+    /// parks records in the state table (without one nothing is parked).
+    pub fn new(
         handler: &'p H,
         store: Option<&'p StateStore>,
         options: &'p ProcessingOptions,
-        checkpoint_ttl: Option<Duration>,
     ) -> Self {
-        Run {
+        Core {
             handler,
             store,
             options,
-            checkpoint_ttl,
+        }
+    }
+
+    /// Processes one batch of `scope` (a shard, or whatever the mode keeps
+    /// one position for): each item is a record's item identifier (what a
+    /// failure is reported as) and its unit. Nothing starts at or after
+    /// `stop_by`: those units are reported as [`RecordError::Deadline`]
+    /// failures. The end of the successful prefix is committed to `sink`
+    /// (counted in [`BatchReport::checkpoints`] when a write was stored).
+    ///
+    /// The error is for what cannot be reported per record: the state store
+    /// failing, or a sequence number that is not one.
+    pub async fn run<S: CheckpointSink>(
+        &self,
+        scope: &ShardId,
+        items: impl IntoIterator<Item = (String, Unit)>,
+        stop_by: Option<Instant>,
+        sink: &mut S,
+    ) -> Result<BatchReport> {
+        let mut batch = Batch {
+            scope,
+            sink,
+            stored: None,
+            progress: None,
             report: BatchReport::default(),
-            stored: BTreeMap::new(),
-            progress: BTreeMap::new(),
             failed: false,
-        }
-    }
-
-    /// True once the batch must stop (stop-at-first-failure mode after a failure).
-    pub(crate) fn stopped(&self) -> bool {
-        self.failed && self.options.mode == FailureMode::StopAtFirstFailure
-    }
-
-    /// True if the deadline leaves no room for another record.
-    pub(crate) fn out_of_time(&self, deadline: Option<SystemTime>) -> bool {
-        deadline.is_some_and(|d| SystemTime::now() + self.options.deadline_margin >= d)
-    }
-
-    /// Reports a record without attempting it (deadline).
-    pub(crate) fn skip_for_deadline(&mut self, item: &str) {
-        self.failed = true;
-        self.fail(
-            item,
-            RecordError::Deadline {
-                sequence_number: item.to_owned(),
-            },
-        );
-    }
-
-    fn fail(&mut self, item: &str, error: RecordError) {
-        tracing::warn!(item, %error, "record failed");
-        self.report.failures.push(RecordFailure {
-            item_identifier: item.to_owned(),
-            error,
-        });
-    }
-
-    /// True if the stored checkpoint of the record's scope covers it (read
-    /// once per scope per batch; never without a store).
-    async fn covered(&mut self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<bool> {
-        let Some(store) = self.store else {
-            return Ok(false);
         };
-        if !self.stored.contains_key(&*record.shard_id) {
-            let shard = ShardId::new(&*record.shard_id)?;
-            let cp = match store.fetch_checkpoint(&ShardScope::Group, &shard).await {
-                Ok(cp) => Some(cp),
-                Err(StateError::NotFound { .. }) => None,
-                Err(e) => return Err(e),
-            };
-            self.stored.insert(record.shard_id.to_string(), cp);
+        let items: Vec<_> = items.into_iter().collect();
+        let total = items.len();
+        for (index, (item, unit)) in items.into_iter().enumerate() {
+            if batch.failed && self.options.mode == FailureMode::StopAtFirstFailure {
+                batch.report.not_attempted = (total - index) as u64;
+                break;
+            }
+            if stop_by.is_some_and(|t| Instant::now() >= t) {
+                batch.failed = true;
+                let error = RecordError::Deadline {
+                    sequence_number: item.clone(),
+                };
+                batch.fail(&item, error);
+                continue;
+            }
+            self.unit(&mut batch, unit).await?;
         }
-        Ok(self.stored[&*record.shard_id]
-            .as_ref()
-            .is_some_and(|cp| cp.covers(sequence, record.sub_sequence)))
-    }
-
-    fn advance(&mut self, record: &StreamRecord, sequence: SequenceNumber) {
-        if self.failed || self.store.is_none() {
-            return;
-        }
-        let cp = Checkpoint::After {
-            sequence,
-            sub_sequence: record.sub_sequence,
-        };
-        match self.progress.get_mut(&*record.shard_id) {
-            Some(slot) => *slot = cp,
-            None => {
-                self.progress.insert(record.shard_id.to_string(), cp);
+        if let Some(cp) = batch.progress.take() {
+            if batch.sink.commit(&cp).await? {
+                batch.report.checkpoints += 1;
             }
         }
+        Ok(batch.report)
     }
 
-    /// Handles one unit (one record of the event).
-    pub(crate) async fn unit(&mut self, unit: Unit) -> Result<()> {
+    async fn unit<S: CheckpointSink>(&self, batch: &mut Batch<'_, S>, unit: Unit) -> Result<()> {
         match unit {
             Unit::Unreadable(item, error) => {
-                self.failed = true;
-                self.fail(&item, error);
+                batch.failed = true;
+                batch.fail(&item, error);
             }
             Unit::Broken(record, error) => {
-                if !self.failed_record(&record, error).await? {
-                    self.failed = true;
+                if !self.failed_record(batch, &record, error).await? {
+                    batch.failed = true;
                 }
             }
             Unit::Records(records) => {
                 for record in records {
                     let sequence = SequenceNumber::new(&record.sequence_number)?;
-                    if self.covered(&record, &sequence).await? {
-                        self.report.duplicates_skipped += 1;
+                    if batch.covered(&sequence, record.sub_sequence).await? {
+                        batch.report.duplicates_skipped += 1;
                         continue;
                     }
                     match self.handler.handle(record.clone()).await {
                         Ok(()) => {
-                            self.report.processed += 1;
-                            self.advance(&record, sequence);
+                            batch.report.processed += 1;
+                            batch.advance(sequence, record.sub_sequence);
                         }
                         Err(e) => {
                             let error = to_record_error(e, &record);
-                            if !self.failed_record(&record, error).await? {
-                                self.failed = true;
+                            if !self.failed_record(batch, &record, error).await? {
+                                batch.failed = true;
                                 return Ok(());
                             }
                         }
@@ -173,10 +185,15 @@ impl<'p, H: RecordHandler> Run<'p, H> {
     /// A record failed: count the attempt; park it once it has failed
     /// `max_attempts` times (then it counts as done), else report it.
     /// Returns `true` if it was parked.
-    async fn failed_record(&mut self, record: &StreamRecord, error: RecordError) -> Result<bool> {
+    async fn failed_record<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        record: &StreamRecord,
+        error: RecordError,
+    ) -> Result<bool> {
         if let Some(store) = self.store {
             let key = RecordKey {
-                shard_id: ShardId::new(&*record.shard_id)?,
+                shard_id: batch.scope.clone(),
                 sequence: SequenceNumber::new(&record.sequence_number)?,
                 sub_sequence: record.sub_sequence,
             };
@@ -184,57 +201,63 @@ impl<'p, H: RecordHandler> Run<'p, H> {
                 .record_attempt(&key, self.options.attempts_ttl)
                 .await?;
             if attempts >= self.options.max_attempts
-                && park(&self.options.parking, Some(store), record, &error, attempts).await?
+                && park(
+                    &self.options.parking,
+                    Some(store),
+                    &key,
+                    record,
+                    &error,
+                    attempts,
+                )
+                .await?
             {
                 tracing::warn!(
-                    shard = %record.shard_id,
+                    scope = %batch.scope,
                     sequence_number = %record.sequence_number,
                     sub_sequence = record.sub_sequence,
                     attempts,
                     %error,
                     "poison record parked; the shard moves on"
                 );
-                self.report.parked += 1;
-                self.advance(record, key.sequence);
+                batch.report.parked += 1;
+                batch.advance(key.sequence, record.sub_sequence);
                 return Ok(true);
             }
         }
-        self.fail(&record.sequence_number, error);
+        batch.fail(&record.sequence_number, error);
         Ok(false)
     }
+}
 
-    /// Sets the checkpoint of a scope that the caller knows already (saves a read).
-    pub(crate) fn preload(&mut self, scope_key: &str, checkpoint: Option<Checkpoint>) {
-        self.stored.insert(scope_key.to_owned(), checkpoint);
+impl<S: CheckpointSink> Batch<'_, S> {
+    fn fail(&mut self, item: &str, error: RecordError) {
+        tracing::warn!(item, %error, "record failed");
+        self.report.failures.push(RecordFailure {
+            item_identifier: item.to_owned(),
+            error,
+        });
     }
 
-    /// The report and the end of each scope's successful prefix, for callers
-    /// that store checkpoints themselves (fenced, through a lease).
-    pub(crate) fn into_parts(
-        mut self,
-        not_attempted: u64,
-    ) -> (BatchReport, BTreeMap<String, Checkpoint>) {
-        self.report.not_attempted = not_attempted;
-        (self.report, self.progress)
-    }
-
-    /// Stores the checkpoint of each scope's successful prefix (un-leased)
-    /// and returns the report.
-    pub(crate) async fn finish(self, not_attempted: u64) -> Result<BatchReport> {
-        let store = self.store;
-        let ttl = self.checkpoint_ttl;
-        let (mut report, progress) = self.into_parts(not_attempted);
-        if let Some(store) = store {
-            for (scope_key, cp) in &progress {
-                let shard = ShardId::new(scope_key)?;
-                let outcome = store
-                    .checkpoint_unleased_expiring(&ShardScope::Group, &shard, cp, None, ttl)
-                    .await?;
-                if outcome == CheckpointOutcome::Stored {
-                    report.checkpoints += 1;
-                }
-            }
+    /// True if the stored position covers the record.
+    async fn covered(&mut self, sequence: &SequenceNumber, sub_sequence: u64) -> Result<bool> {
+        if self.stored.is_none() {
+            self.stored = Some(self.sink.stored().await?);
         }
-        Ok(report)
+        Ok(self
+            .stored
+            .as_ref()
+            .and_then(Option::as_ref)
+            .is_some_and(|cp| cp.covers(sequence, sub_sequence)))
+    }
+
+    /// Moves the progress past a record, unless a failure came first (then
+    /// nothing after it may be checkpointed).
+    fn advance(&mut self, sequence: SequenceNumber, sub_sequence: u64) {
+        if !self.failed {
+            self.progress = Some(Checkpoint::After {
+                sequence,
+                sub_sequence,
+            });
+        }
     }
 }

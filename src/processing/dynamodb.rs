@@ -1,12 +1,12 @@
 //! DynamoDB Streams events: `DynamoDbEvent` in, typed changes to the
 //! handler, `DynamoDbEventResponse` out.
 
-use crate::processing::core::Unit;
 use crate::processing::handler::{HandlerError, RecordHandler};
 use crate::processing::kinesis::RawEvent;
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
-use crate::processing::source::EventSource;
+use crate::processing::source::{EventSource, EventUnits};
+use crate::processing::unit::Unit;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use bytes::Bytes;
@@ -135,7 +135,7 @@ impl<T> Change<T> {
 impl EventSource for DynamoDbStreams {
     type Response = DynamoDbEventResponse;
 
-    fn units(event_json: &str) -> Result<Vec<(String, Unit)>, String> {
+    fn units(event_json: &str) -> Result<EventUnits, String> {
         let event: RawEvent<'_> = serde_json::from_str(event_json)
             .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let mut batch_key: Option<String> = None;
@@ -159,11 +159,9 @@ impl EventSource for DynamoDbStreams {
                     continue;
                 }
             };
-            let key = batch_key
-                .get_or_insert_with(|| format!("batch.{seq}"))
-                .clone();
+            batch_key.get_or_insert_with(|| format!("batch.{seq}"));
             let record = StreamRecord {
-                shard_id: key.into(),
+                shard_id: Arc::from(""),
                 sequence_number: seq.as_str().into(),
                 sub_sequence: 0,
                 aggregated: false,
@@ -179,7 +177,10 @@ impl EventSource for DynamoDbStreams {
             };
             units.push((seq, Unit::Records(vec![record])));
         }
-        Ok(units)
+        Ok(EventUnits {
+            scope: batch_key.unwrap_or_else(|| "batch.none".to_owned()),
+            items: units,
+        })
     }
 
     fn checkpoint_ttl() -> Option<Duration> {

@@ -1,7 +1,9 @@
-//! The user's code: a handler for one record (or one typed payload).
+//! The user's code: a handler for one record (or one typed payload), with
+//! the lifecycle hooks a self-managed consumer calls.
 
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
+use crate::state::{Checkpoint, ShardId};
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -9,12 +11,51 @@ use std::marker::PhantomData;
 /// The error a handler returns: anything that can be shown.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Processes one record. Implemented for every
-/// `Fn(StreamRecord) -> impl Future<Output = Result<(), E>>`.
+/// Processes one record: the one user contract of every mode (an
+/// event-source-mapped processor, a shard worker). Implemented for every
+/// `Fn(StreamRecord) -> impl Future<Output = Result<(), E>>`, and by
+/// [`json`] and [`crate::processing::changes`] for typed payloads.
+///
+/// The lifecycle hooks are called by a shard worker only (an event source
+/// mapping holds no leases); each does nothing by default. They are
+/// notifications: the worker checkpoints by itself, and a hook cannot
+/// delay or refuse what happened.
 pub trait RecordHandler: Send + Sync + 'static {
     /// Handles one record; an error fails the record.
     fn handle(&self, record: StreamRecord)
         -> impl Future<Output = Result<(), HandlerError>> + Send;
+
+    /// The worker gained `shard` and will read it after `position` (`None`:
+    /// nothing checkpointed yet, it starts at the initial position).
+    fn shard_gained(
+        &self,
+        shard: &ShardId,
+        position: Option<&Checkpoint>,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (shard, position);
+        async {}
+    }
+
+    /// The worker no longer holds `shard`: its lease was taken, handed off
+    /// to a claimant, or released. Records of it may still be in flight
+    /// elsewhere; nothing more of it comes to this worker.
+    fn lease_lost(&self, shard: &ShardId) -> impl Future<Output = ()> + Send {
+        let _ = shard;
+        async {}
+    }
+
+    /// `shard` is read to its end and completed: its children may now be
+    /// leased (by this worker or another).
+    fn shard_ended(&self, shard: &ShardId) -> impl Future<Output = ()> + Send {
+        let _ = shard;
+        async {}
+    }
+
+    /// The worker is stopping (deadline or stop signal): it checkpoints
+    /// every shard and, by default, releases its leases after this returns.
+    fn shutdown_requested(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 impl<F, Fut, E> RecordHandler for F

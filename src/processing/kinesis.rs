@@ -1,10 +1,9 @@
 //! Kinesis events: `KinesisEvent` in, `KinesisEventResponse` out.
 
-use crate::kpl;
-use crate::processing::core::Unit;
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
-use crate::processing::source::EventSource;
+use crate::processing::source::{EventSource, EventUnits};
+use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -81,6 +80,18 @@ struct Shared {
     arn: Option<Arc<str>>,
 }
 
+impl Shared {
+    /// The event's units, scoped by its shard (an event-source-mapped
+    /// batch holds records of one shard).
+    fn into_units(self, items: Vec<(String, Unit)>) -> EventUnits {
+        let scope = self.shard.as_deref().unwrap_or(UNKNOWN_SHARD).to_owned();
+        EventUnits { scope, items }
+    }
+}
+
+/// The shard of a record whose `eventID` does not name one.
+const UNKNOWN_SHARD: &str = "unknown";
+
 fn share(slot: &mut Option<Arc<str>>, value: &str) -> Arc<str> {
     match slot {
         Some(v) if &**v == value => v.clone(),
@@ -101,7 +112,7 @@ fn unit(rec: &RecordRef<'_>, shared: &mut Shared) -> Result<Unit, String> {
         .as_deref()
         .and_then(|id| id.split_once(':'))
         .map(|(shard, _)| shard)
-        .unwrap_or("unknown");
+        .unwrap_or(UNKNOWN_SHARD);
     let base = StreamRecord {
         shard_id: share(&mut shared.shard, shard),
         sequence_number: rec.kinesis.sequence_number.as_ref().into(),
@@ -119,68 +130,19 @@ fn unit(rec: &RecordRef<'_>, shared: &mut Shared) -> Result<Unit, String> {
             .as_deref()
             .map(|arn| share(&mut shared.arn, arn)),
     };
-    Ok(record_unit_owned(base, data))
-}
-
-/// The unit of one Kinesis record: `base` describes it (its `data` is
-/// ignored), `data` is its payload, de-aggregated if it is a KPL aggregate.
-pub(crate) fn record_unit(base: StreamRecord, data: &[u8]) -> Unit {
-    match kpl::deaggregate(data) {
-        Ok(None) => Unit::Records(vec![StreamRecord {
-            data: Bytes::copy_from_slice(data),
-            ..base
-        }]),
-        _ => record_unit_owned(base, data.to_vec()),
-    }
-}
-
-/// [`record_unit`] for a payload the caller owns (no copy of a plain record).
-pub(crate) fn record_unit_owned(base: StreamRecord, data: Vec<u8>) -> Unit {
-    match kpl::deaggregate(&data) {
-        Ok(None) => Unit::Records(vec![StreamRecord {
-            data: Bytes::from(data),
-            ..base
-        }]),
-        Ok(Some(users)) => Unit::Records(
-            users
-                .into_iter()
-                .enumerate()
-                .map(|(i, u)| StreamRecord {
-                    sub_sequence: i as u64,
-                    aggregated: true,
-                    partition_key: u.partition_key.into(),
-                    explicit_hash_key: u.explicit_hash_key.map(str::to_owned),
-                    data: Bytes::copy_from_slice(u.data),
-                    ..base.clone()
-                })
-                .collect(),
-        ),
-        Err(e) => {
-            let error = RecordError::Aggregate {
-                sequence_number: base.sequence_number.to_string(),
-                error: e.to_string(),
-            };
-            Unit::Broken(
-                StreamRecord {
-                    data: Bytes::from(data),
-                    ..base
-                },
-                error,
-            )
-        }
-    }
+    Ok(Unit::kinesis(base, Bytes::from(data)))
 }
 
 impl EventSource for Kinesis {
     type Response = KinesisEventResponse;
 
-    fn units(event_json: &str) -> Result<Vec<(String, Unit)>, String> {
+    fn units(event_json: &str) -> Result<EventUnits, String> {
         // One pass over the event when every record is well-formed (the
         // common case); else record by record, so one malformed record
         // fails alone.
         if let Ok(event) = serde_json::from_str::<WholeEvent<'_>>(event_json) {
             let mut shared = Shared::default();
-            return Ok(event
+            let items = event
                 .records
                 .iter()
                 .enumerate()
@@ -191,12 +153,13 @@ impl EventSource for Kinesis {
                     });
                     (item, unit)
                 })
-                .collect());
+                .collect();
+            return Ok(shared.into_units(items));
         }
         let event: RawEvent<'_> =
             serde_json::from_str(event_json).map_err(|e| format!("not a Kinesis event: {e}"))?;
         let mut shared = Shared::default();
-        event
+        let items = event
             .records
             .iter()
             .enumerate()
@@ -219,7 +182,8 @@ impl EventSource for Kinesis {
                     }
                 }
             })
-            .collect()
+            .collect::<Result<_, String>>()?;
+        Ok(shared.into_units(items))
     }
 
     fn checkpoint_ttl() -> Option<Duration> {

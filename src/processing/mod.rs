@@ -26,18 +26,20 @@
 //! # }
 //! ```
 
-pub(crate) mod core;
+mod core;
 pub(crate) mod dynamodb;
 mod handler;
-pub(crate) mod kinesis;
+mod kinesis;
 mod options;
 mod outcome;
 mod parking;
 mod processor;
 mod record;
 mod source;
+mod unit;
 mod window;
 
+pub use core::{CheckpointSink, Core, NoCheckpoints};
 pub use dynamodb::{changes, Change, ChangeHandler, DynamoDbStreams};
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use kinesis::Kinesis;
@@ -45,5 +47,6 @@ pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
 pub use processor::{BatchProcessor, DynamoDbProcessor, KinesisProcessor};
 pub use record::StreamRecord;
-pub use source::EventSource;
+pub use source::{EventSource, EventUnits};
+pub use unit::Unit;
 pub use window::{KinesisWindowProcessor, WindowInfo, STATE_KEY};

@@ -3,20 +3,19 @@
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
-use crate::state::{
-    call_kinesis, ParkedRecord, RecordKey, Result, SequenceNumber, ShardId, StateStore,
-};
+use crate::state::{call_kinesis, ParkedRecord, RecordKey, Result, StateStore};
 use base64::Engine;
 
 /// The JSON a parked record carries to a dead-letter stream.
 pub(crate) fn envelope(
+    key: &RecordKey,
     record: &StreamRecord,
     error: &RecordError,
     attempts: u32,
 ) -> serde_json::Value {
     serde_json::json!({
         "source": record.event_source_arn,
-        "shard_id": record.shard_id,
+        "shard_id": key.shard_id.as_str(),
         "sequence_number": record.sequence_number,
         "sub_sequence": record.sub_sequence,
         "partition_key": record.partition_key,
@@ -26,11 +25,13 @@ pub(crate) fn envelope(
     })
 }
 
-/// Parks `record` where `parking` says. `false` if parking is disabled (or
-/// needs a store that is not there): the record stays failed.
+/// Parks `record` (kept under `key`) where `parking` says. `false` if
+/// parking is disabled (or needs a store that is not there): the record
+/// stays failed.
 pub(crate) async fn park(
     parking: &Parking,
     store: Option<&StateStore>,
+    key: &RecordKey,
     record: &StreamRecord,
     error: &RecordError,
     attempts: u32,
@@ -40,11 +41,7 @@ pub(crate) async fn park(
         Parking::StateTable { ttl } => {
             let Some(store) = store else { return Ok(false) };
             let parked = ParkedRecord {
-                key: RecordKey {
-                    shard_id: ShardId::new(&*record.shard_id)?,
-                    sequence: SequenceNumber::new(&record.sequence_number)?,
-                    sub_sequence: record.sub_sequence,
-                },
+                key: key.clone(),
                 partition_key: record.partition_key.to_string(),
                 data: record.data.to_vec(),
                 error: error.to_string(),
@@ -55,7 +52,7 @@ pub(crate) async fn park(
             Ok(true)
         }
         Parking::DeadLetterStream { client, stream } => {
-            let body = envelope(record, error, attempts).to_string();
+            let body = envelope(key, record, error, attempts).to_string();
             let req = client
                 .put_record()
                 .stream_name(stream)

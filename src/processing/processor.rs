@@ -1,13 +1,16 @@
 //! The batch processor, generic over the event source.
 
-use crate::processing::core::Run;
+use crate::processing::core::{CheckpointSink, Core, NoCheckpoints};
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
 use crate::processing::options::ProcessingOptions;
 use crate::processing::outcome::BatchReport;
 use crate::processing::source::EventSource;
-use crate::state::StateStore;
+use crate::state::{
+    Checkpoint, CheckpointOutcome, Result as StateResult, ShardId, ShardScope, StateError,
+    StateStore,
+};
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 use std::future::Future;
@@ -15,7 +18,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 struct Inner<H> {
     handler: H,
@@ -112,26 +115,64 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> Result<BatchReport, lambda_runtime::Error> {
         let units = S::units(event_json)?;
         let inner = &*self.inner;
-        let mut run = Run::new(
-            &inner.handler,
-            inner.store.as_ref(),
-            &inner.options,
-            S::checkpoint_ttl(),
-        );
-        let total = units.len();
-        let mut not_attempted = 0;
-        for (index, (item, unit)) in units.into_iter().enumerate() {
-            if run.stopped() {
-                not_attempted = (total - index) as u64;
-                break;
+        let scope = ShardId::new(&units.scope)?;
+        let core = Core::new(&inner.handler, inner.store.as_ref(), &inner.options);
+        // The one stop-by instant: the Lambda deadline minus the margin.
+        let stop_by = deadline.map(|d| {
+            let left = d.duration_since(SystemTime::now()).unwrap_or_default();
+            Instant::now() + left.saturating_sub(inner.options.deadline_margin)
+        });
+        let report = match &inner.store {
+            Some(store) => {
+                let mut sink = EsmCheckpoints {
+                    store,
+                    scope: &scope,
+                    ttl: S::checkpoint_ttl(),
+                };
+                core.run(&scope, units.items, stop_by, &mut sink).await?
             }
-            if run.out_of_time(deadline) {
-                run.skip_for_deadline(&item);
-                continue;
+            None => {
+                core.run(&scope, units.items, stop_by, &mut NoCheckpoints)
+                    .await?
             }
-            run.unit(unit).await?;
+        };
+        Ok(report)
+    }
+}
+
+/// The checkpoints of event-source-mapped batches: un-leased, monotonic,
+/// in the group's scope.
+struct EsmCheckpoints<'a> {
+    store: &'a StateStore,
+    scope: &'a ShardId,
+    ttl: Option<Duration>,
+}
+
+impl CheckpointSink for EsmCheckpoints<'_> {
+    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
+        match self
+            .store
+            .fetch_checkpoint(&ShardScope::Group, self.scope)
+            .await
+        {
+            Ok(cp) => Ok(Some(cp)),
+            Err(StateError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(run.finish(not_attempted).await?)
+    }
+
+    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
+        let outcome = self
+            .store
+            .checkpoint_unleased_expiring(
+                &ShardScope::Group,
+                self.scope,
+                checkpoint,
+                None,
+                self.ttl,
+            )
+            .await?;
+        Ok(outcome == CheckpointOutcome::Stored)
     }
 }
 

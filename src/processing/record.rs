@@ -15,7 +15,8 @@ use std::sync::Arc;
 /// handler fails) allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRecord {
-    /// The shard it came from.
+    /// The shard it came from (empty for a DynamoDB Streams record from an
+    /// event source mapping: Lambda's event does not name the shard).
     pub shard_id: Arc<str>,
     /// The Kinesis record's sequence number.
     pub sequence_number: Arc<str>,

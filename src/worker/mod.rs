@@ -14,9 +14,7 @@ pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_P
 use crate::discovery::list_stream_shards;
 use crate::efo_pool::lock_or_grow;
 use crate::membership::Membership;
-use crate::processing::core::{Run, Unit};
-use crate::processing::kinesis::record_unit;
-use crate::processing::{RecordHandler, StreamRecord};
+use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
 use crate::reads::{KinesisReads, SdkReads};
 use crate::session::ConsumerSession;
 use crate::standalone::StandaloneReader;
@@ -139,13 +137,16 @@ impl<H: RecordHandler> ShardWorker<H> {
         });
     }
 
-    fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
+    /// Stops reading `shard`: its lease is gone (lost, handed off, or
+    /// released while the worker goes on).
+    async fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
         self.pending.remove(shard);
         if self.cursors.remove(shard).is_some() {
             if why == StopReason::Lost {
                 self.report.leases_lost += 1;
             }
             self.stopped(shard, why);
+            self.handler.lease_lost(shard).await;
         }
     }
 
@@ -210,6 +211,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Err(e) => return Err(e),
             }
         }
+        self.handler.shutdown_requested().await;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -307,7 +309,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             cursor.unsubscribe();
         }
         for shard in self.membership.set_efo_lock(lock) {
-            self.drop_shard(&shard, StopReason::Released);
+            self.drop_shard(&shard, StopReason::Released).await;
         }
         Ok(())
     }
@@ -324,10 +326,10 @@ impl<H: RecordHandler> ShardWorker<H> {
             .await?;
         self.next_renew = Instant::now() + self.config.renew_every;
         for shard in &tick.lost {
-            self.drop_shard(shard, StopReason::Lost);
+            self.drop_shard(shard, StopReason::Lost).await;
         }
         for (shard, _) in &tick.handed_off {
-            self.drop_shard(shard, StopReason::HandedOff);
+            self.drop_shard(shard, StopReason::HandedOff).await;
         }
         self.pending.extend(tick.gained);
         if efo && tick.registered {
@@ -344,7 +346,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 .await?;
             self.pending.clear();
             for shard in self.shards() {
-                self.drop_shard(&shard, StopReason::Released);
+                self.drop_shard(&shard, StopReason::Released).await;
             }
         }
         self.open_pending().await
@@ -364,6 +366,9 @@ impl<H: RecordHandler> ShardWorker<H> {
                 position: state.checkpoint.clone(),
                 at: Instant::now(),
             });
+            self.handler
+                .shard_gained(&shard, state.checkpoint.as_ref())
+                .await;
             self.cursors.insert(
                 shard,
                 Cursor::new(state.checkpoint, state.checkpoint_arrival, efo),
@@ -401,48 +406,47 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     async fn process(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
         let shard_arc: Arc<str> = shard.as_str().into();
-        let last_arrival = batch.records.last().and_then(|r| r.arrival);
-        let units: Vec<Unit> = batch
-            .records
-            .iter()
-            .map(|r| {
-                let base = StreamRecord {
-                    shard_id: shard_arc.clone(),
-                    sequence_number: r.sequence_number.as_str().into(),
-                    sub_sequence: 0,
-                    aggregated: false,
-                    partition_key: r.partition_key.as_str().into(),
-                    explicit_hash_key: None,
-                    data: bytes::Bytes::new(),
-                    approximate_arrival: r.arrival,
-                    event_source_arn: None,
-                };
-                record_unit(base, &r.data)
-            })
-            .collect();
+        let items = batch.records.iter().map(|r| {
+            let base = StreamRecord {
+                shard_id: shard_arc.clone(),
+                sequence_number: r.sequence_number.as_str().into(),
+                sub_sequence: 0,
+                aggregated: false,
+                partition_key: r.partition_key.as_str().into(),
+                explicit_hash_key: None,
+                data: bytes::Bytes::new(),
+                approximate_arrival: r.arrival,
+                event_source_arn: None,
+            };
+            (
+                r.sequence_number.clone(),
+                Unit::kinesis(base, r.data.clone()),
+            )
+        });
         let cursor = self.cursors.get(shard).expect("cursor");
-        let mut run = Run::new(
-            &self.handler,
-            Some(&self.store),
-            &self.config.processing,
-            None,
-        );
-        run.preload(shard.as_str(), cursor.position.clone());
-        for unit in units {
-            if run.stopped() {
-                break;
-            }
-            run.unit(unit).await?;
-        }
-        let failed = run.stopped() || !run.report.failures.is_empty();
-        let (report, progress) = run.into_parts(0);
+        let mut sink = LeaseCheckpoints {
+            membership: &mut self.membership,
+            shard,
+            position: cursor.position.clone(),
+            arrival: batch.records.last().and_then(|r| r.arrival),
+            committed: None,
+        };
+        let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
+        let report = core.run(shard, items, None, &mut sink).await?;
+        let committed = sink.committed.take();
+        let last_arrival = sink.arrival;
+        let failed = !report.failures.is_empty();
         self.report.processed += report.processed;
         self.report.duplicates_skipped += report.duplicates_skipped;
         self.report.parked += report.parked;
         let mut position = None;
-        if let Some(cp) = progress.get(shard.as_str()) {
-            let sent = Instant::now();
-            match self.membership.checkpoint(shard, cp, last_arrival).await {
+        if let Some(Committed {
+            checkpoint: cp,
+            sent,
+            result,
+        }) = committed
+        {
+            match result {
                 Ok(outcome) => {
                     self.report.checkpoints += 1;
                     if outcome == CheckpointOutcome::Stored {
@@ -455,7 +459,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 }
                 Err(e) if e.is_lease_lost() => {
                     tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
-                    self.drop_shard(shard, StopReason::Lost);
+                    self.drop_shard(shard, StopReason::Lost).await;
                     // A standalone EFO reader's checkpoints are fenced by
                     // its EFO lock: check the lock at the next renewal.
                     self.efo_recheck = self.config.enhanced_fan_out.is_some();
@@ -469,7 +473,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 }
                 Err(e) => return Err(e),
             }
-            position = Some((cp.clone(), last_arrival));
+            position = Some((cp, last_arrival));
         }
         let ends = !failed && batch.ends_shard();
         let cursor = self.cursors.get_mut(shard).expect("cursor");
@@ -501,14 +505,60 @@ impl<H: RecordHandler> ShardWorker<H> {
             at: Instant::now(),
         });
         match self.membership.complete_shard(shard, &children).await {
-            Ok(_) => self.report.shards_completed += 1,
+            Ok(_) => {
+                self.report.shards_completed += 1;
+                self.handler.shard_ended(shard).await;
+            }
             Err(e) if e.is_lease_lost() => {
                 self.report.leases_lost += 1;
                 self.stopped(shard, StopReason::Lost);
+                self.handler.lease_lost(shard).await;
             }
             Err(e) => return Err(e),
         }
         self.cursors.remove(shard);
         Ok(())
+    }
+}
+
+/// A checkpoint written through the worker's lease (or, standalone, its
+/// own scope), and how the write went.
+struct Committed {
+    checkpoint: Checkpoint,
+    /// When the request was sent (what the worker's events report).
+    sent: Instant,
+    result: Result<CheckpointOutcome>,
+}
+
+/// The worker's checkpoint sink: the cursor's position is what is done; a
+/// commit is a fenced checkpoint whose result the worker reads afterwards
+/// (a lost lease or a transient failure is the worker's to handle, not the
+/// core's).
+struct LeaseCheckpoints<'a> {
+    membership: &'a mut Membership,
+    shard: &'a ShardId,
+    position: Option<Checkpoint>,
+    arrival: Option<EpochMillis>,
+    committed: Option<Committed>,
+}
+
+impl CheckpointSink for LeaseCheckpoints<'_> {
+    async fn stored(&mut self) -> Result<Option<Checkpoint>> {
+        Ok(self.position.clone())
+    }
+
+    async fn commit(&mut self, checkpoint: &Checkpoint) -> Result<bool> {
+        let sent = Instant::now();
+        let result = self
+            .membership
+            .checkpoint(self.shard, checkpoint, self.arrival)
+            .await;
+        let stored = matches!(result, Ok(CheckpointOutcome::Stored));
+        self.committed = Some(Committed {
+            checkpoint: checkpoint.clone(),
+            sent,
+            result,
+        });
+        Ok(stored)
     }
 }

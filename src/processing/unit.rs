@@ -1,0 +1,57 @@
+//! A unit of work: one record of a batch as the core receives it.
+
+use crate::kpl;
+use crate::processing::outcome::RecordError;
+use crate::processing::record::StreamRecord;
+use bytes::Bytes;
+
+/// One record of a batch, as a mode reads it for the [`crate::processing::Core`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unit {
+    /// User records ready for the handler: one, or the user records of a KPL
+    /// aggregate, in order.
+    Records(Vec<StreamRecord>),
+    /// A record that cannot be handled: it fails, and counts toward parking.
+    Broken(StreamRecord, RecordError),
+    /// A record so malformed that only its item identifier is known: it
+    /// fails, and cannot be parked.
+    Unreadable(String, RecordError),
+}
+
+impl Unit {
+    /// The unit of one Kinesis record: `base` describes it (its `data` is
+    /// replaced), `data` is its payload, de-aggregated if it is a KPL
+    /// aggregate (user records share the payload's buffer; nothing is
+    /// copied). A corrupt aggregate is a [`Unit::Broken`] record.
+    pub fn kinesis(base: StreamRecord, data: Bytes) -> Unit {
+        let users = kpl::deaggregate(&data)
+            .map(|users| {
+                users.map(|users| {
+                    users
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, u)| StreamRecord {
+                            sub_sequence: i as u64,
+                            aggregated: true,
+                            partition_key: u.partition_key.into(),
+                            explicit_hash_key: u.explicit_hash_key.map(str::to_owned),
+                            data: data.slice_ref(u.data),
+                            ..base.clone()
+                        })
+                        .collect()
+                })
+            })
+            .map_err(|e| e.to_string());
+        match users {
+            Ok(None) => Unit::Records(vec![StreamRecord { data, ..base }]),
+            Ok(Some(records)) => Unit::Records(records),
+            Err(error) => {
+                let error = RecordError::Aggregate {
+                    sequence_number: base.sequence_number.to_string(),
+                    error,
+                };
+                Unit::Broken(StreamRecord { data, ..base }, error)
+            }
+        }
+    }
+}
