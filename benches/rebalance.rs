@@ -6,12 +6,13 @@
 //!
 //! Run: `cargo bench --bench rebalance` (prints Markdown tables).
 
+use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::Rebalancer;
+use shardkeeper::group::{plan_rebalance, Action, RebalanceConfig};
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, GroupSnapshot, ManualClock, ShardId, StateStore,
     StoreConfig, TableOptions,
 };
-use shardkeeper::{plan_rebalance, Action, ConsumerSession, RebalanceConfig};
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::BTreeMap;
 use std::sync::Arc;

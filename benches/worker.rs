@@ -7,11 +7,12 @@
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::Rebalancer;
+use shardkeeper::group::RebalanceConfig;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, RebalanceConfig};
 use shardkeeper_local::{test_clients, unique_name};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -13,12 +13,14 @@
 //! read with an enhanced fan-out consumer).
 
 use aws_sdk_kinesis::primitives::Blob;
-use shardkeeper::efo_pool::EfoPool;
+use shardkeeper::config::ScheduledConfig;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::consumer::EfoPool;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::Rebalancer;
+use shardkeeper::group::RebalanceConfig;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, RebalanceConfig, ScheduledConfig};
 use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

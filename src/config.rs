@@ -2,11 +2,11 @@
 //!
 //! A missing or malformed variable fails at init with an error that names it.
 
-use crate::efo_pool::{EfoPool, MAX_EFO_CONSUMERS};
-use crate::reap::ReapConfig;
-use crate::rebalance::RebalanceConfig;
+use crate::consumer::WorkerConfig;
+use crate::consumer::{EfoPool, MAX_EFO_CONSUMERS};
+use crate::group::ReapConfig;
+use crate::group::RebalanceConfig;
 use crate::state::{schema::DEFAULT_TABLE, StateError, StoreConfig};
-use crate::worker::WorkerConfig;
 use std::time::Duration;
 
 /// A configuration error: which variable, and what is wrong with it.

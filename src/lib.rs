@@ -2,9 +2,27 @@
 //! Lambda, with shard leases, fenced checkpoints, consumer heartbeats and
 //! enhanced fan-out consumer locking kept in one DynamoDB table.
 //!
-//! This crate is what consumer functions are built from. Its state store is
-//! the [`state`] module (the `shardkeeper-state` crate, which has no Lambda
-//! dependencies and is shared by every function of a consumer system).
+//! This crate is what consumer functions are built from. A record travels
+//! one way in every mode: source → [`processing::Core`] → the user's
+//! [`processing::RecordHandler`] → a checkpoint sink.
+//!
+//! # Layout
+//!
+//! * [`state`]: the state store (the `shardkeeper-state` crate): leases,
+//!   checkpoints, consumers, enhanced fan-out locks, one item per entity.
+//! * [`processing`]: the record-processing core and the event-source-mapped
+//!   processors ([`KinesisProcessor`], [`DynamoDbProcessor`]), with the
+//!   handler contract, typed payloads, parking and tumbling windows.
+//! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]):
+//!   sessions, reads (polling and enhanced fan-out), the EFO pool.
+//! * [`group`]: the planners of the lease-rebalancer and the
+//!   heartbeat-reaper, their executor, the operator's reset and status.
+//! * [`ddb_streams`]: the self-managed DynamoDB Streams reader
+//!   ([`StreamReader`]) and the replica recipe.
+//! * [`functions`]: the bodies of the ready-made Lambda functions.
+//! * [`config`]: configuration from the environment.
+//! * [`metrics`]: CloudWatch Embedded Metric Format lines.
+//! * [`kpl`]: KPL aggregation and de-aggregation.
 //!
 //! ```
 //! use shardkeeper::state::{Checkpoint, SequenceNumber};
@@ -18,37 +36,26 @@
 //! assert!(cp.covers(&a, 0));
 //! ```
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 pub use shardkeeper_state as state;
+pub use state::StateStore;
 
-pub mod action;
-pub mod config;
-pub mod ddb_streams;
-pub mod discovery;
-pub mod efo_pool;
-pub mod executor;
-pub mod functions;
-pub mod history;
-pub mod metrics;
-pub mod reads;
-pub mod reap;
-pub mod rebalance;
-pub mod reset;
-pub mod session;
-pub mod standalone;
-pub mod status;
-
-pub use action::{Action, ActionKind};
-pub use config::{ConfigError, ScheduledConfig, TickTiming};
-pub use discovery::{discover_shards, list_stream_shards, parents_first, DiscoveryReport};
-pub use executor::{execute, ExecutionReport};
-pub use reap::{plan_reap, ReapConfig};
-pub use rebalance::{plan_rebalance, RebalanceConfig};
-pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
-pub use session::{ConsumerSession, SessionTick};
-pub use standalone::StandaloneReader;
-pub use status::GroupStatus;
-pub mod kpl;
-mod membership;
 pub mod processing;
-pub mod worker;
-pub mod worker_events;
+pub use processing::{DynamoDbProcessor, KinesisProcessor};
+
+pub mod consumer;
+pub use consumer::ShardWorker;
+
+pub mod group;
+
+pub mod ddb_streams;
+pub use ddb_streams::StreamReader;
+
+pub mod functions;
+
+pub mod config;
+
+pub mod metrics;
+
+pub mod kpl;

@@ -2,6 +2,7 @@
 //! after reading), rewinding to the committed positions, seeking, and the
 //! handler loop that commits after each accepted record.
 
+use crate::consumer::InitialPosition;
 use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
@@ -10,7 +11,6 @@ use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::ChangeRecord;
 use crate::processing::HandlerError;
 use crate::state::ShardId;
-use crate::worker::InitialPosition;
 use std::future::Future;
 
 impl<C: StreamsClient> StreamReader<C> {

@@ -10,7 +10,7 @@ use std::future::Future;
 
 /// Where GetShardIterator starts: the four DynamoDB Streams iterator types.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IteratorStart {
+pub enum StreamsIteratorStart {
     /// The oldest record still in the shard.
     TrimHorizon,
     /// Just after the newest record: only records written from now on.
@@ -21,28 +21,30 @@ pub enum IteratorStart {
     AfterSequence(SequenceNumber),
 }
 
-impl IteratorStart {
+impl StreamsIteratorStart {
     /// The API's name of the iterator type (`TRIM_HORIZON`, `LATEST`,
     /// `AT_SEQUENCE_NUMBER`, `AFTER_SEQUENCE_NUMBER`).
     pub fn iterator_type(&self) -> &'static str {
         match self {
-            IteratorStart::TrimHorizon => "TRIM_HORIZON",
-            IteratorStart::Latest => "LATEST",
-            IteratorStart::AtSequence(_) => "AT_SEQUENCE_NUMBER",
-            IteratorStart::AfterSequence(_) => "AFTER_SEQUENCE_NUMBER",
+            StreamsIteratorStart::TrimHorizon => "TRIM_HORIZON",
+            StreamsIteratorStart::Latest => "LATEST",
+            StreamsIteratorStart::AtSequence(_) => "AT_SEQUENCE_NUMBER",
+            StreamsIteratorStart::AfterSequence(_) => "AFTER_SEQUENCE_NUMBER",
         }
     }
 
     /// The sequence number of the `*_SEQUENCE_NUMBER` types.
     pub fn sequence_number(&self) -> Option<&SequenceNumber> {
         match self {
-            IteratorStart::AtSequence(seq) | IteratorStart::AfterSequence(seq) => Some(seq),
-            IteratorStart::TrimHorizon | IteratorStart::Latest => None,
+            StreamsIteratorStart::AtSequence(seq) | StreamsIteratorStart::AfterSequence(seq) => {
+                Some(seq)
+            }
+            StreamsIteratorStart::TrimHorizon | StreamsIteratorStart::Latest => None,
         }
     }
 }
 
-impl fmt::Display for IteratorStart {
+impl fmt::Display for StreamsIteratorStart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.sequence_number() {
             Some(seq) => write!(f, "{} {seq}", self.iterator_type()),
@@ -63,7 +65,7 @@ pub struct ShardPage {
 
 /// One GetRecords answer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RecordsPage {
+pub struct ChangesPage {
     /// The records, oldest first.
     pub records: Vec<aws_sdk_dynamodbstreams::types::Record>,
     /// The iterator for the next call; `None` once a closed shard is read to its end.
@@ -86,7 +88,7 @@ pub trait StreamsClient: Send + Sync {
         &self,
         stream_arn: &str,
         shard_id: &str,
-        start: &IteratorStart,
+        start: &StreamsIteratorStart,
     ) -> impl Future<Output = Result<Option<String>, StreamsError>> + Send;
 
     /// The records at `iterator`, at most `limit` (the service's maximum,
@@ -95,5 +97,5 @@ pub trait StreamsClient: Send + Sync {
         &self,
         iterator: &str,
         limit: Option<i32>,
-    ) -> impl Future<Output = Result<RecordsPage, StreamsError>> + Send;
+    ) -> impl Future<Output = Result<ChangesPage, StreamsError>> + Send;
 }

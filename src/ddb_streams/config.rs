@@ -1,6 +1,6 @@
 //! How a `StreamReader` reads: its configuration.
 
-use crate::worker::InitialPosition;
+use crate::consumer::InitialPosition;
 use std::time::Duration;
 
 /// What a reader does when the records at a shard's position were trimmed

@@ -1,14 +1,14 @@
 //! Discovery: the stream's shards (DescribeStream, every page) against the
 //! shards the reader knows and the positions the store saved.
 
+use crate::consumer::parents_first;
 use crate::ddb_streams::batch::Discovery;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::reader::{Cursor, StreamReader};
 use crate::ddb_streams::tree;
-use crate::parents_first;
-use crate::state::{ShardId, ShardSpec, StreamPosition};
+use crate::state::{ShardId, ShardSpec, StoredShardPosition};
 use std::collections::BTreeMap;
 
 impl<C: StreamsClient> StreamReader<C> {
@@ -41,7 +41,7 @@ impl<C: StreamsClient> StreamReader<C> {
         let (listed, pages) = self.describe_all().await?;
         let now = self.store.now();
         let first = self.discovered_at.is_none();
-        let mut saved: BTreeMap<ShardId, StreamPosition> = BTreeMap::new();
+        let mut saved: BTreeMap<ShardId, StoredShardPosition> = BTreeMap::new();
         let mut stale = Vec::new();
         if first {
             for position in self.store.load_positions().await? {

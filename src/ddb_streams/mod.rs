@@ -50,7 +50,7 @@ mod sdk;
 mod tree;
 
 pub use batch::{Batch, Discovery, PollReport, ReaderStats, ShardBatch, TrimmedShard};
-pub use client::{IteratorStart, RecordsPage, ShardPage, StreamsClient};
+pub use client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};
 pub use config::{OnTrimmed, ReaderConfig};
 pub use error::{ReaderError, StreamsError};
 pub use position::ShardPosition;

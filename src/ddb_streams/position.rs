@@ -6,9 +6,9 @@
 //! and an expired `LATEST` reopen at `TRIM_HORIZON` and skip the records
 //! created before the time: never at `LATEST`, which would lose records.
 
-use crate::ddb_streams::client::IteratorStart;
-use crate::state::{EpochMillis, Result, SequenceNumber, ShardSpec, StreamPosition};
-use crate::worker::InitialPosition;
+use crate::consumer::InitialPosition;
+use crate::ddb_streams::client::StreamsIteratorStart;
+use crate::state::{EpochMillis, Result, SequenceNumber, ShardSpec, StoredShardPosition};
 
 /// A shard's reading position.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,16 +67,20 @@ impl ShardPosition {
     /// `TRIM_HORIZON` skipping what was created before `at - margin` (the
     /// margin covers clock skew), so nothing written since is lost; the first
     /// `LATEST` iterator is taken when the position is set, not here.
-    pub fn reopen(&self, margin_ms: i64) -> (IteratorStart, Option<EpochMillis>) {
+    pub fn reopen(&self, margin_ms: i64) -> (StreamsIteratorStart, Option<EpochMillis>) {
         match self {
-            ShardPosition::TrimHorizon => (IteratorStart::TrimHorizon, None),
+            ShardPosition::TrimHorizon => (StreamsIteratorStart::TrimHorizon, None),
             ShardPosition::Latest { at } => (
-                IteratorStart::TrimHorizon,
+                StreamsIteratorStart::TrimHorizon,
                 Some(whole_second(at - margin_ms)),
             ),
-            ShardPosition::AtTime { at } => (IteratorStart::TrimHorizon, Some(whole_second(*at))),
-            ShardPosition::AtSequence(seq) => (IteratorStart::AtSequence(seq.clone()), None),
-            ShardPosition::AfterSequence(seq) => (IteratorStart::AfterSequence(seq.clone()), None),
+            ShardPosition::AtTime { at } => {
+                (StreamsIteratorStart::TrimHorizon, Some(whole_second(*at)))
+            }
+            ShardPosition::AtSequence(seq) => (StreamsIteratorStart::AtSequence(seq.clone()), None),
+            ShardPosition::AfterSequence(seq) => {
+                (StreamsIteratorStart::AfterSequence(seq.clone()), None)
+            }
         }
     }
 
@@ -94,7 +98,11 @@ impl ShardPosition {
 
     /// The stored form (`None` for a time, which has no iterator type: the
     /// position is stored once a record after it is committed).
-    pub fn to_stored(&self, stream_arn: &str, shard: &ShardSpec) -> Result<Option<StreamPosition>> {
+    pub fn to_stored(
+        &self,
+        stream_arn: &str,
+        shard: &ShardSpec,
+    ) -> Result<Option<StoredShardPosition>> {
         let (iterator, seq) = match self {
             ShardPosition::AtTime { .. } => return Ok(None),
             ShardPosition::TrimHorizon => ("TRIM_HORIZON", None),
@@ -103,11 +111,12 @@ impl ShardPosition {
             ShardPosition::AfterSequence(seq) => ("AFTER_SEQUENCE_NUMBER", Some(seq.as_str())),
         };
         let parent = shard.parents.first().map(|p| p.as_str());
-        StreamPosition::new(stream_arn, shard.shard_id.as_str(), iterator, seq, parent).map(Some)
+        StoredShardPosition::new(stream_arn, shard.shard_id.as_str(), iterator, seq, parent)
+            .map(Some)
     }
 
     /// A stored position, `now` standing for the time of a stored `LATEST`.
-    pub fn from_stored(position: &StreamPosition, now: EpochMillis) -> Self {
+    pub fn from_stored(position: &StoredShardPosition, now: EpochMillis) -> Self {
         match (
             position.iterator_type.as_str(),
             position.sequence_number.clone(),
@@ -133,17 +142,17 @@ mod tests {
         let latest = ShardPosition::Latest { at: 10_500 };
         assert_eq!(
             latest.reopen(2_000),
-            (IteratorStart::TrimHorizon, Some(8_000))
+            (StreamsIteratorStart::TrimHorizon, Some(8_000))
         );
         let time = ShardPosition::AtTime { at: 7_250 };
         assert_eq!(
             time.reopen(2_000),
-            (IteratorStart::TrimHorizon, Some(7_000))
+            (StreamsIteratorStart::TrimHorizon, Some(7_000))
         );
         let after = ShardPosition::AfterSequence(seq("42"));
         assert_eq!(
             after.reopen(2_000),
-            (IteratorStart::AfterSequence(seq("42")), None)
+            (StreamsIteratorStart::AfterSequence(seq("42")), None)
         );
     }
 

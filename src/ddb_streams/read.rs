@@ -4,7 +4,7 @@
 //! converted and skipped during a seek.
 
 use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
-use crate::ddb_streams::client::{IteratorStart, RecordsPage, StreamsClient};
+use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::config::OnTrimmed;
 use crate::ddb_streams::error::{ReaderError, StreamsError};
 use crate::ddb_streams::position::ShardPosition;
@@ -20,7 +20,7 @@ impl<C: StreamsClient> StreamReader<C> {
         let client = &self.client;
         let it = self
             .call("GetShardIterator", || {
-                client.get_shard_iterator(arn, id.as_str(), &IteratorStart::Latest)
+                client.get_shard_iterator(arn, id.as_str(), &StreamsIteratorStart::Latest)
             })
             .await?;
         if let Some(cursor) = self.cursors.get_mut(id) {
@@ -46,7 +46,7 @@ impl<C: StreamsClient> StreamReader<C> {
         Ok(it)
     }
 
-    async fn get_records(&mut self, iterator: &str) -> Result<RecordsPage, ReaderError> {
+    async fn get_records(&mut self, iterator: &str) -> Result<ChangesPage, ReaderError> {
         self.stats.get_records += 1;
         let client = &self.client;
         let limit = self.config.limit;
@@ -60,7 +60,7 @@ impl<C: StreamsClient> StreamReader<C> {
         &mut self,
         id: &ShardId,
         trimmed: &mut Vec<TrimmedShard>,
-    ) -> Result<Option<RecordsPage>, ReaderError> {
+    ) -> Result<Option<ChangesPage>, ReaderError> {
         let (mut refreshed, mut restarted) = (false, false);
         loop {
             let iterator = match self.cursors[id].iterator.clone() {

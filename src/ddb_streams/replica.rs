@@ -4,6 +4,7 @@
 //! scan already saw is applied again, which is harmless because applying is
 //! idempotent (put on insert and modify, delete on remove, by key).
 
+use crate::consumer::InitialPosition;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::reader::StreamReader;
@@ -11,7 +12,6 @@ use crate::ddb_streams::record::{ChangeKind, ChangeRecord, Image};
 use crate::processing::dynamodb::payload_error;
 use crate::processing::RecordError;
 use crate::state::{call_aws, RetryPolicy, Service};
-use crate::worker::InitialPosition;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! [`StreamsClient`] for the AWS SDK's DynamoDB Streams client.
 
-use crate::ddb_streams::client::{IteratorStart, RecordsPage, ShardPage, StreamsClient};
+use crate::ddb_streams::client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::error::StreamsError;
 use crate::state::{SequenceNumber, ShardSpec, StateError};
 use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -68,7 +68,7 @@ impl StreamsClient for aws_sdk_dynamodbstreams::Client {
         &self,
         stream_arn: &str,
         shard_id: &str,
-        start: &IteratorStart,
+        start: &StreamsIteratorStart,
     ) -> impl Future<Output = Result<Option<String>, StreamsError>> + Send {
         let req = self
             .get_shard_iterator()
@@ -86,11 +86,11 @@ impl StreamsClient for aws_sdk_dynamodbstreams::Client {
         &self,
         iterator: &str,
         limit: Option<i32>,
-    ) -> impl Future<Output = Result<RecordsPage, StreamsError>> + Send {
+    ) -> impl Future<Output = Result<ChangesPage, StreamsError>> + Send {
         let req = self.get_records().shard_iterator(iterator).set_limit(limit);
         async move {
             let out = req.send().await.map_err(streams_error)?;
-            Ok(RecordsPage {
+            Ok(ChangesPage {
                 records: out.records.unwrap_or_default(),
                 next_iterator: out.next_shard_iterator,
             })

@@ -1,11 +1,11 @@
 //! The heartbeat-reaper: plan and apply the clean-up; one tick at a time.
 
 use super::ticker::{run_ticks, InvocationSummary};
-use crate::action::ActionKind;
 use crate::config::TickTiming;
-use crate::executor::{execute, ExecutionReport};
+use crate::group::ActionKind;
+use crate::group::{execute, ExecutionReport};
+use crate::group::{plan_reap, ReapConfig};
 use crate::metrics::{emit_for, Metric};
-use crate::reap::{plan_reap, ReapConfig};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;

@@ -1,12 +1,12 @@
 //! The lease-rebalancer: discover shards, plan, apply; one tick at a time.
 
 use super::ticker::{run_ticks, InvocationSummary};
-use crate::action::ActionKind;
 use crate::config::TickTiming;
-use crate::discovery::{discover_shards, DiscoveryReport};
-use crate::executor::{execute, ExecutionReport};
+use crate::consumer::{discover_shards, DiscoveryReport};
+use crate::group::ActionKind;
+use crate::group::{available_shards, live_consumers, plan_rebalance, RebalanceConfig};
+use crate::group::{execute, ExecutionReport};
 use crate::metrics::{emit_for, Metric};
-use crate::rebalance::{available_shards, live_consumers, plan_rebalance, RebalanceConfig};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;

@@ -2,10 +2,10 @@
 //! instance that reads the shards it is given until its deadline, then
 //! releases them (checkpointed) so the next invocation takes over at once.
 
+use crate::consumer::ConsumerSession;
+use crate::consumer::{ShardWorker, WorkerConfig, WorkerReport};
 use crate::processing::RecordHandler;
-use crate::session::ConsumerSession;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
-use crate::worker::{ShardWorker, WorkerConfig, WorkerReport};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use std::time::{Duration, Instant, SystemTime};

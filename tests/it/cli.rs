@@ -3,8 +3,8 @@
 
 use crate::common::{ctx, lease, seed_shards};
 use clap::Parser;
+use shardkeeper::group::ResetRefused;
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
-use shardkeeper::ResetRefused;
 use shardkeeper_cli::args::{DemoArgs, ResetArgs, Target};
 use shardkeeper_cli::{commands, Cli, Error};
 use std::time::Duration;

@@ -285,7 +285,7 @@ pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::function
     shardkeeper::functions::Rebalancer {
         store: store.clone(),
         kinesis: aws.kinesis.clone(),
-        config: shardkeeper::RebalanceConfig::default(),
+        config: shardkeeper::group::RebalanceConfig::default(),
         lease_term: Duration::from_secs(10),
         emit_metrics: false,
     }

@@ -3,10 +3,10 @@
 //! came once and in order per key.
 
 use aws_sdk_kinesis::primitives::Blob;
+use shardkeeper::consumer::{ConsumerSession, StandaloneSession};
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::processing::{ProcessingOptions, StreamRecord};
 use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, StandaloneReader};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -88,7 +88,7 @@ pub fn standalone_with(
     config: WorkerConfig,
 ) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
     let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
-    let reader = StandaloneReader::new(store.clone(), kinesis.clone(), info);
+    let reader = StandaloneSession::new(store.clone(), kinesis.clone(), info);
     ShardWorker::standalone(
         reader,
         store.clone(),

@@ -10,14 +10,14 @@ use aws_sdk_dynamodbstreams::types::{
     AttributeValue as StreamValue, OperationType, Record, StreamRecord, StreamViewType,
 };
 use proptest::prelude::*;
+use shardkeeper::consumer::parents_first;
+use shardkeeper::consumer::InitialPosition;
 use shardkeeper::ddb_streams::{
-    build_replica, Batch, ItemKey, IteratorStart, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
-    RecordsPage, Replica, ShardPage, StreamReader, StreamsClient, StreamsError,
+    build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
+    Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
-use shardkeeper::parents_first;
 use shardkeeper::processing::Change;
 use shardkeeper::state::{SequenceNumber, ShardSpec, StateStore};
-use shardkeeper::worker::InitialPosition;
 use shardkeeper_local::unique_name;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -461,7 +461,7 @@ impl FakeState {
     fn iterator(
         &mut self,
         shard: &str,
-        start: &IteratorStart,
+        start: &StreamsIteratorStart,
     ) -> Result<Option<String>, StreamsError> {
         self.throttled()?;
         self.iterator_requests.push(format!("{shard} {start}"));
@@ -472,10 +472,10 @@ impl FakeState {
             .ok_or_else(|| StreamsError::ResourceNotFound(shard.into()))?;
         let first_kept = s.records.iter().position(|r| !self.is_trimmed(&r.seq));
         let pos = match start {
-            IteratorStart::TrimHorizon => first_kept.unwrap_or(s.records.len()),
-            IteratorStart::Latest => s.records.len(),
-            IteratorStart::AtSequence(seq) | IteratorStart::AfterSequence(seq) => {
-                let at = matches!(start, IteratorStart::AtSequence(_));
+            StreamsIteratorStart::TrimHorizon => first_kept.unwrap_or(s.records.len()),
+            StreamsIteratorStart::Latest => s.records.len(),
+            StreamsIteratorStart::AtSequence(seq) | StreamsIteratorStart::AfterSequence(seq) => {
+                let at = matches!(start, StreamsIteratorStart::AtSequence(_));
                 let pos = s
                     .records
                     .iter()
@@ -492,7 +492,7 @@ impl FakeState {
         Ok(Some(format!("{}|{shard}|{pos}", self.generation)))
     }
 
-    fn records(&mut self, iterator: &str) -> Result<RecordsPage, StreamsError> {
+    fn records(&mut self, iterator: &str) -> Result<ChangesPage, StreamsError> {
         self.throttled()?;
         if let Some((shard, created)) = self.steady_writes.clone() {
             let id = format!("steady-{}", self.next_seq);
@@ -516,7 +516,7 @@ impl FakeState {
             .collect();
         let next = (!(s.closed && end == s.records.len()))
             .then(|| format!("{}|{shard}|{end}", self.generation));
-        Ok(RecordsPage {
+        Ok(ChangesPage {
             records,
             next_iterator: next,
         })
@@ -551,7 +551,7 @@ impl StreamsClient for Fake {
         &self,
         _stream_arn: &str,
         shard_id: &str,
-        start: &IteratorStart,
+        start: &StreamsIteratorStart,
     ) -> impl Future<Output = Result<Option<String>, StreamsError>> + Send {
         std::future::ready(self.state().iterator(shard_id, start))
     }
@@ -560,7 +560,7 @@ impl StreamsClient for Fake {
         &self,
         iterator: &str,
         _limit: Option<i32>,
-    ) -> impl Future<Output = Result<RecordsPage, StreamsError>> + Send {
+    ) -> impl Future<Output = Result<ChangesPage, StreamsError>> + Send {
         std::future::ready(self.state().records(iterator))
     }
 }

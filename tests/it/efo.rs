@@ -210,16 +210,16 @@ async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
     );
 }
 
-fn test_pool(prefix: &str, size: usize) -> shardkeeper::efo_pool::EfoPool {
-    shardkeeper::efo_pool::EfoPool {
+fn test_pool(prefix: &str, size: usize) -> shardkeeper::consumer::EfoPool {
+    shardkeeper::consumer::EfoPool {
         poll_interval: Duration::from_millis(20),
-        ..shardkeeper::efo_pool::EfoPool::new(prefix, size)
+        ..shardkeeper::consumer::EfoPool::new(prefix, size)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
-    use shardkeeper::efo_pool::lock_or_grow;
+    use shardkeeper::consumer::lock_or_grow;
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let arn = stream_arn(&ctx.aws, &stream).await;
@@ -311,7 +311,7 @@ async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
 
 #[tokio::test]
 async fn a_pool_outside_the_kinesis_limits_is_a_validation_error() {
-    use shardkeeper::efo_pool::lock_or_grow;
+    use shardkeeper::consumer::lock_or_grow;
     let ctx = ctx().await;
     let store = ctx.store("efo-limits");
     let me = ConsumerId::new("c0").unwrap();

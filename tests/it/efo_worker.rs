@@ -5,9 +5,9 @@
 
 use crate::common::{create_stream, ctx, rebalancer, split_first, Ctx};
 use crate::consume::{check, eager, produce, standalone_with, tick_and_step, worker_with, Log};
-use shardkeeper::efo_pool::EfoPool;
+use shardkeeper::consumer::EfoPool;
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::state::{ShardScope, TableOptions};
-use shardkeeper::worker::WorkerConfig;
 use shardkeeper_local::{unique_name, AwsClients, Endpoints, LocalOptions, LocalServers};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
     let inactive: Vec<_> = consumers.iter().filter(|c| !c.active).collect();
     assert_eq!(inactive.len(), 1, "{consumers:?}");
 
-    let total = |f: fn(&shardkeeper::worker::WorkerReport) -> u64| -> u64 {
+    let total = |f: fn(&shardkeeper::consumer::WorkerReport) -> u64| -> u64 {
         workers.iter().map(|w| f(w.report())).sum()
     };
     assert_eq!(total(|r| r.polls), 0, "read by subscription only");

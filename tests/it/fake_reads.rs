@@ -6,14 +6,14 @@
 use crate::common::{create_stream, ctx, Ctx};
 use crate::consume::{eager, logging, Log};
 use bytes::Bytes;
-use shardkeeper::efo_pool::EfoPool;
-use shardkeeper::reads::{
-    KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, StartAt, Subscription,
+use shardkeeper::consumer::reads::{
+    IteratorStart, KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, Subscription,
     SubscriptionEvent,
 };
+use shardkeeper::consumer::EfoPool;
+use shardkeeper::consumer::StandaloneSession;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::state::{ConsumerId, ConsumerInfo, ShardId, StateError};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::StandaloneReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,7 +62,7 @@ fn records(keys: u32, per_key: u32) -> Vec<ReadRecord> {
 }
 
 impl Shard {
-    fn index(&self, start: &StartAt) -> usize {
+    fn index(&self, start: &IteratorStart) -> usize {
         let at = |s: &str| {
             self.records
                 .iter()
@@ -70,10 +70,10 @@ impl Shard {
                 .unwrap_or(self.records.len())
         };
         match start {
-            StartAt::TrimHorizon | StartAt::AtTimestamp(_) => 0,
-            StartAt::Latest => self.records.len(),
-            StartAt::AtSequence(s) => at(s),
-            StartAt::AfterSequence(s) => at(s) + 1,
+            IteratorStart::TrimHorizon | IteratorStart::AtTimestamp(_) => 0,
+            IteratorStart::Latest => self.records.len(),
+            IteratorStart::AtSequence(s) => at(s),
+            IteratorStart::AfterSequence(s) => at(s) + 1,
         }
     }
 }
@@ -83,7 +83,7 @@ impl KinesisReads for FakeReads {
         &'a self,
         _stream: &'a str,
         _shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, String> {
         let i = self.0.lock().unwrap().index(start);
         Box::pin(async move { Ok(format!("it-{i}")) })
@@ -123,7 +123,7 @@ impl KinesisReads for FakeReads {
         &'a self,
         _consumer_arn: &'a str,
         _shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, Box<dyn Subscription>> {
         let mut shard = self.0.lock().unwrap();
         let answer = if shard
@@ -224,7 +224,7 @@ async fn reading_through(
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let info = ConsumerInfo::for_this_process(ConsumerId::new("solo").unwrap(), store.now());
-    let reader = StandaloneReader::new(store.clone(), ctx.aws.kinesis.clone(), info);
+    let reader = StandaloneSession::new(store.clone(), ctx.aws.kinesis.clone(), info);
     ShardWorker::standalone(
         reader,
         store,

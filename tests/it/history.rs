@@ -1,9 +1,9 @@
 //! The history checker against hand-made histories: a good one passes, and
 //! each kind of bad one is caught.
 
-use shardkeeper::history::{check, History, Processed, Produced};
+use shardkeeper::consumer::{StopReason, WorkerEvent};
 use shardkeeper::state::{Checkpoint, SequenceNumber, ShardId};
-use shardkeeper::worker_events::{StopReason, WorkerEvent};
+use shardkeeper_history::{check, History, Processed, Produced};
 use std::time::{Duration, Instant};
 
 fn shard(n: u32) -> ShardId {

@@ -5,8 +5,8 @@
 use crate::common::{create_stream, rebalancer};
 use crate::consume::{check, produce, worker_with, Log};
 use crate::faulty::Faulty;
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::state::StateStore;
-use shardkeeper::worker::WorkerConfig;
 use shardkeeper_local::Faults;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,8 +1,8 @@
 //! The reap planner: table-driven scenarios.
 
 use crate::fixtures::*;
+use shardkeeper::group::{plan_reap, Action, ReapConfig};
 use shardkeeper::state::GroupSnapshot;
-use shardkeeper::{plan_reap, Action, ReapConfig};
 use std::time::Duration;
 
 fn config() -> ReapConfig {

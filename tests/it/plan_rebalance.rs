@@ -2,8 +2,8 @@
 
 use crate::fixtures::*;
 use proptest::prelude::*;
+use shardkeeper::group::{plan_rebalance, Action, RebalanceConfig};
 use shardkeeper::state::{ConsumerId, GroupSnapshot, ShardId};
-use shardkeeper::{plan_rebalance, Action, RebalanceConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ fn apply(snapshot: &GroupSnapshot, actions: &[Action]) -> GroupSnapshot {
 /// Live leases per owner on the shards that are available for lease.
 fn holdings(snapshot: &GroupSnapshot) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for s in shardkeeper::rebalance::available_shards(snapshot) {
+    for s in shardkeeper::group::available_shards(snapshot) {
         if let Some(lease) = s.live_lease(NOW) {
             *out.entry(lease.owner.to_string()).or_insert(0) += 1;
         }
@@ -389,7 +389,7 @@ proptest! {
             .filter(|c| NOW - c.heartbeat <= 15_000 && c.active && !c.info.standalone)
             .map(|c| c.id().to_string())
             .collect();
-        let available = shardkeeper::rebalance::available_shards(&state).len();
+        let available = shardkeeper::group::available_shards(&state).len();
         if live.is_empty() || available == 0 {
             return Ok(());
         }

@@ -1,7 +1,7 @@
 //! DynamoDB Streams positions, against a real table stream of the DynamoDB server.
 
 use crate::common::{create_stream_table, ctx};
-use shardkeeper::state::{ShardId, StateError, StreamPosition};
+use shardkeeper::state::{ShardId, StateError, StoredShardPosition};
 
 #[tokio::test]
 async fn shard_positions_are_saved_restored_and_removed() {
@@ -20,14 +20,15 @@ async fn shard_positions_are_saved_restored_and_removed() {
     let shard_id = shards[0].shard_id().unwrap().to_owned();
 
     let store = ctx.store(&table);
-    let start = StreamPosition::new(&stream_arn, &shard_id, "TRIM_HORIZON", None, None).unwrap();
+    let start =
+        StoredShardPosition::new(&stream_arn, &shard_id, "TRIM_HORIZON", None, None).unwrap();
     store.save_position(&start).await.unwrap();
     let loaded = store.load_positions().await.unwrap();
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].iterator_type, "TRIM_HORIZON");
     assert_eq!(loaded[0].stream_arn, stream_arn);
 
-    let moved = StreamPosition::new(
+    let moved = StoredShardPosition::new(
         &stream_arn,
         &shard_id,
         "AFTER_SEQUENCE_NUMBER",
@@ -44,7 +45,9 @@ async fn shard_positions_are_saved_restored_and_removed() {
     );
     // Seeking back to a time-based start replaces the position and drops the sequence number.
     store
-        .save_position(&StreamPosition::new(&stream_arn, &shard_id, "LATEST", None, None).unwrap())
+        .save_position(
+            &StoredShardPosition::new(&stream_arn, &shard_id, "LATEST", None, None).unwrap(),
+        )
         .await
         .unwrap();
     let loaded = store.load_positions().await.unwrap();
@@ -62,7 +65,7 @@ async fn shard_positions_are_saved_restored_and_removed() {
         ("AFTER_SEQUENCE_NUMBER", None),
         ("LATEST", Some("1")),
     ] {
-        let err = StreamPosition::new(&stream_arn, &shard_id, iter, seq, None).unwrap_err();
+        let err = StoredShardPosition::new(&stream_arn, &shard_id, iter, seq, None).unwrap_err();
         assert!(
             matches!(err, StateError::Validation { .. }),
             "{iter}: {err}"

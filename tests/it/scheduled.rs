@@ -8,11 +8,13 @@ use crate::common::{
 };
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{LambdaEvent, Service};
+use shardkeeper::config::TickTiming;
+use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::{handle_reap, handle_rebalance, Reaper, Rebalancer};
+use shardkeeper::group::ReapConfig;
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope, ShardSpec, StateStore,
 };
-use shardkeeper::{ConsumerSession, ReapConfig, TickTiming};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -103,7 +105,12 @@ async fn a_silent_consumers_shards_move_after_the_timeout() {
         ctx.clock.advance(Duration::from_secs(4));
         tick_all(&mut sessions).await;
         let tick = rebalancer.tick().await.unwrap();
-        if tick.live_consumers == 1 && tick.execution.applied(shardkeeper::ActionKind::Assign) > 0 {
+        if tick.live_consumers == 1
+            && tick
+                .execution
+                .applied(shardkeeper::group::ActionKind::Assign)
+                > 0
+        {
             break;
         }
     }
@@ -202,7 +209,11 @@ async fn split_and_merge_during_consumption_keep_parents_first() {
         .await
         .unwrap();
     let tick = rebalancer.tick().await.unwrap();
-    assert_eq!(tick.execution.applied(shardkeeper::ActionKind::Assign), 2);
+    assert_eq!(
+        tick.execution
+            .applied(shardkeeper::group::ActionKind::Assign),
+        2
+    );
     tick_all(&mut sessions).await;
     assert_eq!(sessions[0].leases().count(), 3);
 
@@ -326,7 +337,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let tick = reaper.tick().await.unwrap();
     assert_eq!(
         tick.execution
-            .applied(shardkeeper::ActionKind::ReapConsumer),
+            .applied(shardkeeper::group::ActionKind::ReapConsumer),
         1
     );
     assert_eq!(tick.execution.efo_released, 1);

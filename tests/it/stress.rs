@@ -21,14 +21,15 @@
 
 use crate::common::{create_stream, ctx, list_shards};
 use crate::faulty::Faulty;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::consumer::WorkerEvent;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
-use shardkeeper::history::{
+use shardkeeper::group::{ReapConfig, RebalanceConfig};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
+use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
 };
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::worker_events::WorkerEvent;
-use shardkeeper::{ConsumerSession, ReapConfig, RebalanceConfig};
 use shardkeeper_local::{unique_name, AwsClients, FaultCounts, Faults};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -462,7 +463,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     let _ = reaping.await;
 
     let (specs, _) =
-        shardkeeper::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
+        shardkeeper::consumer::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
             .await
             .unwrap();
     // Every task has ended: the history is complete.
@@ -514,7 +515,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         // Where the group stands on the shards it has not finished.
         let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
         let snapshot = direct_store.load_group().await.unwrap();
-        let status = shardkeeper::status::GroupStatus::from_snapshot(&snapshot, lease_term);
+        let status = shardkeeper::group::GroupStatus::from_snapshot(&snapshot, lease_term);
         for row in status.shards.iter().filter(|r| r.state != "depleted") {
             println!("unfinished: {row:?}");
         }
@@ -544,8 +545,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
 
 /// Prints what led to each child read before its parents ended.
 fn explain(
-    history: &shardkeeper::history::History,
-    verdict: &shardkeeper::history::Verification,
+    history: &shardkeeper_history::History,
+    verdict: &shardkeeper_history::Verification,
     t0: Instant,
 ) {
     let ms = |t: Instant| t.saturating_duration_since(t0).as_millis();

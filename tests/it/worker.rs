@@ -2,10 +2,10 @@
 
 use crate::common::{create_stream, ctx, rebalancer, split_first};
 use crate::consume::{check, produce, standalone, tick_and_step, worker, Log};
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::ConsumerId;
 use shardkeeper::state::ShardScope;
-use shardkeeper::worker::WorkerConfig;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

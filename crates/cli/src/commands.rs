@@ -3,8 +3,8 @@
 use crate::args::{ResetArgs, StatusArgs};
 use crate::error::Error;
 use crate::render;
+use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
 use shardkeeper::state::{Checkpoint, ConsumerId, EfoName, ShardId, ShardScope, StateStore};
-use shardkeeper::{apply_reset, plan_reset, GroupStatus};
 use std::time::Duration;
 
 /// The group's status as tables, or as JSON with `--json`.

@@ -1,7 +1,7 @@
 //! The CLI's errors.
 
+use shardkeeper::group::ResetRefused;
 use shardkeeper::state::StateError;
-use shardkeeper::ResetRefused;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]

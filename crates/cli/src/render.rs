@@ -1,6 +1,6 @@
 //! Plain-text tables for people (the `--json` forms are the serde output).
 
-use shardkeeper::{GroupStatus, ResetReport};
+use shardkeeper::group::{GroupStatus, ResetReport};
 use std::fmt::Write;
 
 /// `1.2s`, `3m04s`, `2h05m`; `-` for none; negative for the past.

@@ -53,7 +53,7 @@ pub use error::{Result, Service, StateError};
 pub use item::RawItem;
 pub use lease::{Released, Renewal};
 pub use model::{
-    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StreamPosition,
+    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
     StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};

@@ -158,7 +158,7 @@ impl ShardState {
 
 /// The saved position of one DynamoDB Streams shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamPosition {
+pub struct StoredShardPosition {
     /// The DynamoDB stream ARN.
     pub stream_arn: String,
     /// The shard id.
@@ -275,10 +275,10 @@ impl ShardState {
     }
 }
 
-impl StreamPosition {
+impl StoredShardPosition {
     pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
         let r = ItemReader::new(item);
-        Ok(StreamPosition {
+        Ok(StoredShardPosition {
             stream_arn: r.s(attr::STREAM_ARN)?.to_owned(),
             shard_id: r.parse(attr::SHARD, ShardId::new(r.s(attr::SHARD)?))?,
             iterator_type: r.s(attr::ITERATOR)?.to_owned(),

@@ -2,7 +2,7 @@
 
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr};
-use crate::model::StreamPosition;
+use crate::model::StoredShardPosition;
 use crate::names::ShardId;
 use crate::schema::{attr, position_sk, SK_DDBPOS};
 use crate::sequence::SequenceNumber;
@@ -16,7 +16,7 @@ pub const ITERATOR_TYPES: [&str; 4] = [
     "AFTER_SEQUENCE_NUMBER",
 ];
 
-impl StreamPosition {
+impl StoredShardPosition {
     /// A position, checking that the iterator type is known and that the
     /// `*_SEQUENCE_NUMBER` types come with a sequence number (and only they).
     pub fn new(
@@ -45,7 +45,7 @@ impl StreamPosition {
         if stream_arn.is_empty() {
             return Err(StateError::validation("stream ARN", "must not be empty"));
         }
-        Ok(StreamPosition {
+        Ok(StoredShardPosition {
             stream_arn: stream_arn.to_owned(),
             shard_id: ShardId::new(shard_id)?,
             iterator_type: iterator_type.to_owned(),
@@ -58,7 +58,7 @@ impl StreamPosition {
 
 impl StateStore {
     /// Saves a shard's position (replacing the previous one: seeking may move it either way).
-    pub async fn save_position(&self, position: &StreamPosition) -> Result<()> {
+    pub async fn save_position(&self, position: &StoredShardPosition) -> Result<()> {
         let mut expr = Expr::new()
             .names(&[
                 attr::STREAM_ARN,
@@ -103,12 +103,12 @@ impl StateStore {
     }
 
     /// Every saved position, by shard id.
-    pub async fn load_positions(&self) -> Result<Vec<StreamPosition>> {
+    pub async fn load_positions(&self) -> Result<Vec<StoredShardPosition>> {
         let mut positions = self
             .query_prefix(SK_DDBPOS)
             .await?
             .iter()
-            .map(StreamPosition::from_item)
+            .map(StoredShardPosition::from_item)
             .collect::<Result<Vec<_>>>()?;
         positions.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         Ok(positions)

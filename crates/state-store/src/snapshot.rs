@@ -2,7 +2,7 @@
 
 use crate::clock::EpochMillis;
 use crate::error::Result;
-use crate::model::{ConsumerState, EfoState, ShardState, StreamPosition, StreamState};
+use crate::model::{ConsumerState, EfoState, ShardState, StoredShardPosition, StreamState};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{SK_CONSUMER, SK_DDBPOS, SK_EFO, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
 use crate::store::{sk_suffix, StateStore};
@@ -26,7 +26,7 @@ pub struct GroupSnapshot {
     /// Standalone EFO consumers' shards.
     pub efo_shards: Vec<(EfoName, ShardState)>,
     /// DynamoDB Streams positions.
-    pub positions: Vec<StreamPosition>,
+    pub positions: Vec<StoredShardPosition>,
 }
 
 /// One consumer and the shards assigned to it.
@@ -70,7 +70,7 @@ impl StateStore {
                         .push((ConsumerId::new(owner)?, ShardState::from_item(item)?));
                 }
             } else if sk_suffix(item, SK_DDBPOS).is_some() {
-                snap.positions.push(StreamPosition::from_item(item)?);
+                snap.positions.push(StoredShardPosition::from_item(item)?);
             }
         }
         Ok(snap)

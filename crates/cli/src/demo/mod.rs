@@ -7,17 +7,18 @@
 use crate::args::DemoArgs;
 use crate::error::Error;
 use indicatif::{ProgressBar, ProgressStyle};
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
-use shardkeeper::history::{
-    check, produce_numbered, recording_handler, recording_observer, History, NumberedLoad,
-    SharedHistory, Verification,
-};
+use shardkeeper::group::{GroupStatus, ReapConfig, RebalanceConfig};
 use shardkeeper::state::{
     kinesis_stream_created, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
     TableOptions,
 };
-use shardkeeper::worker::{ShardWorker, WorkerConfig};
-use shardkeeper::{ConsumerSession, GroupStatus, ReapConfig, RebalanceConfig};
+use shardkeeper_history::{
+    check, produce_numbered, recording_handler, recording_observer, History, NumberedLoad,
+    SharedHistory, Verification,
+};
 use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -385,7 +386,7 @@ async fn run_on(
     let _ = reaping.await;
     outcome?;
     let (shards, _) =
-        shardkeeper::list_stream_shards(&kinesis, STREAM, &store.config().retry).await?;
+        shardkeeper::consumer::list_stream_shards(&kinesis, STREAM, &store.config().retry).await?;
     let mut history = history.lock().expect("history");
     history.parents = shards
         .into_iter()

@@ -11,17 +11,17 @@ mod feed;
 
 pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
-use crate::discovery::list_stream_shards;
-use crate::efo_pool::lock_or_grow;
-use crate::membership::Membership;
+use crate::consumer::list_stream_shards;
+use crate::consumer::lock_or_grow;
+use crate::consumer::mode::Mode;
+use crate::consumer::reads::{KinesisReads, SdkReads};
+use crate::consumer::ConsumerSession;
+use crate::consumer::StandaloneSession;
+use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
-use crate::reads::{KinesisReads, SdkReads};
-use crate::session::ConsumerSession;
-use crate::standalone::StandaloneReader;
 use crate::state::{
     Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, ShardId, StateError, StateStore,
 };
-use crate::worker_events::{Observer, StopReason, WorkerEvent};
 use feed::{Batch, Cursor, FetchNotes, Fetched};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ const STOP_ATTEMPTS: u32 = 4;
 
 /// A shard worker: one consumer instance.
 pub struct ShardWorker<H> {
-    membership: Membership,
+    mode: Mode,
     store: StateStore,
     kinesis: aws_sdk_kinesis::Client,
     reads: Arc<dyn KinesisReads>,
@@ -59,42 +59,36 @@ impl<H: RecordHandler> ShardWorker<H> {
         handler: H,
         config: WorkerConfig,
     ) -> Self {
-        Self::with_membership(Membership::Group(session), store, kinesis, handler, config)
+        Self::with_mode(Mode::Group(session), store, kinesis, handler, config)
     }
 
     /// A standalone worker: reads every shard with its own checkpoints (with
     /// enhanced fan-out: those of the EFO consumer it locks).
     pub fn standalone(
-        reader: StandaloneReader,
+        reader: StandaloneSession,
         store: StateStore,
         kinesis: aws_sdk_kinesis::Client,
         handler: H,
         config: WorkerConfig,
     ) -> Self {
-        Self::with_membership(
-            Membership::Standalone(reader),
-            store,
-            kinesis,
-            handler,
-            config,
-        )
+        Self::with_mode(Mode::Standalone(reader), store, kinesis, handler, config)
     }
 
-    fn with_membership(
-        membership: Membership,
+    fn with_mode(
+        mode: Mode,
         store: StateStore,
         kinesis: aws_sdk_kinesis::Client,
         handler: H,
         config: WorkerConfig,
     ) -> Self {
-        let mut membership = membership;
+        let mut mode = mode;
         if config.enhanced_fan_out.is_some() {
             // Nothing to read with until an EFO consumer is locked.
-            membership.set_efo_lock(None);
+            mode.set_efo_lock(None);
         }
         let reads = Arc::new(SdkReads::new(kinesis.clone(), store.config().retry));
         ShardWorker {
-            membership,
+            mode,
             store,
             kinesis,
             reads,
@@ -219,7 +213,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 self.leave().await
             } else {
                 let positions = self.positions();
-                self.membership
+                self.mode
                     .checkpoint_all(&|shard| positions.get(shard).cloned())
                     .await
             };
@@ -236,7 +230,7 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     fn transient(&mut self, error: &StateError, what: &str) {
         self.report.transient_errors += 1;
-        tracing::warn!(consumer = %self.membership.id(), %error, "{what}");
+        tracing::warn!(consumer = %self.mode.id(), %error, "{what}");
     }
 
     /// Stops at the current progress: a group member leaves the group (see
@@ -244,7 +238,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// consumer held is released for the next worker.
     pub async fn leave(&mut self) -> Result<()> {
         let positions = self.positions();
-        self.membership
+        self.mode
             .leave(&|shard| positions.get(shard).cloned())
             .await?;
         self.pending.clear();
@@ -253,7 +247,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
         if let Some(lock) = self.efo_lock.take() {
             self.store.release_efo(&lock).await?;
-            self.membership.set_efo_lock(None);
+            self.mode.set_efo_lock(None);
         }
         Ok(())
     }
@@ -298,17 +292,17 @@ impl<H: RecordHandler> ShardWorker<H> {
         let Some(pool) = &self.config.enhanced_fan_out else {
             return Ok(());
         };
-        let lock = lock_or_grow(&self.store, &self.kinesis, self.membership.id(), pool).await?;
+        let lock = lock_or_grow(&self.store, &self.kinesis, self.mode.id(), pool).await?;
         self.efo_recheck = false;
         if lock == self.efo_lock {
             return Ok(());
         }
-        tracing::info!(consumer = %self.membership.id(), efo = ?lock.as_ref().map(|l| l.name.as_str()), "enhanced fan-out consumer");
+        tracing::info!(consumer = %self.mode.id(), efo = ?lock.as_ref().map(|l| l.name.as_str()), "enhanced fan-out consumer");
         self.efo_lock = lock.clone();
         for cursor in self.cursors.values_mut() {
             cursor.unsubscribe();
         }
-        for shard in self.membership.set_efo_lock(lock) {
+        for shard in self.mode.set_efo_lock(lock) {
             self.drop_shard(&shard, StopReason::Released).await;
         }
         Ok(())
@@ -321,7 +315,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
         let positions = self.positions();
         let tick = self
-            .membership
+            .mode
             .tick(&|shard| positions.get(shard).cloned())
             .await?;
         self.next_renew = Instant::now() + self.config.renew_every;
@@ -341,7 +335,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         if efo && self.efo_lock.is_none() && !(self.cursors.is_empty() && self.pending.is_empty()) {
             // No EFO consumer to read with: hand the leases back.
             let positions = self.positions();
-            self.membership
+            self.mode
                 .release_all(&|shard| positions.get(shard).cloned())
                 .await?;
             self.pending.clear();
@@ -356,10 +350,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn open_pending(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         while let Some(shard) = self.pending.first().cloned() {
-            let state = self
-                .store
-                .get_shard(&self.membership.scope(), &shard)
-                .await?;
+            let state = self.store.get_shard(&self.mode.scope(), &shard).await?;
             self.pending.remove(&shard);
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
@@ -425,7 +416,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         });
         let cursor = self.cursors.get(shard).expect("cursor");
         let mut sink = LeaseCheckpoints {
-            membership: &mut self.membership,
+            mode: &mut self.mode,
             shard,
             position: cursor.position.clone(),
             arrival: batch.records.last().and_then(|r| r.arrival),
@@ -504,7 +495,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             why: StopReason::Completed,
             at: Instant::now(),
         });
-        match self.membership.complete_shard(shard, &children).await {
+        match self.mode.complete_shard(shard, &children).await {
             Ok(_) => {
                 self.report.shards_completed += 1;
                 self.handler.shard_ended(shard).await;
@@ -535,7 +526,7 @@ struct Committed {
 /// (a lost lease or a transient failure is the worker's to handle, not the
 /// core's).
 struct LeaseCheckpoints<'a> {
-    membership: &'a mut Membership,
+    mode: &'a mut Mode,
     shard: &'a ShardId,
     position: Option<Checkpoint>,
     arrival: Option<EpochMillis>,
@@ -550,7 +541,7 @@ impl CheckpointSink for LeaseCheckpoints<'_> {
     async fn commit(&mut self, checkpoint: &Checkpoint) -> Result<bool> {
         let sent = Instant::now();
         let result = self
-            .membership
+            .mode
             .checkpoint(self.shard, checkpoint, self.arrival)
             .await;
         let stored = matches!(result, Ok(CheckpointOutcome::Stored));

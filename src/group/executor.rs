@@ -6,7 +6,7 @@
 //! reported as errors. Only throttling that outlasts the retry policy and
 //! other service errors end an execution early.
 
-use crate::action::{Action, ActionKind};
+use crate::group::{Action, ActionKind};
 use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! given by the rebalancer, fenced checkpoints) or standalone (every shard,
 //! checkpoints of its own). The worker's reading code is the same for both.
 
-use crate::session::{ConsumerSession, SessionTick};
-use crate::standalone::StandaloneReader;
+use crate::consumer::StandaloneSession;
+use crate::consumer::{ConsumerSession, SessionTick};
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, Result, ShardId,
     ShardScope, ShardSpec,
@@ -15,25 +15,25 @@ pub(crate) type Progress<'a> =
 
 /// A group member's session, or a standalone reader.
 #[derive(Debug)]
-pub(crate) enum Membership {
+pub(crate) enum Mode {
     Group(ConsumerSession),
-    Standalone(StandaloneReader),
+    Standalone(StandaloneSession),
 }
 
-impl Membership {
+impl Mode {
     /// Where the shards' state lives.
     pub(crate) fn scope(&self) -> ShardScope {
         match self {
-            Membership::Group(_) => ShardScope::Group,
-            Membership::Standalone(r) => r.scope().clone(),
+            Mode::Group(_) => ShardScope::Group,
+            Mode::Standalone(r) => r.scope().clone(),
         }
     }
 
     /// The consumer's id.
     pub(crate) fn id(&self) -> &ConsumerId {
         match self {
-            Membership::Group(s) => s.id(),
-            Membership::Standalone(r) => r.id(),
+            Mode::Group(s) => s.id(),
+            Mode::Standalone(r) => r.id(),
         }
     }
 
@@ -42,8 +42,8 @@ impl Membership {
     /// its leases, whatever it reads with.
     pub(crate) fn set_efo_lock(&mut self, lock: Option<EfoLock>) -> Vec<ShardId> {
         match self {
-            Membership::Group(_) => Vec::new(),
-            Membership::Standalone(r) => r.set_efo_lock(lock),
+            Mode::Group(_) => Vec::new(),
+            Mode::Standalone(r) => r.set_efo_lock(lock),
         }
     }
 
@@ -51,16 +51,16 @@ impl Membership {
     /// leases; a standalone reader has nothing to give up).
     pub(crate) async fn release_all(&mut self, progress: Progress<'_>) -> Result<Vec<ShardId>> {
         match self {
-            Membership::Group(s) => s.release_all(progress).await,
-            Membership::Standalone(_) => Ok(Vec::new()),
+            Mode::Group(s) => s.release_all(progress).await,
+            Mode::Standalone(_) => Ok(Vec::new()),
         }
     }
 
     /// Heartbeat and renewals (group) or discovery (standalone).
     pub(crate) async fn tick(&mut self, progress: Progress<'_>) -> Result<SessionTick> {
         match self {
-            Membership::Group(s) => s.tick(progress).await,
-            Membership::Standalone(r) => r.tick().await,
+            Mode::Group(s) => s.tick(progress).await,
+            Mode::Standalone(r) => r.tick().await,
         }
     }
 
@@ -72,8 +72,8 @@ impl Membership {
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
         match self {
-            Membership::Group(s) => s.checkpoint(shard, cp, arrival).await,
-            Membership::Standalone(r) => r.checkpoint(shard, cp, arrival).await,
+            Mode::Group(s) => s.checkpoint(shard, cp, arrival).await,
+            Mode::Standalone(r) => r.checkpoint(shard, cp, arrival).await,
         }
     }
 
@@ -84,8 +84,8 @@ impl Membership {
         children: &[ShardSpec],
     ) -> Result<Depleted> {
         match self {
-            Membership::Group(s) => s.complete_shard(shard, children).await,
-            Membership::Standalone(r) => r.complete_shard(shard, children).await,
+            Mode::Group(s) => s.complete_shard(shard, children).await,
+            Mode::Standalone(r) => r.complete_shard(shard, children).await,
         }
     }
 
@@ -93,16 +93,16 @@ impl Membership {
     /// standalone reader checkpoints (nobody else reads its scope).
     pub(crate) async fn leave(&mut self, progress: Progress<'_>) -> Result<()> {
         match self {
-            Membership::Group(s) => s.leave(progress).await.map(drop),
-            Membership::Standalone(r) => r.checkpoint_all(progress).await,
+            Mode::Group(s) => s.leave(progress).await.map(drop),
+            Mode::Standalone(r) => r.checkpoint_all(progress).await,
         }
     }
 
     /// A stop that keeps the shards: checkpoint only.
     pub(crate) async fn checkpoint_all(&mut self, progress: Progress<'_>) -> Result<()> {
         match self {
-            Membership::Group(s) => s.checkpoint_all(progress).await,
-            Membership::Standalone(r) => r.checkpoint_all(progress).await,
+            Mode::Group(s) => s.checkpoint_all(progress).await,
+            Mode::Standalone(r) => r.checkpoint_all(progress).await,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! shards whose records are all past the stream's retention have their state
 //! removed.
 
-use crate::action::Action;
+use crate::group::Action;
 use crate::state::{duration_millis, Checkpoint, ConsumerId, EpochMillis, GroupSnapshot};
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -17,7 +17,7 @@ pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ReadError>> +
 
 /// Where a read of a shard starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartAt {
+pub enum IteratorStart {
     /// The oldest record in the shard.
     TrimHorizon,
     /// Records that arrive from now on.
@@ -122,7 +122,7 @@ pub trait KinesisReads: Send + Sync + std::fmt::Debug {
         &'a self,
         stream: &'a str,
         shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, String>;
 
     /// One GetRecords with `iterator`, at most `limit` records.
@@ -134,7 +134,7 @@ pub trait KinesisReads: Send + Sync + std::fmt::Debug {
         &'a self,
         consumer_arn: &'a str,
         shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, Box<dyn Subscription>>;
 }
 

@@ -3,9 +3,9 @@
 //! (`"0"`, `"1"`, ...), which is how the demo and the stress run produce them.
 
 use super::{Processed, SharedHistory};
-use crate::processing::{RecordHandler, StreamRecord};
-use crate::state::{SequenceNumber, ShardId};
-use crate::worker_events::Observer;
+use shardkeeper::consumer::Observer;
+use shardkeeper::processing::{RecordHandler, StreamRecord};
+use shardkeeper::state::{SequenceNumber, ShardId};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -12,7 +12,7 @@
 //! honours at its next renewal (hand-off), or by a forced take once the claim
 //! is older than the hand-off timeout.
 
-use crate::action::Action;
+use crate::group::Action;
 use crate::state::{duration_millis, ConsumerId, EpochMillis, GroupSnapshot, ShardId, ShardState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

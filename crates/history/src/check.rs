@@ -2,9 +2,9 @@
 //! actually produced, processed and checkpointed.
 
 use super::{History, Processed};
-use crate::state::{Checkpoint, ShardId};
-use crate::worker_events::{StopReason, WorkerEvent};
 use serde::Serialize;
+use shardkeeper::consumer::{StopReason, WorkerEvent};
+use shardkeeper::state::{Checkpoint, ShardId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! alive, who owns which shard, how far each shard is checkpointed, how old
 //! the last processed record is, open claims, and the EFO pool.
 
-use crate::rebalance::live_consumers;
+use crate::group::live_consumers;
 use crate::state::{EpochMillis, GroupSnapshot, ShardState};
 use serde::Serialize;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! How a shard worker reads, and what it reports.
 
-use crate::efo_pool::EfoPool;
+use crate::consumer::EfoPool;
 use crate::processing::ProcessingOptions;
 use crate::state::EpochMillis;
 use std::time::Duration;

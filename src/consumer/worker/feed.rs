@@ -4,7 +4,9 @@
 //! them the same way and tells the feed how it went.
 
 use super::config::{InitialPosition, WorkerConfig};
-use crate::reads::{KinesisReads, ReadError, ReadRecord, StartAt, SubscriptionEvent};
+use crate::consumer::reads::{
+    IteratorStart, KinesisReads, ReadError, ReadRecord, SubscriptionEvent,
+};
 use crate::state::{Checkpoint, EpochMillis, ShardId};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -104,19 +106,19 @@ pub(crate) struct FetchNotes {
 /// the checkpoint (at the checkpointed record, which the processing core
 /// skips, so a pending KPL sub-sequence resumes inside its aggregate), or the
 /// initial position. `None` for a shard already read to its end.
-fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<StartAt> {
+fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<IteratorStart> {
     Some(match position {
         Some(Checkpoint::After { sequence, .. }) | Some(Checkpoint::AtSequence(sequence)) => {
-            StartAt::AtSequence(sequence.as_str().to_owned())
+            IteratorStart::AtSequence(sequence.as_str().to_owned())
         }
         Some(Checkpoint::ShardEnd) => return None,
-        Some(Checkpoint::Latest) => StartAt::Latest,
-        Some(Checkpoint::AtTimestamp(t)) => StartAt::AtTimestamp(*t),
-        Some(Checkpoint::TrimHorizon) => StartAt::TrimHorizon,
+        Some(Checkpoint::Latest) => IteratorStart::Latest,
+        Some(Checkpoint::AtTimestamp(t)) => IteratorStart::AtTimestamp(*t),
+        Some(Checkpoint::TrimHorizon) => IteratorStart::TrimHorizon,
         None => match initial {
-            InitialPosition::TrimHorizon => StartAt::TrimHorizon,
-            InitialPosition::Latest => StartAt::Latest,
-            InitialPosition::AtTimestamp(t) => StartAt::AtTimestamp(t),
+            InitialPosition::TrimHorizon => IteratorStart::TrimHorizon,
+            InitialPosition::Latest => IteratorStart::Latest,
+            InitialPosition::AtTimestamp(t) => IteratorStart::AtTimestamp(t),
         },
     })
 }
@@ -148,7 +150,10 @@ fn retry_subscription_at(
 
 /// Forwards a subscription's events until it ends, its lifetime is over, or
 /// the worker drops the shard.
-fn pump(mut subscription: Box<dyn crate::reads::Subscription>, lifetime: Duration) -> Events {
+fn pump(
+    mut subscription: Box<dyn crate::consumer::reads::Subscription>,
+    lifetime: Duration,
+) -> Events {
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(async move {
         let over = tokio::time::sleep(lifetime);
@@ -271,8 +276,10 @@ impl Cursor {
                     // on after its continuation, so it neither skips nor
                     // repeats what arrived meanwhile.
                     let start = match (&start, continuation.as_ref()) {
-                        (StartAt::Latest | StartAt::AtTimestamp(_), Some(c)) if !c.is_empty() => {
-                            StartAt::AfterSequence(c.clone())
+                        (IteratorStart::Latest | IteratorStart::AtTimestamp(_), Some(c))
+                            if !c.is_empty() =>
+                        {
+                            IteratorStart::AfterSequence(c.clone())
                         }
                         _ => start,
                     };
@@ -327,7 +334,7 @@ impl Cursor {
         stream: &str,
         shard: &ShardId,
         iterator: Option<String>,
-        start: &StartAt,
+        start: &IteratorStart,
         config: &WorkerConfig,
         notes: &mut FetchNotes,
     ) -> Result<Fetched, ReadError> {

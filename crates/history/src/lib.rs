@@ -1,7 +1,9 @@
-//! A consumer system's history (records produced and processed, every
+//! shardkeeper-history: a consumer system's history (records produced and processed, every
 //! worker's lease and checkpoint events, kills, the shard lineage) and the
 //! checker that proves a run kept the toolkit's guarantees. The demo and the
 //! stress run record one and check it; the checker is pure.
+
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
 mod check;
 mod produce;
@@ -11,8 +13,8 @@ pub use check::{check, Verification};
 pub use produce::{produce_numbered, NumberedLoad};
 pub use record::{recording_handler, recording_observer};
 
-use crate::state::{SequenceNumber, ShardId};
-use crate::worker_events::WorkerEvent;
+use shardkeeper::consumer::WorkerEvent;
+use shardkeeper::state::{SequenceNumber, ShardId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

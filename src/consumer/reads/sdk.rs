@@ -1,7 +1,7 @@
 //! [`KinesisReads`] on the AWS SDK client.
 
 use super::{
-    KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, StartAt, Subscription,
+    IteratorStart, KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, Subscription,
     SubscriptionEvent,
 };
 use crate::state::{
@@ -54,17 +54,17 @@ fn record(r: Record) -> ReadRecord {
     }
 }
 
-fn iterator_type(start: &StartAt) -> (ShardIteratorType, Option<&str>, Option<DateTime>) {
+fn iterator_type(start: &IteratorStart) -> (ShardIteratorType, Option<&str>, Option<DateTime>) {
     match start {
-        StartAt::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
-        StartAt::Latest => (ShardIteratorType::Latest, None, None),
-        StartAt::AtTimestamp(t) => (
+        IteratorStart::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
+        IteratorStart::Latest => (ShardIteratorType::Latest, None, None),
+        IteratorStart::AtTimestamp(t) => (
             ShardIteratorType::AtTimestamp,
             None,
             Some(DateTime::from_millis(*t)),
         ),
-        StartAt::AtSequence(s) => (ShardIteratorType::AtSequenceNumber, Some(s), None),
-        StartAt::AfterSequence(s) => (ShardIteratorType::AfterSequenceNumber, Some(s), None),
+        IteratorStart::AtSequence(s) => (ShardIteratorType::AtSequenceNumber, Some(s), None),
+        IteratorStart::AfterSequence(s) => (ShardIteratorType::AfterSequenceNumber, Some(s), None),
     }
 }
 
@@ -73,7 +73,7 @@ impl KinesisReads for SdkReads {
         &'a self,
         stream: &'a str,
         shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, String> {
         Box::pin(async move {
             let (kind, sequence, timestamp) = iterator_type(start);
@@ -122,7 +122,7 @@ impl KinesisReads for SdkReads {
         &'a self,
         consumer_arn: &'a str,
         shard: &'a ShardId,
-        start: &'a StartAt,
+        start: &'a IteratorStart,
     ) -> ReadFuture<'a, Box<dyn Subscription>> {
         Box::pin(async move {
             let (kind, sequence, timestamp) = iterator_type(start);

@@ -8,18 +8,18 @@
 //! are fenced by the lock, so whoever locks the EFO consumer next carries on
 //! where it stopped; without a lock it reads nothing.
 
-use crate::discovery::discover_shards_in;
-use crate::rebalance::available_shards;
-use crate::session::SessionTick;
+use crate::consumer::discover_shards_in;
+use crate::consumer::SessionTick;
+use crate::group::available_shards;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EfoLock, EpochMillis,
     GroupSnapshot, Result, ShardId, ShardScope, ShardSpec, StateStore,
 };
 use std::collections::BTreeSet;
 
-/// The shards a standalone consumer reads, kept current by [`StandaloneReader::tick`].
+/// The shards a standalone consumer reads, kept current by [`StandaloneSession::tick`].
 #[derive(Debug)]
-pub struct StandaloneReader {
+pub struct StandaloneSession {
     store: StateStore,
     kinesis: aws_sdk_kinesis::Client,
     info: ConsumerInfo,
@@ -36,7 +36,7 @@ enum Efo {
     Locked(Option<EfoLock>),
 }
 
-impl StandaloneReader {
+impl StandaloneSession {
     /// A reader for the consumer `info` (marked standalone) on the store's stream.
     pub fn new(
         store: StateStore,
@@ -45,7 +45,7 @@ impl StandaloneReader {
     ) -> Self {
         info.standalone = true;
         let scope = ShardScope::Consumer(info.id.clone());
-        StandaloneReader {
+        StandaloneSession {
             store,
             kinesis,
             info,

@@ -1,0 +1,33 @@
+//! The self-managed Kinesis consumer: a process that registers in the
+//! group, holds the shard leases the rebalancer gives it (or reads every
+//! shard with its own checkpoints, standalone), reads its shards by polling
+//! or enhanced fan-out, and runs their records through the processing core.
+//!
+//! - `session`: a group member's heartbeat, renewals, claims and leave.
+//! - `standalone`: a consumer that reads every shard in its own scope.
+//! - `mode`: the one of the two a worker runs.
+//! - `worker`: [`ShardWorker`], the read loop, and its per-shard cursors.
+//! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a trait.
+//! - `efo_pool`: the group's pool of enhanced fan-out consumers.
+//! - `discovery`: the stream's shards, parents first.
+//! - `events`: the worker's lease and checkpoint events, for observers.
+
+mod discovery;
+mod efo_pool;
+mod events;
+mod mode;
+pub mod reads;
+mod session;
+mod standalone;
+mod worker;
+
+pub use discovery::{
+    discover_shards, discover_shards_in, list_stream_shards, parents_first, DiscoveryReport,
+};
+pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
+pub use events::{Observer, StopReason, WorkerEvent};
+pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};
+pub use standalone::StandaloneSession;
+pub use worker::{
+    InitialPosition, ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND,
+};

@@ -1,0 +1,25 @@
+//! The group's planners and their executor: pure decisions over a snapshot
+//! of the group (one Query), applied by conditional writes.
+//!
+//! - `rebalance`: [`plan_rebalance`], the lease-rebalancer's plan.
+//! - `reap`: [`plan_reap`], the heartbeat-reaper's plan.
+//! - `action`: the [`Action`]s the planners return.
+//! - `executor`: [`execute`], which applies them.
+//! - `reset`: [`plan_reset`] and [`apply_reset`], the operator's reset.
+//! - `status`: [`GroupStatus`], what the CLI shows.
+
+mod action;
+mod executor;
+mod reap;
+mod rebalance;
+mod reset;
+mod status;
+
+pub use action::{Action, ActionKind};
+pub use executor::{execute, ExecutionReport};
+pub use reap::{plan_reap, ReapConfig};
+pub use rebalance::{
+    available_shards, live_consumers, plan_rebalance, stranded_children, RebalanceConfig,
+};
+pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
+pub use status::{ConsumerRow, EfoRow, GroupStatus, ShardRow};
