@@ -1,6 +1,6 @@
 //! Accepting what was read: commits (the only thing that saves a position
-//! after reading), rewinding to the committed positions, seeking, and the
-//! handler loop that commits after each accepted record.
+//! after reading), rewinding to the committed positions, seeking, and
+//! `poll`, which runs a batch through the processing core shard by shard.
 
 use crate::consumer::InitialPosition;
 use crate::ddb_streams::batch::{Batch, PollReport};
@@ -9,9 +9,10 @@ use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::ChangeRecord;
-use crate::processing::HandlerError;
-use crate::state::ShardId;
-use std::future::Future;
+use crate::processing::{CheckpointSink, Core, RecordHandler, Unit};
+use crate::state::{Checkpoint, Result as StateResult, ShardId};
+use std::sync::Arc;
+use std::time::Instant;
 
 impl<C: StreamsClient> StreamReader<C> {
     /// Accepts every record of `batch`: each shard's committed position
@@ -29,14 +30,10 @@ impl<C: StreamsClient> StreamReader<C> {
     /// Accepts `record` and every record of its shard before it.
     pub async fn commit_record(&mut self, record: &ChangeRecord) -> Result<(), ReaderError> {
         let position = ShardPosition::AfterSequence(record.sequence_number.clone());
-        self.commit_at(&record.shard_id, &position).await
+        Ok(self.commit_at(&record.shard_id, &position).await?)
     }
 
-    async fn commit_at(
-        &mut self,
-        shard: &ShardId,
-        position: &ShardPosition,
-    ) -> Result<(), ReaderError> {
+    async fn commit_at(&mut self, shard: &ShardId, position: &ShardPosition) -> StateResult<()> {
         let Some(cursor) = self.cursors.get_mut(shard) else {
             return Ok(()); // removed from the stream meanwhile
         };
@@ -91,46 +88,105 @@ impl<C: StreamsClient> StreamReader<C> {
         Ok(())
     }
 
-    /// Reads one batch and hands each record to `handler`, in order; each
-    /// shard is committed once its records are accepted (one write per
-    /// shard, so a crash in between hands the shard's records out again:
-    /// at least once). At the first failure the records before it are
-    /// committed, the rest is read again by the next call, and the failure
-    /// comes back as [`ReaderError::Handler`].
-    pub async fn poll<F, Fut, E>(&mut self, mut handler: F) -> Result<PollReport, ReaderError>
-    where
-        F: FnMut(ChangeRecord) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
-        E: Into<HandlerError>,
-    {
+    /// Reads one batch and runs each shard's records through the
+    /// processing core with `handler`: the same [`RecordHandler`] an
+    /// event-source-mapped processor or a shard worker runs. Records come as
+    /// [`crate::processing::StreamRecord`]s shaped as Lambda's DynamoDB Streams event records
+    /// (so [`crate::processing::changes`] decodes them as it does there; see
+    /// [`ChangeRecord::to_stream_record`]). Each shard is handled in order,
+    /// attempts are counted and poison records parked as
+    /// [`ReaderConfig::processing`](crate::ddb_streams::ReaderConfig::processing)
+    /// says. A shard whose records were all accepted (handled or parked) is
+    /// committed to its end (one write per shard, so a crash in between
+    /// hands the shard's records out again: at least once). At a failure the
+    /// shard's accepted prefix is committed and that shard alone is read
+    /// again from the failed record by the next call; the other shards go
+    /// on. The first failure then comes back as [`ReaderError::Handler`].
+    pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, ReaderError> {
+        self.poll_until(handler, None).await
+    }
+
+    /// [`StreamReader::poll`], starting no record at or after `stop_by`
+    /// (those are failures of kind [`crate::processing::RecordError::Deadline`], read again by
+    /// the next call).
+    pub async fn poll_until<H: RecordHandler>(
+        &mut self,
+        handler: &H,
+        stop_by: Option<Instant>,
+    ) -> Result<PollReport, ReaderError> {
         let batch = self.next_batch().await?;
         let mut report = PollReport {
             handled: 0,
+            parked: 0,
             discovery: batch.discovery,
             trimmed: batch.trimmed,
             caught_up: batch.caught_up,
         };
+        let store = self.store.clone();
+        let options = self.config.processing.clone();
+        let core = Core::new(handler, Some(&store), &options);
+        let arn: Arc<str> = self.stream_arn.as_str().into();
+        let mut first_failure = None;
         for shard in batch.shards {
-            let mut accepted = None;
-            for record in shard.records {
-                let seq = record.sequence_number.clone();
-                if let Err(e) = handler(record).await {
-                    if let Some(last) = accepted {
-                        let position = ShardPosition::AfterSequence(last);
-                        self.commit_at(&shard.shard_id, &position).await?;
-                    }
-                    self.rewind();
-                    return Err(ReaderError::Handler {
-                        shard_id: shard.shard_id.to_string(),
-                        sequence_number: seq.to_string(),
-                        source: e.into(),
-                    });
+            let items = shard.records.iter().map(|r| {
+                let unit = Unit::Records(vec![r.to_stream_record(&arn)]);
+                (r.sequence_number.to_string(), unit)
+            });
+            let mut sink = ReaderCheckpoints {
+                reader: self,
+                shard: &shard.shard_id,
+            };
+            let done = core.run(&shard.shard_id, items, stop_by, &mut sink).await?;
+            report.handled += done.processed as usize;
+            report.parked += done.parked as usize;
+            match done.failures.into_iter().next() {
+                None => self.commit_at(&shard.shard_id, &shard.end).await?,
+                Some(failure) => {
+                    self.rewind_shard(&shard.shard_id);
+                    first_failure.get_or_insert((shard.shard_id, failure));
                 }
-                accepted = Some(seq);
-                report.handled += 1;
             }
-            self.commit_at(&shard.shard_id, &shard.end).await?;
         }
-        Ok(report)
+        match first_failure {
+            None => Ok(report),
+            Some((shard, failure)) => Err(ReaderError::Handler {
+                shard_id: shard.to_string(),
+                sequence_number: failure.item_identifier,
+                source: Box::new(failure.error),
+            }),
+        }
+    }
+
+    /// Forgets what was read of `shard` and not committed.
+    fn rewind_shard(&mut self, shard: &ShardId) {
+        if let Some(cursor) = self.cursors.get_mut(shard) {
+            if cursor.read != cursor.committed {
+                let committed = cursor.committed.clone();
+                cursor.reset(committed);
+            }
+        }
+    }
+}
+
+/// The reader's checkpoint sink: a shard's records are handed out after
+/// its committed position (nothing of a batch is done before it), and a
+/// commit moves that position after the record.
+struct ReaderCheckpoints<'a, C> {
+    reader: &'a mut StreamReader<C>,
+    shard: &'a ShardId,
+}
+
+impl<C: StreamsClient> CheckpointSink for ReaderCheckpoints<'_, C> {
+    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
+        Ok(None)
+    }
+
+    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
+        let Checkpoint::After { sequence, .. } = checkpoint else {
+            return Ok(false);
+        };
+        let position = ShardPosition::AfterSequence(sequence.clone());
+        self.reader.commit_at(self.shard, &position).await?;
+        Ok(true)
     }
 }

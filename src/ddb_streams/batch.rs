@@ -95,8 +95,10 @@ pub struct ReaderStats {
 /// What [`crate::ddb_streams::StreamReader::poll`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PollReport {
-    /// Records the handler accepted (all committed).
+    /// Records the handler accepted.
     pub handled: usize,
+    /// Poison records parked (they failed too often; their shard moved on).
+    pub parked: usize,
     /// The discovery the read ran first, if one was due.
     pub discovery: Option<Discovery>,
     /// Shards restarted at `TRIM_HORIZON` after their records were trimmed.

@@ -1,6 +1,7 @@
 //! How a `StreamReader` reads: its configuration.
 
 use crate::consumer::InitialPosition;
+use crate::processing::ProcessingOptions;
 use std::time::Duration;
 
 /// What a reader does when the records at a shard's position were trimmed
@@ -40,6 +41,10 @@ pub struct ReaderConfig {
     /// Pause between reads that found nothing, in the loops that read until
     /// caught up (`Replica::catch_up`).
     pub idle_pause: Duration,
+    /// How [`crate::ddb_streams::StreamReader::poll`] treats failures: the
+    /// failure mode, attempts before a record is parked, and where. Its
+    /// `deadline_margin` is not used (`poll_until` takes the instant).
+    pub processing: ProcessingOptions,
 }
 
 impl Default for ReaderConfig {
@@ -52,6 +57,7 @@ impl Default for ReaderConfig {
             on_trimmed: OnTrimmed::RestartAtTrimHorizon,
             latest_margin: Duration::from_secs(5),
             idle_pause: Duration::from_millis(200),
+            processing: ProcessingOptions::default(),
         }
     }
 }

@@ -89,7 +89,9 @@ pub enum ReaderError {
         #[source]
         error: RecordError,
     },
-    /// The handler given to `poll` failed; records before it were committed.
+    /// The handler given to `poll` failed: the shard's records before it
+    /// were committed. (From `Replica::catch_up`: a change could not be
+    /// applied, and nothing of its batch was committed.)
     #[error("shard {shard_id}, record {sequence_number}: handler failed: {source}")]
     Handler {
         /// The shard.

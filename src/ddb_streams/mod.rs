@@ -5,13 +5,14 @@
 //! its saved position (kept in the state store, one item per shard), a child
 //! only after its parent is read to its end, and hands out [`ChangeRecord`]s
 //! that decode into the same [`crate::processing::Change`] the event-source
-//! handlers get. A position moves only when the caller commits what it
+//! handlers get; [`StreamReader::poll`] runs them through the processing
+//! core with the same handler an event source mapping runs. A position moves only when the caller commits what it
 //! accepted. [`build_replica`] keeps a copy of a table in memory: position,
 //! scan, then the stream from the position.
 //!
 //! ```no_run
 //! use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
-//! use shardkeeper::processing::Change;
+//! use shardkeeper::processing::{changes, Change, StreamRecord};
 //! use shardkeeper::state::{StateStore, StoreConfig};
 //!
 //! #[derive(serde::Deserialize)]
@@ -22,15 +23,17 @@
 //! let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), StoreConfig::new("billing", "orders")?);
 //! let streams = aws_sdk_dynamodbstreams::Client::new(&aws);
 //! let mut reader = StreamReader::new(streams, store, stream_arn, ReaderConfig::default());
+//! // The same handler value runs under a `DynamoDbProcessor` (event source mapping).
+//! let handler = changes(|change: Change<Order>, _record: StreamRecord| async move {
+//!     match change {
+//!         Change::Insert { new } | Change::Modify { new, .. } => println!("{} is {}", new.id, new.status),
+//!         Change::Remove { old } => println!("removed {:?}", old.map(|o| o.id)),
+//!     }
+//!     Ok::<(), std::io::Error>(())
+//! });
 //! loop {
-//!     // Each record is handled in order; a shard's position is saved once its records are accepted.
-//!     reader.poll(|record| async move {
-//!         match record.change::<Order>()? {
-//!             Change::Insert { new } | Change::Modify { new, .. } => println!("{} is {}", new.id, new.status),
-//!             Change::Remove { old } => println!("removed {:?}", old.map(|o| o.id)),
-//!         }
-//!         Ok::<(), shardkeeper::processing::RecordError>(())
-//!     }).await?;
+//!     // Each shard is handled in order; its position is saved once its records are accepted.
+//!     reader.poll(&handler).await?;
 //! }
 //! # }
 //! ```

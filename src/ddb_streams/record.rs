@@ -4,12 +4,14 @@
 //! [`Change`] the event-source-mapped handlers get.
 
 use crate::processing::dynamodb::{decode_image, payload_error};
-use crate::processing::{Change, RecordError};
+use crate::processing::{Change, RecordError, StreamRecord};
 use crate::state::{EpochMillis, SequenceNumber, ShardId};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, OperationType};
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// An item (or its key attributes), as the DynamoDB SDK reads and writes it.
 pub type Image = HashMap<String, AttributeValue>;
@@ -124,6 +126,54 @@ impl ChangeRecord {
             old_image: convert("old image", data.old_image())?,
             view_type: data.stream_view_type().map(|v| v.as_str().to_owned()),
         })
+    }
+
+    /// The record as a handler receives it (what [`StreamReader::poll`]
+    /// hands out): `data` is the record in the shape of a Lambda DynamoDB
+    /// Streams event record (so [`crate::processing::changes`] decodes it
+    /// as it does for an event source mapping), `partition_key` its keys in
+    /// DynamoDB JSON, `event_source_arn` the stream.
+    ///
+    /// [`StreamReader::poll`]: crate::ddb_streams::StreamReader::poll
+    pub fn to_stream_record(&self, stream_arn: &Arc<str>) -> StreamRecord {
+        let item = |image: &Image| serde_dynamo::Item::from(image.clone());
+        let keys = item(&self.keys);
+        let mut change = serde_json::json!({
+            "Keys": &keys,
+            "SequenceNumber": self.sequence_number.as_str(),
+            "SizeBytes": 0,
+        });
+        if let Some(at) = self.created_at {
+            change["ApproximateCreationDateTime"] = serde_json::json!(at as f64 / 1000.0);
+        }
+        if let Some(view) = &self.view_type {
+            change["StreamViewType"] = serde_json::json!(view);
+        }
+        if let Some(image) = &self.new_image {
+            change["NewImage"] = serde_json::json!(item(image));
+        }
+        if let Some(image) = &self.old_image {
+            change["OldImage"] = serde_json::json!(item(image));
+        }
+        let record = serde_json::json!({
+            "eventID": &self.event_id,
+            "eventName": self.kind.as_str(),
+            "eventSource": "aws:dynamodb",
+            "eventSourceARN": &**stream_arn,
+            "awsRegion": "",
+            "dynamodb": change,
+        });
+        StreamRecord {
+            shard_id: self.shard_id.as_str().into(),
+            sequence_number: self.sequence_number.as_str().into(),
+            sub_sequence: 0,
+            aggregated: false,
+            partition_key: serde_json::to_string(&keys).unwrap_or_default().into(),
+            explicit_hash_key: None,
+            data: Bytes::from(record.to_string()),
+            approximate_arrival: self.created_at,
+            event_source_arn: Some(stream_arn.clone()),
+        }
     }
 
     /// The change as `T`, decoded with `serde_dynamo`; an image that does

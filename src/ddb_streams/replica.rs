@@ -142,7 +142,7 @@ impl Replica {
     /// Applies the stream until every change made before this call is
     /// applied ([`StreamReader::read_past`] the time of the call; reached
     /// under a steady write load too), committing as it goes; returns the
-    /// records applied. Call it again (or `reader.poll`) to keep following
+    /// records applied. Call it again to keep following
     /// the table.
     pub async fn catch_up<C: StreamsClient>(
         &mut self,
@@ -151,14 +151,25 @@ impl Replica {
         let since = reader.store().now();
         let mut applied = 0;
         loop {
-            let report = reader
-                .poll(|record| std::future::ready(self.apply(&record)))
-                .await?;
-            applied += report.handled;
+            let batch = reader.next_batch().await?;
+            // Applying is idempotent: a batch that fails part-way is read
+            // again whole.
+            for record in batch.records() {
+                if let Err(e) = self.apply(record) {
+                    reader.rewind();
+                    return Err(ReaderError::Handler {
+                        shard_id: record.shard_id.to_string(),
+                        sequence_number: record.sequence_number.to_string(),
+                        source: Box::new(e),
+                    });
+                }
+            }
+            reader.commit(&batch).await?;
+            applied += batch.len();
             if reader.read_past(since) {
                 return Ok(applied);
             }
-            if report.handled == 0 {
+            if batch.is_empty() {
                 tokio::time::sleep(reader.config().idle_pause).await;
             }
         }
@@ -195,8 +206,7 @@ pub async fn scan_table(
 /// stream's position (a `LATEST` iterator per shard, taken now), scans the
 /// whole table (strongly consistent, every page), takes the position again
 /// (the time the scan ended), then applies the stream from the first
-/// position until it has read past the second. Keep it current with [`Replica::catch_up`] or
-/// `reader.poll`. The reader's saved positions are not used: the replica
+/// position until it has read past the second. Keep it current with [`Replica::catch_up`]. The reader's saved positions are not used: the replica
 /// lives in memory, so it is rebuilt from a scan.
 pub async fn build_replica<C: StreamsClient>(
     dynamodb: &aws_sdk_dynamodb::Client,

@@ -16,7 +16,9 @@ use shardkeeper::ddb_streams::{
     build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
     Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
-use shardkeeper::processing::Change;
+use shardkeeper::processing::{
+    changes, Change, DynamoDbProcessor, Parking, ProcessingOptions, StreamRecord as HandlerRecord,
+};
 use shardkeeper::state::{SequenceNumber, ShardSpec, StateStore};
 use shardkeeper_local::unique_name;
 use std::collections::{BTreeMap, BTreeSet};
@@ -763,30 +765,168 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handler = |fail_on: &'static str| {
         let seen = seen.clone();
-        move |record: shardkeeper::ddb_streams::ChangeRecord| {
+        move |record: shardkeeper::processing::StreamRecord| {
             let seen = seen.clone();
             async move {
-                let Some(AttributeValue::S(id)) = record.keys.get("id") else {
+                // The record's keys, in DynamoDB JSON (as an event source mapping gives them).
+                let keys: serde_json::Value = serde_json::from_str(&record.partition_key).unwrap();
+                let Some(id) = keys["id"]["S"].as_str().map(str::to_owned) else {
                     return Err("no id".to_owned());
                 };
                 if id == fail_on {
                     return Err(format!("cannot handle {id}"));
                 }
-                seen.lock().unwrap().push(id.clone());
+                seen.lock().unwrap().push(id);
                 Ok(())
             }
         }
     };
-    let err = reader.poll(handler("r2")).await.unwrap_err();
+    let err = reader.poll(&handler("r2")).await.unwrap_err();
     assert!(
         matches!(&err, ReaderError::Handler { sequence_number, .. } if *sequence_number == fake.seq_of("r2").to_string()),
         "{err}"
     );
     let saved = store.load_positions().await.unwrap();
     assert_eq!(saved[0].sequence_number, Some(fake.seq_of("r1")));
-    let report = reader.poll(handler("none")).await.unwrap();
+    let report = reader.poll(&handler("none")).await.unwrap();
     assert_eq!(report.handled, 2);
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
+}
+
+/// The handler contract is one across modes: the `changes` handler value a
+/// `DynamoDbProcessor` runs for an event source mapping runs unchanged under
+/// the reader, and the records the reader hands out, put in an event, decode
+/// the same through the processor.
+#[tokio::test]
+async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapping() {
+    let ctx = ctx().await;
+    let (table, arn) = create_stream_table(&ctx.aws).await;
+    put(&ctx, &table, "o1", "new").await;
+    put(&ctx, &table, "o1", "paid").await;
+    delete(&ctx, &table, "o1").await;
+
+    let seen: Arc<Mutex<Vec<Change<Order>>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        changes(move |change: Change<Order>, _record: HandlerRecord| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(change);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    let mut reader = server_reader(&ctx, ctx.store(&table), &arn);
+    let mut records = Vec::new();
+    for _ in 0..50 {
+        // What the reader hands out, kept to build an event from below.
+        let batch = reader.next_batch().await.unwrap();
+        let shared: Arc<str> = arn.as_str().into();
+        records.extend(batch.records().map(|r| r.to_stream_record(&shared)));
+        reader.rewind();
+        let report = reader.poll(&handler).await.unwrap();
+        if report.caught_up {
+            break;
+        }
+    }
+    let from_reader = std::mem::take(&mut *seen.lock().unwrap());
+    let order = |status: &str| Order {
+        id: "o1".into(),
+        status: status.into(),
+    };
+    assert_eq!(
+        from_reader,
+        vec![
+            Change::Insert { new: order("new") },
+            Change::Modify {
+                old: Some(order("new")),
+                new: order("paid")
+            },
+            Change::Remove {
+                old: Some(order("paid"))
+            },
+        ]
+    );
+
+    let event = format!(
+        "{{\"Records\":[{}]}}",
+        records
+            .iter()
+            .map(|r| std::str::from_utf8(&r.data).unwrap())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let processor = DynamoDbProcessor::new(handler);
+    let report = processor.process(&event, None).await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(*seen.lock().unwrap(), from_reader);
+}
+
+/// The reader runs the processing core's rules: a failing record holds up
+/// its own shard only (the others are handled and committed once), its
+/// attempts are counted across polls, and after `max_attempts` it is parked
+/// and its shard moves on.
+#[tokio::test]
+async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
+    let ctx = ctx().await;
+    let now = ctx.clock_now();
+    let fake = Fake::new();
+    fake.add_shard("a", None);
+    fake.add_shard("b", None);
+    for id in ["a1", "a2", "a3"] {
+        fake.write("a", id, now);
+    }
+    for id in ["b1", "b2"] {
+        fake.write("b", id, now);
+    }
+    let options = ProcessingOptions {
+        max_attempts: 2,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let (mut reader, store) = fake_reader(
+        &ctx,
+        &fake,
+        ReaderConfig {
+            processing: options,
+            ..config()
+        },
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let seen = seen.clone();
+        move |record: HandlerRecord| {
+            let seen = seen.clone();
+            async move {
+                let keys: serde_json::Value = serde_json::from_str(&record.partition_key).unwrap();
+                let id = keys["id"]["S"].as_str().unwrap().to_owned();
+                if id == "a2" {
+                    return Err(format!("cannot handle {id}"));
+                }
+                seen.lock().unwrap().push(id);
+                Ok(())
+            }
+        }
+    };
+    let err = reader.poll(&handler).await.unwrap_err();
+    assert!(
+        matches!(&err, ReaderError::Handler { shard_id, sequence_number, .. }
+            if shard_id == "a" && *sequence_number == fake.seq_of("a2").to_string()),
+        "{err}"
+    );
+    assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2"]);
+    let report = reader.poll(&handler).await.unwrap();
+    assert_eq!((report.handled, report.parked), (1, 1));
+    assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2", "a3"]);
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].key.sequence, fake.seq_of("a2"));
+    assert_eq!(parked[0].attempts, 2);
+    // Nothing is handed out again: every shard is committed to its end.
+    let report = reader.poll(&handler).await.unwrap();
+    assert_eq!((report.handled, report.parked), (0, 0));
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 pub mod args;
 pub mod commands;
 pub mod connect;

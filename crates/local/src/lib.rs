@@ -18,6 +18,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 mod clients;
 mod counter;
 mod fault_plan;

@@ -24,6 +24,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 mod checkpoint;
 mod clock;
 mod consumer;

@@ -2,6 +2,8 @@
 //! to an orders table once (an idempotent conditional write), with the
 //! shardkeeper batch processor's ordering, de-duplication, retries and parking.
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::processing::{
     json, KinesisProcessor, Parking, ProcessingOptions, RecordHandler, StreamRecord,

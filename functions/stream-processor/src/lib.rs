@@ -3,6 +3,8 @@
 //! so the projection never goes back in time and re-delivered changes are
 //! harmless.
 
+#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::processing::{changes, Change, DynamoDbProcessor, RecordHandler, StreamRecord};
 use shardkeeper::state::{SequenceNumber, StateStore};
