@@ -121,21 +121,21 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             failed: false,
         };
         let items: Vec<_> = items.into_iter().collect();
-        let total = items.len();
-        for (index, (item, unit)) in items.into_iter().enumerate() {
-            if batch.failed && self.options.mode == FailureMode::StopAtFirstFailure {
-                batch.report.not_attempted = (total - index) as u64;
-                break;
+        if H::BATCHED {
+            self.run_batched(&mut batch, items, stop_by).await?;
+        } else {
+            let total = items.len();
+            for (index, (item, unit)) in items.into_iter().enumerate() {
+                if self.stopped(&batch) {
+                    batch.report.not_attempted = (total - index) as u64;
+                    break;
+                }
+                if stop_by.is_some_and(|t| Instant::now() >= t) {
+                    batch.out_of_time(&item);
+                    continue;
+                }
+                self.unit(&mut batch, unit).await?;
             }
-            if stop_by.is_some_and(|t| Instant::now() >= t) {
-                batch.failed = true;
-                let error = RecordError::Deadline {
-                    sequence_number: item.clone(),
-                };
-                batch.fail(&item, error);
-                continue;
-            }
-            self.unit(&mut batch, unit).await?;
         }
         if let Some(cp) = batch.progress.take() {
             if batch.sink.commit(&cp).await? {
@@ -143,6 +143,106 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             }
         }
         Ok(batch.report)
+    }
+
+    fn stopped<S>(&self, batch: &Batch<'_, S>) -> bool {
+        batch.failed && self.options.mode == FailureMode::StopAtFirstFailure
+    }
+
+    /// The batched path: runs of consecutive readable records go to
+    /// `handle_batch` together; a broken or unreadable record between them
+    /// is handled alone, as on the record-at-a-time path.
+    async fn run_batched<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        items: Vec<(String, Unit)>,
+        stop_by: Option<Instant>,
+    ) -> Result<()> {
+        let mut items = items.into_iter().peekable();
+        while let Some((item, unit)) = items.next() {
+            if self.stopped(batch) {
+                batch.report.not_attempted += 1 + items.len() as u64;
+                break;
+            }
+            let Unit::Records(records) = unit else {
+                if stop_by.is_some_and(|t| Instant::now() >= t) {
+                    batch.out_of_time(&item);
+                } else {
+                    self.unit(batch, unit).await?;
+                }
+                continue;
+            };
+            let mut run = Vec::new();
+            batch.keep_new(&item, records, &mut run).await?;
+            while let Some((_, Unit::Records(_))) = items.peek() {
+                let Some((item, Unit::Records(records))) = items.next() else {
+                    unreachable!("peeked");
+                };
+                batch.keep_new(&item, records, &mut run).await?;
+            }
+            self.run_of_records(batch, run, stop_by).await?;
+        }
+        Ok(())
+    }
+
+    /// Hands `run` to `handle_batch` (again for what it left unattempted,
+    /// while the batch goes on) and maps each result back to its record.
+    async fn run_of_records<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        mut run: Vec<(String, StreamRecord, SequenceNumber)>,
+        stop_by: Option<Instant>,
+    ) -> Result<()> {
+        while !run.is_empty() {
+            if self.stopped(batch) {
+                batch.report.not_attempted += distinct_items(&run);
+                return Ok(());
+            }
+            if stop_by.is_some_and(|t| Instant::now() >= t) {
+                let mut last: Option<&str> = None;
+                for (item, _, _) in &run {
+                    if last != Some(item.as_str()) {
+                        batch.out_of_time(item);
+                    }
+                    last = Some(item);
+                }
+                return Ok(());
+            }
+            let records = run.iter().map(|(_, r, _)| r.clone()).collect();
+            let results = self.handler.handle_batch(records).await;
+            if results.is_empty() {
+                let (item, record, _) = &run[0];
+                let error = RecordError::Handler {
+                    sequence_number: record.sequence_number.to_string(),
+                    sub_sequence: record.sub_sequence,
+                    error: "the batch handler returned no result for it".to_owned(),
+                };
+                batch.failed = true;
+                batch.fail(item, error);
+                return Ok(());
+            }
+            let mut answered = 0;
+            for (result, (_, record, sequence)) in results.into_iter().zip(&run) {
+                answered += 1;
+                match result {
+                    Ok(()) => {
+                        batch.report.processed += 1;
+                        batch.advance(sequence.clone(), record.sub_sequence);
+                    }
+                    Err(e) => {
+                        let error = to_record_error(e, record);
+                        if !self.failed_record(batch, record, error).await? {
+                            batch.failed = true;
+                            if self.stopped(batch) {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            run.drain(..answered);
+        }
+        Ok(())
     }
 
     async fn unit<S: CheckpointSink>(&self, batch: &mut Batch<'_, S>, unit: Unit) -> Result<()> {
@@ -229,7 +329,49 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     }
 }
 
+/// How many items the records of `run` belong to (a KPL aggregate's user
+/// records share one).
+fn distinct_items(run: &[(String, StreamRecord, SequenceNumber)]) -> u64 {
+    let mut count = 0;
+    let mut last: Option<&str> = None;
+    for (item, _, _) in run {
+        if last != Some(item.as_str()) {
+            count += 1;
+        }
+        last = Some(item);
+    }
+    count
+}
+
 impl<S: CheckpointSink> Batch<'_, S> {
+    /// Reports a unit that cannot start before the stop-by instant.
+    fn out_of_time(&mut self, item: &str) {
+        self.failed = true;
+        let error = RecordError::Deadline {
+            sequence_number: item.to_owned(),
+        };
+        self.fail(item, error);
+    }
+
+    /// Adds the records of a unit that the stored position does not cover
+    /// to `run` (the others are counted as duplicates).
+    async fn keep_new(
+        &mut self,
+        item: &str,
+        records: Vec<StreamRecord>,
+        run: &mut Vec<(String, StreamRecord, SequenceNumber)>,
+    ) -> Result<()> {
+        for record in records {
+            let sequence = SequenceNumber::new(&record.sequence_number)?;
+            if self.covered(&sequence, record.sub_sequence).await? {
+                self.report.duplicates_skipped += 1;
+            } else {
+                run.push((item.to_owned(), record, sequence));
+            }
+        }
+        Ok(())
+    }
+
     fn fail(&mut self, item: &str, error: RecordError) {
         tracing::warn!(item, %error, "record failed");
         self.report.failures.push(RecordFailure {

@@ -25,6 +25,41 @@ pub trait RecordHandler: Send + Sync + 'static {
     fn handle(&self, record: StreamRecord)
         -> impl Future<Output = Result<(), HandlerError>> + Send;
 
+    /// `true` if the core hands this handler runs of records through
+    /// [`RecordHandler::handle_batch`] (for bulk writes) instead of one
+    /// record at a time through [`RecordHandler::handle`].
+    const BATCHED: bool = false;
+
+    /// Handles a run of consecutive records of one batch at once (records
+    /// the stored position covers are left out), when [`Self::BATCHED`].
+    /// Returns one result per record, in order; a shorter answer means the
+    /// records after its end were not attempted (they are handed over again).
+    /// Each failure is mapped back to its record: it counts an attempt and
+    /// may be parked, as from `handle`. In the stop-at-first-failure mode
+    /// the batch stops at the first failure that is not parked: the results
+    /// after it are not counted, and those records are delivered again
+    /// (their side effects may repeat; make bulk writes idempotent).
+    ///
+    /// The default calls `handle` for each record, stopping at the first
+    /// failure.
+    fn handle_batch(
+        &self,
+        records: Vec<StreamRecord>,
+    ) -> impl Future<Output = Vec<Result<(), HandlerError>>> + Send {
+        async move {
+            let mut results = Vec::with_capacity(records.len());
+            for record in records {
+                let result = self.handle(record).await;
+                let failed = result.is_err();
+                results.push(result);
+                if failed {
+                    break;
+                }
+            }
+            results
+        }
+    }
+
     /// The worker gained `shard` and will read it after `position` (`None`:
     /// nothing checkpointed yet, it starts at the initial position).
     fn shard_gained(

@@ -371,3 +371,98 @@ async fn the_deadline_stops_the_batch_and_reports_the_rest() {
     );
     assert!(seen.lock().unwrap().is_empty());
 }
+
+/// A bulk handler: each call writes its run of orders at once and reports
+/// the orders in `reject` as failed.
+struct BulkWriter {
+    calls: Arc<Mutex<Vec<Vec<u32>>>>,
+    reject: u32,
+}
+
+impl shardkeeper::processing::RecordHandler for BulkWriter {
+    const BATCHED: bool = true;
+
+    async fn handle(&self, _: StreamRecord) -> Result<(), shardkeeper::processing::HandlerError> {
+        unreachable!("a batched handler is called with runs")
+    }
+
+    async fn handle_batch(
+        &self,
+        records: Vec<StreamRecord>,
+    ) -> Vec<Result<(), shardkeeper::processing::HandlerError>> {
+        let orders: Vec<Order> = records.iter().map(|r| r.json().unwrap()).collect();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(orders.iter().map(|o| o.id).collect());
+        orders
+            .iter()
+            .map(|o| match o.id == self.reject {
+                true => Err(format!("order {} rejected", o.id).into()),
+                false => Ok(()),
+            })
+            .collect()
+    }
+}
+
+/// A per-batch handler gets the batch as one run, and its per-record
+/// failures map back like those of a per-record handler: the failed record
+/// is reported (the event source mapping resumes there, as the
+/// ReportBatchItemFailures contract says: "Lambda retries the batch starting
+/// from the lowest sequence number reported"), its attempts are counted, and
+/// once parked the shard moves on.
+#[tokio::test]
+async fn a_batch_handler_maps_each_failure_back_to_its_record() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(5)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let options = ProcessingOptions {
+        max_attempts: 2,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let calls: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+    let processor = KinesisProcessor::new(BulkWriter {
+        calls: calls.clone(),
+        reject: 3,
+    })
+    .with_store(store.clone())
+    .with_options(options);
+
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let first = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(first.processed, 2);
+    assert_eq!(
+        first.not_attempted, 2,
+        "records after the failure are delivered again"
+    );
+    assert_eq!(first.failures.len(), 1);
+    assert_eq!(
+        first.failures[0].item_identifier,
+        records[2].sequence_number()
+    );
+    let cp = store
+        .fetch_checkpoint(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(cp.to_string(), records[1].sequence_number());
+
+    // Lambda resumes at the reported record.
+    let event = kinesis_event(&fx.arn, &fx.shard, &records[2..]);
+    let second = processor.process(&event.to_string(), None).await.unwrap();
+    assert!(second.failures.is_empty(), "{second:?}");
+    assert_eq!((second.parked, second.processed), (1, 2));
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[2].sequence_number()
+    );
+    assert_eq!(
+        *calls.lock().unwrap(),
+        vec![vec![1, 2, 3, 4, 5], vec![3, 4, 5]]
+    );
+}

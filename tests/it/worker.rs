@@ -271,3 +271,100 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     assert_eq!(again.report().processed, 0, "{:?}", again.report());
     assert_eq!(again.report().duplicates_skipped, 3, "{:?}", again.report());
 }
+
+/// A handler that notes every lifecycle hook the worker calls.
+struct Hooked(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Hooked {
+    fn note(&self, what: String) {
+        self.0.lock().unwrap().push(what);
+    }
+}
+
+impl shardkeeper::processing::RecordHandler for Hooked {
+    async fn handle(&self, _: StreamRecord) -> Result<(), shardkeeper::processing::HandlerError> {
+        Ok(())
+    }
+
+    async fn shard_gained(
+        &self,
+        shard: &shardkeeper::state::ShardId,
+        position: Option<&shardkeeper::state::Checkpoint>,
+    ) {
+        self.note(format!("gained {shard} at {}", position.is_some()));
+    }
+
+    async fn lease_lost(&self, shard: &shardkeeper::state::ShardId) {
+        self.note(format!("lost {shard}"));
+    }
+
+    async fn shard_ended(&self, shard: &shardkeeper::state::ShardId) {
+        self.note(format!("ended {shard}"));
+    }
+
+    async fn shutdown_requested(&self) {
+        self.note("shutdown".to_owned());
+    }
+}
+
+/// The lifecycle hooks (KCL's `initialize`, `shardEnded`, `leaseLost`,
+/// `shutdownRequested`) are called as the worker gains a shard, reads it to
+/// its end, has a lease taken, and stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 2, 0..2).await;
+    let notes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let info = shardkeeper::state::ConsumerInfo::for_this_process(
+        ConsumerId::new("w0").unwrap(),
+        store.now(),
+    );
+    let session =
+        shardkeeper::consumer::ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let mut workers = vec![shardkeeper::ShardWorker::new(
+        session,
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        Hooked(notes.clone()),
+        crate::consume::eager(),
+    )];
+    for _ in 0..2 {
+        tick_and_step(&rebalancer, &mut workers).await;
+    }
+    let parent = workers[0].shards()[0].clone();
+    split_first(&ctx.aws, &stream).await;
+    for _ in 0..20 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_secs(1));
+        if workers[0].shards().len() == 2 {
+            break;
+        }
+    }
+    let child = workers[0].shards()[0].clone();
+    let state = store.get_shard(&ShardScope::Group, &child).await.unwrap();
+    let thief = ConsumerId::new("thief").unwrap();
+    store
+        .take_lease(&child, &thief, state.counter, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    workers[0].step().await.unwrap();
+    workers[0].run_until(None, || true).await.unwrap();
+
+    let notes = notes.lock().unwrap().clone();
+    let at = |what: &str| {
+        notes
+            .iter()
+            .position(|n| n == what)
+            .unwrap_or_else(|| panic!("no {what:?} in {notes:?}"))
+    };
+    assert_eq!(at(&format!("gained {parent} at false")), 0, "{notes:?}");
+    let ended = at(&format!("ended {parent}"));
+    let gained_child = at(&format!("gained {child} at true"));
+    let lost = at(&format!("lost {child}"));
+    assert!(ended < gained_child && gained_child < lost, "{notes:?}");
+    assert_eq!(notes.last().unwrap(), "shutdown", "{notes:?}");
+}
