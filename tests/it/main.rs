@@ -1,41 +1,27 @@
-//! Integration tests: the state store against real DynamoDB- and
-//! Kinesis-compatible servers, through the real AWS SDK clients.
+//! Integration tests: the library and the state store against real
+//! DynamoDB- and Kinesis-compatible servers, through the real AWS SDK
+//! clients. One binary (the AWS SDK makes each one slow to link); its
+//! folders follow the code's.
 //!
 //! By default the servers run in this process. Set
 //! `SHARDKEEPER_TEST_DYNAMODB_ENDPOINT` and/or `SHARDKEEPER_TEST_KINESIS_ENDPOINT`
 //! to run the same tests against other servers, or `SHARDKEEPER_TEST_REAL_AWS=1`
 //! for real AWS. Every test uses its own consumer group, stream and tables.
+//!
+//! * `support`: set-up and helpers, no tests.
+//! * `state`: the state store (`shardkeeper-state`); `cargo test-state` runs these alone.
+//! * `processing`: the event-source-mapped processors and functions.
+//! * `consumer`: the shard worker (polling, enhanced fan-out, resharding, a fake for reads).
+//! * `group`: the planners, the rebalancer and the reaper.
+//! * `ddb_streams`: the DynamoDB Streams reader and the replica.
+//! * `system`: whole-system runs (stress, outages), the CLI, the local
+//!   servers and their fault proxy, the history checker, the template.
 
-mod assignments;
-mod checkpoints;
-mod cli;
-mod common;
-mod consume;
-mod consumers;
-mod ddb_reader;
-mod dynamodb_processing;
-mod efo;
-mod efo_worker;
-mod esm;
-mod fake_reads;
-mod fault_proxy;
-mod faulty;
-mod fixtures;
-mod functions;
-mod history;
-mod kinesis_processing;
-mod leases;
-mod local;
-mod outage;
-mod plan_reap;
-mod plan_rebalance;
-mod positions;
-mod scale;
-mod scheduled;
-mod split_merge;
-mod stream;
-mod stress;
-mod table;
-mod template;
-mod windows;
-mod worker;
+mod support;
+
+mod consumer;
+mod ddb_streams;
+mod group;
+mod processing;
+mod state;
+mod system;

@@ -1,0 +1,154 @@
+//! The shard worker reading with enhanced fan-out (SubscribeToShard) on the
+//! in-process Kinesis server: group workers sharing a pool smaller than the
+//! group, re-subscription when the server ends a subscription, a split
+//! during consumption, and the standalone EFO mode.
+
+use crate::support::common::{create_stream, ctx, rebalancer, split_first, Ctx};
+use crate::support::consume::{
+    check, eager, produce, standalone_with, tick_and_step, worker_with, Log,
+};
+use shardkeeper::consumer::EfoPool;
+use shardkeeper::consumer::WorkerConfig;
+use shardkeeper::state::{ShardScope, TableOptions};
+use shardkeeper_local::{unique_name, AwsClients, Endpoints, LocalOptions, LocalServers};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn efo(prefix: &str, size: usize) -> WorkerConfig {
+    WorkerConfig {
+        enhanced_fan_out: Some(EfoPool {
+            poll_interval: Duration::from_millis(20),
+            ..EfoPool::new(prefix, size)
+        }),
+        ..eager()
+    }
+}
+
+/// A context on servers of its own whose Kinesis ends every subscription
+/// after `lifetime` (AWS: 5 minutes), with a state table there.
+async fn ctx_with_subscription_lifetime(lifetime: Duration) -> (LocalServers, Ctx) {
+    let servers = LocalServers::start(LocalOptions {
+        subscription_lifetime: lifetime,
+        ..LocalOptions::default()
+    })
+    .unwrap();
+    let mut ctx = ctx().await;
+    ctx.aws = AwsClients::connect(&Endpoints::local(&servers)).await;
+    ctx.table = unique_name("sk-efo");
+    (servers, ctx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_through_a_split() {
+    let (_servers, ctx) = ctx_with_subscription_lifetime(Duration::from_millis(700)).await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    store.ensure_table(&TableOptions::default()).await.unwrap();
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 20, 0..5).await;
+    let log: Log = Arc::default();
+    let mut workers: Vec<_> = (0..3)
+        .map(|i| {
+            let name = format!("w{i}");
+            worker_with(&store, &ctx.aws.kinesis, &name, log.clone(), efo("grp", 2))
+        })
+        .collect();
+    let mut split = false;
+    for round in 0..600 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_millis(100));
+        let seen = log.lock().unwrap().len();
+        if !split && seen >= 50 {
+            split_first(&ctx.aws, &stream).await;
+            produce(&ctx.aws.kinesis, &stream, 20, 5..10).await;
+            split = true;
+        }
+        if split && seen >= 200 && round % 20 == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(split, "the split happened during consumption");
+    check(&log, 20, 10);
+
+    let locked: Vec<_> = workers.iter().filter_map(|w| w.efo_lock()).collect();
+    assert_eq!(locked.len(), 2, "two EFO consumers for three workers");
+    let names: BTreeSet<_> = locked.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "never shared: {names:?}");
+    let idle = workers.iter().find(|w| w.efo_lock().is_none()).unwrap();
+    assert!(
+        idle.shards().is_empty(),
+        "the worker without EFO holds no lease"
+    );
+    assert_eq!(idle.report().processed, 0, "{:?}", idle.report());
+    let consumers = store.list_consumers().await.unwrap();
+    let inactive: Vec<_> = consumers.iter().filter(|c| !c.active).collect();
+    assert_eq!(inactive.len(), 1, "{consumers:?}");
+
+    let total = |f: fn(&shardkeeper::consumer::WorkerReport) -> u64| -> u64 {
+        workers.iter().map(|w| f(w.report())).sum()
+    };
+    assert_eq!(total(|r| r.polls), 0, "read by subscription only");
+    assert!(
+        total(|r| r.subscriptions) > 6,
+        "subscriptions the server ended were renewed: {}",
+        total(|r| r.subscriptions)
+    );
+    assert_eq!(total(|r| r.shards_completed), 1, "the split parent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    produce(&ctx.aws.kinesis, &stream, 5, 0..4).await;
+    let log: Log = Arc::default();
+    let pool = || efo("solo", 1);
+    let mut first = standalone_with(&store, &ctx.aws.kinesis, "s1", log.clone(), pool());
+    let mut second = standalone_with(&store, &ctx.aws.kinesis, "s2", log.clone(), pool());
+    for _ in 0..300 {
+        first.step().await.unwrap();
+        second.step().await.unwrap();
+        if log.lock().unwrap().len() >= 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lock = first
+        .efo_lock()
+        .expect("the first locked the pool's one")
+        .clone();
+    assert!(second.efo_lock().is_none());
+    assert!(
+        second.shards().is_empty(),
+        "without an EFO consumer it reads nothing"
+    );
+    let scope = ShardScope::Efo(lock.name.clone());
+    let shards = store.list_shards(&scope).await.unwrap();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    assert!(shards.iter().all(|s| s.checkpoint.is_some()), "{shards:?}");
+
+    // The first stops and frees its EFO consumer; the second takes it over
+    // and carries on after the first's checkpoints.
+    first.leave().await.unwrap();
+    produce(&ctx.aws.kinesis, &stream, 5, 4..8).await;
+    for _ in 0..300 {
+        second.step().await.unwrap();
+        if log.lock().unwrap().len() >= 40 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(second.efo_lock().map(|l| &l.name), Some(&lock.name));
+    check(&log, 5, 8);
+    let by_second = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, _, _)| c == "s2")
+        .count();
+    assert_eq!(by_second, 20, "the second read only what came after");
+    assert_eq!(second.report().polls, 0, "{:?}", second.report());
+}

@@ -1,0 +1,8 @@
+//! The self-managed Kinesis consumer: the shard worker polling and with
+//! enhanced fan-out, through resharding, and against a fake for what the
+//! server cannot show.
+
+mod efo_worker;
+mod fake_reads;
+mod split_merge;
+mod worker;

@@ -1,0 +1,370 @@
+//! The polling shard worker with the rebalancer, on the in-process servers.
+
+use crate::support::common::{create_stream, ctx, rebalancer, split_first};
+use crate::support::consume::{check, produce, standalone, tick_and_step, worker, Log};
+use shardkeeper::consumer::WorkerConfig;
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::state::ConsumerId;
+use shardkeeper::state::ShardScope;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_on_eight_shards_lose_nothing_when_one_is_killed() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 8).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 40, 0..5).await;
+    let log: Log = Arc::default();
+    let mut workers: Vec<_> = (0..4)
+        .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
+        .collect();
+    for round in 0..60 {
+        if round == 4 {
+            // w3 dies: no release, no more heartbeats or renewals.
+            let dead = workers.pop().unwrap();
+            assert!(!dead.shards().is_empty(), "w3 held shards when it died");
+            produce(&ctx.aws.kinesis, &stream, 40, 5..10).await;
+        }
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_secs(1));
+        if log.lock().unwrap().len() >= 400 && round > 4 {
+            break;
+        }
+    }
+    check(&log, 40, 10);
+    let owners: BTreeSet<usize> = workers.iter().map(|w| w.shards().len()).collect();
+    assert!(
+        owners.iter().all(|n| (2..=3).contains(n)),
+        "8 shards over 3 live workers: {owners:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_during_consumption_reads_children_after_the_parent() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 10, 0..3).await;
+    let log: Log = Arc::default();
+    let mut workers: Vec<_> = (0..2)
+        .map(|i| worker(&store, &ctx.aws.kinesis, &format!("w{i}"), log.clone()))
+        .collect();
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut workers).await;
+    }
+    split_first(&ctx.aws, &stream).await;
+    produce(&ctx.aws.kinesis, &stream, 10, 3..6).await;
+    for _ in 0..20 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_secs(1));
+        if log.lock().unwrap().len() >= 60 {
+            break;
+        }
+    }
+    check(&log, 10, 6);
+    let completed: u64 = workers.iter().map(|w| w.report().shards_completed).sum();
+    assert_eq!(completed, 1, "the parent was read to its end and completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 2, 0..2).await;
+    let log: Log = Arc::default();
+    let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
+    w.step().await.unwrap(); // registers
+    rebalancer.tick().await.unwrap();
+    w.step().await.unwrap(); // gains the shard and reads it
+    let shard = w.shards()[0].clone();
+    assert_eq!(log.lock().unwrap().len(), 4);
+    // Another consumer takes the lease (a forced take).
+    let state = store
+        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    let thief = ConsumerId::new("thief").unwrap();
+    store
+        .take_lease(&shard, &thief, state.counter, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    produce(&ctx.aws.kinesis, &stream, 2, 2..3).await;
+    w.step().await.unwrap();
+    assert!(w.shards().is_empty(), "the worker let go of the shard");
+    assert_eq!(w.report().leases_lost, 1);
+    // Its checkpoint did not land: the thief's stored checkpoint is where w0 last wrote under its lease.
+    let after = store
+        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(after.owner, Some(thief));
+    assert_eq!(after.checkpoint, state.checkpoint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
+    let servers = shardkeeper_local::LocalServers::start(shardkeeper_local::LocalOptions {
+        iterator_ttl: Duration::from_secs(1),
+        ..shardkeeper_local::LocalOptions::default()
+    })
+    .unwrap();
+    let aws =
+        shardkeeper_local::AwsClients::connect(&shardkeeper_local::Endpoints::local(&servers))
+            .await;
+    let mut ctx = ctx().await;
+    ctx.aws = aws;
+    let table = shardkeeper_local::unique_name("sk-iter");
+    ctx.table = table.clone();
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    store
+        .ensure_table(&shardkeeper::state::TableOptions::default())
+        .await
+        .unwrap();
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 3, 0..2).await;
+    let log: Log = Arc::default();
+    let mut w = worker(&store, &ctx.aws.kinesis, "w0", log.clone());
+    w.step().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    w.step().await.unwrap();
+    assert_eq!(log.lock().unwrap().len(), 6);
+    // The iterator the worker holds expires; records arrive meanwhile.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    produce(&ctx.aws.kinesis, &stream, 3, 2..4).await;
+    for _ in 0..4 {
+        w.step().await.unwrap();
+    }
+    assert!(w.report().iterators_refreshed >= 1, "{:?}", w.report());
+    check(&log, 3, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    produce(&ctx.aws.kinesis, &stream, 4, 0..3).await;
+    let log: Log = Arc::default();
+    let sink = log.clone();
+    let function = shardkeeper::functions::WorkerFunction {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        lease_term: Duration::from_secs(10),
+        config: WorkerConfig {
+            renew_every: Duration::from_millis(50),
+            min_poll_interval: Duration::ZERO,
+            idle_poll_interval: Duration::from_millis(20),
+            ..WorkerConfig::default()
+        },
+        margin: Duration::from_millis(300),
+        handler: move || {
+            let sink = sink.clone();
+            move |record: StreamRecord| {
+                let sink = sink.clone();
+                async move {
+                    let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+                    sink.lock().unwrap().push((
+                        "fn".to_owned(),
+                        record.partition_key.to_string(),
+                        n,
+                    ));
+                    Ok::<(), std::io::Error>(())
+                }
+            }
+        },
+    };
+    // The rebalancer ticks until every record was handled, then stops, so
+    // the state seen at the end is the worker's own leave.
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let seen = log.clone();
+    let ticking = tokio::spawn(async move {
+        for _ in 0..200 {
+            if seen.lock().unwrap().len() >= 12 {
+                break;
+            }
+            rebalancer.tick().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let event: aws_lambda_events::event::eventbridge::EventBridgeEvent =
+        serde_json::from_str(include_str!("../../../events/scheduled.json")).unwrap();
+    let mut context = crate::support::common::lambda_context(Duration::from_secs(4));
+    context.request_id = "5f1c2e3a-8b9d-4e6f-a1b2-c3d4e5f6a7b8".to_owned();
+    let report = function
+        .handle(lambda_runtime::LambdaEvent::new(event, context))
+        .await
+        .unwrap();
+    ticking.await.unwrap();
+    assert_eq!(report.processed, 12, "{report:?}");
+    check(&log, 4, 3);
+    // At the deadline the leases were released, checkpointed, and the
+    // invocation's consumer deregistered.
+    assert!(store.list_consumers().await.unwrap().is_empty());
+    let shards = store
+        .list_shards(&shardkeeper::state::ShardScope::Group)
+        .await
+        .unwrap();
+    assert!(
+        shards
+            .iter()
+            .all(|s| s.owner.is_none() && s.checkpoint.is_some()),
+        "{shards:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_lease() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 6, 0..3).await;
+    let (group_log, solo_log): (Log, Log) = (Arc::default(), Arc::default());
+    let mut member = worker(&store, &ctx.aws.kinesis, "member", group_log.clone());
+    let mut solo = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
+    for _ in 0..4 {
+        tick_and_step(&rebalancer, std::slice::from_mut(&mut member)).await;
+        solo.step().await.unwrap();
+    }
+    // A split mid-way: the standalone worker too reads the children only
+    // after the parent, in its own scope.
+    split_first(&ctx.aws, &stream).await;
+    produce(&ctx.aws.kinesis, &stream, 6, 3..5).await;
+    for _ in 0..8 {
+        tick_and_step(&rebalancer, std::slice::from_mut(&mut member)).await;
+        solo.step().await.unwrap();
+    }
+    check(&group_log, 6, 5);
+    check(&solo_log, 6, 5);
+
+    // The rebalancer gave it nothing: it is registered standalone.
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.live_consumers, 1, "{tick:?}");
+    let solo_id = ConsumerId::new("solo").unwrap();
+    assert!(store.owned_shards(&solo_id).await.unwrap().is_empty());
+    // Its checkpoints are its own: the parent depleted, the rest checkpointed.
+    let own = store
+        .list_shards(&ShardScope::Consumer(solo_id))
+        .await
+        .unwrap();
+    assert_eq!(own.len(), 4, "{own:?}");
+    assert_eq!(own.iter().filter(|s| s.depleted).count(), 1, "{own:?}");
+    assert!(own.iter().all(|s| s.checkpoint.is_some()), "{own:?}");
+    assert_eq!(solo.report().shards_completed, 1);
+
+    // Restarted under the same id, it resumes after its checkpoints.
+    let mut again = standalone(&store, &ctx.aws.kinesis, "solo", solo_log.clone());
+    for _ in 0..3 {
+        again.step().await.unwrap();
+    }
+    assert_eq!(solo_log.lock().unwrap().len(), 30, "nothing read twice");
+    // (It re-reads each open shard from its checkpointed record, which the
+    // checkpoint covers, so that a KPL aggregate can resume inside itself.)
+    assert_eq!(again.report().processed, 0, "{:?}", again.report());
+    assert_eq!(again.report().duplicates_skipped, 3, "{:?}", again.report());
+}
+
+/// A handler that notes every lifecycle hook the worker calls.
+struct Hooked(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Hooked {
+    fn note(&self, what: String) {
+        self.0.lock().unwrap().push(what);
+    }
+}
+
+impl shardkeeper::processing::RecordHandler for Hooked {
+    async fn handle(&self, _: StreamRecord) -> Result<(), shardkeeper::processing::HandlerError> {
+        Ok(())
+    }
+
+    async fn shard_gained(
+        &self,
+        shard: &shardkeeper::state::ShardId,
+        position: Option<&shardkeeper::state::Checkpoint>,
+    ) {
+        self.note(format!("gained {shard} at {}", position.is_some()));
+    }
+
+    async fn lease_lost(&self, shard: &shardkeeper::state::ShardId) {
+        self.note(format!("lost {shard}"));
+    }
+
+    async fn shard_ended(&self, shard: &shardkeeper::state::ShardId) {
+        self.note(format!("ended {shard}"));
+    }
+
+    async fn shutdown_requested(&self) {
+        self.note("shutdown".to_owned());
+    }
+}
+
+/// The lifecycle hooks (KCL's `initialize`, `shardEnded`, `leaseLost`,
+/// `shutdownRequested`) are called as the worker gains a shard, reads it to
+/// its end, has a lease taken, and stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 2, 0..2).await;
+    let notes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let info = shardkeeper::state::ConsumerInfo::for_this_process(
+        ConsumerId::new("w0").unwrap(),
+        store.now(),
+    );
+    let session =
+        shardkeeper::consumer::ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let mut workers = vec![shardkeeper::ShardWorker::new(
+        session,
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        Hooked(notes.clone()),
+        crate::support::consume::eager(),
+    )];
+    for _ in 0..2 {
+        tick_and_step(&rebalancer, &mut workers).await;
+    }
+    let parent = workers[0].shards()[0].clone();
+    split_first(&ctx.aws, &stream).await;
+    for _ in 0..20 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_secs(1));
+        if workers[0].shards().len() == 2 {
+            break;
+        }
+    }
+    let child = workers[0].shards()[0].clone();
+    let state = store.get_shard(&ShardScope::Group, &child).await.unwrap();
+    let thief = ConsumerId::new("thief").unwrap();
+    store
+        .take_lease(&child, &thief, state.counter, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    workers[0].step().await.unwrap();
+    workers[0].run_until(None, || true).await.unwrap();
+
+    let notes = notes.lock().unwrap().clone();
+    let at = |what: &str| {
+        notes
+            .iter()
+            .position(|n| n == what)
+            .unwrap_or_else(|| panic!("no {what:?} in {notes:?}"))
+    };
+    assert_eq!(at(&format!("gained {parent} at false")), 0, "{notes:?}");
+    let ended = at(&format!("ended {parent}"));
+    let gained_child = at(&format!("gained {child} at true"));
+    let lost = at(&format!("lost {child}"));
+    assert!(ended < gained_child && gained_child < lost, "{notes:?}");
+    assert_eq!(notes.last().unwrap(), "shutdown", "{notes:?}");
+}

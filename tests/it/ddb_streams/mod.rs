@@ -1,0 +1,3 @@
+//! The self-managed DynamoDB Streams reader and the replica recipe.
+
+mod reader;

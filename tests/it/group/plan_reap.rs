@@ -1,0 +1,116 @@
+//! The reap planner: table-driven scenarios.
+
+use crate::support::fixtures::*;
+use shardkeeper::group::{plan_reap, Action, ReapConfig};
+use shardkeeper::state::GroupSnapshot;
+use std::time::Duration;
+
+fn config() -> ReapConfig {
+    ReapConfig {
+        heartbeat_timeout: Duration::from_secs(15),
+        efo_idle_timeout: Duration::from_secs(600),
+        retention: Duration::from_secs(3600),
+    }
+}
+
+fn describe(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::ReapConsumer { seen, leases, efo } => format!(
+                "reap {} leases {:?} efo {:?}",
+                seen.id(),
+                leases
+                    .iter()
+                    .map(|(s, _)| s.to_string())
+                    .collect::<Vec<_>>(),
+                efo.iter().map(|l| l.name.to_string()).collect::<Vec<_>>()
+            ),
+            Action::ReleaseEfo { lock } => format!("release {} from {}", lock.name, lock.consumer),
+            Action::DeregisterEfo { name, .. } => format!("deregister {name}"),
+            Action::RemoveShard { shard, .. } => format!("remove {shard}"),
+            other => panic!("the reaper planned {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn scenarios() {
+    let with_efo = |mut snap: GroupSnapshot, efo: Vec<shardkeeper::state::EfoState>| {
+        snap.efo = efo;
+        snap
+    };
+    let cases: Vec<(&str, GroupSnapshot, Vec<&str>)> = vec![
+        (
+            // Everyone heartbeats: nothing to do.
+            "all alive",
+            snapshot(vec![consumer("a", 1_000)], vec![leased("s0", "a", 5_000)]),
+            vec![],
+        ),
+        (
+            // b is 16 s silent: removed with its lease (expired or not) and its EFO lock.
+            "a dead consumer goes with its leases and lock",
+            with_efo(
+                snapshot(
+                    vec![consumer("a", 0), consumer("b", 16_000)],
+                    vec![
+                        leased("s0", "a", 5_000),
+                        leased("s1", "b", 5_000),
+                        leased("s2", "b", -5_000),
+                    ],
+                ),
+                vec![efo("e0", Some("b"), 0), efo("e1", Some("a"), 0)],
+            ),
+            vec!["reap b leases [\"s1\", \"s2\"] efo [\"e0\"]"],
+        ),
+        (
+            // A lock held by a consumer that is not registered is released.
+            "an unknown holder's EFO lock is released",
+            with_efo(
+                snapshot(vec![consumer("a", 0)], vec![]),
+                vec![efo("e0", Some("ghost"), 0)],
+            ),
+            vec!["release e0 from ghost"],
+        ),
+        (
+            // Idle for 11 minutes (> 10): deregistered, except that one is always kept.
+            "idle EFO consumers go, one stays",
+            with_efo(
+                snapshot(vec![], vec![]),
+                vec![
+                    efo("e0", None, 660_000),
+                    efo("e1", None, 660_000),
+                    efo("e2", None, 60_000),
+                ],
+            ),
+            vec!["deregister e0", "deregister e1"],
+        ),
+        (
+            "all idle: the first is kept",
+            with_efo(
+                snapshot(vec![], vec![]),
+                vec![efo("e0", None, 660_000), efo("e1", None, 660_000)],
+            ),
+            vec!["deregister e1"],
+        ),
+        (
+            // Depleted 2 h ago (> 1 h retention): removed; depleted 10 min ago, or still awaited by a child: kept.
+            "depleted shards past retention are removed",
+            snapshot(
+                vec![],
+                vec![
+                    depleted(shard("old"), 7_200_000),
+                    depleted(shard("recent"), 600_000),
+                    depleted(shard("awaited"), 7_200_000),
+                    child(shard("kid"), &["awaited"], &["awaited"]),
+                    shard("open"),
+                ],
+            ),
+            vec!["remove old"],
+        ),
+    ];
+    for (name, snap, expected) in cases {
+        let plan = plan_reap(&snap, NOW, &config());
+        assert_eq!(describe(&plan), expected, "case: {name}");
+    }
+}

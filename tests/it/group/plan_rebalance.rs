@@ -1,0 +1,409 @@
+//! The rebalance planner: table-driven scenarios and property tests of its invariants.
+
+use crate::support::fixtures::*;
+use proptest::prelude::*;
+use shardkeeper::group::{plan_rebalance, Action, RebalanceConfig};
+use shardkeeper::state::{ConsumerId, GroupSnapshot, ShardId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+fn config() -> RebalanceConfig {
+    RebalanceConfig {
+        heartbeat_timeout: Duration::from_secs(15),
+        handoff_timeout: Duration::from_secs(15),
+        max_moves_per_tick: None,
+    }
+}
+
+/// Applies a plan as if every owner honoured its claims (new and open) at once.
+fn apply(snapshot: &GroupSnapshot, actions: &[Action]) -> GroupSnapshot {
+    let mut next = snapshot.clone();
+    for s in next.shards.iter_mut() {
+        if let Some(claim) = s.claim.take() {
+            s.owner = Some(claim.by);
+            s.expires = Some(NOW + 10_000);
+            s.counter += 1;
+        }
+    }
+    for action in actions {
+        let (shard, to) = match action {
+            Action::Assign { shard, to, .. }
+            | Action::Claim { shard, to, .. }
+            | Action::ForceTake { shard, to, .. } => (shard, to),
+            Action::ClearPendingParent { shard, parent } => {
+                let s = next
+                    .shards
+                    .iter_mut()
+                    .find(|s| &s.shard_id == shard)
+                    .unwrap();
+                s.pending_parents.retain(|p| p != parent);
+                continue;
+            }
+            Action::CancelClaim { shard, .. } => {
+                next.shards
+                    .iter_mut()
+                    .find(|s| &s.shard_id == shard)
+                    .unwrap()
+                    .claim = None;
+                continue;
+            }
+            other => panic!("the rebalancer planned {other:?}"),
+        };
+        let s = next
+            .shards
+            .iter_mut()
+            .find(|s| &s.shard_id == shard)
+            .unwrap();
+        s.owner = Some(to.clone());
+        s.expires = Some(NOW + 10_000);
+        s.counter += 1;
+        s.claim = None;
+    }
+    next
+}
+
+/// Live leases per owner on the shards that are available for lease.
+fn holdings(snapshot: &GroupSnapshot) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for s in shardkeeper::group::available_shards(snapshot) {
+        if let Some(lease) = s.live_lease(NOW) {
+            *out.entry(lease.owner.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn targets(actions: &[Action]) -> Vec<(String, String, &'static str)> {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::Assign { shard, to, .. } => (shard.to_string(), to.to_string(), "assign"),
+            Action::Claim { shard, to, .. } => (shard.to_string(), to.to_string(), "claim"),
+            Action::ForceTake { shard, to, .. } => (shard.to_string(), to.to_string(), "force"),
+            Action::CancelClaim { shard, claimant } => {
+                (shard.to_string(), claimant.to_string(), "cancel")
+            }
+            Action::ClearPendingParent { shard, parent } => {
+                (shard.to_string(), parent.to_string(), "unblock")
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn t(shard: &str, to: &str, what: &'static str) -> (String, String, &'static str) {
+    (shard.to_string(), to.to_string(), what)
+}
+
+/// A scenario: name, snapshot, configuration, expected (shard, consumer, what).
+type Case = (
+    &'static str,
+    GroupSnapshot,
+    RebalanceConfig,
+    Vec<(String, String, &'static str)>,
+);
+
+#[test]
+fn scenarios() {
+    let cases: Vec<Case> = vec![
+        (
+            // One consumer, four free shards: it gets all of them.
+            "one consumer takes everything",
+            snapshot(
+                vec![consumer("a", 0)],
+                (0..4).map(|i| shard(&format!("s{i}"))).collect(),
+            ),
+            config(),
+            vec![
+                t("s0", "a", "assign"),
+                t("s1", "a", "assign"),
+                t("s2", "a", "assign"),
+                t("s3", "a", "assign"),
+            ],
+        ),
+        (
+            // a holds all four; b joins: two move to b by claims, a keeps s0, s1 (sticky).
+            "a newcomer gets half by hand-off claims",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0)],
+                (0..4)
+                    .map(|i| leased(&format!("s{i}"), "a", 5_000))
+                    .collect(),
+            ),
+            config(),
+            vec![t("s2", "b", "claim"), t("s3", "b", "claim")],
+        ),
+        (
+            // Balanced already: nothing to do.
+            "balanced is left alone",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0)],
+                vec![
+                    leased("s0", "a", 5_000),
+                    leased("s1", "b", 5_000),
+                    leased("s2", "a", 5_000),
+                ],
+            ),
+            config(),
+            vec![],
+        ),
+        (
+            // b missed its heartbeat: its expired lease goes to a, and so does a's own expired lease.
+            "expired leases go to the living",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 60_000)],
+                vec![leased("s0", "a", -1), leased("s1", "b", -1)],
+            ),
+            config(),
+            vec![t("s0", "a", "assign"), t("s1", "a", "assign")],
+        ),
+        (
+            // b is dead but its lease is still live: claimed off it (forced later).
+            "a live lease of a dead consumer is claimed",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 60_000)],
+                vec![leased("s0", "b", 5_000)],
+            ),
+            config(),
+            vec![t("s0", "a", "claim")],
+        ),
+        (
+            // A claim older than the hand-off timeout ends in a forced take.
+            "unhonoured claim is forced after the timeout",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0)],
+                vec![
+                    leased("s0", "a", 5_000),
+                    claimed(leased("s1", "a", 5_000), "b", 16_000),
+                ],
+            ),
+            config(),
+            vec![t("s1", "b", "force")],
+        ),
+        (
+            // A fresh claim is waited for: nothing new.
+            "fresh claim is waited for",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0)],
+                vec![
+                    leased("s0", "a", 5_000),
+                    claimed(leased("s1", "a", 5_000), "b", 1_000),
+                ],
+            ),
+            config(),
+            vec![],
+        ),
+        (
+            // "gone" left the group (deregistered) with a lease still in its
+            // name: nobody will hand it over, so it is assigned at once.
+            "a lease of a consumer that left is free",
+            snapshot(vec![consumer("a", 0)], vec![leased("s0", "gone", 5_000)]),
+            config(),
+            vec![t("s0", "a", "assign")],
+        ),
+        (
+            // The claimant died: the claim is withdrawn and the lease stays.
+            "a dead claimant's claim is cancelled",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 60_000)],
+                vec![claimed(leased("s0", "a", 5_000), "b", 1_000)],
+            ),
+            config(),
+            vec![t("s0", "b", "cancel")],
+        ),
+        (
+            // Children wait while a parent is open; the open parent is leased.
+            "children wait for their parent",
+            snapshot(
+                vec![consumer("a", 0)],
+                vec![
+                    shard("p"),
+                    child(shard("c1"), &["p"], &["p"]),
+                    child(shard("c2"), &["p"], &[]),
+                ],
+            ),
+            config(),
+            vec![t("p", "a", "assign")],
+        ),
+        (
+            // The parent is depleted but the child still lists it as pending: repaired, then leased next tick.
+            "a stranded child is unblocked",
+            snapshot(
+                vec![consumer("a", 0)],
+                vec![depleted(shard("p"), 0), child(shard("c"), &["p"], &["p"])],
+            ),
+            config(),
+            vec![t("c", "p", "unblock")],
+        ),
+        (
+            // Inactive (waiting for EFO) and standalone consumers get nothing.
+            "inactive and standalone consumers get nothing",
+            snapshot(
+                vec![
+                    consumer("a", 0),
+                    {
+                        let mut c = consumer("idle", 0);
+                        c.active = false;
+                        c
+                    },
+                    {
+                        let mut c = consumer("solo", 0);
+                        c.info.standalone = true;
+                        c
+                    },
+                ],
+                vec![shard("s0"), shard("s1")],
+            ),
+            config(),
+            vec![t("s0", "a", "assign"), t("s1", "a", "assign")],
+        ),
+        (
+            // At most one move per tick when configured so; free shards are still assigned.
+            "moves per tick are capped",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0), consumer("c", 0)],
+                vec![
+                    leased("s0", "a", 5_000),
+                    leased("s1", "a", 5_000),
+                    leased("s2", "a", 5_000),
+                    leased("s3", "a", 5_000),
+                    shard("s4"),
+                ],
+            ),
+            RebalanceConfig {
+                max_moves_per_tick: Some(1),
+                ..config()
+            },
+            vec![t("s4", "b", "assign"), t("s2", "b", "claim")],
+        ),
+        (
+            // Nobody live: nothing is planned.
+            "no live consumer, no plan",
+            snapshot(vec![consumer("a", 60_000)], vec![shard("s0")]),
+            config(),
+            vec![],
+        ),
+    ];
+    for (name, snap, cfg, expected) in cases {
+        let plan = plan_rebalance(&snap, NOW, &cfg);
+        assert_eq!(targets(&plan), expected, "case: {name}");
+    }
+}
+
+fn arb_group() -> impl Strategy<Value = (GroupSnapshot, Option<usize>)> {
+    let consumers = prop::collection::vec(
+        (0i64..40_000, any::<bool>(), prop::bool::weighted(0.1)),
+        0..7,
+    );
+    let shards = prop::collection::vec(
+        (
+            prop::option::of(0usize..8),
+            -20_000i64..20_000,
+            prop::option::of((0usize..8, 0i64..30_000)),
+            prop::bool::weighted(0.1),
+            prop::option::of(0usize..40),
+        ),
+        0..40,
+    );
+    (consumers, shards, prop::option::of(1usize..4)).prop_map(|(cs, ss, moves)| {
+        let consumers: Vec<_> = cs
+            .iter()
+            .enumerate()
+            .map(|(i, (age, active, standalone))| {
+                let mut c = consumer(&format!("c{i}"), *age);
+                c.active = *active || i == 0;
+                c.info.standalone = *standalone;
+                c
+            })
+            .collect();
+        let mut shards: Vec<_> = Vec::new();
+        for (i, (owner, expires, claim, is_depleted, parent)) in ss.iter().enumerate() {
+            let name = format!("s{i:02}");
+            let mut s = match owner {
+                Some(o) => leased(&name, &format!("c{o}"), *expires),
+                None => shard(&name),
+            };
+            if let Some((by, age)) = claim {
+                if s.owner.is_some() {
+                    s = claimed(s, &format!("c{by}"), *age);
+                }
+            }
+            if *is_depleted {
+                s = depleted(s, 0);
+            }
+            if let Some(p) = parent.filter(|p| *p < i) {
+                let pname = format!("s{p:02}");
+                let parent_done = shards.iter().any(|x: &shardkeeper::state::ShardState| {
+                    x.shard_id.as_str() == pname && x.depleted
+                });
+                let pending: Vec<&str> = if parent_done {
+                    vec![]
+                } else {
+                    vec![pname.as_str()]
+                };
+                s = child(s, &[pname.as_str()], &pending);
+            }
+            shards.push(s);
+        }
+        (snapshot(consumers, shards), moves)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_keep_the_invariants((snap, moves) in arb_group()) {
+        let cfg = RebalanceConfig { max_moves_per_tick: moves, ..config() };
+        let plan = plan_rebalance(&snap, NOW, &cfg);
+        let live: BTreeSet<&ConsumerId> = snap
+            .consumers
+            .iter()
+            .filter(|c| NOW - c.heartbeat <= 15_000 && c.active && !c.info.standalone)
+            .map(|c| c.id())
+            .collect();
+        let by_id: BTreeMap<&ShardId, _> = snap.shards.iter().map(|s| (&s.shard_id, s)).collect();
+        let mut given: BTreeSet<&ShardId> = BTreeSet::new();
+        for action in &plan {
+            if let Action::Assign { shard, to, .. } | Action::Claim { shard, to, .. } | Action::ForceTake { shard, to, .. } = action {
+                prop_assert!(given.insert(shard), "{shard} given twice in {plan:?}");
+                prop_assert!(live.contains(to), "{shard} given to {to}, not live");
+                let s = by_id[shard];
+                prop_assert!(!s.depleted, "depleted {shard} given");
+                prop_assert!(s.pending_parents.is_empty(), "{shard} given before its parents are depleted");
+                prop_assert!(s.parents.iter().all(|p| by_id.get(p).is_none_or(|ps| ps.depleted)));
+            }
+        }
+    }
+
+    #[test]
+    fn an_unlimited_plan_converges_to_balance((snap, _) in arb_group()) {
+        let mut state = snap;
+        for _ in 0..3 {
+            let plan = plan_rebalance(&state, NOW, &config());
+            state = apply(&state, &plan);
+        }
+        let live: Vec<String> = state
+            .consumers
+            .iter()
+            .filter(|c| NOW - c.heartbeat <= 15_000 && c.active && !c.info.standalone)
+            .map(|c| c.id().to_string())
+            .collect();
+        let available = shardkeeper::group::available_shards(&state).len();
+        if live.is_empty() || available == 0 {
+            return Ok(());
+        }
+        let held = holdings(&state);
+        let target = available.div_ceil(live.len());
+        let mut total = 0;
+        for c in &live {
+            let n = held.get(c).copied().unwrap_or(0);
+            total += n;
+            prop_assert!(n == target || n + 1 == target || (available < live.len() && n <= 1),
+                "{c} holds {n}, target {target}: {held:?}");
+        }
+        prop_assert_eq!(total, available, "every available shard held by a live consumer: {:?}", held);
+        // Converged: planning again changes nothing.
+        prop_assert!(plan_rebalance(&state, NOW, &config()).is_empty());
+    }
+}

@@ -1,0 +1,466 @@
+//! The rebalancer, the reaper and consumer sessions together on the
+//! in-process servers, ticking on a test clock; and both functions invoked
+//! through lambda_runtime's service with the scheduled-event fixture.
+
+use crate::support::common::{
+    create_stream, ctx, lambda_context, list_shards, split_first, stream_arn, wait_stream_active,
+    Ctx,
+};
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use lambda_runtime::{LambdaEvent, Service};
+use shardkeeper::config::TickTiming;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::functions::{handle_reap, handle_rebalance, Reaper, Rebalancer};
+use shardkeeper::group::ReapConfig;
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope, ShardSpec, StateStore,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const TERM: Duration = Duration::from_secs(10);
+
+fn rebalancer(ctx: &Ctx, store: &StateStore) -> Rebalancer {
+    Rebalancer {
+        emit_metrics: true,
+        ..crate::support::common::rebalancer(&ctx.aws, store)
+    }
+}
+
+fn session(store: &StateStore, name: &str) -> ConsumerSession {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    ConsumerSession::new(store.clone(), info, TERM)
+}
+
+fn no_progress(_: &ShardId) -> Option<(Checkpoint, Option<i64>)> {
+    None
+}
+
+/// Ticks every session once; returns who holds what, checking nobody holds a shard twice.
+async fn tick_all(sessions: &mut [ConsumerSession]) -> BTreeMap<String, usize> {
+    let mut owners: BTreeMap<ShardId, String> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for s in sessions.iter_mut() {
+        s.tick(no_progress).await.unwrap();
+    }
+    for s in sessions.iter() {
+        counts.insert(s.id().to_string(), s.leases().count());
+        for lease in s.leases() {
+            if let Some(other) = owners.insert(lease.shard_id.clone(), s.id().to_string()) {
+                panic!("{} held by {other} and {}", lease.shard_id, s.id());
+            }
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_shards_one_consumer_then_four_balanced_in_one_tick() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 64).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut sessions = vec![session(&store, "c0")];
+    tick_all(&mut sessions).await;
+    let first = rebalancer.tick().await.unwrap();
+    assert_eq!(first.discovery.created.len(), 64);
+    assert_eq!(tick_all(&mut sessions).await["c0"], 64);
+
+    for i in 1..4 {
+        sessions.push(session(&store, &format!("c{i}")));
+    }
+    tick_all(&mut sessions).await; // the newcomers register
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.live_consumers, 4);
+    assert_eq!(tick.moves(), 48, "one tick plans the whole balance");
+    // c0 honours the claims at its next renewal; the others pick their leases up.
+    let counts = tick_all(&mut sessions).await;
+    let counts = if counts.values().all(|n| *n == 16) {
+        counts
+    } else {
+        tick_all(&mut sessions).await
+    };
+    assert!(counts.values().all(|n| *n == 16), "{counts:?}");
+    // Balanced: the next tick changes nothing.
+    let idle = rebalancer.tick().await.unwrap();
+    assert_eq!(idle.actions_planned, 0, "{idle:?}");
+}
+
+#[tokio::test]
+async fn a_silent_consumers_shards_move_after_the_timeout() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 8).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut sessions = vec![session(&store, "a"), session(&store, "b")];
+    tick_all(&mut sessions).await;
+    rebalancer.tick().await.unwrap();
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts.values().sum::<usize>(), 8);
+    assert_eq!(counts["a"], 4);
+
+    // b stops (no heartbeat, no renewals); a keeps ticking.
+    let b = sessions.pop().unwrap();
+    for _ in 0..4 {
+        ctx.clock.advance(Duration::from_secs(4));
+        tick_all(&mut sessions).await;
+        let tick = rebalancer.tick().await.unwrap();
+        if tick.live_consumers == 1
+            && tick
+                .execution
+                .applied(shardkeeper::group::ActionKind::Assign)
+                > 0
+        {
+            break;
+        }
+    }
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts["a"], 8, "{counts:?}");
+    // b learns it lost everything the moment it writes.
+    let mut b = b;
+    let lost = b.tick(no_progress).await.unwrap();
+    assert_eq!(lost.lost.len(), 4);
+    assert_eq!(b.leases().count(), 0);
+}
+
+#[tokio::test]
+async fn a_consumer_that_leaves_hands_everything_over_at_the_next_tick() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 6).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut sessions = vec![session(&store, "stays"), session(&store, "leaves")];
+    tick_all(&mut sessions).await;
+    rebalancer.tick().await.unwrap();
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts["leaves"], 3, "{counts:?}");
+    let mut leaving = sessions.pop().unwrap();
+    let first = leaving.leases().next().unwrap().shard_id.clone();
+    let cp = Checkpoint::after("7").unwrap();
+    // A rebalancer that read the group before the leave assigns one more
+    // shard to it: the leave frees that one too.
+    let extra = store
+        .list_shards(&ShardScope::Group)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.owner.as_ref().is_some_and(|o| o.as_str() == "stays"))
+        .unwrap();
+    store
+        .remove_lease_owner(&extra.shard_id, &ConsumerId::new("stays").unwrap(), None)
+        .await
+        .unwrap();
+    store
+        .acquire_lease(&extra.shard_id, leaving.id(), TERM)
+        .await
+        .unwrap()
+        .expect("assigned to the leaving consumer");
+    let released = leaving
+        .leave(|s| (s == &first).then(|| (cp.clone(), None)))
+        .await
+        .unwrap();
+    assert_eq!(released.len(), 4, "{released:?}");
+    assert!(store
+        .list_consumers()
+        .await
+        .unwrap()
+        .iter()
+        .all(|c| c.id().as_str() == "stays"));
+    let left = store.get_shard(&ShardScope::Group, &first).await.unwrap();
+    assert_eq!(left.checkpoint, Some(cp), "checkpointed before release");
+    // The next tick gives all six to the consumer that stayed.
+    rebalancer.tick().await.unwrap();
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts["stays"], 6, "{counts:?}");
+}
+
+#[tokio::test]
+async fn split_and_merge_during_consumption_keep_parents_first() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut sessions = vec![session(&store, "a")];
+    tick_all(&mut sessions).await;
+    rebalancer.tick().await.unwrap();
+    tick_all(&mut sessions).await;
+    let s0 = split_first(&ctx.aws, &stream).await;
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.discovery.created.len(), 2, "{:?}", tick.discovery);
+    assert_eq!(tick.discovery.closed, vec![s0.shard_id().to_owned()]);
+    assert_eq!(tick.execution.applied.len(), 0, "children wait: {tick:?}");
+    tick_all(&mut sessions).await;
+    assert_eq!(
+        sessions[0].leases().count(),
+        2,
+        "the parent and the untouched shard"
+    );
+
+    // The consumer reads s0 to its end and completes it with its children.
+    let children: Vec<ShardSpec> = list_shards(&ctx.aws, &stream)
+        .await
+        .iter()
+        .map(|s| ShardSpec::from_kinesis(s).unwrap())
+        .filter(|s| s.parents.iter().any(|p| p.as_str() == s0.shard_id()))
+        .collect();
+    let parent = ShardId::new(s0.shard_id()).unwrap();
+    sessions[0]
+        .complete_shard(&parent, &children)
+        .await
+        .unwrap();
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(
+        tick.execution
+            .applied(shardkeeper::group::ActionKind::Assign),
+        2
+    );
+    tick_all(&mut sessions).await;
+    assert_eq!(sessions[0].leases().count(), 3);
+
+    // Merge the two children: the merged shard waits for both.
+    let (c0, c1) = (&children[0].shard_id, &children[1].shard_id);
+    let (first, second) = if children[0]
+        .hash_range
+        .as_ref()
+        .unwrap()
+        .0
+        .parse::<u128>()
+        .unwrap()
+        < children[1]
+            .hash_range
+            .as_ref()
+            .unwrap()
+            .0
+            .parse::<u128>()
+            .unwrap()
+    {
+        (c0, c1)
+    } else {
+        (c1, c0)
+    };
+    ctx.aws
+        .kinesis
+        .merge_shards()
+        .stream_name(&stream)
+        .shard_to_merge(first.as_str())
+        .adjacent_shard_to_merge(second.as_str())
+        .send()
+        .await
+        .unwrap();
+    wait_stream_active(&ctx.aws, &stream).await;
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.discovery.created.len(), 1);
+    let merged = ShardId::new(&tick.discovery.created[0]).unwrap();
+    sessions[0].complete_shard(first, &[]).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    assert_eq!(
+        store.get_lease_owner(&merged).await.unwrap(),
+        None,
+        "one parent is still open"
+    );
+    sessions[0].complete_shard(second, &[]).await.unwrap();
+    // Depleted without naming the child: the rebalancer unblocks it, then leases it.
+    rebalancer.tick().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    assert_eq!(
+        store.get_lease_owner(&merged).await.unwrap(),
+        Some(ConsumerId::new("a").unwrap())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rebalancers_at_once_never_double_assign() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 24).await;
+    let store = ctx.store(&stream);
+    let (r1, r2) = (rebalancer(&ctx, &store), rebalancer(&ctx, &store));
+    let mut sessions: Vec<ConsumerSession> =
+        (0..3).map(|i| session(&store, &format!("c{i}"))).collect();
+    tick_all(&mut sessions).await;
+    let mut lost = 0;
+    for round in 0..6 {
+        if round == 3 {
+            sessions.push(session(&store, "late"));
+        }
+        let (a, b) = tokio::join!(r1.tick(), r2.tick());
+        lost += a.unwrap().execution.lost_total() + b.unwrap().execution.lost_total();
+        tick_all(&mut sessions).await; // panics on any shard held twice
+        ctx.clock.advance(Duration::from_secs(2));
+    }
+    let counts = tick_all(&mut sessions).await;
+    assert_eq!(counts.values().sum::<usize>(), 24);
+    assert!(counts.values().all(|n| *n == 6), "{counts:?}");
+    assert!(lost > 0, "the overlapping rebalancer lost its races");
+}
+
+#[tokio::test]
+async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let arn = stream_arn(&ctx.aws, &stream).await;
+    for i in 0..3 {
+        let out = ctx
+            .aws
+            .kinesis
+            .register_stream_consumer()
+            .stream_arn(&arn)
+            .consumer_name(format!("pool-{i}"))
+            .send()
+            .await
+            .unwrap();
+        store
+            .register_efo(
+                &EfoName::new(format!("pool-{i}")).unwrap(),
+                out.consumer().unwrap().consumer_arn(),
+            )
+            .await
+            .unwrap();
+    }
+    let mut dead = session(&store, "dead");
+    dead.tick(no_progress).await.unwrap();
+    store
+        .get_or_lock_efo(&ConsumerId::new("dead").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let reaper = Reaper {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: ReapConfig {
+            efo_idle_timeout: Duration::from_secs(600),
+            ..ReapConfig::default()
+        },
+        emit_metrics: true,
+    };
+    ctx.clock.advance(Duration::from_secs(20));
+    let tick = reaper.tick().await.unwrap();
+    assert_eq!(
+        tick.execution
+            .applied(shardkeeper::group::ActionKind::ReapConsumer),
+        1
+    );
+    assert_eq!(tick.execution.efo_released, 1);
+    assert!(
+        tick.execution.efo_deregistered.is_empty(),
+        "not idle long enough yet"
+    );
+    ctx.clock.advance(Duration::from_secs(601));
+    let tick = reaper.tick().await.unwrap();
+    assert_eq!(tick.execution.efo_deregistered.len(), 2, "{tick:?}");
+    let listed = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    let remaining = listed
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer_status().as_str() != "DELETING")
+        .count();
+    assert_eq!(remaining, 1, "one EFO consumer is kept on Kinesis");
+    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+}
+
+fn scheduled_event() -> EventBridgeEvent {
+    serde_json::from_str(include_str!("../../../events/scheduled.json")).expect("fixture parses")
+}
+
+#[tokio::test]
+async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let mut consumer = session(&store, "worker");
+    consumer.tick(no_progress).await.unwrap();
+    let timing = TickTiming {
+        tick: Duration::from_millis(100),
+        margin: Duration::from_millis(200),
+    };
+
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut service =
+        lambda_runtime::service_fn(|event| handle_rebalance(&rebalancer, timing, event));
+    let summary = service
+        .call(LambdaEvent::new(
+            scheduled_event(),
+            lambda_context(Duration::from_millis(2000)),
+        ))
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&summary).unwrap();
+    assert!(json["ticks"].as_u64().unwrap() >= 2, "{json}");
+    assert_eq!(json["last"]["live_consumers"], 1);
+    assert_eq!(json["last"]["available_shards"], 4);
+    consumer.tick(no_progress).await.unwrap();
+    assert_eq!(consumer.leases().count(), 4);
+
+    let reaper = Reaper {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: ReapConfig::default(),
+        emit_metrics: true,
+    };
+    ctx.clock.advance(Duration::from_secs(60));
+    let mut service = lambda_runtime::service_fn(|event| handle_reap(&reaper, timing, event));
+    let summary = service
+        .call(LambdaEvent::new(
+            scheduled_event(),
+            lambda_context(Duration::from_millis(1500)),
+        ))
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&summary).unwrap();
+    assert!(json["ticks"].as_u64().unwrap() >= 1, "{json}");
+    assert!(
+        store.list_consumers().await.unwrap().is_empty(),
+        "the silent worker was reaped"
+    );
+    let free = store.list_shards(&ShardScope::Group).await.unwrap();
+    assert!(free.iter().all(|s| s.owner.is_none()));
+}
+
+#[tokio::test]
+async fn a_session_reads_the_shards_only_when_its_assignments_moved() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut worker = session(&store, "w");
+    worker.tick(no_progress).await.unwrap(); // registers, scans
+    let queries = |before: &BTreeMap<String, shardkeeper_local::OperationCount>| {
+        ctx.aws
+            .dynamodb_requests
+            .since(before)
+            .get("Query")
+            .map_or(0, |c| c.requests)
+    };
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    worker.tick(no_progress).await.unwrap();
+    assert_eq!(
+        queries(&before),
+        0,
+        "nothing assigned: no read of the shards"
+    );
+
+    rebalancer.tick().await.unwrap();
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    let tick = worker.tick(no_progress).await.unwrap();
+    assert_eq!(
+        queries(&before),
+        1,
+        "assignment noticed through the heartbeat"
+    );
+    assert_eq!(tick.gained.len(), 4);
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    worker.tick(no_progress).await.unwrap();
+    let sent = ctx.aws.dynamodb_requests.since(&before);
+    assert_eq!(
+        sent["UpdateItem"].requests, 5,
+        "one heartbeat and four renewals: {sent:?}"
+    );
+    assert!(!sent.contains_key("Query"));
+}

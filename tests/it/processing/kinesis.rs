@@ -1,0 +1,468 @@
+//! The Kinesis batch processor end to end: records put into the Kinesis
+//! server, read back, shaped as the event source mapping shapes them, and
+//! handled through lambda_runtime's service.
+
+use crate::support::common::{create_stream, ctx, lambda_context, stream_arn, Ctx};
+use crate::support::esm::{kinesis_event, read_shard};
+use aws_sdk_kinesis::primitives::Blob;
+use lambda_runtime::{LambdaEvent, Service};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use shardkeeper::kpl;
+use shardkeeper::processing::{
+    json, FailureMode, KinesisProcessor, Parking, ProcessingOptions, RecordError, StreamRecord,
+};
+use shardkeeper::state::{ShardId, ShardScope};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Deserialize, PartialEq)]
+struct Order {
+    id: u32,
+    amount: u64,
+}
+
+struct Fixture {
+    stream: String,
+    arn: String,
+    shard: String,
+}
+
+async fn stream_with(ctx: &Ctx, payloads: &[Vec<u8>]) -> Fixture {
+    let stream = create_stream(&ctx.aws, 1).await;
+    let arn = stream_arn(&ctx.aws, &stream).await;
+    let mut shard = String::new();
+    for (i, p) in payloads.iter().enumerate() {
+        let out = ctx
+            .aws
+            .kinesis
+            .put_record()
+            .stream_name(&stream)
+            .partition_key(format!("customer-{i}"))
+            .data(Blob::new(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        shard = out.shard_id().to_owned();
+    }
+    Fixture { stream, arn, shard }
+}
+
+fn orders(n: u32) -> Vec<Vec<u8>> {
+    (1..=n)
+        .map(|i| format!("{{\"id\":{i},\"amount\":{}}}", i * 10).into_bytes())
+        .collect()
+}
+
+fn raw(event: &serde_json::Value) -> Box<RawValue> {
+    RawValue::from_string(event.to_string()).unwrap()
+}
+
+type Seen = Arc<Mutex<Vec<(u32, u64)>>>;
+
+/// A typed handler that records every order it sees and fails on the ids in `fail_on`.
+fn recording(
+    seen: Seen,
+    fail_on: Arc<Mutex<Vec<u32>>>,
+) -> impl shardkeeper::processing::RecordHandler {
+    json(move |order: Order, record: StreamRecord| {
+        let seen = seen.clone();
+        let fail_on = fail_on.clone();
+        async move {
+            if fail_on.lock().unwrap().contains(&order.id) {
+                return Err(format!("order {} rejected", order.id));
+            }
+            seen.lock().unwrap().push((order.id, record.sub_sequence));
+            Ok(())
+        }
+    })
+}
+
+fn failures(response: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_is_processed_in_order_through_the_lambda_service() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(5)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let seen: Seen = Arc::default();
+    let mut processor = KinesisProcessor::new(recording(seen.clone(), Arc::default()))
+        .with_store(ctx.store(&fx.stream));
+    let response = processor
+        .call(LambdaEvent::new(
+            raw(&event),
+            lambda_context(Duration::from_secs(60)),
+        ))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    let ids: Vec<u32> = seen.lock().unwrap().iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn a_retried_batch_does_not_repeat_side_effects() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(6)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let store = ctx.store(&fx.stream);
+    let seen: Seen = Arc::default();
+    let fail_on = Arc::new(Mutex::new(vec![4]));
+    let processor =
+        KinesisProcessor::new(recording(seen.clone(), fail_on.clone())).with_store(store.clone());
+
+    let first = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(first.processed, 3);
+    assert_eq!(first.not_attempted, 2, "stops at the first failure");
+    assert_eq!(first.failures.len(), 1);
+    assert_eq!(
+        first.failures[0].item_identifier,
+        records[3].sequence_number()
+    );
+    assert!(matches!(
+        first.failures[0].error,
+        RecordError::Handler { .. }
+    ));
+    let cp = store
+        .fetch_checkpoint(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        cp.to_string(),
+        records[2].sequence_number(),
+        "checkpoint after the successful prefix"
+    );
+
+    // The whole batch comes again (a timeout, a crash): the prefix is skipped.
+    fail_on.lock().unwrap().clear();
+    let second = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(second.duplicates_skipped, 3);
+    assert_eq!(second.processed, 3);
+    assert!(second.failures.is_empty());
+    let ids: Vec<u32> = seen.lock().unwrap().iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        vec![1, 2, 3, 4, 5, 6],
+        "each order handled exactly once"
+    );
+}
+
+#[tokio::test]
+async fn a_poison_record_is_parked_after_max_attempts_and_the_shard_moves_on() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(3)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let seen: Seen = Arc::default();
+    let options = ProcessingOptions {
+        max_attempts: 3,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let processor = KinesisProcessor::new(recording(seen.clone(), Arc::new(Mutex::new(vec![2]))))
+        .with_store(store.clone())
+        .with_options(options);
+    for attempt in 1..=2 {
+        // The event source mapping re-delivers from the failed record.
+        let event = kinesis_event(&fx.arn, &fx.shard, &records[1..]);
+        let report = processor.process(&event.to_string(), None).await.unwrap();
+        assert_eq!(report.failures.len(), 1, "attempt {attempt}");
+        assert_eq!(report.parked, 0);
+    }
+    let event = kinesis_event(&fx.arn, &fx.shard, &records[1..]);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(report.parked, 1);
+    assert!(
+        report.failures.is_empty(),
+        "the next record is processed: {report:?}"
+    );
+    assert_eq!(report.processed, 1);
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[1].sequence_number()
+    );
+    assert_eq!(parked[0].attempts, 3);
+    assert_eq!(parked[0].data, records[1].data().as_ref());
+    assert!(
+        parked[0].error.contains("order 2 rejected"),
+        "{}",
+        parked[0].error
+    );
+}
+
+#[tokio::test]
+async fn poison_records_can_go_to_a_dead_letter_stream() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(2)).await;
+    let dlq = create_stream(&ctx.aws, 1).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let options = ProcessingOptions {
+        max_attempts: 1,
+        parking: Parking::DeadLetterStream {
+            client: ctx.aws.kinesis.clone(),
+            stream: dlq.clone(),
+        },
+        ..ProcessingOptions::default()
+    };
+    let processor = KinesisProcessor::new(recording(Arc::default(), Arc::new(Mutex::new(vec![1]))))
+        .with_store(ctx.store(&fx.stream))
+        .with_options(options);
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!((report.parked, report.processed), (1, 1));
+    let shards = crate::support::common::list_shards(&ctx.aws, &dlq).await;
+    let dead = read_shard(&ctx, &dlq, shards[0].shard_id()).await;
+    assert_eq!(dead.len(), 1);
+    let envelope: serde_json::Value = serde_json::from_slice(dead[0].data().as_ref()).unwrap();
+    assert_eq!(envelope["sequence_number"], records[0].sequence_number());
+    assert_eq!(envelope["attempts"], 1);
+    assert_eq!(dead[0].partition_key(), Some("customer-0"));
+}
+
+#[tokio::test]
+async fn kpl_aggregates_are_deaggregated_and_resume_at_the_sub_sequence() {
+    let ctx = ctx().await;
+    let payloads: Vec<Vec<u8>> = (0..2)
+        .map(|a| {
+            let orders: Vec<String> = (0..4)
+                .map(|i| format!("{{\"id\":{},\"amount\":1}}", a * 10 + i))
+                .collect();
+            let recs: Vec<(&str, Option<&str>, &[u8])> = orders
+                .iter()
+                .map(|o| ("user-key", None, o.as_bytes()))
+                .collect();
+            kpl::aggregate(&recs)
+        })
+        .collect();
+    let fx = stream_with(&ctx, &payloads).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let seen: Seen = Arc::default();
+    let fail_on = Arc::new(Mutex::new(vec![12]));
+    let processor = KinesisProcessor::new(recording(seen.clone(), fail_on.clone()))
+        .with_store(ctx.store(&fx.stream));
+    let first = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(first.processed, 6);
+    assert_eq!(
+        first.failures[0].item_identifier,
+        records[1].sequence_number()
+    );
+    fail_on.lock().unwrap().clear();
+    let retry = kinesis_event(&fx.arn, &fx.shard, &records[1..]);
+    let second = processor.process(&retry.to_string(), None).await.unwrap();
+    assert_eq!(
+        second.duplicates_skipped, 2,
+        "sub-sequences 0 and 1 of the second aggregate"
+    );
+    assert_eq!(second.processed, 2);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            (0, 0),
+            (1, 1),
+            (2, 2),
+            (3, 3),
+            (10, 0),
+            (11, 1),
+            (12, 2),
+            (13, 3)
+        ],
+        "(order, sub-sequence) in order, each once"
+    );
+}
+
+#[tokio::test]
+async fn malformed_input_fails_per_record_with_clear_errors() {
+    let ctx = ctx().await;
+    let mut corrupt = kpl::aggregate(&[("k", None, b"{\"id\":1,\"amount\":1}")]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xFF;
+    let fx = stream_with(
+        &ctx,
+        &[
+            b"{\"id\":1,\"amount\":5}".to_vec(),
+            b"not json".to_vec(),
+            corrupt,
+            b"{\"id\":4}".to_vec(),
+        ],
+    )
+    .await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let mut event = kinesis_event(&fx.arn, &fx.shard, &records);
+    // A fifth record whose data is not base64.
+    let mut bad = event["Records"][0].clone();
+    bad["kinesis"]["data"] = serde_json::json!("%%% not base64 %%%");
+    bad["kinesis"]["sequenceNumber"] =
+        serde_json::json!("99999999999999999999999999999999999999999999999999999999");
+    event["Records"].as_array_mut().unwrap().push(bad);
+
+    let options = ProcessingOptions {
+        mode: FailureMode::ReportAllFailures,
+        ..ProcessingOptions::default()
+    };
+    let seen: Seen = Arc::default();
+    let processor =
+        KinesisProcessor::new(recording(seen.clone(), Arc::default())).with_options(options);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(report.processed, 1);
+    let errors: BTreeMap<String, String> = report
+        .failures
+        .iter()
+        .map(|f| (f.item_identifier.clone(), f.error.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert!(
+        errors[records[1].sequence_number()].contains("payload does not decode: expected ident"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[records[2].sequence_number()].contains("digest mismatch"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[records[3].sequence_number()].contains("missing field `amount`"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors["99999999999999999999999999999999999999999999999999999999"].contains("malformed"),
+        "{errors:#?}"
+    );
+
+    // Not a Kinesis event at all: an error for the invocation, not a panic.
+    assert!(processor.process("{\"hello\": 1}", None).await.is_err());
+    assert!(processor.process("not json", None).await.is_err());
+}
+
+#[tokio::test]
+async fn the_deadline_stops_the_batch_and_reports_the_rest() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(3)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let seen: Seen = Arc::default();
+    let processor = KinesisProcessor::new(recording(seen.clone(), Arc::default()));
+    // 500 ms left, margin 1.5 s: nothing may start.
+    let response = processor
+        .handle(LambdaEvent::new(
+            raw(&event),
+            lambda_context(Duration::from_millis(500)),
+        ))
+        .await
+        .unwrap();
+    let reported: Vec<String> = failures(&response);
+    assert_eq!(
+        reported,
+        vec![records[0].sequence_number().to_owned()],
+        "the first unprocessed record"
+    );
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+/// A bulk handler: each call writes its run of orders at once and reports
+/// the orders in `reject` as failed.
+struct BulkWriter {
+    calls: Arc<Mutex<Vec<Vec<u32>>>>,
+    reject: u32,
+}
+
+impl shardkeeper::processing::RecordHandler for BulkWriter {
+    const BATCHED: bool = true;
+
+    async fn handle(&self, _: StreamRecord) -> Result<(), shardkeeper::processing::HandlerError> {
+        unreachable!("a batched handler is called with runs")
+    }
+
+    async fn handle_batch(
+        &self,
+        records: Vec<StreamRecord>,
+    ) -> Vec<Result<(), shardkeeper::processing::HandlerError>> {
+        let orders: Vec<Order> = records.iter().map(|r| r.json().unwrap()).collect();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(orders.iter().map(|o| o.id).collect());
+        orders
+            .iter()
+            .map(|o| match o.id == self.reject {
+                true => Err(format!("order {} rejected", o.id).into()),
+                false => Ok(()),
+            })
+            .collect()
+    }
+}
+
+/// A per-batch handler gets the batch as one run, and its per-record
+/// failures map back like those of a per-record handler: the failed record
+/// is reported (the event source mapping resumes there, as the
+/// ReportBatchItemFailures contract says: "Lambda retries the batch starting
+/// from the lowest sequence number reported"), its attempts are counted, and
+/// once parked the shard moves on.
+#[tokio::test]
+async fn a_batch_handler_maps_each_failure_back_to_its_record() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(5)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let options = ProcessingOptions {
+        max_attempts: 2,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let calls: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+    let processor = KinesisProcessor::new(BulkWriter {
+        calls: calls.clone(),
+        reject: 3,
+    })
+    .with_store(store.clone())
+    .with_options(options);
+
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let first = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(first.processed, 2);
+    assert_eq!(
+        first.not_attempted, 2,
+        "records after the failure are delivered again"
+    );
+    assert_eq!(first.failures.len(), 1);
+    assert_eq!(
+        first.failures[0].item_identifier,
+        records[2].sequence_number()
+    );
+    let cp = store
+        .fetch_checkpoint(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(cp.to_string(), records[1].sequence_number());
+
+    // Lambda resumes at the reported record.
+    let event = kinesis_event(&fx.arn, &fx.shard, &records[2..]);
+    let second = processor.process(&event.to_string(), None).await.unwrap();
+    assert!(second.failures.is_empty(), "{second:?}");
+    assert_eq!((second.parked, second.processed), (1, 2));
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[2].sequence_number()
+    );
+    assert_eq!(
+        *calls.lock().unwrap(),
+        vec![vec![1, 2, 3, 4, 5], vec![3, 4, 5]]
+    );
+}

@@ -1,0 +1,136 @@
+//! Tumbling windows: state carried between invocations, the final invoke acts once.
+
+use crate::support::common::{create_stream, ctx};
+use crate::support::esm::{kinesis_event, read_shard};
+use aws_sdk_kinesis::primitives::Blob;
+use shardkeeper::processing::{KinesisWindowProcessor, StreamRecord, WindowInfo, STATE_KEY};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+struct Totals {
+    count: u64,
+    amount: u64,
+}
+
+fn window_event(records: serde_json::Value, state: Option<&str>, last: bool) -> String {
+    let mut event = records;
+    event["window"] =
+        serde_json::json!({ "start": "2026-11-21T05:00:00Z", "end": "2026-11-21T05:01:00Z" });
+    event["state"] = match state {
+        Some(s) => serde_json::json!({ STATE_KEY: s }),
+        None => serde_json::json!({}),
+    };
+    event["shardId"] = serde_json::json!("shardId-000000000000");
+    event["eventSourceARN"] = serde_json::json!("arn:aws:kinesis:us-east-1:000000000000:stream/s");
+    event["isFinalInvokeForWindow"] = serde_json::json!(last);
+    event["isWindowTerminatedEarly"] = serde_json::json!(false);
+    event.to_string()
+}
+
+#[tokio::test]
+async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let mut shard = String::new();
+    for amount in [5u64, 7, 11, 13, 0] {
+        let body = if amount == 0 {
+            "oops".to_owned()
+        } else {
+            format!("{{\"amount\":{amount}}}")
+        };
+        shard = ctx
+            .aws
+            .kinesis
+            .put_record()
+            .stream_name(&stream)
+            .partition_key("k")
+            .data(Blob::new(body))
+            .send()
+            .await
+            .unwrap()
+            .shard_id()
+            .to_owned();
+    }
+    let records = read_shard(&ctx, &stream, &shard).await;
+    let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
+    let closed: Arc<Mutex<Vec<(Totals, WindowInfo)>>> = Arc::default();
+    let sink = closed.clone();
+    let processor = KinesisWindowProcessor::new(
+        |totals: &mut Totals, record: StreamRecord| -> Result<(), String> {
+            let value: serde_json::Value =
+                serde_json::from_slice(&record.data).map_err(|e| e.to_string())?;
+            totals.count += 1;
+            totals.amount += value["amount"].as_u64().ok_or("no amount")?;
+            Ok(())
+        },
+        move |totals: Totals, window: WindowInfo| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push((totals, window));
+                Ok(())
+            }
+        },
+    );
+    let first = processor
+        .process(&window_event(
+            kinesis_event(arn, &shard, &records[..2]),
+            None,
+            false,
+        ))
+        .await
+        .unwrap();
+    let state = first.time_window_event_response_properties.state[STATE_KEY].clone();
+    assert_eq!(
+        serde_json::from_str::<Totals>(&state).unwrap(),
+        Totals {
+            count: 2,
+            amount: 12
+        }
+    );
+    // The next batch fails at the bad record: reported, state as before it.
+    let second = processor
+        .process(&window_event(
+            kinesis_event(arn, &shard, &records[2..]),
+            Some(&state),
+            false,
+        ))
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&second).unwrap();
+    assert_eq!(
+        json["batchItemFailures"][0]["itemIdentifier"],
+        records[4].sequence_number()
+    );
+    let state = second.time_window_event_response_properties.state[STATE_KEY].clone();
+    assert_eq!(
+        serde_json::from_str::<Totals>(&state).unwrap(),
+        Totals {
+            count: 4,
+            amount: 36
+        }
+    );
+    assert!(closed.lock().unwrap().is_empty());
+    // The final invoke of the window: acted on once, state cleared.
+    let last = processor
+        .process(&window_event(
+            serde_json::json!({ "Records": [] }),
+            Some(&state),
+            true,
+        ))
+        .await
+        .unwrap();
+    assert!(last.time_window_event_response_properties.state.is_empty());
+    let closed = closed.lock().unwrap();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(
+        closed[0].0,
+        Totals {
+            count: 4,
+            amount: 36
+        }
+    );
+    assert_eq!(
+        closed[0].1.shard_id.as_deref(),
+        Some("shardId-000000000000")
+    );
+}

@@ -1,0 +1,275 @@
+//! Checkpoints: never backwards, fenced, un-leased, typed not-found, and what they cost.
+
+use crate::support::common::{ctx, seed_shards};
+use proptest::prelude::*;
+use shardkeeper::state::{
+    cost, Checkpoint, CheckpointOutcome, ConsumerId, SequenceNumber, ShardId, ShardScope,
+    StateError,
+};
+use std::time::Duration;
+
+const TERM: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_checkpoint_never_moves_backwards() {
+    let ctx = ctx().await;
+    let store = ctx.store("monotonic");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let me = ConsumerId::new("a").unwrap();
+    let lease = store
+        .acquire_lease(&shard, &me, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    // 10 < 9 as strings: compared as numbers here.
+    let ten = Checkpoint::after("10").unwrap();
+    assert_eq!(
+        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        CheckpointOutcome::Stored
+    );
+    assert_eq!(
+        store
+            .checkpoint(&lease, &Checkpoint::after("9").unwrap(), None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stale {
+            current: ten.clone()
+        }
+    );
+    // Equal is idempotent; sub-sequence numbers move it on.
+    assert_eq!(
+        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        CheckpointOutcome::Stored
+    );
+    let sub = Checkpoint::after_sub("10", 4).unwrap();
+    assert_eq!(
+        store.checkpoint(&lease, &sub, None).await.unwrap(),
+        CheckpointOutcome::Stored
+    );
+    assert!(matches!(
+        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        CheckpointOutcome::Stale { .. }
+    ));
+    // A sentinel can't rewind progress.
+    assert!(matches!(
+        store
+            .checkpoint(&lease, &Checkpoint::TrimHorizon, None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stale { .. }
+    ));
+    let big = "9".repeat(129);
+    assert_eq!(
+        store
+            .checkpoint(&lease, &Checkpoint::after(&big).unwrap(), None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stored
+    );
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Group, &shard)
+            .await
+            .unwrap(),
+        Checkpoint::after(&big).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn fetch_checkpoint_is_a_typed_not_found() {
+    let ctx = ctx().await;
+    let store = ctx.store("notfound");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let err = store
+        .fetch_checkpoint(&ShardScope::Group, &shard)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::NotFound { .. }), "{err}");
+    let missing = ShardId::new("shardId-999").unwrap();
+    let err = store
+        .fetch_checkpoint(&ShardScope::Group, &missing)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("shardId-999"), "{err}");
+}
+
+#[tokio::test]
+async fn unleased_checkpoints_for_event_source_mappings_are_monotonic() {
+    let ctx = ctx().await;
+    let store = ctx.store("esm");
+    let shard = ShardId::new("shardId-000000000007").unwrap();
+    let scope = ShardScope::Group;
+    let a = Checkpoint::after("49590338271490256608559692538361571095921575989136588898").unwrap();
+    assert_eq!(
+        store
+            .checkpoint_unleased(&scope, &shard, &a, Some(1_700_000_000_000))
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stored
+    );
+    let b = Checkpoint::after("49590338271490256608559692538361571095921575989136588897").unwrap();
+    assert_eq!(
+        store
+            .checkpoint_unleased(&scope, &shard, &b, None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stale { current: a.clone() }
+    );
+    let state = store.get_shard(&scope, &shard).await.unwrap();
+    assert_eq!(state.checkpoint, Some(a));
+    assert_eq!(state.checkpoint_arrival, Some(1_700_000_000_000));
+    // Standalone scopes keep their own checkpoints apart.
+    let own = ShardScope::Consumer(ConsumerId::new("solo").unwrap());
+    assert!(matches!(
+        store.fetch_checkpoint(&own, &shard).await,
+        Err(StateError::NotFound { .. })
+    ));
+    store
+        .checkpoint_unleased(&own, &shard, &b, None)
+        .await
+        .unwrap();
+    assert_eq!(store.fetch_checkpoint(&own, &shard).await.unwrap(), b);
+}
+
+#[tokio::test]
+async fn a_checkpoint_is_one_request_of_one_write_unit_whatever_the_shard_count() {
+    let ctx = ctx().await;
+    for shards in [8usize, 1024] {
+        let store = ctx.store("cost");
+        let ids = seed_shards(&store, shards).await;
+        let me = ConsumerId::new("worker-with-a-long-id-0123456789").unwrap();
+        let lease = store
+            .acquire_lease(&ids[shards - 1], &me, TERM)
+            .await
+            .unwrap()
+            .unwrap();
+        let before = ctx.aws.dynamodb_requests.snapshot();
+        let cp = Checkpoint::after_sub(&"4".repeat(56), 3).unwrap();
+        store
+            .checkpoint(&lease, &cp, Some(1_700_000_000_000))
+            .await
+            .unwrap();
+        let sent = ctx.aws.dynamodb_requests.since(&before);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent["UpdateItem"].requests, 1, "{shards} shards: {sent:?}");
+        let item = ctx
+            .aws
+            .dynamodb
+            .get_item()
+            .table_name(&ctx.table)
+            .key(
+                "pk",
+                aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().into()),
+            )
+            .key(
+                "sk",
+                aws_sdk_dynamodb::types::AttributeValue::S(format!("SHARD#{}", ids[shards - 1])),
+            )
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        let size = cost::item_size(&item);
+        assert_eq!(
+            cost::write_units(size),
+            1,
+            "{shards} shards: item of {size} bytes"
+        );
+    }
+}
+
+fn seq_strategy() -> impl Strategy<Value = (String, u64)> {
+    ("[1-9][0-9]{0,30}", 0u64..4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Whatever order concurrent writers try checkpoints in, the stored one is
+    /// the greatest attempted, and an attempt is refused iff it was behind.
+    #[test]
+    fn stored_checkpoint_is_the_maximum_attempted(attempts in prop::collection::vec(seq_strategy(), 1..24)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let ctx = ctx().await;
+            let store = ctx.store("prop");
+            let shard = ShardId::new("shardId-000000000000").unwrap();
+            let scope = ShardScope::Group;
+            let mut tasks = tokio::task::JoinSet::new();
+            for (seq, sub) in attempts.clone() {
+                let store = store.clone();
+                let shard = shard.clone();
+                tasks.spawn(async move {
+                    let cp = Checkpoint::after_sub(&seq, sub).unwrap();
+                    let outcome = store.checkpoint_unleased(&ShardScope::Group, &shard, &cp, None).await.unwrap();
+                    (cp, outcome)
+                });
+            }
+            let results = tasks.join_all().await;
+            let max = attempts
+                .iter()
+                .map(|(s, sub)| (SequenceNumber::new(s).unwrap(), *sub))
+                .max()
+                .unwrap();
+            let stored = store.fetch_checkpoint(&scope, &shard).await.unwrap();
+            assert_eq!(stored, Checkpoint::After { sequence: max.0, sub_sequence: max.1 });
+            for (cp, outcome) in results {
+                if let CheckpointOutcome::Stale { current } = outcome {
+                    assert!(current.order_key() > cp.order_key(), "refused {cp} though current was {current}");
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn standalone_scopes_deplete_without_leases() {
+    let ctx = ctx().await;
+    let store = ctx.store("solo-deplete");
+    let scope = ShardScope::Consumer(ConsumerId::new("solo").unwrap());
+    let parent = shardkeeper::state::ShardSpec::new("shardId-000000000000").unwrap();
+    let mut child = shardkeeper::state::ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    child.starting_sequence = Some("77".parse().unwrap());
+    store.ensure_shard(&scope, &parent).await.unwrap();
+    store.ensure_shard(&scope, &child).await.unwrap();
+    assert!(!store
+        .get_shard(&scope, &child.shard_id)
+        .await
+        .unwrap()
+        .is_leasable());
+    store
+        .checkpoint_unleased(
+            &scope,
+            &parent.shard_id,
+            &Checkpoint::after("70").unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let done = store
+        .mark_depleted_unleased(&scope, &parent.shard_id, std::slice::from_ref(&child))
+        .await
+        .unwrap();
+    assert_eq!(done.children_started, vec![child.shard_id.clone()]);
+    let state = store.get_shard(&scope, &child.shard_id).await.unwrap();
+    assert!(state.is_leasable());
+    assert_eq!(
+        state.checkpoint,
+        Some(Checkpoint::AtSequence("77".parse().unwrap()))
+    );
+    // The group scope of the same store saw none of it.
+    assert!(store
+        .list_shards(&ShardScope::Group)
+        .await
+        .unwrap()
+        .is_empty());
+    let missing = ShardId::new("shardId-404").unwrap();
+    assert!(matches!(
+        store.mark_depleted_unleased(&scope, &missing, &[]).await,
+        Err(StateError::NotFound { .. })
+    ));
+}

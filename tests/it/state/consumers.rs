@@ -1,0 +1,151 @@
+//! Consumers: register-or-heartbeat in one call, the active flag, clearing the dead.
+
+use crate::support::common::{ctx, seed_shards};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, EfoName, Heartbeat};
+use std::time::Duration;
+
+fn info(id: &str, started: i64) -> ConsumerInfo {
+    ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), started)
+}
+
+#[tokio::test]
+async fn heartbeat_registers_once_then_refreshes_in_one_request() {
+    let ctx = ctx().await;
+    let store = ctx.store("consumers");
+    let me = info("host-1:42", ctx.clock_now());
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    assert!(store.heartbeat(&me).await.unwrap().registered);
+    assert_eq!(
+        ctx.aws.dynamodb_requests.since(&before)["UpdateItem"].requests,
+        1
+    );
+    ctx.clock.advance(Duration::from_secs(5));
+    let beat = store.heartbeat(&me).await.unwrap();
+    assert_eq!(
+        beat,
+        Heartbeat {
+            registered: false,
+            assignments: 0
+        }
+    );
+    assert!(store.notify_assigned(&me.id).await.unwrap());
+    assert_eq!(store.heartbeat(&me).await.unwrap().assignments, 1);
+    assert!(!store
+        .notify_assigned(&ConsumerId::new("nobody").unwrap())
+        .await
+        .unwrap());
+    let state = store.get_consumer(&me.id).await.unwrap().unwrap();
+    assert_eq!(state.heartbeat, ctx.clock_now());
+    assert_eq!(state.info.pid, std::process::id());
+    assert!(state.active && !state.info.standalone);
+
+    assert!(store.set_consumer_active(&me.id, false).await.unwrap());
+    store.heartbeat(&me).await.unwrap();
+    assert!(
+        !store.get_consumer(&me.id).await.unwrap().unwrap().active,
+        "heartbeat keeps the flag"
+    );
+    assert!(!store
+        .set_consumer_active(&ConsumerId::new("ghost").unwrap(), true)
+        .await
+        .unwrap());
+    assert!(store
+        .get_consumer(&ConsumerId::new("ghost").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.list_consumers().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
+    let ctx = ctx().await;
+    let store = ctx.store("reap");
+    let term = Duration::from_secs(300);
+    let shards = seed_shards(&store, 4).await;
+    let (dead, alive) = (info("dead", 0), info("alive", 0));
+    store.heartbeat(&dead).await.unwrap();
+    store.heartbeat(&alive).await.unwrap();
+    for (i, shard) in shards.iter().enumerate() {
+        let owner = if i < 3 { &dead.id } else { &alive.id };
+        store
+            .acquire_lease(shard, owner, term)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    for name in ["efo-a", "efo-b", "efo-c"] {
+        let name = EfoName::new(name).unwrap();
+        store
+            .register_efo(
+                &name,
+                &format!("arn:aws:kinesis:us-east-1:0:stream/s/consumer/{name}:1"),
+            )
+            .await
+            .unwrap();
+    }
+    let dead_lock = store.get_or_lock_efo(&dead.id).await.unwrap().unwrap();
+    let alive_lock = store.get_or_lock_efo(&alive.id).await.unwrap().unwrap();
+    let ghost_lock = store
+        .get_or_lock_efo(&ConsumerId::new("ghost").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+
+    ctx.clock.advance(Duration::from_secs(30));
+    store.heartbeat(&alive).await.unwrap();
+    ctx.clock.advance(Duration::from_secs(15));
+    let report = store
+        .clear_old_consumers(Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert_eq!(report.removed, vec![dead.id.clone()]);
+    assert_eq!(report.leases_released, shards[..3].to_vec());
+    let mut released = report.efo_released.clone();
+    released.sort();
+    let mut expected = vec![dead_lock.name.clone(), ghost_lock.name.clone()];
+    expected.sort();
+    assert_eq!(
+        released, expected,
+        "the dead consumer's and an unknown holder's locks"
+    );
+
+    let consumers = store.list_consumers().await.unwrap();
+    assert_eq!(consumers.len(), 1);
+    for shard in &shards[..3] {
+        assert_eq!(store.get_lease_owner(shard).await.unwrap(), None);
+    }
+    assert_eq!(
+        store.get_lease_owner(&shards[3]).await.unwrap(),
+        Some(alive.id.clone())
+    );
+    let pool = store.list_efo().await.unwrap();
+    let held: Vec<_> = pool.iter().filter(|e| e.used_by.is_some()).collect();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].name, alive_lock.name);
+    // Running it again changes nothing.
+    let again = store
+        .clear_old_consumers(Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert!(
+        again.removed.is_empty()
+            && again.leases_released.is_empty()
+            && again.efo_released.is_empty()
+    );
+    // A cleared consumer that comes back registers anew.
+    assert!(store.heartbeat(&dead).await.unwrap().registered);
+}
+
+#[tokio::test]
+async fn a_consumer_that_heartbeats_after_the_snapshot_is_not_removed() {
+    let ctx = ctx().await;
+    let store = ctx.store("late-beat");
+    let me = info("slow", 0);
+    store.heartbeat(&me).await.unwrap();
+    let seen = store.get_consumer(&me.id).await.unwrap().unwrap();
+    ctx.clock.advance(Duration::from_secs(1));
+    store.heartbeat(&me).await.unwrap();
+    assert!(!store.remove_consumer_if_unchanged(&seen).await.unwrap());
+    assert!(store.get_consumer(&me.id).await.unwrap().is_some());
+}

@@ -1,0 +1,331 @@
+//! The enhanced fan-out pool: locking races, release, idle deregistration on the Kinesis server.
+
+use crate::support::common::{create_stream, ctx, stream_arn};
+use shardkeeper::state::{
+    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope,
+};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_racing_for_enhanced_consumers_never_share_one() {
+    let ctx = ctx().await;
+    let store = ctx.store("efo-race");
+    let pool = 5;
+    for i in 0..pool {
+        let name = EfoName::new(format!("efo-{i}")).unwrap();
+        assert!(store
+            .register_efo(&name, &format!("arn:efo:{i}"))
+            .await
+            .unwrap());
+        assert!(
+            !store.register_efo(&name, "arn:other").await.unwrap(),
+            "registered once"
+        );
+    }
+    let consumers = 12;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..consumers {
+        let store = store.clone();
+        let now = ctx.clock_now();
+        tasks.spawn(async move {
+            let id = ConsumerId::new(format!("c{i}")).unwrap();
+            store
+                .heartbeat(&ConsumerInfo::for_this_process(id.clone(), now))
+                .await
+                .unwrap();
+            (id.clone(), store.get_or_lock_efo(&id).await.unwrap())
+        });
+    }
+    let results = tasks.join_all().await;
+    let locks: Vec<_> = results.iter().filter_map(|(_, l)| l.clone()).collect();
+    assert_eq!(locks.len(), pool, "every free consumer gets taken, no more");
+    let names: BTreeSet<_> = locks.iter().map(|l| l.name.clone()).collect();
+    assert_eq!(
+        names.len(),
+        pool,
+        "no enhanced consumer is shared: {locks:?}"
+    );
+    for (id, lock) in &results {
+        let state = store.get_consumer(id).await.unwrap().unwrap();
+        assert_eq!(
+            state.active,
+            lock.is_some(),
+            "{id}: inactive iff it has no EFO consumer"
+        );
+    }
+    // Asking again returns the same lock; releasing frees it for a waiting consumer.
+    let (holder, lock) = results.iter().find(|(_, l)| l.is_some()).unwrap();
+    assert_eq!(
+        store.get_or_lock_efo(holder).await.unwrap().as_ref(),
+        lock.as_ref()
+    );
+    let lock = lock.clone().unwrap();
+    assert!(store.release_efo(&lock).await.unwrap());
+    assert!(
+        !store.release_efo(&lock).await.unwrap(),
+        "a stale lock can't release twice"
+    );
+    let (waiter, _) = results.iter().find(|(_, l)| l.is_none()).unwrap();
+    let got = store.get_or_lock_efo(waiter).await.unwrap().unwrap();
+    assert_eq!(got.name, lock.name);
+    assert!(store.get_consumer(waiter).await.unwrap().unwrap().active);
+}
+
+#[tokio::test]
+async fn standalone_efo_checkpoints_are_fenced_by_the_lock() {
+    let ctx = ctx().await;
+    let store = ctx.store("efo-fence");
+    let name = EfoName::new("efo-x").unwrap();
+    store.register_efo(&name, "arn:efo:x").await.unwrap();
+    let a = ConsumerId::new("a").unwrap();
+    let lock = store.get_or_lock_efo(&a).await.unwrap().unwrap();
+    let shard = ShardId::new("shardId-000000000001").unwrap();
+    let cp = Checkpoint::after("12").unwrap();
+    assert_eq!(
+        store
+            .checkpoint_efo(&lock, &shard, &cp, None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stored
+    );
+    assert!(matches!(
+        store
+            .checkpoint_efo(&lock, &shard, &Checkpoint::after("11").unwrap(), None)
+            .await
+            .unwrap(),
+        CheckpointOutcome::Stale { .. }
+    ));
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Efo(name.clone()), &shard)
+            .await
+            .unwrap(),
+        cp
+    );
+    store.release_efo(&lock).await.unwrap();
+    let b = ConsumerId::new("b").unwrap();
+    store.get_or_lock_efo(&b).await.unwrap().unwrap();
+    let err = store
+        .checkpoint_efo(&lock, &shard, &Checkpoint::after("13").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Efo(name), &shard)
+            .await
+            .unwrap(),
+        cp
+    );
+}
+
+#[tokio::test]
+async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let stream_arn = stream_arn(&ctx.aws, &stream).await;
+    let store = ctx.store(&stream);
+    for i in 0..4 {
+        let name = format!("pool-{i}");
+        let out = ctx
+            .aws
+            .kinesis
+            .register_stream_consumer()
+            .stream_arn(&stream_arn)
+            .consumer_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let arn = out.consumer().unwrap().consumer_arn().to_owned();
+        store
+            .register_efo(&EfoName::new(name).unwrap(), &arn)
+            .await
+            .unwrap();
+    }
+    let busy = ConsumerId::new("busy").unwrap();
+    let held = store.get_or_lock_efo(&busy).await.unwrap().unwrap();
+
+    // Not idle long enough yet: nothing goes.
+    ctx.clock.advance(Duration::from_secs(60));
+    let none = store
+        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    ctx.clock.advance(Duration::from_secs(600));
+    let gone = store
+        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(
+        gone.len(),
+        3,
+        "every idle one goes while one is in use: {gone:?}"
+    );
+    let remaining = store.list_efo().await.unwrap();
+    assert_eq!(remaining.len(), 1);
+    assert_eq!(remaining[0].name, held.name);
+    let listed = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&stream_arn)
+        .send()
+        .await
+        .unwrap();
+    let on_kinesis: BTreeSet<_> = listed
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer_status().as_str() != "DELETING")
+        .map(|c| c.consumer_name().to_owned())
+        .collect();
+    assert_eq!(on_kinesis, BTreeSet::from([held.name.to_string()]));
+
+    // With none in use, the last idle one is kept.
+    store.release_efo(&held).await.unwrap();
+    ctx.clock.advance(Duration::from_secs(3600));
+    let last = store
+        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(last.is_empty(), "the pool keeps at least one: {last:?}");
+    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
+    let ctx = ctx().await;
+    let store = ctx.store("efo-deregister");
+    let name = EfoName::new("gone").unwrap();
+    store.register_efo(&name, "arn:efo:gone").await.unwrap();
+    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+    assert!(store.deregister_efo(&name).await.unwrap());
+    assert!(!store.deregister_efo(&name).await.unwrap());
+    assert!(store.list_efo().await.unwrap().is_empty());
+    let err = store.register_efo(&name, "").await.unwrap_err();
+    assert!(
+        matches!(err, shardkeeper::state::StateError::Validation { .. }),
+        "{err}"
+    );
+}
+
+fn test_pool(prefix: &str, size: usize) -> shardkeeper::consumer::EfoPool {
+    shardkeeper::consumer::EfoPool {
+        poll_interval: Duration::from_millis(20),
+        ..shardkeeper::consumer::EfoPool::new(prefix, size)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
+    use shardkeeper::consumer::lock_or_grow;
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let arn = stream_arn(&ctx.aws, &stream).await;
+    let store = ctx.store(&stream);
+    let pool = test_pool("grp", 3);
+    let ids: Vec<ConsumerId> = (0..6)
+        .map(|i| ConsumerId::new(format!("c{i}")).unwrap())
+        .collect();
+    for id in &ids {
+        store
+            .heartbeat(&ConsumerInfo::for_this_process(id.clone(), store.now()))
+            .await
+            .unwrap();
+    }
+    let racers: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (store, kinesis, pool, id) = (
+                store.clone(),
+                ctx.aws.kinesis.clone(),
+                pool.clone(),
+                id.clone(),
+            );
+            tokio::spawn(async move {
+                let lock = lock_or_grow(&store, &kinesis, &id, &pool).await.unwrap();
+                (id, lock)
+            })
+        })
+        .collect();
+    let mut locked = BTreeSet::new();
+    let mut waiting = Vec::new();
+    for r in racers {
+        let (id, lock) = r.await.unwrap();
+        match lock {
+            Some(lock) => assert!(locked.insert(lock.name.to_string()), "shared: {lock:?}"),
+            None => waiting.push(id),
+        }
+    }
+    assert_eq!(
+        locked,
+        BTreeSet::from([
+            "grp-00".to_owned(),
+            "grp-01".to_owned(),
+            "grp-02".to_owned()
+        ])
+    );
+    let on_kinesis = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_kinesis.consumers().len(), 3, "registered once each");
+    assert_eq!(waiting.len(), 3);
+    for id in &waiting {
+        let state = store.get_consumer(id).await.unwrap().unwrap();
+        assert!(!state.active, "{id} waits inactive, so it gets no leases");
+    }
+
+    // A released lock goes to a waiting consumer; nothing new is registered.
+    let holder = ids.iter().find(|id| !waiting.contains(id)).unwrap();
+    let held = store.get_or_lock_efo(holder).await.unwrap().unwrap();
+    assert!(store.release_efo(&held).await.unwrap());
+    let next = lock_or_grow(&store, &ctx.aws.kinesis, &waiting[0], &pool)
+        .await
+        .unwrap()
+        .expect("the freed consumer");
+    assert_eq!(next.name, held.name);
+    assert!(
+        store
+            .get_consumer(&waiting[0])
+            .await
+            .unwrap()
+            .unwrap()
+            .active
+    );
+    let on_kinesis = ctx
+        .aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_kinesis.consumers().len(), 3);
+}
+
+#[tokio::test]
+async fn a_pool_outside_the_kinesis_limits_is_a_validation_error() {
+    use shardkeeper::consumer::lock_or_grow;
+    let ctx = ctx().await;
+    let store = ctx.store("efo-limits");
+    let me = ConsumerId::new("c0").unwrap();
+    for pool in [
+        test_pool("grp", 0),
+        test_pool("grp", 21),
+        test_pool("a:b", 2),
+    ] {
+        let err = lock_or_grow(&store, &ctx.aws.kinesis, &me, &pool)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, shardkeeper::state::StateError::Validation { .. }),
+            "{pool:?}: {err:?}"
+        );
+    }
+}

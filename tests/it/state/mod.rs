@@ -1,0 +1,12 @@
+//! The state store: tables, streams, consumers, leases, checkpoints,
+//! positions, EFO locks, a group of 10,000 shards.
+
+mod assignments;
+mod checkpoints;
+mod consumers;
+mod efo;
+mod leases;
+mod positions;
+mod scale;
+mod stream;
+mod table;

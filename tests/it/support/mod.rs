@@ -1,0 +1,7 @@
+//! Set-up and helpers shared by the tests.
+
+pub mod common;
+pub mod consume;
+pub mod esm;
+pub mod faulty;
+pub mod fixtures;

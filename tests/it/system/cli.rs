@@ -1,0 +1,271 @@
+//! The operator CLI: `status` and `reset` on a real group, the demo with
+//! its verification.
+
+use crate::support::common::{ctx, lease, seed_shards};
+use clap::Parser;
+use shardkeeper::group::ResetRefused;
+use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
+use shardkeeper_cli::args::{DemoArgs, ResetArgs, Target};
+use shardkeeper_cli::{commands, Cli, Error};
+use std::time::Duration;
+
+fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
+    let config = store.config();
+    ResetArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            region: None,
+            endpoint_url: None,
+        },
+        to: to.to_owned(),
+        shard: None,
+        consumer: None,
+        efo: None,
+        yes: true,
+        force: false,
+        json: false,
+    }
+}
+
+#[tokio::test]
+async fn status_shows_consumers_leases_checkpoints_and_claims() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    let shards = seed_shards(&store, 3).await;
+    let me = ConsumerId::new("worker-a").unwrap();
+    store
+        .heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now()))
+        .await
+        .unwrap();
+    let held = lease(&store, &shards[0], "worker-a").await;
+    store
+        .checkpoint(
+            &held,
+            &Checkpoint::after("42").unwrap(),
+            Some(store.now() - 5_000),
+        )
+        .await
+        .unwrap();
+    assert!(store
+        .claim_lease(
+            &shards[0],
+            &ConsumerId::new("worker-b").unwrap(),
+            held.counter
+        )
+        .await
+        .unwrap());
+
+    // Through the command line, against the endpoint, as an operator would.
+    let config = store.config();
+    let mut argv = vec![
+        "shardkeeper".to_owned(),
+        "status".into(),
+        "--table".into(),
+        config.table.clone(),
+        "--group".into(),
+        config.group.to_string(),
+        "--stream".into(),
+        config.stream.to_string(),
+        "--json".into(),
+    ];
+    if let Some(url) = &ctx.aws.endpoints.dynamodb {
+        argv.extend(["--endpoint-url".to_owned(), url.clone()]);
+    }
+    let (out, ok) = shardkeeper_cli::run(Cli::try_parse_from(&argv).unwrap())
+        .await
+        .unwrap();
+    assert!(ok);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["consumers"][0]["id"], "worker-a");
+    assert_eq!(json["consumers"][0]["leases"], 1);
+    let first = &json["shards"][0];
+    assert_eq!(first["shard"], shards[0].as_str());
+    assert_eq!(first["owner"], "worker-a");
+    assert_eq!(first["checkpoint"], "42");
+    assert_eq!(first["claim"][0], "worker-b");
+    assert_eq!(json["shards"][1]["owner"], serde_json::Value::Null);
+
+    // The tables, on the test's clock: lag is the age of the checkpointed record.
+    let args = shardkeeper_cli::args::StatusArgs {
+        target: reset_args(&store, "latest").target,
+        json: false,
+        heartbeat_timeout_seconds: 10,
+    };
+    let text = commands::status(&store, &args).await.unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.contains(shards[0].as_str()))
+        .unwrap();
+    for expected in ["group", "open", "worker-a", "worker-b", "5.0s", "42"] {
+        assert!(row.contains(expected), "{expected} in {row:?}\n{text}");
+    }
+    assert!(
+        text.contains("consumers (1)") && text.contains("live"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holder() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    let shards = seed_shards(&store, 2).await;
+    let held = lease(&store, &shards[0], "worker-a").await;
+    store
+        .checkpoint(&held, &Checkpoint::after("900").unwrap(), None)
+        .await
+        .unwrap();
+
+    let refused = commands::reset(&store, &reset_args(&store, "trim-horizon"), |_| true)
+        .await
+        .unwrap_err();
+    match refused {
+        Error::Refused(ResetRefused::LeasesHeld(held)) => {
+            assert_eq!(held, vec![(shards[0].clone(), "worker-a".to_owned())])
+        }
+        other => panic!("{other:?}"),
+    }
+    let cp = store
+        .fetch_checkpoint(&ShardScope::Group, &shards[0])
+        .await
+        .unwrap();
+    assert_eq!(cp, Checkpoint::after("900").unwrap(), "nothing was written");
+
+    // Not confirmed: nothing changes either.
+    let mut ask = reset_args(&store, "trim-horizon");
+    ask.yes = false;
+    ask.force = true;
+    let mut asked = String::new();
+    let declined = commands::reset(&store, &ask, |q| {
+        asked = q.to_owned();
+        false
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(declined, Error::NotConfirmed), "{declined:?}");
+    assert!(
+        asked.contains("reset 2 shard(s)") && asked.contains("ending the live leases"),
+        "{asked}"
+    );
+    assert_eq!(store.owned_shards(&held.owner).await.unwrap().len(), 1);
+
+    // Forced: the checkpoint moves back and the holder can no longer write.
+    let mut forced = reset_args(&store, "trim-horizon");
+    forced.force = true;
+    let out = commands::reset(&store, &forced, |_| true).await.unwrap();
+    assert!(out.contains("reset: 2 shard(s)"), "{out}");
+    let cp = store
+        .fetch_checkpoint(&ShardScope::Group, &shards[0])
+        .await
+        .unwrap();
+    assert_eq!(cp, Checkpoint::TrimHorizon);
+    let late = store
+        .checkpoint(&held, &Checkpoint::after("950").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(late, StateError::LeaseLost { .. }), "{late:?}");
+}
+
+#[tokio::test]
+async fn reset_of_one_shard_and_its_bad_inputs() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    let shards = seed_shards(&store, 2).await;
+    for shard in &shards {
+        let l = lease(&store, shard, "worker-a").await;
+        store
+            .checkpoint(&l, &Checkpoint::after("500").unwrap(), None)
+            .await
+            .unwrap();
+        store
+            .release_lease(&l, Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    // One shard, to a timestamp given in RFC 3339.
+    let mut one = reset_args(&store, "at-timestamp=2026-11-21T10:00:00Z");
+    one.shard = Some(shards[1].to_string());
+    one.json = true;
+    let out = commands::reset(&store, &one, |_| true).await.unwrap();
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["reset"], serde_json::json!([shards[1].as_str()]));
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Group, &shards[1])
+            .await
+            .unwrap(),
+        Checkpoint::AtTimestamp(1_795_255_200_000)
+    );
+    assert_eq!(
+        store
+            .fetch_checkpoint(&ShardScope::Group, &shards[0])
+            .await
+            .unwrap(),
+        Checkpoint::after("500").unwrap(),
+        "the other shard is untouched"
+    );
+    // A consumer resumes from the reset position and moves forward again.
+    let l = lease(&store, &shards[1], "worker-b").await;
+    store
+        .checkpoint(&l, &Checkpoint::after("7").unwrap(), None)
+        .await
+        .unwrap();
+
+    let mut unknown = reset_args(&store, "latest");
+    unknown.shard = Some("shardId-000000000099".into());
+    let err = commands::reset(&store, &unknown, |_| true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused(ResetRefused::UnknownShard(s)) if s.as_str() == "shardId-000000000099"),
+        "{err:?}"
+    );
+    for bad in [
+        "yesterday",
+        "at-timestamp=noon",
+        "at-sequence=12ab",
+        "latest=5",
+    ] {
+        let err = commands::reset(&store, &reset_args(&store, bad), |_| true)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::BadArgument { .. } | Error::State(StateError::Validation { .. })
+            ),
+            "{bad}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_verifies_what_it_consumed() {
+    let args = DemoArgs {
+        state_dir: None,
+        shards: 2,
+        workers: 3,
+        records: 300,
+        keys: 12,
+        timeout_seconds: 90,
+        quiet: true,
+    };
+    let report = shardkeeper_cli::demo::run(&args).await.unwrap();
+    let v = &report.verification;
+    assert!(v.passed(), "{v:?}");
+    assert_eq!((v.produced, v.processed, v.lost), (300, 300, 0), "{v:?}");
+    assert_eq!(report.killed.as_deref(), Some("worker-0"));
+    assert!(report.split.is_some());
+    // The split shard was read to its end and its children were taken over.
+    let shards = &report.final_status.shards;
+    assert_eq!(shards.len(), 4, "{shards:?}");
+    assert_eq!(shards.iter().filter(|s| s.state == "depleted").count(), 1);
+    assert!(shards
+        .iter()
+        .filter(|s| s.state == "open")
+        .all(|s| s.owner.as_deref().is_some_and(|o| o != "worker-0")));
+    let text = shardkeeper_cli::render::demo(&report);
+    assert!(text.contains("demo passed"), "{text}");
+}

@@ -1,0 +1,10 @@
+//! Whole-system runs and tooling: the stress run, outages, the CLI, the
+//! local servers and their fault proxy, the history checker, the template.
+
+mod cli;
+mod fault_proxy;
+mod history;
+mod local;
+mod outage;
+mod stress;
+mod template;

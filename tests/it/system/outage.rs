@@ -1,0 +1,125 @@
+//! A shard worker through throttling storms, internal errors, dropped
+//! connections, added latency and a restart of the DynamoDB server: it
+//! rides them out (counting them) and loses no record.
+
+use crate::support::common::{create_stream, rebalancer};
+use crate::support::consume::{check, produce, worker_with, Log};
+use crate::support::faulty::Faulty;
+use shardkeeper::consumer::WorkerConfig;
+use shardkeeper::state::StateStore;
+use shardkeeper_local::Faults;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const KEYS: u32 = 10;
+
+/// Waits (bounded) until `count` distinct records are in the log.
+async fn until_processed(log: &Log, count: usize) -> usize {
+    let mut seen = 0;
+    for _ in 0..600 {
+        seen = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, k, n)| (k.clone(), *n))
+            .collect::<BTreeSet<_>>()
+            .len();
+        if seen >= count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
+    let seed = fastrand::u64(..);
+    let mut f = Faulty::start(seed).await;
+    let stream = create_stream(&f.direct, 2).await;
+    // The worker goes through the proxies; the rebalancer and the producer
+    // go straight to the servers. All on the real clock.
+    let config = f.ctx.store(&stream).config().clone();
+    let store = StateStore::new(f.ctx.aws.dynamodb.clone(), config.clone());
+    let direct = StateStore::new(f.direct.dynamodb.clone(), config);
+    let assigner = rebalancer(&f.direct, &direct);
+    let stop = Arc::new(AtomicBool::new(false));
+    let assigning = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                // Fails while DynamoDB is down, like a scheduled invocation.
+                let _ = assigner.tick().await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let log: Log = Arc::default();
+    let config = WorkerConfig {
+        renew_every: Duration::from_millis(200),
+        min_poll_interval: Duration::from_millis(50),
+        idle_poll_interval: Duration::from_millis(50),
+        ..WorkerConfig::default()
+    };
+    let mut worker = worker_with(&store, &f.ctx.aws.kinesis, "w0", log.clone(), config);
+    let running = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            worker
+                .run_until(None, || stop.load(Ordering::Relaxed))
+                .await
+                .cloned()
+        })
+    };
+
+    produce(&f.direct.kinesis, &stream, KEYS, 0..3).await;
+    assert_eq!(until_processed(&log, 30).await, 30, "seed {seed}");
+
+    // Everything at once, at high rates, on both services.
+    f.set_faults(&Faults {
+        throttle: 0.25,
+        server_error: 0.1,
+        drop: 0.1,
+        delay: 0.3,
+        latency: Duration::ZERO..=Duration::from_millis(50),
+    });
+    produce(&f.direct.kinesis, &stream, KEYS, 3..6).await;
+    assert_eq!(until_processed(&log, 60).await, 60, "seed {seed}");
+
+    // A throttling storm on the table: every call refused for a while.
+    f.set_faults(&Faults::none());
+    f.dynamodb
+        .set_faults(Faults {
+            throttle: 1.0,
+            ..Faults::none()
+        })
+        .unwrap();
+    produce(&f.direct.kinesis, &stream, KEYS, 6..8).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    f.dynamodb.set_faults(Faults::none()).unwrap();
+
+    // The table's server goes down for longer than the SDK's retries last
+    // (3 attempts, backoff up to 1 s and 2 s), and comes back on its file.
+    let kinesis = f.direct.kinesis.clone();
+    let restart = f.restart_dynamodb(Duration::from_secs(5));
+    let during = produce(&kinesis, &stream, KEYS, 8..10);
+    tokio::join!(restart, during);
+    assert_eq!(until_processed(&log, 100).await, 100, "seed {seed}");
+
+    stop.store(true, Ordering::Relaxed);
+    let report = running
+        .await
+        .unwrap()
+        .expect("the worker rode the faults out");
+    assigning.await.unwrap();
+    let counts = f.counts();
+    println!("seed {seed}: {report:?}; proxies: {counts:?}");
+    assert!(counts.injected() > 0, "faults were injected");
+    assert!(report.transient_errors > 0, "the worker met them");
+    if report.leases_lost == 0 {
+        // Held throughout: every record once, in order per key.
+        check(&log, KEYS, 10);
+    }
+}

@@ -1,0 +1,577 @@
+//! The stress run: consumers, the rebalancer and the reaper run concurrently
+//! on the in-process servers while a producer writes numbered records with
+//! many keys; consumers are killed mid-batch and restarted, others leave and
+//! join, shards are split and merged. Every lease change, checkpoint and
+//! processed record goes to a history, and the history checker must find no
+//! double ownership, no checkpoint regression, no lost record, no per-key
+//! disorder, no unjustified duplicate and no child read before its parents.
+//!
+//! It runs twice: on the shared servers, and on servers of its own behind
+//! fault-injecting proxies (throttling, internal errors, dropped
+//! connections, latency) with the DynamoDB server restarted on its file in
+//! the middle of the run; the producer and the test's own calls go around
+//! the proxies.
+//!
+//! The default is short, for CI. Longer runs:
+//! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
+//! SHARDKEEPER_STRESS_SHARDS=256 cargo test --test it stress -- --nocapture`
+//! (`SHARDKEEPER_STRESS_SEED` repeats a run's choices;
+//! `SHARDKEEPER_STRESS_FAULTS` sets the fault rate of the second run and
+//! `SHARDKEEPER_STRESS_RESTARTS` how often DynamoDB restarts in it).
+
+use crate::support::common::{create_stream, ctx, list_shards};
+use crate::support::faulty::Faulty;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::consumer::WorkerEvent;
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
+use shardkeeper::functions::{Reaper, Rebalancer};
+use shardkeeper::group::{ReapConfig, RebalanceConfig};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
+use shardkeeper_history::{
+    check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
+};
+use shardkeeper_local::{unique_name, AwsClients, FaultCounts, Faults};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+/// The lease term (and heartbeat timeout) of a run without faults.
+const LEASE_TERM: Duration = Duration::from_secs(2);
+
+/// The lease term of a run with faults: a renewal tick that meets a
+/// throttle waits out the SDK's backoff (1 s and up), so 2 s would have
+/// consumers reaped over and over for missed heartbeats.
+const FAULTY_LEASE_TERM: Duration = Duration::from_secs(4);
+
+/// The run's size, from the environment or the CI defaults.
+#[derive(Debug, Clone)]
+struct Stress {
+    seconds: u64,
+    consumers: usize,
+    shards: i32,
+    keys: usize,
+    seed: u64,
+    /// The share of requests throttled in the run with faults (half as many
+    /// answered 500, half as many dropped, twice as many delayed).
+    fault_rate: f64,
+    /// DynamoDB restarts in the run with faults, spread over it.
+    restarts: u32,
+}
+
+impl Stress {
+    fn from_env() -> Self {
+        let var = |name: &str, default: u64| -> u64 {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        Stress {
+            seconds: var("SHARDKEEPER_STRESS_SECONDS", 8),
+            consumers: var("SHARDKEEPER_STRESS_CONSUMERS", 6) as usize,
+            shards: var("SHARDKEEPER_STRESS_SHARDS", 16) as i32,
+            keys: var("SHARDKEEPER_STRESS_KEYS", 200) as usize,
+            seed: var("SHARDKEEPER_STRESS_SEED", fastrand::u64(..)),
+            fault_rate: std::env::var("SHARDKEEPER_STRESS_FAULTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.05),
+            restarts: var("SHARDKEEPER_STRESS_RESTARTS", 1) as u32,
+        }
+    }
+
+    fn faults(&self) -> Faults {
+        let r = self.fault_rate;
+        Faults {
+            throttle: r,
+            server_error: r / 2.0,
+            drop: r / 2.0,
+            delay: (2.0 * r).min(1.0),
+            latency: Duration::ZERO..=Duration::from_millis(50),
+        }
+    }
+}
+
+/// Where a run goes: the clients of the system under test, the clients of
+/// the producer and the test's own calls, the state table, and the proxies
+/// and restartable server of a run with faults.
+struct Setup<'a> {
+    system: AwsClients,
+    direct: AwsClients,
+    table: String,
+    faulty: Option<&'a mut Faulty>,
+}
+
+/// A running consumer: its name, task and stop flag.
+struct Consumer {
+    name: String,
+    task: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+fn spawn_consumer(
+    name: String,
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    history: &SharedHistory,
+    lease_term: Duration,
+) -> Consumer {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(&name).unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, lease_term);
+    let config = WorkerConfig {
+        renew_every: Duration::from_millis(500),
+        min_poll_interval: Duration::from_millis(100),
+        idle_poll_interval: Duration::from_millis(200),
+        max_records: 200,
+        ..WorkerConfig::default()
+    };
+    let mut worker = ShardWorker::new(
+        session,
+        store.clone(),
+        kinesis.clone(),
+        recording_handler(history, &name),
+        config,
+    )
+    .with_observer(recording_observer(history, &name));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let me = name.clone();
+    let task = tokio::spawn(async move {
+        // A worker that fails (e.g. its table calls keep failing) stops like
+        // a crashed process; the group takes its shards over.
+        if let Err(e) = worker
+            .run_until(None, || flag.load(Ordering::Relaxed))
+            .await
+        {
+            tracing::warn!(consumer = %me, error = %e, "worker stopped");
+        }
+    });
+    Consumer { name, task, stop }
+}
+
+/// Runs `tick` every `every` until `stop`, counting failed ticks.
+fn ticking<F, Fut, T, E>(
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    failed: Arc<AtomicU64>,
+    tick: F,
+) -> JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, E>> + Send,
+    E: std::fmt::Display,
+{
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = tick().await {
+                tracing::debug!(error = %e, "tick failed");
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+fn open(shard: &aws_sdk_kinesis::types::Shard) -> bool {
+    shard
+        .sequence_number_range()
+        .is_some_and(|r| r.ending_sequence_number().is_none())
+}
+
+fn range(shard: &aws_sdk_kinesis::types::Shard) -> (u128, u128) {
+    let r = shard.hash_key_range().unwrap();
+    (
+        r.starting_hash_key().parse().unwrap(),
+        r.ending_hash_key().parse().unwrap(),
+    )
+}
+
+/// Splits a random open shard in the middle; whether Kinesis accepted it.
+async fn split_one(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> bool {
+    let shards: Vec<_> = list_shards(aws, stream)
+        .await
+        .into_iter()
+        .filter(open)
+        .collect();
+    let Some(shard) = shards.get(rng.usize(..shards.len().max(1))) else {
+        return false;
+    };
+    let (lo, hi) = range(shard);
+    aws.kinesis
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(shard.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2 + 1).to_string())
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Merges two adjacent open shards; whether Kinesis accepted it.
+async fn merge_two(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> bool {
+    let mut shards: Vec<_> = list_shards(aws, stream)
+        .await
+        .into_iter()
+        .filter(open)
+        .collect();
+    shards.sort_by_key(|s| range(s).0);
+    let pairs: Vec<_> = shards
+        .windows(2)
+        .filter(|w| range(&w[0]).1 + 1 == range(&w[1]).0)
+        .map(|w| (w[0].shard_id().to_owned(), w[1].shard_id().to_owned()))
+        .collect();
+    let Some((a, b)) = pairs.get(rng.usize(..pairs.len().max(1))) else {
+        return false;
+    };
+    aws.kinesis
+        .merge_shards()
+        .stream_name(stream)
+        .shard_to_merge(a)
+        .adjacent_shard_to_merge(b)
+        .send()
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_keeps_every_guarantee() {
+    let cfg = Stress::from_env();
+    let ctx = ctx().await;
+    let setup = Setup {
+        system: ctx.aws.clone(),
+        direct: ctx.aws.clone(),
+        table: ctx.table.clone(),
+        faulty: None,
+    };
+    stress(&cfg, setup).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_restart() {
+    let cfg = Stress::from_env();
+    let mut faulty = Faulty::start(cfg.seed).await;
+    faulty.set_faults(&cfg.faults());
+    let setup = Setup {
+        system: faulty.ctx.aws.clone(),
+        direct: faulty.direct.clone(),
+        table: faulty.ctx.table.clone(),
+        faulty: Some(&mut faulty),
+    };
+    let counts = stress(&cfg, setup).await;
+    assert!(counts.injected() > 0, "faults were injected");
+}
+
+/// One run; what the proxies did (nothing without them).
+async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
+    let Setup {
+        system,
+        direct,
+        table,
+        mut faulty,
+    } = setup;
+    println!(
+        "stress run: {cfg:?}, {}",
+        if faulty.is_some() {
+            "through faults"
+        } else {
+            "no faults"
+        }
+    );
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let lease_term = if faulty.is_some() {
+        FAULTY_LEASE_TERM
+    } else {
+        LEASE_TERM
+    };
+    let stream = create_stream(&direct, cfg.shards).await;
+    let store = StateStore::new(
+        system.dynamodb.clone(),
+        StoreConfig::new(&unique_name("stress"), &stream)
+            .unwrap()
+            .table(&table)
+            .unwrap(),
+    );
+    let history = SharedHistory::default();
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let failed_ticks = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+
+    let producer = {
+        let load = NumberedLoad {
+            stream: stream.clone(),
+            records: None,
+            keys: cfg.keys,
+            batch: 100,
+            pace: Duration::from_millis(20),
+        };
+        let (kinesis, history, stop) = (
+            direct.kinesis.clone(),
+            history.clone(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let flag = stop.clone();
+        (
+            stop,
+            tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &flag).await }),
+        )
+    };
+    let rebalancer = Arc::new(Rebalancer {
+        store: store.clone(),
+        kinesis: system.kinesis.clone(),
+        config: RebalanceConfig {
+            heartbeat_timeout: lease_term,
+            handoff_timeout: lease_term,
+            max_moves_per_tick: None,
+        },
+        lease_term,
+        emit_metrics: false,
+    });
+    let reaper = Arc::new(Reaper {
+        store: store.clone(),
+        kinesis: system.kinesis.clone(),
+        config: ReapConfig {
+            heartbeat_timeout: lease_term,
+            ..ReapConfig::default()
+        },
+        emit_metrics: false,
+    });
+    let rebalancing = ticking(
+        Duration::from_millis(250),
+        stop_all.clone(),
+        failed_ticks.clone(),
+        move || {
+            let r = rebalancer.clone();
+            async move { r.tick().await }
+        },
+    );
+    let reaping = ticking(
+        Duration::from_millis(500),
+        stop_all.clone(),
+        failed_ticks.clone(),
+        move || {
+            let r = reaper.clone();
+            async move { r.tick().await }
+        },
+    );
+
+    let mut generation = 0;
+    let mut next_name = || {
+        generation += 1;
+        format!("c{generation}")
+    };
+    let mut live: Vec<Consumer> = (0..cfg.consumers)
+        .map(|_| spawn_consumer(next_name(), &store, &system.kinesis, &history, lease_term))
+        .collect();
+    let mut left: Vec<Consumer> = Vec::new();
+    let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
+    let (mut restarts, mut crashes) = (0, 0);
+    let restart_every = Duration::from_secs(cfg.seconds) / (cfg.restarts + 1);
+    while started.elapsed() < Duration::from_secs(cfg.seconds) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        // A worker that ended by itself failed for good: a supervisor
+        // starts another in its place, and the run reports it.
+        while let Some(i) = live.iter().position(|c| c.task.is_finished()) {
+            let crashed = live.swap_remove(i);
+            tracing::warn!(consumer = %crashed.name, "worker ended by itself");
+            crashes += 1;
+            live.push(spawn_consumer(
+                next_name(),
+                &store,
+                &system.kinesis,
+                &history,
+                lease_term,
+            ));
+        }
+        if let Some(faulty) = faulty.as_deref_mut() {
+            if restarts < cfg.restarts && started.elapsed() >= restart_every * (restarts + 1) {
+                // Down for longer than a lease term: every lease expires.
+                faulty
+                    .restart_dynamodb(lease_term + Duration::from_secs(1))
+                    .await;
+                restarts += 1;
+                continue;
+            }
+        }
+        match rng.u32(..100) {
+            0..8 if !live.is_empty() => {
+                // Killed mid-batch: no release, no more heartbeats. A new
+                // process takes its place.
+                let victim = live.swap_remove(rng.usize(..live.len()));
+                victim.task.abort();
+                history
+                    .lock()
+                    .unwrap()
+                    .killed
+                    .push((victim.name, Instant::now()));
+                kills += 1;
+                live.push(spawn_consumer(
+                    next_name(),
+                    &store,
+                    &system.kinesis,
+                    &history,
+                    lease_term,
+                ));
+            }
+            8..12 if live.len() > 1 => {
+                // One leaves cleanly; another joins.
+                let leaving = live.swap_remove(rng.usize(..live.len()));
+                leaving.stop.store(true, Ordering::Relaxed);
+                left.push(leaving);
+                leaves += 1;
+                live.push(spawn_consumer(
+                    next_name(),
+                    &store,
+                    &system.kinesis,
+                    &history,
+                    lease_term,
+                ));
+            }
+            12..15 => splits += u32::from(split_one(&direct, &stream, &mut rng).await),
+            15..17 => merges += u32::from(merge_two(&direct, &stream, &mut rng).await),
+            _ => {}
+        }
+    }
+
+    // Production stops; the group drains the stream.
+    producer.0.store(true, Ordering::Relaxed);
+    let produced = producer.1.await.unwrap();
+    // Drained when every record is processed; given up (and the checker
+    // reports what is lost) after a minute without progress.
+    let mut seen = HashSet::new();
+    let mut scanned = 0;
+    let mut progress = Instant::now();
+    while seen.len() < produced && progress.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let h = history.lock().unwrap();
+        for p in &h.processed[scanned..] {
+            if seen.insert((p.key.clone(), p.n)) {
+                progress = Instant::now();
+            }
+        }
+        scanned = h.processed.len();
+    }
+    for c in live.iter().chain(&left) {
+        c.stop.store(true, Ordering::Relaxed);
+    }
+    for c in live.into_iter().chain(left) {
+        let _ = c.task.await;
+    }
+    stop_all.store(true, Ordering::Relaxed);
+    let _ = rebalancing.await;
+    let _ = reaping.await;
+
+    let (specs, _) =
+        shardkeeper::consumer::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
+            .await
+            .unwrap();
+    // Every task has ended: the history is complete.
+    let mut history = std::mem::take(&mut *history.lock().unwrap());
+    history.parents = specs
+        .iter()
+        .map(|s| (s.shard_id.clone(), s.parents.clone()))
+        .collect();
+    let verdict = check(&history);
+    let lease_changes = history
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, WorkerEvent::Gained { .. }))
+        .count();
+    let counts = faulty.as_deref().map(Faulty::counts).unwrap_or_default();
+    println!(
+        "stress run: {:.1}s, {} consumers ({} started in all), {} shards at the start, {} at the end, \
+         {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
+         {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks; \
+         faults: {} requests, {} throttled, {} answered 500, {} dropped, {} delayed, \
+         {restarts} DynamoDB restarts, {crashes} workers ended by themselves; \
+         checker: {} double ownership, {} regressions, {} lost, {} order violations, \
+         {} unjustified duplicates, {} children before parents",
+        started.elapsed().as_secs_f64(),
+        cfg.consumers,
+        generation,
+        cfg.shards,
+        specs.len(),
+        verdict.produced,
+        verdict.processed,
+        verdict.duplicates,
+        failed_ticks.load(Ordering::Relaxed),
+        counts.requests(),
+        counts.throttled,
+        counts.errors_500,
+        counts.dropped,
+        counts.delayed,
+        verdict.double_owned.len(),
+        verdict.checkpoint_regressions.len(),
+        verdict.lost,
+        verdict.order_violations,
+        verdict.unjustified_duplicates,
+        verdict.children_before_parents.len(),
+    );
+    if !verdict.passed() {
+        explain(&history, &verdict, started);
+    }
+    if verdict.lost > 0 {
+        // Where the group stands on the shards it has not finished.
+        let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
+        let snapshot = direct_store.load_group().await.unwrap();
+        let status = shardkeeper::group::GroupStatus::from_snapshot(&snapshot, lease_term);
+        for row in status.shards.iter().filter(|r| r.state != "depleted") {
+            println!("unfinished: {row:?}");
+        }
+        for row in &status.consumers {
+            println!("consumer: {row:?}");
+        }
+    }
+    assert!(verdict.passed(), "seed {}: {verdict:?}", cfg.seed);
+    assert_eq!(
+        verdict.produced, produced,
+        "the history holds every record written"
+    );
+    assert!(
+        produced > 0 && lease_changes > cfg.consumers,
+        "the run did something"
+    );
+    assert_eq!(
+        crashes, 0,
+        "seed {}: every worker rode the faults out",
+        cfg.seed
+    );
+    if faulty.is_some() {
+        assert_eq!(restarts, cfg.restarts, "DynamoDB restarted as asked");
+    }
+    counts
+}
+
+/// Prints what led to each child read before its parents ended.
+fn explain(
+    history: &shardkeeper_history::History,
+    verdict: &shardkeeper_history::Verification,
+    t0: Instant,
+) {
+    let ms = |t: Instant| t.saturating_duration_since(t0).as_millis();
+    for child in &verdict.children_before_parents {
+        let parents = history.parents.get(child).cloned().unwrap_or_default();
+        println!("child {child}, parents {parents:?}");
+        for (who, e) in &history.events {
+            let (shard, what, at) = match e {
+                WorkerEvent::Gained { shard, at, .. } => (shard, "gained".to_string(), *at),
+                WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
+                WorkerEvent::Checkpointed { .. } => continue,
+            };
+            if shard == child || parents.contains(shard) {
+                println!("  {:>6} ms {who} {what} {shard}", ms(at));
+            }
+        }
+        if let Some(p) = history.processed.iter().find(|p| &p.shard == child) {
+            println!(
+                "  {:>6} ms {} first record of {child}",
+                ms(p.at),
+                p.consumer
+            );
+        }
+        for (who, at) in &history.killed {
+            println!("  {:>6} ms {who} killed", ms(*at));
+        }
+    }
+}
