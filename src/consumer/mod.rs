@@ -3,7 +3,7 @@
 //! shard with its own checkpoints, standalone), reads its shards by polling
 //! or enhanced fan-out, and runs their records through the processing core.
 //!
-//! - `session`: a group member's heartbeat, renewals, claims and leave.
+//! - `session`: a group consumer's heartbeat, renewals, claims and leave.
 //! - `standalone`: a consumer that reads every shard in its own scope.
 //! - `mode`: the one of the two a worker runs.
 //! - `worker`: [`ShardWorker`], the read loop, and its per-shard cursors.

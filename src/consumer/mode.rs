@@ -1,4 +1,4 @@
-//! How a shard worker holds its shards: as a member of a group (leases
+//! How a shard worker holds its shards: as a consumer of a group (leases
 //! given by the rebalancer, fenced checkpoints) or standalone (every shard,
 //! checkpoints of its own). The worker's reading code is the same for both.
 
@@ -13,7 +13,7 @@ use crate::state::{
 pub(crate) type Progress<'a> =
     &'a (dyn Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)> + Sync);
 
-/// A group member's session, or a standalone reader.
+/// a group consumer's session, or a standalone one's.
 #[derive(Debug)]
 pub(crate) enum Mode {
     Group(ConsumerSession),
@@ -37,8 +37,8 @@ impl Mode {
         }
     }
 
-    /// The enhanced fan-out consumer now locked. A standalone reader reads as
-    /// it (returns the shards it stops reading); a group member's shards are
+    /// The enhanced fan-out consumer now locked. A standalone consumer reads as
+    /// it (returns the shards it stops reading); a group consumer's shards are
     /// its leases, whatever it reads with.
     pub(crate) fn set_efo_lock(&mut self, lock: Option<EfoLock>) -> Vec<ShardId> {
         match self {
@@ -47,8 +47,8 @@ impl Mode {
         }
     }
 
-    /// Gives up every shard held, checkpointed (a group member releases its
-    /// leases; a standalone reader has nothing to give up).
+    /// Gives up every shard held, checkpointed (a group consumer releases its
+    /// leases; a standalone consumer has nothing to give up).
     pub(crate) async fn release_all(&mut self, progress: Progress<'_>) -> Result<Vec<ShardId>> {
         match self {
             Mode::Group(s) => s.release_all(progress).await,
@@ -89,8 +89,8 @@ impl Mode {
         }
     }
 
-    /// A stop that hands the shards on: a group member leaves the group; a
-    /// standalone reader checkpoints (nobody else reads its scope).
+    /// A stop that hands the shards on: a group consumer leaves the group; a
+    /// standalone consumer checkpoints (nobody else reads its scope).
     pub(crate) async fn leave(&mut self, progress: Progress<'_>) -> Result<()> {
         match self {
             Mode::Group(s) => s.leave(progress).await.map(drop),

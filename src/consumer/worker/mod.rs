@@ -233,7 +233,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         tracing::warn!(consumer = %self.mode.id(), %error, "{what}");
     }
 
-    /// Stops at the current progress: a group member leaves the group (see
+    /// Stops at the current progress: a group consumer leaves the group (see
     /// [`ConsumerSession::leave`]); a standalone worker checkpoints. An EFO
     /// consumer held is released for the next worker.
     pub async fn leave(&mut self) -> Result<()> {
@@ -286,7 +286,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 
     /// Locks an EFO consumer from the pool (or keeps the one held); without
-    /// one, a group member gives up its leases (it is marked inactive, so the
+    /// one, a group consumer gives up its leases (it is marked inactive, so the
     /// rebalancer gives it no more) and a standalone one reads nothing.
     async fn lock_efo(&mut self) -> Result<()> {
         let Some(pool) = &self.config.enhanced_fan_out else {

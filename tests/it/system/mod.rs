@@ -6,5 +6,6 @@ mod fault_proxy;
 mod history;
 mod local;
 mod outage;
+mod readme;
 mod stress;
 mod template;

@@ -1,0 +1,72 @@
+//! The code of README.md's examples, compiled with the tests; a test
+//! (`system::readme`) checks that every Rust block of the README stands here
+//! verbatim. Not meant to be run: `cargo run --example readme` only says so.
+
+use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
+use shardkeeper::processing::{changes, json, Change, StreamRecord};
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig, TableOptions,
+};
+use shardkeeper::{KinesisProcessor, StateStore};
+use std::time::Duration;
+
+#[derive(Debug, serde::Deserialize)]
+struct Order {
+    #[allow(dead_code)]
+    order_id: String,
+}
+
+async fn save(order: Order) -> Result<(), std::io::Error> {
+    println!("{order:?}");
+    Ok(())
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn event_source_mapping(store: StateStore) -> Result<(), lambda_runtime::Error> {
+    let processor = KinesisProcessor::new(json(|order: Order, _record: StreamRecord| async move {
+        save(order).await // an error fails this record; the batch stops here and reports it
+    }))
+    .with_store(store); // skip what a retried batch already did, count attempts, park poison records
+    lambda_runtime::run(processor).await
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn dynamodb_stream_reader(
+    streams_client: aws_sdk_dynamodbstreams::Client,
+    store: StateStore,
+    stream_arn: String,
+) -> Result<(), shardkeeper::ddb_streams::ReaderError> {
+    let handler = changes(|change: Change<Order>, _record: StreamRecord| async move {
+        match change {
+            Change::Insert { new } | Change::Modify { new, .. } => save(new).await,
+            Change::Remove { .. } => Ok(()),
+        }
+    });
+    let mut reader = StreamReader::new(streams_client, store, &stream_arn, ReaderConfig::default());
+    loop {
+        reader.poll(&handler).await?; // the same handler a DynamoDbProcessor runs
+    }
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn state_store_alone(
+    dynamodb_client: aws_sdk_dynamodb::Client,
+    stream_created: i64,
+    me: ConsumerId,
+    shard: ShardId,
+    record: aws_sdk_kinesis::types::Record,
+) -> shardkeeper::state::Result<()> {
+    let store = StateStore::new(dynamodb_client, StoreConfig::new("billing", "orders")?);
+    store.start(&StartOptions { table: TableOptions::default(), stream_created }).await?;
+    store.heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
+    let lease = store.acquire_lease(&shard, &me, Duration::from_secs(30)).await?.expect("free shard");
+    store.checkpoint(&lease, &Checkpoint::after(record.sequence_number())?, None).await?; // Err(LeaseLost) once taken
+    Ok(())
+}
+
+fn main() {
+    println!("README.md's examples; they compile, and are not meant to run.");
+}
