@@ -3,7 +3,6 @@
 //! write uses), and typed with [`ChangeRecord::change`] into the same
 //! [`Change`] the event-source-mapped handlers get.
 
-use crate::processing::dynamodb::{decode_image, payload_error};
 use crate::processing::{Change, RecordError, StreamRecord};
 use crate::state::{EpochMillis, SequenceNumber, ShardId};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -101,17 +100,22 @@ impl ChangeRecord {
             .sequence_number()
             .ok_or_else(|| malformed("no SequenceNumber".into()))?;
         let sequence_number =
-            SequenceNumber::new(seq).map_err(|e| payload_error(seq, e.to_string()))?;
+            SequenceNumber::new(seq).map_err(|e| RecordError::payload(seq, e.to_string()))?;
         let kind = match record.event_name() {
             Some(OperationType::Insert) => ChangeKind::Insert,
             Some(OperationType::Modify) => ChangeKind::Modify,
             Some(OperationType::Remove) => ChangeKind::Remove,
-            other => return Err(payload_error(seq, format!("unknown event name {other:?}"))),
+            other => {
+                return Err(RecordError::payload(
+                    seq,
+                    format!("unknown event name {other:?}"),
+                ))
+            }
         };
         let convert = |which: &str, map: Option<&HashMap<String, StreamValue>>| {
             map.map(image)
                 .transpose()
-                .map_err(|e| payload_error(seq, format!("{which}: {e}")))
+                .map_err(|e| RecordError::payload(seq, format!("{which}: {e}")))
         };
         Ok(ChangeRecord {
             shard_id: shard_id.clone(),
@@ -180,17 +184,14 @@ impl ChangeRecord {
     /// not decode, or one the change needs and the stream's view type leaves
     /// out, is an error naming the sequence number.
     pub fn change<T: DeserializeOwned>(&self) -> Result<Change<T>, RecordError> {
-        let seq = self.sequence_number.as_str();
-        let decode = |which: &str, image: &Option<Image>| {
-            image
-                .clone()
-                .map(|item| decode_image(item, which, seq))
-                .transpose()
-        };
-        let old = decode("old", &self.old_image)?;
-        let new = decode("new", &self.new_image)?;
         let view = self.view_type.as_deref().unwrap_or("unknown");
-        Change::from_images(self.kind.as_str(), old, new, seq, view)
+        Change::from_items(
+            self.kind.as_str(),
+            self.old_image.clone(),
+            self.new_image.clone(),
+            self.sequence_number.as_str(),
+            view,
+        )
     }
 }
 

@@ -9,7 +9,6 @@ use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::{ChangeKind, ChangeRecord, Image};
-use crate::processing::dynamodb::payload_error;
 use crate::processing::RecordError;
 use crate::state::{call_aws, RetryPolicy, Service};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -99,7 +98,7 @@ impl Replica {
     pub fn apply(&mut self, record: &ChangeRecord) -> Result<(), RecordError> {
         let seq = record.sequence_number.as_str();
         let key = ItemKey::of(&record.keys, &self.key_names)
-            .map_err(|reason| payload_error(seq, format!("keys: {reason}")))?;
+            .map_err(|reason| RecordError::payload(seq, format!("keys: {reason}")))?;
         match (record.kind, &record.new_image) {
             (ChangeKind::Remove, _) => {
                 self.items.remove(&key);
@@ -113,7 +112,7 @@ impl Replica {
                     "{} has no new image (stream view type {view})",
                     kind.as_str()
                 );
-                return Err(payload_error(seq, what));
+                return Err(RecordError::payload(seq, what));
             }
         }
         Ok(())

@@ -1,7 +1,6 @@
 //! DynamoDB Streams events: `DynamoDbEvent` in, typed changes to the
 //! handler, `DynamoDbEventResponse` out.
 
-use crate::processing::handler::{HandlerError, RecordHandler};
 use crate::processing::kinesis::RawEvent;
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
@@ -10,10 +9,7 @@ use crate::processing::unit::Unit;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,99 +33,6 @@ struct RecordId {
 struct SequenceOnly {
     #[serde(rename = "SequenceNumber")]
     sequence_number: String,
-}
-
-/// A typed item change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change<T> {
-    /// A new item.
-    Insert {
-        /// The item as written.
-        new: T,
-    },
-    /// A changed item (`old` needs the `NEW_AND_OLD_IMAGES` view type).
-    Modify {
-        /// The item before, if the stream carries it.
-        old: Option<T>,
-        /// The item after.
-        new: T,
-    },
-    /// A deleted item (`old` needs an `OLD_IMAGE` or `NEW_AND_OLD_IMAGES` view type).
-    Remove {
-        /// The item before, if the stream carries it.
-        old: Option<T>,
-    },
-}
-
-/// A record error naming the record's sequence number.
-pub(crate) fn payload_error(seq: &str, error: String) -> RecordError {
-    RecordError::Payload {
-        sequence_number: seq.to_owned(),
-        sub_sequence: 0,
-        error,
-    }
-}
-
-/// Decodes one image (`which` is `old` or `new`) into `T`.
-pub(crate) fn decode_image<T: DeserializeOwned>(
-    item: impl Into<serde_dynamo::Item>,
-    which: &str,
-    seq: &str,
-) -> Result<T, RecordError> {
-    serde_dynamo::from_item(item).map_err(|e| payload_error(seq, format!("{which} image: {e}")))
-}
-
-fn image<T: DeserializeOwned>(
-    item: &serde_dynamo::Item,
-    which: &str,
-    seq: &str,
-) -> Result<Option<T>, RecordError> {
-    if item.is_empty() {
-        return Ok(None);
-    }
-    decode_image(item.clone(), which, seq).map(Some)
-}
-
-impl<T: DeserializeOwned> Change<T> {
-    /// Decodes a stream record into a typed change.
-    pub fn from_record(record: &EventRecord) -> Result<Self, RecordError> {
-        let seq = record.change.sequence_number.as_deref().unwrap_or("");
-        let old = image(&record.change.old_image, "old", seq)?;
-        let new = image(&record.change.new_image, "new", seq)?;
-        let view = format!("{:?}", record.change.stream_view_type);
-        Change::from_images(&record.event_name, old, new, seq, &view)
-    }
-}
-
-impl<T> Change<T> {
-    /// The change an event (`INSERT`, `MODIFY`, `REMOVE`) with these decoded
-    /// images makes; an image the event needs and the stream's view type
-    /// (`view`, for the message) left out is an error naming `seq`.
-    pub(crate) fn from_images(
-        event_name: &str,
-        old: Option<T>,
-        new: Option<T>,
-        seq: &str,
-        view: &str,
-    ) -> Result<Self, RecordError> {
-        let missing = |what: &str| {
-            payload_error(
-                seq,
-                format!("{event_name} has no {what} image (stream view type {view})"),
-            )
-        };
-        match event_name {
-            "INSERT" => Ok(Change::Insert {
-                new: new.ok_or_else(|| missing("new"))?,
-            }),
-            "MODIFY" => Ok(Change::Modify {
-                old,
-                new: new.ok_or_else(|| missing("new"))?,
-            }),
-            "REMOVE" => Ok(Change::Remove { old }),
-            other => Err(payload_error(seq, format!("unknown event name {other:?}"))),
-        }
-    }
 }
 
 impl EventSource for DynamoDbStreams {
@@ -195,52 +98,5 @@ impl EventSource for DynamoDbStreams {
             response.batch_item_failures.push(item);
         }
         response
-    }
-}
-
-/// A handler of typed DynamoDB Streams changes (see [`changes`]).
-pub struct ChangeHandler<T, F> {
-    f: F,
-    _t: PhantomData<fn() -> T>,
-}
-
-/// Wraps `f(change, record)` into a record handler for DynamoDB Streams
-/// batches: each record's images are decoded with `serde_dynamo` into `T`; a
-/// record that does not decode fails with an error naming its sequence number.
-/// `record.data` is the stream record's JSON, `record.partition_key` its keys.
-pub fn changes<T, F, Fut, E>(f: F) -> ChangeHandler<T, F>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(Change<T>, StreamRecord) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send,
-    E: Into<HandlerError>,
-{
-    ChangeHandler { f, _t: PhantomData }
-}
-
-impl<T, F, Fut, E> RecordHandler for ChangeHandler<T, F>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(Change<T>, StreamRecord) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send,
-    E: Into<HandlerError>,
-{
-    fn handle(
-        &self,
-        record: StreamRecord,
-    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        let change = serde_json::from_slice::<EventRecord>(&record.data)
-            .map_err(|e| RecordError::Malformed {
-                index: 0,
-                error: e.to_string(),
-            })
-            .and_then(|rec| Change::from_record(&rec));
-        let fut = change.map(|change| (self.f)(change, record));
-        async move {
-            match fut {
-                Ok(fut) => fut.await.map_err(Into::into),
-                Err(e) => Err(Box::new(e) as HandlerError),
-            }
-        }
     }
 }

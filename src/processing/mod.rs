@@ -1,7 +1,20 @@
-//! Record processing for event-source-mapped handlers: users write a handler
-//! for one record (or one typed payload, or one typed item change) and get
-//! the stream semantics from the processor: order, checkpoint
-//! de-duplication, bounded retries, parking, the deadline, KPL de-aggregation.
+//! Record processing: users write a [`RecordHandler`] for one record (or one
+//! typed payload, or one typed item change, or a run of records at once)
+//! and get the stream semantics from the processing [`Core`]: order,
+//! checkpoint de-duplication, bounded retries, parking, a stop-by instant,
+//! progress. Every mode runs the core: the event-source-mapped processors
+//! here ([`KinesisProcessor`], [`DynamoDbProcessor`], which also
+//! de-aggregate KPL records), the shard worker
+//! ([`crate::consumer::ShardWorker`]) and the DynamoDB Streams reader
+//! ([`crate::ddb_streams::StreamReader`]); each supplies its units and a
+//! [`CheckpointSink`].
+//!
+//! - The core: `core` (the loop), `unit` (a record as the core receives it).
+//! - The user contract: `handler` (the trait, `json`), `change` (typed
+//!   DynamoDB changes), `record`, `outcome` (reports and record errors),
+//!   `options`, `parking`.
+//! - Event source mappings: `processor` (the Lambda handler), `source` (an
+//!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
@@ -26,8 +39,9 @@
 //! # }
 //! ```
 
+mod change;
 mod core;
-pub(crate) mod dynamodb;
+mod dynamodb;
 mod handler;
 mod kinesis;
 mod options;
@@ -39,8 +53,9 @@ mod source;
 mod unit;
 mod window;
 
+pub use change::{changes, Change, ChangeHandler};
 pub use core::{CheckpointSink, Core, NoCheckpoints};
-pub use dynamodb::{changes, Change, ChangeHandler, DynamoDbStreams};
+pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use kinesis::Kinesis;
 pub use options::{FailureMode, Parking, ProcessingOptions};

@@ -50,6 +50,18 @@ pub enum RecordError {
     },
 }
 
+impl RecordError {
+    /// A [`RecordError::Payload`] of the record `seq` (a DynamoDB Streams
+    /// record: no sub-sequence).
+    pub fn payload(seq: &str, error: impl Into<String>) -> Self {
+        RecordError::Payload {
+            sequence_number: seq.to_owned(),
+            sub_sequence: 0,
+            error: error.into(),
+        }
+    }
+}
+
 /// A record reported back to the event source mapping for retry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordFailure {
