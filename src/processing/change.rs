@@ -2,7 +2,7 @@
 //! decodes them: one decoding path for the event-source-mapped processor and
 //! the self-managed reader.
 
-use crate::processing::handler::{HandlerError, RecordHandler};
+use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use aws_lambda_events::event::dynamodb::EventRecord;
@@ -150,12 +150,6 @@ where
                 error: e.to_string(),
             })
             .and_then(|rec| Change::from_record(&rec));
-        let fut = change.map(|change| (self.f)(change, record));
-        async move {
-            match fut {
-                Ok(fut) => fut.await.map_err(Into::into),
-                Err(e) => Err(Box::new(e) as HandlerError),
-            }
-        }
+        call_typed(&self.f, change, record)
     }
 }

@@ -139,12 +139,27 @@ where
         record: StreamRecord,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send {
         let parsed: Result<T, RecordError> = record.json();
-        let fut = parsed.map(|payload| (self.f)(payload, record));
-        async move {
-            match fut {
-                Ok(fut) => fut.await.map_err(Into::into),
-                Err(e) => Err(Box::new(e) as HandlerError),
-            }
+        call_typed(&self.f, parsed, record)
+    }
+}
+
+/// Calls `f(value, record)` with a value decoded from the record, or fails
+/// the record with the decoding error: what every typed handler does.
+pub(crate) fn call_typed<V, F, Fut, E>(
+    f: &F,
+    decoded: Result<V, RecordError>,
+    record: StreamRecord,
+) -> impl Future<Output = Result<(), HandlerError>> + Send + use<V, F, Fut, E>
+where
+    F: Fn(V, StreamRecord) -> Fut,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<HandlerError>,
+{
+    let fut = decoded.map(|value| f(value, record));
+    async move {
+        match fut {
+            Ok(fut) => fut.await.map_err(Into::into),
+            Err(e) => Err(Box::new(e) as HandlerError),
         }
     }
 }
