@@ -17,9 +17,13 @@
 //! }
 //! ```
 //!
-//! The decoder is written for untrusted input: every length is checked
-//! against the bytes that remain, nothing is allocated from a length field,
-//! and any flaw is a [`KplError`], never a panic.
+//! A record is an aggregate only if it starts with the magic prefix and its
+//! digest matches: a plain record whose bytes happen to start with the
+//! prefix is a plain record (as KCL and the Kinesis aggregation libraries
+//! read it). The decoder is written for untrusted input: every length is
+//! checked against the bytes that remain, nothing is allocated from a length
+//! field, and a flaw behind a matching digest is a [`KplError`], never a
+//! panic.
 
 use md5::{Digest, Md5};
 
@@ -31,9 +35,6 @@ const DIGEST_LEN: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KplError {
-    /// The MD5 digest at the end does not match the protobuf bytes.
-    #[error("aggregated record digest mismatch (corrupt or truncated)")]
-    DigestMismatch,
     /// The protobuf message is malformed.
     #[error("aggregated record protobuf is malformed: {0}")]
     Malformed(&'static str),
@@ -150,7 +151,8 @@ fn parse_record(bytes: &[u8]) -> Result<RawRecord<'_>, KplError> {
 
 /// Splits an aggregated record into its user records, in order (the
 /// sub-sequence number of each is its position). `Ok(None)` if `data` is not
-/// an aggregate (a plain record).
+/// an aggregate: no magic prefix, or a digest that does not match (a plain
+/// record whose bytes start with the prefix).
 pub fn deaggregate(data: &[u8]) -> Result<Option<Vec<UserRecord<'_>>>, KplError> {
     if !is_aggregated(data) {
         return Ok(None);
@@ -158,7 +160,11 @@ pub fn deaggregate(data: &[u8]) -> Result<Option<Vec<UserRecord<'_>>>, KplError>
     let body = &data[MAGIC.len()..data.len() - DIGEST_LEN];
     let digest = &data[data.len() - DIGEST_LEN..];
     if Md5::digest(body).as_slice() != digest {
-        return Err(KplError::DigestMismatch);
+        tracing::debug!(
+            bytes = data.len(),
+            "record starts with the KPL prefix but its digest does not match: a plain record"
+        );
+        return Ok(None);
     }
     let mut r = Reader { buf: body };
     let mut keys: Vec<&str> = Vec::new();
@@ -298,10 +304,12 @@ mod tests {
 
     #[test]
     fn corrupt_aggregates_are_errors() {
+        // A digest that does not match: a plain record that happens to start
+        // with the prefix (KCL's AggregatorUtil reads it so).
         let agg = aggregate(&[("a", None, b"payload")]);
         let mut flipped = agg.clone();
         flipped[8] ^= 0xFF;
-        assert_eq!(deaggregate(&flipped).unwrap_err(), KplError::DigestMismatch);
+        assert_eq!(deaggregate(&flipped).unwrap(), None);
         // A valid digest over a broken body: a length running past the end.
         let mut body = vec![(3 << 3) | 2, 50, 1, 2];
         let mut bad = MAGIC.to_vec();

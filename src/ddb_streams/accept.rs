@@ -136,7 +136,7 @@ impl<C: StreamsClient> StreamReader<C> {
                 reader: self,
                 shard: &shard.shard_id,
             };
-            let done = core.run(&shard.shard_id, items, stop_by, &mut sink).await?;
+            let done = core.run(items, stop_by, &mut sink).await?;
             report.handled += done.processed as usize;
             report.parked += done.parked as usize;
             match done.failures.into_iter().next() {

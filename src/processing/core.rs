@@ -1,5 +1,6 @@
 //! The record-processing core: the one loop that every mode (event-source-mapped
-//! processors, the shard worker) runs over a batch of one scope.
+//! processors, the shard worker, the DynamoDB Streams reader) runs over a
+//! batch of one shard.
 //!
 //! A mode reads its records into [`Unit`]s and supplies a [`CheckpointSink`];
 //! the core owns the rest:
@@ -8,9 +9,11 @@
 //! - attempts and parking: each failure is counted in the state store, and a
 //!   record that failed `max_attempts` times is parked and passed;
 //! - the failure mode: stop at the first failure, or report every failure;
-//! - one stop-by instant: no unit starts at or after it, the rest is reported;
-//! - progress: the end of the successful (or parked) prefix, committed to the
-//!   sink once at the end of the batch;
+//! - one stop-by instant: no user record starts at or after it, and no
+//!   handler runs past it;
+//! - progress: the end of the successful (or parked) prefix, committed to
+//!   the sink during the batch (every `checkpoint_every`, or every
+//!   `checkpoint_records` records), at its end, and on every way out;
 //! - the counters of a [`BatchReport`].
 
 use crate::processing::handler::{HandlerError, RecordHandler};
@@ -23,18 +26,36 @@ use crate::state::{Checkpoint, RecordKey, Result, SequenceNumber, ShardId, State
 use std::future::Future;
 use std::time::Instant;
 
-/// Where a mode keeps its positions: what is already done, and what a batch
-/// made done.
+/// Where a mode keeps its positions (what is already done, and what a batch
+/// made done) and its per-record state.
 pub trait CheckpointSink: Send {
-    /// The stored position of the batch's scope, if any: the core skips the
-    /// records it covers. Read once per batch.
+    /// The stored position of the batch, if any: the core skips the records
+    /// it covers. Read once per batch, before the first record.
     fn stored(&mut self) -> impl Future<Output = Result<Option<Checkpoint>>> + Send;
 
     /// Stores `checkpoint`: every record of the batch up to it was handled
-    /// or parked. Called once, at the end of a batch that made progress.
-    /// Returns whether a write was stored (`false`: the stored position was
-    /// already at or past it).
+    /// or parked. Called during the batch and at its end, with progress
+    /// that only moves forward. Returns whether a write was stored
+    /// (`false`: the stored position was already at or past it). An error
+    /// ends the batch.
     fn commit(&mut self, checkpoint: &Checkpoint) -> impl Future<Output = Result<bool>> + Send;
+
+    /// `true` once the sink can take no more checkpoints (a lease was lost):
+    /// the core starts nothing more of the batch.
+    fn halted(&self) -> bool {
+        false
+    }
+
+    /// The key a record's attempts and parked copy are kept under. By
+    /// default the record's shard (for modes whose group names the stream).
+    fn record_key(&self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<RecordKey> {
+        Ok(RecordKey {
+            source: None,
+            shard_id: Some(ShardId::new(&*record.shard_id)?),
+            sequence: sequence.clone(),
+            sub_sequence: record.sub_sequence,
+        })
+    }
 }
 
 /// A sink that stores nothing and knows of nothing done (processing without
@@ -60,12 +81,20 @@ pub struct Core<'p, H> {
     options: &'p ProcessingOptions,
 }
 
+/// One record waiting in a run for a batched handler: its item identifier,
+/// the record, its parsed sequence number.
+type Pending = (String, StreamRecord, SequenceNumber);
+
 /// The core's view of one batch in progress.
 struct Batch<'s, S> {
-    scope: &'s ShardId,
     sink: &'s mut S,
+    stop_by: Option<Instant>,
     stored: Option<Option<Checkpoint>>,
     progress: Option<Checkpoint>,
+    /// Progress not committed yet.
+    dirty: bool,
+    since_commit: u64,
+    last_commit: Instant,
     report: BatchReport,
     failed: bool,
 }
@@ -78,6 +107,14 @@ fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
             sub_sequence: record.sub_sequence,
             error: e.to_string(),
         },
+    }
+}
+
+/// Awaits `work`, giving up at `stop_by`; `None` if it did not finish.
+async fn bounded<T>(stop_by: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
+    match stop_by {
+        None => Some(work.await),
+        Some(t) => tokio::time::timeout_at(t.into(), work).await.ok(),
     }
 }
 
@@ -96,57 +133,78 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         }
     }
 
-    /// Processes one batch of `scope` (a shard, or whatever the mode keeps
-    /// one position for): each item is a record's item identifier (what a
-    /// failure is reported as) and its unit. Nothing starts at or after
-    /// `stop_by`: those units are reported as [`RecordError::Deadline`]
-    /// failures. The end of the successful prefix is committed to `sink`
+    /// Processes one batch: each item is a record's item identifier (what a
+    /// failure is reported as) and its unit. No user record starts at or
+    /// after `stop_by`, and a handler still running at `stop_by` is given up
+    /// ([`RecordError::Timeout`]); the records left are reported as
+    /// [`RecordError::Deadline`] failures. Progress is committed to `sink`
+    /// during the batch, at its end and before an error comes back
     /// (counted in [`BatchReport::checkpoints`] when a write was stored).
     ///
     /// The error is for what cannot be reported per record: the state store
     /// failing, or a sequence number that is not one.
     pub async fn run<S: CheckpointSink>(
         &self,
-        scope: &ShardId,
         items: impl IntoIterator<Item = (String, Unit)>,
         stop_by: Option<Instant>,
         sink: &mut S,
     ) -> Result<BatchReport> {
         let mut batch = Batch {
-            scope,
             sink,
+            stop_by,
             stored: None,
             progress: None,
+            dirty: false,
+            since_commit: 0,
+            last_commit: Instant::now(),
             report: BatchReport::default(),
             failed: false,
         };
         let items: Vec<_> = items.into_iter().collect();
-        if H::BATCHED {
-            self.run_batched(&mut batch, items, stop_by).await?;
+        let done = if H::BATCHED {
+            self.run_batched(&mut batch, items).await
         } else {
-            let total = items.len();
-            for (index, (item, unit)) in items.into_iter().enumerate() {
-                if self.stopped(&batch) {
-                    batch.report.not_attempted = (total - index) as u64;
-                    break;
+            self.run_records(&mut batch, items).await
+        };
+        match done {
+            Ok(()) => batch.commit().await?,
+            Err(e) => {
+                // Best effort on the way out: what was done stays done.
+                if !batch.sink.halted() {
+                    if let Err(c) = batch.commit().await {
+                        tracing::warn!(error = %c, "checkpoint on the way out failed");
+                    }
                 }
-                if stop_by.is_some_and(|t| Instant::now() >= t) {
-                    batch.out_of_time(&item);
-                    continue;
-                }
-                self.unit(&mut batch, unit).await?;
-            }
-        }
-        if let Some(cp) = batch.progress.take() {
-            if batch.sink.commit(&cp).await? {
-                batch.report.checkpoints += 1;
+                return Err(e);
             }
         }
         Ok(batch.report)
     }
 
-    fn stopped<S>(&self, batch: &Batch<'_, S>) -> bool {
-        batch.failed && self.options.mode == FailureMode::StopAtFirstFailure
+    fn stopped<S: CheckpointSink>(&self, batch: &Batch<'_, S>) -> bool {
+        (batch.failed && self.options.mode == FailureMode::StopAtFirstFailure)
+            || batch.sink.halted()
+    }
+
+    /// The record-at-a-time path.
+    async fn run_records<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        items: Vec<(String, Unit)>,
+    ) -> Result<()> {
+        let total = items.len();
+        for (index, (item, unit)) in items.into_iter().enumerate() {
+            if self.stopped(batch) {
+                batch.report.not_attempted = (total - index) as u64;
+                break;
+            }
+            if batch.out_of_time() {
+                batch.deadline(&item);
+                continue;
+            }
+            self.unit(batch, &item, unit).await?;
+        }
+        Ok(())
     }
 
     /// The batched path: runs of consecutive readable records go to
@@ -156,7 +214,6 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         &self,
         batch: &mut Batch<'_, S>,
         items: Vec<(String, Unit)>,
-        stop_by: Option<Instant>,
     ) -> Result<()> {
         let mut items = items.into_iter().peekable();
         while let Some((item, unit)) = items.next() {
@@ -165,10 +222,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 break;
             }
             let Unit::Records(records) = unit else {
-                if stop_by.is_some_and(|t| Instant::now() >= t) {
-                    batch.out_of_time(&item);
+                if batch.out_of_time() {
+                    batch.deadline(&item);
                 } else {
-                    self.unit(batch, unit).await?;
+                    self.unit(batch, &item, unit).await?;
                 }
                 continue;
             };
@@ -180,7 +237,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 };
                 batch.keep_new(&item, records, &mut run).await?;
             }
-            self.run_of_records(batch, run, stop_by).await?;
+            self.run_of_records(batch, run).await?;
         }
         Ok(())
     }
@@ -190,26 +247,32 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     async fn run_of_records<S: CheckpointSink>(
         &self,
         batch: &mut Batch<'_, S>,
-        mut run: Vec<(String, StreamRecord, SequenceNumber)>,
-        stop_by: Option<Instant>,
+        mut run: Vec<Pending>,
     ) -> Result<()> {
         while !run.is_empty() {
             if self.stopped(batch) {
                 batch.report.not_attempted += distinct_items(&run);
                 return Ok(());
             }
-            if stop_by.is_some_and(|t| Instant::now() >= t) {
+            if batch.out_of_time() {
                 let mut last: Option<&str> = None;
                 for (item, _, _) in &run {
                     if last != Some(item.as_str()) {
-                        batch.out_of_time(item);
+                        batch.deadline(item);
                     }
                     last = Some(item);
                 }
                 return Ok(());
             }
             let records = run.iter().map(|(_, r, _)| r.clone()).collect();
-            let results = self.handler.handle_batch(records).await;
+            let Some(results) = bounded(batch.stop_by, self.handler.handle_batch(records)).await
+            else {
+                // Given up at the stop-by instant: none of the run counts.
+                let (item, record, _) = &run[0];
+                batch.failed = true;
+                batch.fail(item, RecordError::timeout(record));
+                return Ok(());
+            };
             if results.is_empty() {
                 let (item, record, _) = &run[0];
                 let error = RecordError::Handler {
@@ -222,16 +285,20 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 return Ok(());
             }
             let mut answered = 0;
-            for (result, (_, record, sequence)) in results.into_iter().zip(&run) {
+            for (result, (item, record, sequence)) in results.into_iter().zip(&run) {
                 answered += 1;
                 match result {
                     Ok(()) => {
                         batch.report.processed += 1;
+                        batch.arrived(record);
                         batch.advance(sequence.clone(), record.sub_sequence);
                     }
                     Err(e) => {
                         let error = to_record_error(e, record);
-                        if !self.failed_record(batch, record, error).await? {
+                        if !self
+                            .failed_record(batch, item, record, sequence, error)
+                            .await?
+                        {
                             batch.failed = true;
                             if self.stopped(batch) {
                                 break;
@@ -241,18 +308,28 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 }
             }
             run.drain(..answered);
+            batch.maybe_commit(self.options).await?;
         }
         Ok(())
     }
 
-    async fn unit<S: CheckpointSink>(&self, batch: &mut Batch<'_, S>, unit: Unit) -> Result<()> {
+    async fn unit<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        item: &str,
+        unit: Unit,
+    ) -> Result<()> {
         match unit {
             Unit::Unreadable(item, error) => {
                 batch.failed = true;
                 batch.fail(&item, error);
             }
             Unit::Broken(record, error) => {
-                if !self.failed_record(batch, &record, error).await? {
+                let sequence = SequenceNumber::new(&record.sequence_number)?;
+                if !self
+                    .failed_record(batch, item, &record, &sequence, error)
+                    .await?
+                {
                     batch.failed = true;
                 }
             }
@@ -263,17 +340,33 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                         batch.report.duplicates_skipped += 1;
                         continue;
                     }
-                    match self.handler.handle(record.clone()).await {
+                    if batch.out_of_time() || batch.sink.halted() {
+                        // Inside an aggregate: its item is read again, and
+                        // the checkpoint resumes after the last user record.
+                        batch.deadline(item);
+                        return Ok(());
+                    }
+                    let handled = bounded(batch.stop_by, self.handler.handle(record.clone())).await;
+                    let result = match handled {
+                        Some(result) => result.map_err(|e| to_record_error(e, &record)),
+                        None => Err(RecordError::timeout(&record)),
+                    };
+                    match result {
                         Ok(()) => {
                             batch.report.processed += 1;
+                            batch.arrived(&record);
                             batch.advance(sequence, record.sub_sequence);
+                            batch.maybe_commit(self.options).await?;
                         }
-                        Err(e) => {
-                            let error = to_record_error(e, &record);
-                            if !self.failed_record(batch, &record, error).await? {
+                        Err(error) => {
+                            if !self
+                                .failed_record(batch, item, &record, &sequence, error)
+                                .await?
+                            {
                                 batch.failed = true;
                                 return Ok(());
                             }
+                            batch.maybe_commit(self.options).await?;
                         }
                     }
                 }
@@ -283,25 +376,24 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     }
 
     /// A record failed: count the attempt; park it once it has failed
-    /// `max_attempts` times (then it counts as done), else report it.
-    /// Returns `true` if it was parked.
+    /// `max_attempts` times (then it counts as done), else report it (as
+    /// `item`). A park that fails leaves the record failed (reported, the
+    /// prefix before it kept). Returns `true` if it was parked.
     async fn failed_record<S: CheckpointSink>(
         &self,
         batch: &mut Batch<'_, S>,
+        item: &str,
         record: &StreamRecord,
+        sequence: &SequenceNumber,
         error: RecordError,
     ) -> Result<bool> {
         if let Some(store) = self.store {
-            let key = RecordKey {
-                shard_id: batch.scope.clone(),
-                sequence: SequenceNumber::new(&record.sequence_number)?,
-                sub_sequence: record.sub_sequence,
-            };
+            let key = batch.sink.record_key(record, sequence)?;
             let attempts = store
                 .record_attempt(&key, self.options.attempts_ttl)
                 .await?;
-            if attempts >= self.options.max_attempts
-                && park(
+            if attempts >= self.options.max_attempts {
+                match park(
                     &self.options.parking,
                     Some(store),
                     &key,
@@ -309,29 +401,42 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                     &error,
                     attempts,
                 )
-                .await?
-            {
-                tracing::warn!(
-                    scope = %batch.scope,
-                    sequence_number = %record.sequence_number,
-                    sub_sequence = record.sub_sequence,
-                    attempts,
-                    %error,
-                    "poison record parked; the shard moves on"
-                );
-                batch.report.parked += 1;
-                batch.advance(key.sequence, record.sub_sequence);
-                return Ok(true);
+                .await
+                {
+                    Ok(true) => {
+                        tracing::warn!(
+                            shard = %record.shard_id,
+                            sequence_number = %record.sequence_number,
+                            sub_sequence = record.sub_sequence,
+                            attempts,
+                            %error,
+                            "poison record parked; the shard moves on"
+                        );
+                        batch.report.parked += 1;
+                        batch.advance(sequence.clone(), record.sub_sequence);
+                        return Ok(true);
+                    }
+                    Ok(false) => {}
+                    Err(park_error) => {
+                        tracing::error!(
+                            sequence_number = %record.sequence_number,
+                            sub_sequence = record.sub_sequence,
+                            error = %park_error,
+                            "parking failed; the record is reported as failed"
+                        );
+                        batch.report.park_failures += 1;
+                    }
+                }
             }
         }
-        batch.fail(&record.sequence_number, error);
+        batch.fail(item, error);
         Ok(false)
     }
 }
 
 /// How many items the records of `run` belong to (a KPL aggregate's user
 /// records share one).
-fn distinct_items(run: &[(String, StreamRecord, SequenceNumber)]) -> u64 {
+fn distinct_items(run: &[Pending]) -> u64 {
     let mut count = 0;
     let mut last: Option<&str> = None;
     for (item, _, _) in run {
@@ -344,8 +449,21 @@ fn distinct_items(run: &[(String, StreamRecord, SequenceNumber)]) -> u64 {
 }
 
 impl<S: CheckpointSink> Batch<'_, S> {
+    /// True if no user record may start now: the stop-by instant is past.
+    fn out_of_time(&self) -> bool {
+        self.stop_by.is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// Notes the arrival time of a handled record (for the age metric).
+    fn arrived(&mut self, record: &StreamRecord) {
+        if let Some(t) = record.approximate_arrival {
+            let newest = self.report.newest_arrival.get_or_insert(t);
+            *newest = (*newest).max(t);
+        }
+    }
+
     /// Reports a unit that cannot start before the stop-by instant.
-    fn out_of_time(&mut self, item: &str) {
+    fn deadline(&mut self, item: &str) {
         self.failed = true;
         let error = RecordError::Deadline {
             sequence_number: item.to_owned(),
@@ -359,7 +477,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
         &mut self,
         item: &str,
         records: Vec<StreamRecord>,
-        run: &mut Vec<(String, StreamRecord, SequenceNumber)>,
+        run: &mut Vec<Pending>,
     ) -> Result<()> {
         for record in records {
             let sequence = SequenceNumber::new(&record.sequence_number)?;
@@ -400,6 +518,36 @@ impl<S: CheckpointSink> Batch<'_, S> {
                 sequence,
                 sub_sequence,
             });
+            self.dirty = true;
+            self.since_commit += 1;
         }
+    }
+
+    /// Commits the progress when enough time or records have gone by.
+    async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
+        let due = self.last_commit.elapsed() >= options.checkpoint_every
+            || options
+                .checkpoint_records
+                .is_some_and(|n| self.since_commit >= n);
+        if self.dirty && due {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the progress not committed yet.
+    async fn commit(&mut self) -> Result<()> {
+        if !self.dirty || self.sink.halted() {
+            return Ok(());
+        }
+        if let Some(cp) = &self.progress {
+            if self.sink.commit(cp).await? {
+                self.report.checkpoints += 1;
+            }
+        }
+        self.dirty = false;
+        self.since_commit = 0;
+        self.last_commit = Instant::now();
+        Ok(())
     }
 }

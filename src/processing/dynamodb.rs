@@ -11,7 +11,6 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use bytes::Bytes;
 use serde::Deserialize;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// DynamoDB Streams events (see [`crate::processing::DynamoDbProcessor`]).
 ///
@@ -41,7 +40,7 @@ impl EventSource for DynamoDbStreams {
     fn units(event_json: &str) -> Result<EventUnits, String> {
         let event: RawEvent<'_> = serde_json::from_str(event_json)
             .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
-        let mut batch_key: Option<String> = None;
+        let mut stream: Option<String> = None;
         let mut units = Vec::with_capacity(event.records.len());
         for (index, raw) in event.records.iter().enumerate() {
             let parsed = serde_json::from_str::<EventRecord>(raw.get())
@@ -62,7 +61,9 @@ impl EventSource for DynamoDbStreams {
                     continue;
                 }
             };
-            batch_key.get_or_insert_with(|| format!("batch.{seq}"));
+            if stream.is_none() {
+                stream = rec.event_source_arn.clone();
+            }
             let record = StreamRecord {
                 shard_id: Arc::from(""),
                 sequence_number: seq.as_str().into(),
@@ -81,13 +82,10 @@ impl EventSource for DynamoDbStreams {
             units.push((seq, Unit::Records(vec![record])));
         }
         Ok(EventUnits {
-            scope: batch_key.unwrap_or_else(|| "batch.none".to_owned()),
+            stream,
+            shard: None,
             items: units,
         })
-    }
-
-    fn checkpoint_ttl() -> Option<Duration> {
-        Some(Duration::from_secs(2 * 24 * 3600))
     }
 
     fn response(report: &BatchReport) -> DynamoDbEventResponse {

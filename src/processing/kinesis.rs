@@ -12,7 +12,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The event's records, each kept raw so that one malformed record fails
 /// alone instead of failing the whole event's parse.
@@ -81,11 +80,13 @@ struct Shared {
 }
 
 impl Shared {
-    /// The event's units, scoped by its shard (an event-source-mapped
-    /// batch holds records of one shard).
+    /// The event's units, with the stream and shard its records name.
     fn into_units(self, items: Vec<(String, Unit)>) -> EventUnits {
-        let scope = self.shard.as_deref().unwrap_or(UNKNOWN_SHARD).to_owned();
-        EventUnits { scope, items }
+        EventUnits {
+            stream: self.arn.as_deref().map(str::to_owned),
+            shard: self.shard.as_deref().map(str::to_owned),
+            items,
+        }
     }
 }
 
@@ -184,10 +185,6 @@ impl EventSource for Kinesis {
             })
             .collect::<Result<_, String>>()?;
         Ok(shared.into_units(items))
-    }
-
-    fn checkpoint_ttl() -> Option<Duration> {
-        None
     }
 
     fn response(report: &BatchReport) -> KinesisEventResponse {

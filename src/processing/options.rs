@@ -49,8 +49,17 @@ pub struct ProcessingOptions {
     pub parking: Parking,
     /// How long attempt counters live.
     pub attempts_ttl: Duration,
-    /// Stop this long before the Lambda deadline and report the rest.
+    /// Stop this long before the Lambda deadline and report the rest (with
+    /// less time than this left, half of what is left).
     pub deadline_margin: Duration,
+    /// Commit progress during a batch at least this often (a timeout or a
+    /// crash then repeats at most this much work of the batch).
+    pub checkpoint_every: Duration,
+    /// Also commit progress after this many records (`None`: by time only).
+    pub checkpoint_records: Option<u64>,
+    /// How long an event-source-mapped batch's checkpoint lives: a retry of
+    /// the batch later than this repeats its records (never skips one).
+    pub checkpoint_ttl: Duration,
 }
 
 impl Default for ProcessingOptions {
@@ -61,6 +70,9 @@ impl Default for ProcessingOptions {
             parking: Parking::Disabled,
             attempts_ttl: Duration::from_secs(2 * 24 * 3600),
             deadline_margin: Duration::from_millis(1500),
+            checkpoint_every: Duration::from_secs(1),
+            checkpoint_records: None,
+            checkpoint_ttl: Duration::from_secs(2 * 24 * 3600),
         }
     }
 }

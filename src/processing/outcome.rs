@@ -48,9 +48,26 @@ pub enum RecordError {
         /// The record's sequence number.
         sequence_number: String,
     },
+    /// The handler was still running at the stop-by instant and was given
+    /// up (its work may be partly done; the record is delivered again).
+    #[error("record {sequence_number}/{sub_sequence}: handler given up at the deadline")]
+    Timeout {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+    },
 }
 
 impl RecordError {
+    /// A [`RecordError::Timeout`] of `record`.
+    pub fn timeout(record: &crate::processing::StreamRecord) -> Self {
+        RecordError::Timeout {
+            sequence_number: record.sequence_number.to_string(),
+            sub_sequence: record.sub_sequence,
+        }
+    }
+
     /// A [`RecordError::Payload`] of the record `seq` (a DynamoDB Streams
     /// record: no sub-sequence).
     pub fn payload(seq: &str, error: impl Into<String>) -> Self {
@@ -86,4 +103,9 @@ pub struct BatchReport {
     pub not_attempted: u64,
     /// Checkpoints stored.
     pub checkpoints: u64,
+    /// Records that were due to be parked but could not be (reported as
+    /// failures instead).
+    pub park_failures: u64,
+    /// The arrival time (ms) of the newest record handled, when known.
+    pub newest_arrival: Option<i64>,
 }

@@ -1,10 +1,70 @@
 //! Setting a poison record aside so its shard can move on.
+//!
+//! What is set aside is bounded, whatever the record: a payload too large
+//! for a DynamoDB item (400 KB) or a Kinesis record (1 MB, base64 in the
+//! envelope) is kept as a prefix with its size and SHA-256 (the record can be
+//! read again from the stream by its coordinates while it is retained); a
+//! partition key longer than Kinesis accepts (256 characters) is hashed; a
+//! long error message is cut.
 
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::state::{call_kinesis, ParkedRecord, RecordKey, Result, StateStore};
 use base64::Engine;
+use sha2::{Digest, Sha256};
+
+/// Payloads above this many bytes are kept as a prefix in a parked item
+/// (the item also holds its key, the error and a few numbers; DynamoDB
+/// items hold at most 400 KB).
+pub(crate) const MAX_PARKED_ITEM_DATA: usize = 300 * 1024;
+/// Payloads above this many bytes are sent as a prefix in a dead-letter
+/// envelope (base64 grows them by a third; a Kinesis record holds 1 MB).
+pub(crate) const MAX_ENVELOPE_DATA: usize = 512 * 1024;
+/// What a kept prefix holds.
+const PREFIX: usize = 1024;
+/// Kinesis accepts partition keys of at most this many characters.
+const MAX_PARTITION_KEY: usize = 256;
+/// Error messages are cut to this many bytes.
+const MAX_ERROR: usize = 4096;
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The payload as kept: whole, or a prefix with the whole one's SHA-256.
+fn bounded_data(data: &[u8], limit: usize) -> (&[u8], Option<String>) {
+    if data.len() <= limit {
+        (data, None)
+    } else {
+        (&data[..PREFIX], Some(sha256_hex(data)))
+    }
+}
+
+fn bounded_error(error: &RecordError) -> String {
+    let mut text = error.to_string();
+    if text.len() > MAX_ERROR {
+        let mut end = MAX_ERROR;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
+/// A partition key Kinesis accepts: the record's, or its SHA-256 if longer.
+fn dead_letter_partition_key(record: &StreamRecord) -> String {
+    if record.partition_key.chars().count() <= MAX_PARTITION_KEY {
+        record.partition_key.to_string()
+    } else {
+        sha256_hex(record.partition_key.as_bytes())
+    }
+}
 
 /// The JSON a parked record carries to a dead-letter stream.
 pub(crate) fn envelope(
@@ -13,15 +73,18 @@ pub(crate) fn envelope(
     error: &RecordError,
     attempts: u32,
 ) -> serde_json::Value {
+    let (data, sha256) = bounded_data(&record.data, MAX_ENVELOPE_DATA);
     serde_json::json!({
-        "source": record.event_source_arn,
-        "shard_id": key.shard_id.as_str(),
+        "source": record.event_source_arn.as_deref().or(key.source.as_deref()),
+        "shard_id": key.shard_id.as_ref().map(|s| s.as_str()),
         "sequence_number": record.sequence_number,
         "sub_sequence": record.sub_sequence,
         "partition_key": record.partition_key,
         "attempts": attempts,
-        "error": error.to_string(),
-        "data": base64::engine::general_purpose::STANDARD.encode(&record.data),
+        "error": bounded_error(error),
+        "data": base64::engine::general_purpose::STANDARD.encode(data),
+        "data_size": record.data.len(),
+        "data_sha256": sha256,
     })
 }
 
@@ -40,11 +103,18 @@ pub(crate) async fn park(
         Parking::Disabled => Ok(false),
         Parking::StateTable { ttl } => {
             let Some(store) = store else { return Ok(false) };
+            let (data, sha256) = bounded_data(&record.data, MAX_PARKED_ITEM_DATA);
+            let mut partition_key = record.partition_key.to_string();
+            if partition_key.len() > MAX_ERROR {
+                partition_key = sha256_hex(partition_key.as_bytes());
+            }
             let parked = ParkedRecord {
                 key: key.clone(),
-                partition_key: record.partition_key.to_string(),
-                data: record.data.to_vec(),
-                error: error.to_string(),
+                partition_key,
+                data: data.to_vec(),
+                data_size: record.data.len() as u64,
+                data_sha256: sha256,
+                error: bounded_error(error),
                 attempts,
                 parked_at: store.now(),
             };
@@ -56,7 +126,7 @@ pub(crate) async fn park(
             let req = client
                 .put_record()
                 .stream_name(stream)
-                .partition_key(&*record.partition_key)
+                .partition_key(dead_letter_partition_key(record))
                 .data(aws_sdk_kinesis::primitives::Blob::new(body));
             let retry = store.map(|s| s.config().retry).unwrap_or_default();
             call_kinesis(&retry, "PutRecord", || req.clone().send()).await?;

@@ -1,15 +1,17 @@
 //! The batch processor, generic over the event source.
 
+use crate::metrics::Metric;
 use crate::processing::core::{CheckpointSink, Core, NoCheckpoints};
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
 use crate::processing::options::ProcessingOptions;
 use crate::processing::outcome::BatchReport;
+use crate::processing::record::StreamRecord;
 use crate::processing::source::EventSource;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, Result as StateResult, ShardId, ShardScope, StateError,
-    StateStore,
+    BatchKey, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult, SequenceNumber,
+    ShardId, StateStore,
 };
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
@@ -92,15 +94,18 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         }
     }
 
-    /// The Lambda handler: processes the event until its deadline and
-    /// returns the batch item failures.
+    /// The Lambda handler: processes the event until its deadline, logs
+    /// one summary line and writes its metrics (EMF), and returns the batch
+    /// item failures.
     pub async fn handle(
         &self,
         event: LambdaEvent<Box<RawValue>>,
     ) -> Result<S::Response, lambda_runtime::Error> {
+        let started = SystemTime::now();
         let report = self
             .process(event.payload.get(), Some(event.context.deadline()))
             .await?;
+        summarize(&event.context.request_id, started, &report);
         Ok(S::response(&report))
     }
 
@@ -115,64 +120,168 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> Result<BatchReport, lambda_runtime::Error> {
         let units = S::units(event_json)?;
         let inner = &*self.inner;
-        let scope = ShardId::new(&units.scope)?;
         let core = Core::new(&inner.handler, inner.store.as_ref(), &inner.options);
-        // The one stop-by instant: the Lambda deadline minus the margin.
-        let stop_by = deadline.map(|d| {
-            let left = d.duration_since(SystemTime::now()).unwrap_or_default();
-            Instant::now() + left.saturating_sub(inner.options.deadline_margin)
-        });
-        let report = match &inner.store {
-            Some(store) => {
+        let stop_by = deadline.map(|d| stop_by(d, inner.options.deadline_margin));
+        let batch = units
+            .items
+            .first()
+            .and_then(|(first, _)| SequenceNumber::new(first).ok())
+            .map(|first| BatchKey {
+                stream: units.stream.clone().unwrap_or_else(|| UNKNOWN.to_owned()),
+                shard: units.shard.clone().unwrap_or_default(),
+                first,
+            });
+        let report = match (&inner.store, batch) {
+            (Some(store), Some(batch)) => {
                 let mut sink = EsmCheckpoints {
                     store,
-                    scope: &scope,
-                    ttl: S::checkpoint_ttl(),
+                    batch,
+                    ttl: inner.options.checkpoint_ttl,
+                    committed: None,
                 };
-                core.run(&scope, units.items, stop_by, &mut sink).await?
+                let report = core.run(units.items, stop_by, &mut sink).await?;
+                sink.carry_over(&report).await?;
+                report
             }
-            None => {
-                core.run(&scope, units.items, stop_by, &mut NoCheckpoints)
-                    .await?
-            }
+            _ => core.run(units.items, stop_by, &mut NoCheckpoints).await?,
         };
         Ok(report)
     }
 }
 
-/// The checkpoints of event-source-mapped batches: un-leased, monotonic,
-/// in the group's scope.
+/// The stream of an event that does not name its source.
+const UNKNOWN: &str = "unknown";
+
+/// The one stop-by instant of an invocation: the deadline minus the margin,
+/// or, with less time than the margin left, half of what is left (so at
+/// least one record is attempted while any time is left, and the final
+/// checkpoint still has time to land).
+fn stop_by(deadline: SystemTime, margin: Duration) -> Instant {
+    let left = deadline
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    let work = if left > margin {
+        left - margin
+    } else {
+        left / 2
+    };
+    Instant::now() + work
+}
+
+/// One log line and one EMF document per invocation, for the counters of
+/// its report.
+fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
+    let failed = report.failures.len() as u64;
+    tracing::info!(
+        request_id,
+        processed = report.processed,
+        duplicates_skipped = report.duplicates_skipped,
+        failed,
+        parked = report.parked,
+        park_failures = report.park_failures,
+        not_attempted = report.not_attempted,
+        checkpoints = report.checkpoints,
+        "batch done"
+    );
+    let mut metrics = vec![
+        Metric::count("RecordsProcessed", report.processed as f64),
+        Metric::count("DuplicatesSkipped", report.duplicates_skipped as f64),
+        Metric::count("RecordsFailed", failed as f64),
+        Metric::count("RecordsParked", report.parked as f64),
+        Metric::count("ParkFailures", report.park_failures as f64),
+        Metric::count("RecordsNotAttempted", report.not_attempted as f64),
+        Metric::count("Checkpoints", report.checkpoints as f64),
+    ];
+    let now = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    if let Some(arrival) = report.newest_arrival {
+        metrics.push(Metric {
+            name: "NewestRecordAge",
+            value: (now - arrival).max(0) as f64,
+            unit: "Milliseconds",
+        });
+    }
+    crate::metrics::emit(now, &[("Function", function_name())], &metrics);
+}
+
+/// The function's name, for the metrics' dimension.
+fn function_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".to_owned())
+    })
+}
+
+/// The checkpoints of event-source-mapped batches: one item per batch,
+/// keyed by its stream, shard and first record (never a lease item; see
+/// [`BatchKey`]); attempts and parked records keyed by the stream too.
 struct EsmCheckpoints<'a> {
     store: &'a StateStore,
-    scope: &'a ShardId,
-    ttl: Option<Duration>,
+    batch: BatchKey,
+    ttl: Duration,
+    /// The last progress committed.
+    committed: Option<Checkpoint>,
+}
+
+impl EsmCheckpoints<'_> {
+    /// After a failure inside a KPL aggregate the progress ends within the
+    /// failed record, and Lambda's next batch starts at that record (the
+    /// lowest reported item identifier, under `ReportBatchItemFailures`):
+    /// the progress is stored under that batch's key too, so the retry
+    /// resumes inside the aggregate instead of repeating its first user
+    /// records.
+    async fn carry_over(&self, report: &BatchReport) -> StateResult<()> {
+        let Some(Checkpoint::After { sequence, .. }) = &self.committed else {
+            return Ok(());
+        };
+        let lowest = report
+            .failures
+            .iter()
+            .filter_map(|f| SequenceNumber::new(&f.item_identifier).ok())
+            .min();
+        if lowest.as_ref() != Some(sequence) {
+            return Ok(());
+        }
+        let next = BatchKey {
+            first: sequence.clone(),
+            ..self.batch.clone()
+        };
+        let cp = self.committed.as_ref().expect("checked");
+        self.store.checkpoint_batch(&next, cp, self.ttl).await?;
+        Ok(())
+    }
 }
 
 impl CheckpointSink for EsmCheckpoints<'_> {
     async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
-        match self
-            .store
-            .fetch_checkpoint(&ShardScope::Group, self.scope)
-            .await
-        {
-            Ok(cp) => Ok(Some(cp)),
-            Err(StateError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.store.batch_checkpoint(&self.batch).await
     }
 
     async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
         let outcome = self
             .store
-            .checkpoint_unleased_expiring(
-                &ShardScope::Group,
-                self.scope,
-                checkpoint,
-                None,
-                self.ttl,
-            )
+            .checkpoint_batch(&self.batch, checkpoint, self.ttl)
             .await?;
+        self.committed = Some(checkpoint.clone());
         Ok(outcome == CheckpointOutcome::Stored)
+    }
+
+    fn record_key(
+        &self,
+        record: &StreamRecord,
+        sequence: &SequenceNumber,
+    ) -> StateResult<RecordKey> {
+        let shard = (!record.shard_id.is_empty())
+            .then(|| ShardId::new(&*record.shard_id))
+            .transpose()?;
+        Ok(RecordKey {
+            source: Some(self.batch.stream.clone()),
+            shard_id: shard,
+            sequence: sequence.clone(),
+            sub_sequence: record.sub_sequence,
+        })
     }
 }
 

@@ -22,7 +22,8 @@ impl Unit {
     /// The unit of one Kinesis record: `base` describes it (its `data` is
     /// replaced), `data` is its payload, de-aggregated if it is a KPL
     /// aggregate (user records share the payload's buffer; nothing is
-    /// copied). A corrupt aggregate is a [`Unit::Broken`] record.
+    /// copied). A corrupt aggregate, or one with no user records, is a
+    /// [`Unit::Broken`] record (reported, never consumed silently).
     pub fn kinesis(base: StreamRecord, data: Bytes) -> Unit {
         let users = kpl::deaggregate(&data)
             .map(|users| {
@@ -38,13 +39,20 @@ impl Unit {
                             data: data.slice_ref(u.data),
                             ..base.clone()
                         })
-                        .collect()
+                        .collect::<Vec<_>>()
                 })
             })
             .map_err(|e| e.to_string());
         match users {
             Ok(None) => Unit::Records(vec![StreamRecord { data, ..base }]),
-            Ok(Some(records)) => Unit::Records(records),
+            Ok(Some(records)) if !records.is_empty() => Unit::Records(records),
+            Ok(Some(_)) => {
+                let error = RecordError::Aggregate {
+                    sequence_number: base.sequence_number.to_string(),
+                    error: "the aggregate holds no user records".to_owned(),
+                };
+                Unit::Broken(StreamRecord { data, ..base }, error)
+            }
             Err(error) => {
                 let error = RecordError::Aggregate {
                     sequence_number: base.sequence_number.to_string(),

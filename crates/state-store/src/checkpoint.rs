@@ -5,7 +5,7 @@ use crate::clock::EpochMillis;
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
 use crate::lease::lost;
-use crate::model::{EfoLock, Lease, ShardState};
+use crate::model::{stored_checkpoint, EfoLock, Lease, ShardState};
 use crate::names::ShardId;
 use crate::schema::{attr, efo_sk, ShardScope, PK, SK};
 use crate::sequence::Checkpoint;
@@ -39,7 +39,7 @@ pub struct Depleted {
     pub children_started: Vec<ShardId>,
 }
 
-const MONOTONIC: &str = "(attribute_not_exists(#cp_ord) OR #cp_ord <= :ord)";
+pub(crate) const MONOTONIC: &str = "(attribute_not_exists(#cp_ord) OR #cp_ord <= :ord)";
 const CP_SET: &str = "SET #cp = :cp, #cp_sub = :cp_sub, #cp_ord = :ord, #updated = :now";
 
 /// The names, values and `SET` clause that store `cp` (and its arrival time).
@@ -62,11 +62,11 @@ pub(crate) fn checkpoint_expr(
     (expr, update)
 }
 
-fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
+pub(crate) fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
     let current = item
-        .map(ShardState::from_item)
+        .map(stored_checkpoint)
         .transpose()?
-        .and_then(|st| st.checkpoint)
+        .flatten()
         .unwrap_or(Checkpoint::TrimHorizon);
     Ok(CheckpointOutcome::Stale { current })
 }

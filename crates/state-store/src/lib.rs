@@ -26,6 +26,7 @@
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
+mod batch;
 mod checkpoint;
 mod clock;
 mod consumer;
@@ -48,6 +49,7 @@ mod store;
 mod stream;
 mod table;
 
+pub use batch::{BatchKey, SK_BATCH};
 pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SystemClock};
 pub use consumer::{ClearReport, Heartbeat};

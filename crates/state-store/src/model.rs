@@ -232,16 +232,21 @@ impl EfoState {
     }
 }
 
+/// The checkpoint an item holds (a shard's, or a batch's), if any.
+pub(crate) fn stored_checkpoint(item: &RawItem) -> Result<Option<Checkpoint>> {
+    let r = ItemReader::new(item);
+    r.opt_s(attr::CP)?
+        .map(|text| {
+            let sub = r.u64_or(attr::CP_SUB, 0)?;
+            r.parse(attr::CP, Checkpoint::from_stored(text, sub))
+        })
+        .transpose()
+}
+
 impl ShardState {
     pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
         let r = ItemReader::new(item);
-        let checkpoint = r
-            .opt_s(attr::CP)?
-            .map(|text| {
-                let sub = r.u64_or(attr::CP_SUB, 0)?;
-                r.parse(attr::CP, Checkpoint::from_stored(text, sub))
-            })
-            .transpose()?;
+        let checkpoint = stored_checkpoint(item)?;
         let hash_range = match (r.opt_s(attr::HASH_LO)?, r.opt_s(attr::HASH_HI)?) {
             (Some(lo), Some(hi)) => Some((lo.to_owned(), hi.to_owned())),
             _ => None,

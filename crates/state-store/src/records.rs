@@ -17,11 +17,17 @@ pub const SK_ATTEMPTS: &str = "RECORD#";
 /// Sort-key prefix of parked records.
 pub const SK_PARKED: &str = "PARKED#";
 
-/// Which user record: shard, sequence number, sub-sequence number.
+/// Which user record: its stream (for event-source-mapped records, whose
+/// function may read several), shard, sequence number and sub-sequence
+/// number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecordKey {
-    /// The shard.
-    pub shard_id: ShardId,
+    /// The event source ARN of an event-source-mapped record (`None` for a
+    /// self-managed consumer, whose group names its stream).
+    pub source: Option<String>,
+    /// The shard (`None` when the event does not name it, as for DynamoDB
+    /// Streams, whose sequence numbers identify a record in its stream).
+    pub shard_id: Option<ShardId>,
     /// The (aggregated) record's sequence number.
     pub sequence: SequenceNumber,
     /// The user record's position in its aggregate (0 if not aggregated).
@@ -30,12 +36,12 @@ pub struct RecordKey {
 
 impl RecordKey {
     fn suffix(&self) -> String {
-        format!(
-            "{}#{}#{}",
-            self.shard_id,
-            self.sequence.sortable(),
-            self.sub_sequence
-        )
+        let shard = self.shard_id.as_ref().map_or("", ShardId::as_str);
+        let record = format!("{}#{}", self.sequence.sortable(), self.sub_sequence);
+        match &self.source {
+            Some(source) => format!("{source}#{shard}#{record}"),
+            None => format!("{shard}#{record}"),
+        }
     }
 }
 
@@ -46,8 +52,15 @@ pub struct ParkedRecord {
     pub key: RecordKey,
     /// Its partition key (or item key, for DynamoDB Streams).
     pub partition_key: String,
-    /// Its payload.
+    /// Its payload, or a prefix of it when it was too large to keep (then
+    /// `data_sha256` is set).
     pub data: Vec<u8>,
+    /// The size of the whole payload (bytes).
+    pub data_size: u64,
+    /// The SHA-256 (hex) of the whole payload, when `data` is only a prefix:
+    /// the record itself can be read again from the stream by its key while
+    /// the stream retains it.
+    pub data_sha256: Option<String>,
     /// The last error.
     pub error: String,
     /// How many attempts failed.
@@ -84,6 +97,7 @@ impl StateStore {
         let now = self.now();
         let expr = Expr::new()
             .names(&[
+                attr::SOURCE,
                 attr::SHARD,
                 attr::SEQ,
                 attr::SUB,
@@ -92,22 +106,31 @@ impl StateStore {
                 attr::ERROR,
                 attr::ATTEMPTS,
                 attr::PARKED,
+                attr::DATA_SIZE,
+                attr::DATA_SHA256,
                 TTL,
             ])
-            .value("shard", s(record.key.shard_id.as_str()))
+            .value("source", s(record.key.source.as_deref().unwrap_or("")))
+            .value(
+                "shard",
+                s(record.key.shard_id.as_ref().map_or("", ShardId::as_str)),
+            )
             .value("seq", s(record.key.sequence.as_str()))
             .value("sub", n(record.key.sub_sequence))
             .value("pk", s(&record.partition_key))
             .value("data", AttributeValue::B(Blob::new(record.data.clone())))
             .value("error", s(&record.error))
+            .value("size", n(record.data_size))
+            .value("sha", s(record.data_sha256.as_deref().unwrap_or("")))
             .value("attempts", n(record.attempts))
             .value("now", n(now))
             .value("ttl", n(ttl_at(now, ttl)));
         let req = self.update_req(
             &format!("{SK_PARKED}{}", record.key.suffix()),
             &expr,
-            "SET #shard = :shard, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
-             #error = :error, #attempts = :attempts, #parked = :now, #expires_ttl = :ttl",
+            "SET #source = :source, #shard = :shard, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
+             #error = :error, #attempts = :attempts, #parked = :now, #expires_ttl = :ttl, \
+             #data_size = :size, #data_sha256 = :sha",
             None,
         );
         self.call_plain("UpdateItem", || req.clone().send()).await?;
@@ -132,11 +155,24 @@ fn parked_from(item: &RawItem) -> Result<ParkedRecord> {
     };
     Ok(ParkedRecord {
         key: RecordKey {
-            shard_id: r.parse(attr::SHARD, ShardId::new(r.s(attr::SHARD)?))?,
+            source: r
+                .opt_s(attr::SOURCE)?
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+            shard_id: r
+                .opt_s(attr::SHARD)?
+                .filter(|v| !v.is_empty())
+                .map(|v| r.parse(attr::SHARD, ShardId::new(v)))
+                .transpose()?,
             sequence: r.parse(attr::SEQ, SequenceNumber::new(r.s(attr::SEQ)?))?,
             sub_sequence: r.u64_or(attr::SUB, 0)?,
         },
         partition_key: r.opt_s(attr::PARTITION_KEY)?.unwrap_or_default().to_owned(),
+        data_size: r.u64_or(attr::DATA_SIZE, data.len() as u64)?,
+        data_sha256: r
+            .opt_s(attr::DATA_SHA256)?
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
         data,
         error: r.opt_s(attr::ERROR)?.unwrap_or_default().to_owned(),
         attempts: r.u64_or(attr::ATTEMPTS, 0)? as u32,

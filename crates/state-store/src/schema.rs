@@ -12,8 +12,9 @@
 //! | `OWN#<consumer>#<shard>` | a shard checkpoint of a standalone consumer |
 //! | `EFOSHARD#<efo>#<shard>` | a shard checkpoint of a standalone EFO consumer |
 //! | `DDBPOS#<shard>` | a DynamoDB Streams shard position |
-//! | `RECORD#<shard>#<seq>#<sub>` | failed attempts of a record (expires by TTL) |
-//! | `PARKED#<shard>#<seq>#<sub>` | a parked poison record (expires by TTL) |
+//! | `BATCH#<stream ARN>#<shard>#<first seq>` | the progress of one event-source-mapped batch (expires by TTL) |
+//! | `RECORD#[<stream ARN>#]<shard>#<seq>#<sub>` | failed attempts of a record (expires by TTL) |
+//! | `PARKED#[<stream ARN>#]<shard>#<seq>#<sub>` | a parked poison record (expires by TTL) |
 
 use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 
@@ -126,8 +127,14 @@ pub mod attr {
     pub const SUB: &str = "sub";
     /// Parked record: partition key.
     pub const PARTITION_KEY: &str = "partition_key";
-    /// Parked record: payload (binary).
+    /// The event source ARN of a parked record.
+    pub const SOURCE: &str = "source";
+    /// Parked record: payload (binary), or a prefix of it.
     pub const DATA: &str = "data";
+    /// Parked record: the whole payload's size.
+    pub const DATA_SIZE: &str = "data_size";
+    /// Parked record: the whole payload's SHA-256, when only a prefix is kept.
+    pub const DATA_SHA256: &str = "data_sha256";
     /// Parked record: the last error.
     pub const ERROR: &str = "error";
     /// Parked record: when it was parked (ms).

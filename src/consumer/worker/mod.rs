@@ -415,57 +415,55 @@ impl<H: RecordHandler> ShardWorker<H> {
             )
         });
         let cursor = self.cursors.get(shard).expect("cursor");
+        let last_arrival = batch.records.last().and_then(|r| r.arrival);
         let mut sink = LeaseCheckpoints {
             mode: &mut self.mode,
             shard,
             position: cursor.position.clone(),
-            arrival: batch.records.last().and_then(|r| r.arrival),
-            committed: None,
+            arrival: last_arrival,
+            written: Vec::new(),
+            last: None,
+            transient: Vec::new(),
+            lost: None,
         };
         let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let report = core.run(shard, items, None, &mut sink).await?;
-        let committed = sink.committed.take();
-        let last_arrival = sink.arrival;
+        let report = core.run(items, None, &mut sink).await?;
+        let LeaseCheckpoints {
+            written,
+            last,
+            transient,
+            lost,
+            ..
+        } = sink;
         let failed = !report.failures.is_empty();
         self.report.processed += report.processed;
         self.report.duplicates_skipped += report.duplicates_skipped;
         self.report.parked += report.parked;
-        let mut position = None;
-        if let Some(Committed {
-            checkpoint: cp,
-            sent,
-            result,
-        }) = committed
-        {
-            match result {
-                Ok(outcome) => {
-                    self.report.checkpoints += 1;
-                    if outcome == CheckpointOutcome::Stored {
-                        self.emit(WorkerEvent::Checkpointed {
-                            shard: shard.clone(),
-                            checkpoint: cp.clone(),
-                            sent,
-                        });
-                    }
-                }
-                Err(e) if e.is_lease_lost() => {
-                    tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
-                    self.drop_shard(shard, StopReason::Lost).await;
-                    // A standalone EFO reader's checkpoints are fenced by
-                    // its EFO lock: check the lock at the next renewal.
-                    self.efo_recheck = self.config.enhanced_fan_out.is_some();
-                    return Ok(());
-                }
-                // The records are processed: reading carries on after them
-                // (not again within this lease) and the next checkpoint, a
-                // hand-over or leaving stores the position.
-                Err(e) if e.is_transient() => {
-                    self.transient(&e, "checkpoint failed; the next one covers these records")
-                }
-                Err(e) => return Err(e),
+        for (checkpoint, sent, outcome) in written {
+            self.report.checkpoints += 1;
+            if outcome == CheckpointOutcome::Stored {
+                self.emit(WorkerEvent::Checkpointed {
+                    shard: shard.clone(),
+                    checkpoint,
+                    sent,
+                });
             }
-            position = Some((cp, last_arrival));
         }
+        // The records are processed: reading carries on after them (not
+        // again within this lease) and the next checkpoint, a hand-over or
+        // leaving stores the position.
+        for e in &transient {
+            self.transient(e, "checkpoint failed; the next one covers these records");
+        }
+        if let Some(e) = lost {
+            tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
+            self.drop_shard(shard, StopReason::Lost).await;
+            // A standalone EFO consumer's checkpoints are fenced by its EFO
+            // lock: check the lock at the next renewal.
+            self.efo_recheck = self.config.enhanced_fan_out.is_some();
+            return Ok(());
+        }
+        let position = last.map(|cp| (cp, last_arrival));
         let ends = !failed && batch.ends_shard();
         let cursor = self.cursors.get_mut(shard).expect("cursor");
         cursor.processed(batch, !failed, position, &self.config);
@@ -512,25 +510,23 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 }
 
-/// A checkpoint written through the worker's lease (or, standalone, its
-/// own scope), and how the write went.
-struct Committed {
-    checkpoint: Checkpoint,
-    /// When the request was sent (what the worker's events report).
-    sent: Instant,
-    result: Result<CheckpointOutcome>,
-}
-
 /// The worker's checkpoint sink: the cursor's position is what is done; a
-/// commit is a fenced checkpoint whose result the worker reads afterwards
-/// (a lost lease or a transient failure is the worker's to handle, not the
-/// core's).
+/// commit is a fenced checkpoint through the lease (or, standalone, in the
+/// consumer's own scope). Its outcomes are the worker's to handle after the
+/// batch: a lost lease halts the batch, a transient failure is left to the
+/// next checkpoint.
 struct LeaseCheckpoints<'a> {
     mode: &'a mut Mode,
     shard: &'a ShardId,
     position: Option<Checkpoint>,
     arrival: Option<EpochMillis>,
-    committed: Option<Committed>,
+    /// Checkpoints written, with when each request was sent (what the
+    /// worker's events report) and what it did.
+    written: Vec<(Checkpoint, Instant, CheckpointOutcome)>,
+    /// The last checkpoint committed: where reading carries on from.
+    last: Option<Checkpoint>,
+    transient: Vec<StateError>,
+    lost: Option<StateError>,
 }
 
 impl CheckpointSink for LeaseCheckpoints<'_> {
@@ -539,17 +535,31 @@ impl CheckpointSink for LeaseCheckpoints<'_> {
     }
 
     async fn commit(&mut self, checkpoint: &Checkpoint) -> Result<bool> {
+        self.last = Some(checkpoint.clone());
         let sent = Instant::now();
-        let result = self
+        match self
             .mode
             .checkpoint(self.shard, checkpoint, self.arrival)
-            .await;
-        let stored = matches!(result, Ok(CheckpointOutcome::Stored));
-        self.committed = Some(Committed {
-            checkpoint: checkpoint.clone(),
-            sent,
-            result,
-        });
-        Ok(stored)
+            .await
+        {
+            Ok(outcome) => {
+                let stored = outcome == CheckpointOutcome::Stored;
+                self.written.push((checkpoint.clone(), sent, outcome));
+                Ok(stored)
+            }
+            Err(e) if e.is_lease_lost() => {
+                self.lost = Some(e);
+                Ok(false)
+            }
+            Err(e) if e.is_transient() => {
+                self.transient.push(e);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn halted(&self) -> bool {
+        self.lost.is_some()
     }
 }

@@ -12,7 +12,7 @@ use shardkeeper::kpl;
 use shardkeeper::processing::{
     json, FailureMode, KinesisProcessor, Parking, ProcessingOptions, RecordError, StreamRecord,
 };
-use shardkeeper::state::{ShardId, ShardScope};
+use shardkeeper::state::{BatchKey, SequenceNumber, ShardId, ShardScope};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,6 +47,15 @@ async fn stream_with(ctx: &Ctx, payloads: &[Vec<u8>]) -> Fixture {
         shard = out.shard_id().to_owned();
     }
     Fixture { stream, arn, shard }
+}
+
+/// The key of the batch that starts at `records[0]`.
+fn batch_of(fx: &Fixture, records: &[aws_sdk_kinesis::types::Record]) -> BatchKey {
+    BatchKey {
+        stream: fx.arn.clone(),
+        shard: fx.shard.clone(),
+        first: SequenceNumber::new(records[0].sequence_number()).unwrap(),
+    }
 }
 
 fn orders(n: u32) -> Vec<Vec<u8>> {
@@ -133,14 +142,20 @@ async fn a_retried_batch_does_not_repeat_side_effects() {
         RecordError::Handler { .. }
     ));
     let cp = store
-        .fetch_checkpoint(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .batch_checkpoint(&batch_of(&fx, &records))
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(
         cp.to_string(),
         records[2].sequence_number(),
-        "checkpoint after the successful prefix"
+        "checkpoint after the successful prefix, under the batch's key"
     );
+    // Never in the group's lease items.
+    let lease_item = store
+        .get_shard(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .await;
+    assert!(lease_item.is_err(), "{lease_item:?}");
 
     // The whole batch comes again (a timeout, a crash): the prefix is skipped.
     fail_on.lock().unwrap().clear();
@@ -285,19 +300,32 @@ async fn kpl_aggregates_are_deaggregated_and_resume_at_the_sub_sequence() {
     );
 }
 
+fn md5_digest(bytes: &[u8]) -> Vec<u8> {
+    use md5::Digest;
+    md5::Md5::digest(bytes).to_vec()
+}
+
 #[tokio::test]
 async fn malformed_input_fails_per_record_with_clear_errors() {
     let ctx = ctx().await;
-    let mut corrupt = kpl::aggregate(&[("k", None, b"{\"id\":1,\"amount\":1}")]);
-    let last = corrupt.len() - 1;
-    corrupt[last] ^= 0xFF;
+    // Starts with the KPL prefix, but its digest does not match: a plain
+    // record (KCL reads it so), handed to the handler, whose JSON it is not.
+    let mut plain_with_prefix = kpl::aggregate(&[("k", None, b"{\"id\":1,\"amount\":1}")]);
+    let last = plain_with_prefix.len() - 1;
+    plain_with_prefix[last] ^= 0xFF;
+    // A matching digest over a broken body: a corrupt aggregate.
+    let body = [(3u8 << 3) | 2, 50, 1, 2];
+    let mut corrupt = kpl::MAGIC.to_vec();
+    corrupt.extend_from_slice(&body);
+    corrupt.extend_from_slice(&md5_digest(&body));
     let fx = stream_with(
         &ctx,
         &[
             b"{\"id\":1,\"amount\":5}".to_vec(),
             b"not json".to_vec(),
-            corrupt,
+            plain_with_prefix,
             b"{\"id\":4}".to_vec(),
+            corrupt,
         ],
     )
     .await;
@@ -324,13 +352,17 @@ async fn malformed_input_fails_per_record_with_clear_errors() {
         .iter()
         .map(|f| (f.item_identifier.clone(), f.error.to_string()))
         .collect();
-    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert_eq!(errors.len(), 5, "{errors:#?}");
     assert!(
         errors[records[1].sequence_number()].contains("payload does not decode: expected ident"),
         "{errors:#?}"
     );
     assert!(
-        errors[records[2].sequence_number()].contains("digest mismatch"),
+        errors[records[2].sequence_number()].contains("payload does not decode"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[records[4].sequence_number()].contains("protobuf is malformed"),
         "{errors:#?}"
     );
     assert!(
@@ -347,6 +379,10 @@ async fn malformed_input_fails_per_record_with_clear_errors() {
     assert!(processor.process("not json", None).await.is_err());
 }
 
+/// Lambda kills an invocation at its deadline, so the processor stops
+/// first: with the margin (1.5 s) or more left, no record starts later than
+/// the deadline minus the margin; with less, half of what is left. A handler
+/// still running then is given up, and what was done before is checkpointed.
 #[tokio::test]
 async fn the_deadline_stops_the_batch_and_reports_the_rest() {
     let ctx = ctx().await;
@@ -354,8 +390,21 @@ async fn the_deadline_stops_the_batch_and_reports_the_rest() {
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
     let event = kinesis_event(&fx.arn, &fx.shard, &records);
     let seen: Seen = Arc::default();
-    let processor = KinesisProcessor::new(recording(seen.clone(), Arc::default()));
-    // 500 ms left, margin 1.5 s: nothing may start.
+    let store = ctx.store(&fx.stream);
+    let slow = {
+        let seen = seen.clone();
+        json(move |order: Order, record: StreamRecord| {
+            let seen = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                seen.lock().unwrap().push((order.id, record.sub_sequence));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    let processor = KinesisProcessor::new(slow).with_store(store.clone());
+    // 500 ms left, below the margin: the work may take 250 ms. The first
+    // record (200 ms) completes, the second is given up at 250 ms.
     let response = processor
         .handle(LambdaEvent::new(
             raw(&event),
@@ -363,13 +412,31 @@ async fn the_deadline_stops_the_batch_and_reports_the_rest() {
         ))
         .await
         .unwrap();
-    let reported: Vec<String> = failures(&response);
     assert_eq!(
-        reported,
-        vec![records[0].sequence_number().to_owned()],
-        "the first unprocessed record"
+        failures(&response),
+        vec![records[1].sequence_number().to_owned()],
+        "the first record not completed"
     );
-    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(seen.lock().unwrap().clone(), vec![(1, 0)]);
+    let cp = store
+        .batch_checkpoint(&batch_of(&fx, &records))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cp.to_string(), records[0].sequence_number());
+
+    // Fast records in the same little time all run.
+    let fast: Seen = Arc::default();
+    let processor = KinesisProcessor::new(recording(fast.clone(), Arc::default()));
+    let response = processor
+        .handle(LambdaEvent::new(
+            raw(&event),
+            lambda_context(Duration::from_millis(500)),
+        ))
+        .await
+        .unwrap();
+    assert!(failures(&response).is_empty());
+    assert_eq!(fast.lock().unwrap().len(), 3);
 }
 
 /// A bulk handler: each call writes its run of orders at once and reports
@@ -445,8 +512,9 @@ async fn a_batch_handler_maps_each_failure_back_to_its_record() {
         records[2].sequence_number()
     );
     let cp = store
-        .fetch_checkpoint(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .batch_checkpoint(&batch_of(&fx, &records))
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(cp.to_string(), records[1].sequence_number());
 
