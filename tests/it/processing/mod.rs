@@ -2,6 +2,7 @@
 //! the ready-made processing functions.
 
 mod dynamodb;
+mod esm_contract;
 mod functions;
 mod kinesis;
 mod windows;

@@ -5,3 +5,4 @@ pub mod consume;
 pub mod esm;
 pub mod faulty;
 pub mod fixtures;
+pub mod lambda_esm;
