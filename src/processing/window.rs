@@ -20,6 +20,11 @@ use std::future::Future;
 /// The key the aggregation state is kept under in the window's state map.
 pub const STATE_KEY: &str = "shardkeeper";
 
+/// The most state Lambda carries between the invocations of a window
+/// ("the state ... can't exceed 1 MB", Lambda developer guide, tumbling
+/// windows).
+pub const MAX_STATE_BYTES: usize = 1024 * 1024;
+
 /// The window being aggregated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowInfo {
@@ -39,8 +44,11 @@ pub struct WindowInfo {
 /// `fold(&mut state, record)` is called for each record (KPL aggregates
 /// de-aggregated) in order. If it fails, the batch stops there: the failed
 /// record is reported in `batchItemFailures` and the state returned is the
-/// state before it, so the retry resumes consistently. A failure of
-/// `on_window` fails the invocation (Lambda retries the final invoke).
+/// state before it (before its whole KPL aggregate, which the retry
+/// delivers again), so the retry resumes consistently. The state is
+/// serialized once per invocation; a state over Lambda's 1 MB fails the
+/// invocation with an error that says so. A failure of `on_window` fails
+/// the invocation (Lambda retries the final invoke).
 pub struct KinesisWindowProcessor<S, A, F> {
     fold: A,
     on_window: F,
@@ -49,7 +57,7 @@ pub struct KinesisWindowProcessor<S, A, F> {
 
 impl<S, A, F, Fut, E> KinesisWindowProcessor<S, A, F>
 where
-    S: Serialize + DeserializeOwned + Default + Send,
+    S: Serialize + DeserializeOwned + Default + Clone + Send,
     A: Fn(&mut S, StreamRecord) -> Result<(), E> + Send + Sync,
     F: Fn(S, WindowInfo) -> Fut + Send + Sync,
     Fut: Future<Output = Result<(), HandlerError>> + Send,
@@ -93,11 +101,13 @@ where
                     break;
                 }
             };
+            // A failure rolls back the whole outer record (all of a KPL
+            // aggregate's user records): the retry delivers it whole again.
+            let before = state.clone();
             for record in records {
                 let (seq, sub) = (record.sequence_number.clone(), record.sub_sequence);
-                let before = serde_json::to_string(&state)?;
                 if let Err(e) = (self.fold)(&mut state, record) {
-                    state = serde_json::from_str(&before)?;
+                    state = before;
                     let error = RecordError::Handler {
                         sequence_number: seq.to_string(),
                         sub_sequence: sub,
@@ -125,10 +135,19 @@ where
             (self.on_window)(state, window).await?;
             return Ok(response);
         }
+        let kept = serde_json::to_string(&state)?;
+        if kept.len() > MAX_STATE_BYTES {
+            return Err(format!(
+                "the window state is {} bytes once serialized; Lambda carries at most {MAX_STATE_BYTES} \
+                 between invocations: fold into a smaller state",
+                kept.len()
+            )
+            .into());
+        }
         response
             .time_window_event_response_properties
             .state
-            .insert(STATE_KEY.to_owned(), serde_json::to_string(&state)?);
+            .insert(STATE_KEY.to_owned(), kept);
         Ok(response)
     }
 }

@@ -6,7 +6,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use shardkeeper::processing::{KinesisWindowProcessor, StreamRecord, WindowInfo, STATE_KEY};
 use std::sync::{Arc, Mutex};
 
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 struct Totals {
     count: u64,
     amount: u64,
@@ -133,4 +133,109 @@ async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
         closed[0].1.shard_id.as_deref(),
         Some("shardId-000000000000")
     );
+}
+
+/// A fold that fails inside a KPL aggregate rolls the state back to before
+/// the whole aggregate (the retry delivers it whole): nothing is counted
+/// twice.
+#[tokio::test]
+async fn a_failure_inside_an_aggregate_rolls_back_the_whole_record() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let aggregate = shardkeeper::kpl::aggregate(&[
+        ("k", None, b"{\"amount\":1}"),
+        ("k", None, b"{\"amount\":2}"),
+        ("k", None, b"oops"),
+    ]);
+    let mut shard = String::new();
+    for body in [b"{\"amount\":10}".to_vec(), aggregate] {
+        shard = ctx
+            .aws
+            .kinesis
+            .put_record()
+            .stream_name(&stream)
+            .partition_key("k")
+            .data(Blob::new(body))
+            .send()
+            .await
+            .unwrap()
+            .shard_id()
+            .to_owned();
+    }
+    let records = read_shard(&ctx, &stream, &shard).await;
+    let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
+    let processor = KinesisWindowProcessor::new(
+        |totals: &mut Totals, record: StreamRecord| -> Result<(), String> {
+            let value: serde_json::Value =
+                serde_json::from_slice(&record.data).map_err(|e| e.to_string())?;
+            totals.count += 1;
+            totals.amount += value["amount"].as_u64().ok_or("no amount")?;
+            Ok(())
+        },
+        |_: Totals, _| async { Ok(()) },
+    );
+    let response = processor
+        .process(&window_event(
+            kinesis_event(arn, &shard, &records),
+            None,
+            false,
+        ))
+        .await
+        .unwrap();
+    let state: Totals =
+        serde_json::from_str(&response.time_window_event_response_properties.state[STATE_KEY])
+            .unwrap();
+    assert_eq!(
+        state,
+        Totals {
+            count: 1,
+            amount: 10
+        },
+        "the aggregate's first user records are not in the state"
+    );
+    assert_eq!(
+        response.other["batchItemFailures"][0]["itemIdentifier"],
+        records[1].sequence_number()
+    );
+}
+
+/// Lambda carries at most 1 MB of window state: a state past it is a clear
+/// error, not a truncated or refused response.
+#[tokio::test]
+async fn a_state_over_one_megabyte_is_a_clear_error() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let shard = ctx
+        .aws
+        .kinesis
+        .put_record()
+        .stream_name(&stream)
+        .partition_key("k")
+        .data(Blob::new("{}"))
+        .send()
+        .await
+        .unwrap()
+        .shard_id()
+        .to_owned();
+    let records = read_shard(&ctx, &stream, &shard).await;
+    let processor = KinesisWindowProcessor::new(
+        |state: &mut Vec<String>, _: StreamRecord| -> Result<(), String> {
+            state.push("x".repeat(1024 * 1024));
+            Ok(())
+        },
+        |_: Vec<String>, _| async { Ok(()) },
+    );
+    let error = processor
+        .process(&window_event(
+            kinesis_event(
+                "arn:aws:kinesis:us-east-1:000000000000:stream/s",
+                &shard,
+                &records,
+            ),
+            None,
+            false,
+        ))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("at most 1048576"), "{error}");
 }
