@@ -534,3 +534,87 @@ async fn a_batch_handler_maps_each_failure_back_to_its_record() {
         vec![vec![1, 2, 3, 4, 5], vec![3, 4, 5]]
     );
 }
+
+/// A park that fails (here, a dead-letter stream that does not exist) fails
+/// that record alone: it is reported, the prefix before it stays
+/// checkpointed, and the invocation itself succeeds.
+#[tokio::test]
+async fn a_failed_park_reports_its_record_and_keeps_the_prefix() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(3)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let options = ProcessingOptions {
+        max_attempts: 1,
+        parking: Parking::DeadLetterStream {
+            client: ctx.aws.kinesis.clone(),
+            stream: "no-such-dead-letter-stream".to_owned(),
+        },
+        ..ProcessingOptions::default()
+    };
+    let seen: Seen = Arc::default();
+    let processor = KinesisProcessor::new(recording(seen.clone(), Arc::new(Mutex::new(vec![2]))))
+        .with_store(store.clone())
+        .with_options(options);
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(
+        (report.processed, report.parked, report.park_failures),
+        (1, 0, 1)
+    );
+    assert_eq!(report.failures.len(), 1);
+    assert_eq!(
+        report.failures[0].item_identifier,
+        records[1].sequence_number()
+    );
+    let cp = store
+        .batch_checkpoint(&batch_of(&fx, &records))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cp.to_string(), records[0].sequence_number());
+}
+
+/// A record too large for a DynamoDB item (Kinesis records reach 1 MB, items
+/// 400 KB) is parked with a bounded payload: a prefix, the whole size and
+/// its SHA-256, under the record's coordinates.
+#[tokio::test]
+async fn an_oversized_record_is_parked_with_a_bounded_payload() {
+    let ctx = ctx().await;
+    let big = format!(
+        "{{\"id\":1,\"amount\":1,\"pad\":\"{}\"}}",
+        "x".repeat(900 * 1024)
+    );
+    let fx = stream_with(&ctx, &[big.clone().into_bytes()]).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let options = ProcessingOptions {
+        max_attempts: 1,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let processor = KinesisProcessor::new(recording(Arc::default(), Arc::new(Mutex::new(vec![1]))))
+        .with_store(store.clone())
+        .with_options(options);
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(report.parked, 1, "{report:?}");
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(parked[0].data_size, big.len() as u64);
+    assert_eq!(parked[0].data, &big.as_bytes()[..1024]);
+    let sha: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(big.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(parked[0].data_sha256.as_deref(), Some(sha.as_str()));
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[0].sequence_number()
+    );
+    assert_eq!(parked[0].key.source.as_deref(), Some(fx.arn.as_str()));
+}
