@@ -3,7 +3,7 @@
 //! write uses), and typed with [`ChangeRecord::change`] into the same
 //! [`Change`] the event-source-mapped handlers get.
 
-use crate::processing::{Change, RecordError, StreamRecord};
+use crate::processing::{is_ttl_deletion, Change, ChangeParts, RecordError, StreamRecord};
 use crate::state::{EpochMillis, SequenceNumber, ShardId};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, OperationType};
@@ -58,6 +58,8 @@ pub struct ChangeRecord {
     pub old_image: Option<Image>,
     /// The stream's view type, as the record names it.
     pub view_type: Option<String>,
+    /// A removal by DynamoDB's time to live (not by a caller).
+    pub expired: bool,
 }
 
 fn attribute(value: &StreamValue) -> Result<AttributeValue, String> {
@@ -129,6 +131,9 @@ impl ChangeRecord {
             new_image: convert("new image", data.new_image())?,
             old_image: convert("old image", data.old_image())?,
             view_type: data.stream_view_type().map(|v| v.as_str().to_owned()),
+            expired: record.user_identity().is_some_and(|u| {
+                is_ttl_deletion(u.r#type().unwrap_or(""), u.principal_id().unwrap_or(""))
+            }),
         })
     }
 
@@ -159,7 +164,7 @@ impl ChangeRecord {
         if let Some(image) = &self.old_image {
             change["OldImage"] = serde_json::json!(item(image));
         }
-        let record = serde_json::json!({
+        let mut record = serde_json::json!({
             "eventID": &self.event_id,
             "eventName": self.kind.as_str(),
             "eventSource": "aws:dynamodb",
@@ -167,6 +172,12 @@ impl ChangeRecord {
             "awsRegion": "",
             "dynamodb": change,
         });
+        if self.expired {
+            record["userIdentity"] = serde_json::json!({
+                "type": "Service",
+                "principalId": "dynamodb.amazonaws.com",
+            });
+        }
         StreamRecord {
             shard_id: self.shard_id.as_str().into(),
             sequence_number: self.sequence_number.as_str().into(),
@@ -184,14 +195,15 @@ impl ChangeRecord {
     /// not decode, or one the change needs and the stream's view type leaves
     /// out, is an error naming the sequence number.
     pub fn change<T: DeserializeOwned>(&self) -> Result<Change<T>, RecordError> {
-        let view = self.view_type.as_deref().unwrap_or("unknown");
-        Change::from_items(
-            self.kind.as_str(),
-            self.old_image.clone(),
-            self.new_image.clone(),
-            self.sequence_number.as_str(),
-            view,
-        )
+        Change::from_parts(ChangeParts {
+            event_name: self.kind.as_str(),
+            sequence_number: self.sequence_number.as_str(),
+            view: self.view_type.as_deref(),
+            keys: Some(self.keys.clone()),
+            old: self.old_image.clone(),
+            new: self.new_image.clone(),
+            expired: self.expired,
+        })
     }
 }
 
@@ -238,6 +250,35 @@ mod tests {
                 }
             }
         );
+    }
+
+    #[test]
+    fn a_removal_by_time_to_live_is_flagged() {
+        use aws_sdk_dynamodbstreams::types::Identity;
+        let shard = ShardId::new("shardId-1").unwrap();
+        let mut rec = record(OperationType::Remove, None);
+        let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+        assert!(!change.expired);
+        rec.user_identity = Some(
+            Identity::builder()
+                .r#type("Service")
+                .principal_id("dynamodb.amazonaws.com")
+                .build(),
+        );
+        let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+        assert!(change.expired);
+        assert!(matches!(
+            change.change::<Order>().unwrap(),
+            Change::Remove { expired: true, .. }
+        ));
+        // Handed to a handler, the flag survives the event shape.
+        let record = change.to_stream_record(&std::sync::Arc::from("arn:stream"));
+        let event: aws_lambda_events::event::dynamodb::EventRecord =
+            serde_json::from_slice(&record.data).unwrap();
+        assert!(matches!(
+            Change::<Order>::from_record(&event).unwrap(),
+            Change::Remove { expired: true, .. }
+        ));
     }
 
     #[test]

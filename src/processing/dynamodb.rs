@@ -6,26 +6,46 @@ use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::source::{EventSource, EventUnits};
 use crate::processing::unit::Unit;
-use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use bytes::Bytes;
 use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// DynamoDB Streams events (see [`crate::processing::DynamoDbProcessor`]).
 ///
-/// The event does not say which stream shard a batch came from, so
-/// de-duplication is per batch: the checkpoint is keyed by the batch's first
-/// sequence number, which is what a whole-batch retry (timeout, crash)
-/// starts from again; after a reported failure the mapping resumes at the
-/// failed record and nothing before it comes back. These checkpoints expire
-/// after two days (the stream keeps records for one).
+/// The event does not say which stream shard a batch came from; batches are
+/// keyed by the stream ARN and their first record's sequence number (what a
+/// whole-batch retry starts from again), and attempts and parked records by
+/// each record's sequence number in its stream.
 #[derive(Debug, Clone, Copy)]
 pub struct DynamoDbStreams;
 
 #[derive(Deserialize)]
 struct RecordId {
     dynamodb: SequenceOnly,
+}
+
+/// The fields of a DynamoDB Streams event record the processor uses,
+/// borrowed from the event text.
+#[derive(Deserialize)]
+struct ChangeRef<'a> {
+    #[serde(rename = "eventSourceARN", borrow, default)]
+    event_source_arn: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    dynamodb: ChangeFields<'a>,
+}
+
+#[derive(Deserialize)]
+struct ChangeFields<'a> {
+    #[serde(rename = "SequenceNumber", borrow)]
+    sequence_number: Cow<'a, str>,
+    /// Seconds since the epoch.
+    #[serde(rename = "ApproximateCreationDateTime", default)]
+    created: Option<f64>,
+    #[serde(rename = "Keys", borrow, default)]
+    keys: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -43,14 +63,12 @@ impl EventSource for DynamoDbStreams {
         let mut stream: Option<String> = None;
         let mut units = Vec::with_capacity(event.records.len());
         for (index, raw) in event.records.iter().enumerate() {
-            let parsed = serde_json::from_str::<EventRecord>(raw.get())
-                .map_err(|e| e.to_string())
-                .and_then(|rec| match rec.change.sequence_number.clone() {
-                    Some(seq) => Ok((rec, seq)),
-                    None => Err("no SequenceNumber".to_owned()),
-                });
-            let (rec, seq) = match parsed {
-                Ok(ok) => ok,
+            // Only what the processor needs; the handler decodes the images
+            // (one full parse per record).
+            let parsed =
+                serde_json::from_str::<ChangeRef<'_>>(raw.get()).map_err(|e| e.to_string());
+            let rec = match parsed {
+                Ok(rec) => rec,
                 Err(error) => {
                     let id: RecordId = serde_json::from_str(raw.get()).map_err(|_| {
                         format!("record {index} is malformed and has no sequence number: {error}")
@@ -62,24 +80,24 @@ impl EventSource for DynamoDbStreams {
                 }
             };
             if stream.is_none() {
-                stream = rec.event_source_arn.clone();
+                stream = rec.event_source_arn.as_deref().map(str::to_owned);
             }
+            let seq = rec.dynamodb.sequence_number;
             let record = StreamRecord {
                 shard_id: Arc::from(""),
-                sequence_number: seq.as_str().into(),
+                sequence_number: seq.as_ref().into(),
                 sub_sequence: 0,
                 aggregated: false,
-                partition_key: serde_json::to_string(&rec.change.keys)
-                    .unwrap_or_default()
-                    .into(),
+                partition_key: rec.dynamodb.keys.map_or("{}", RawValue::get).into(),
                 explicit_hash_key: None,
                 data: Bytes::copy_from_slice(raw.get().as_bytes()),
-                approximate_arrival: Some(
-                    rec.change.approximate_creation_date_time.timestamp_millis(),
-                ),
+                approximate_arrival: rec
+                    .dynamodb
+                    .created
+                    .map(|secs| (secs * 1000.0).round() as i64),
                 event_source_arn: rec.event_source_arn.as_deref().map(Arc::from),
             };
-            units.push((seq, Unit::Records(vec![record])));
+            units.push((seq.into_owned(), Unit::Records(vec![record])));
         }
         Ok(EventUnits {
             stream,

@@ -183,19 +183,29 @@ fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
         checkpoints = report.checkpoints,
         "batch done"
     );
+    let now = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    crate::metrics::emit(
+        now,
+        &[("Function", function_name())],
+        &batch_metrics(report, now),
+    );
+}
+
+/// The metrics of one batch: its counters, and the age of the newest record
+/// handled (when the records carry arrival times).
+fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
     let mut metrics = vec![
         Metric::count("RecordsProcessed", report.processed as f64),
         Metric::count("DuplicatesSkipped", report.duplicates_skipped as f64),
-        Metric::count("RecordsFailed", failed as f64),
+        Metric::count("RecordsFailed", report.failures.len() as f64),
         Metric::count("RecordsParked", report.parked as f64),
         Metric::count("ParkFailures", report.park_failures as f64),
         Metric::count("RecordsNotAttempted", report.not_attempted as f64),
         Metric::count("Checkpoints", report.checkpoints as f64),
     ];
-    let now = started
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as i64;
     if let Some(arrival) = report.newest_arrival {
         metrics.push(Metric {
             name: "NewestRecordAge",
@@ -203,7 +213,7 @@ fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
             unit: "Milliseconds",
         });
     }
-    crate::metrics::emit(now, &[("Function", function_name())], &metrics);
+    metrics
 }
 
 /// The function's name, for the metrics' dimension.
@@ -299,5 +309,36 @@ impl<H: RecordHandler, S: EventSource> lambda_runtime::tower::Service<LambdaEven
     fn call(&mut self, event: LambdaEvent<Box<RawValue>>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move { this.handle(event).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_reports_every_counter_and_the_newest_record_age() {
+        let report = BatchReport {
+            processed: 5,
+            duplicates_skipped: 2,
+            parked: 1,
+            not_attempted: 3,
+            checkpoints: 2,
+            park_failures: 1,
+            newest_arrival: Some(1_000),
+            ..BatchReport::default()
+        };
+        let metrics = batch_metrics(&report, 4_500);
+        let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        assert_eq!(value("RecordsProcessed"), Some(5.0));
+        assert_eq!(value("DuplicatesSkipped"), Some(2.0));
+        assert_eq!(value("RecordsFailed"), Some(0.0));
+        assert_eq!(value("RecordsParked"), Some(1.0));
+        assert_eq!(value("ParkFailures"), Some(1.0));
+        assert_eq!(value("RecordsNotAttempted"), Some(3.0));
+        assert_eq!(value("Checkpoints"), Some(2.0));
+        assert_eq!(value("NewestRecordAge"), Some(3_500.0));
+        let without_times = batch_metrics(&BatchReport::default(), 4_500);
+        assert!(without_times.iter().all(|m| m.name != "NewestRecordAge"));
     }
 }

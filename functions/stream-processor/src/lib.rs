@@ -43,10 +43,14 @@ impl Projector {
             Change::Insert { new } | Change::Modify { new, .. } => {
                 (new.order_id, new.status, new.amount_cents)
             }
-            Change::Remove { old: Some(old) } => {
-                (old.order_id, "deleted".to_owned(), old.amount_cents)
+            Change::Remove {
+                old: Some(old),
+                expired,
+            } => {
+                let status = if expired { "expired" } else { "deleted" };
+                (old.order_id, status.to_owned(), old.amount_cents)
             }
-            Change::Remove { old: None } => {
+            Change::Remove { old: None, .. } => {
                 return Err("REMOVE without an old image: use NEW_AND_OLD_IMAGES".into())
             }
         };

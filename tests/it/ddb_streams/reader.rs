@@ -137,7 +137,8 @@ async fn inserts_modifies_and_removes_arrive_as_typed_changes_in_order() {
                 new: order("o1", "paid")
             },
             Change::Remove {
-                old: Some(order("o2", "new"))
+                old: Some(order("o2", "new")),
+                expired: false,
             },
         ]
     );
@@ -847,7 +848,8 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
                 new: order("paid")
             },
             Change::Remove {
-                old: Some(order("paid"))
+                old: Some(order("paid")),
+                expired: false,
             },
         ]
     );

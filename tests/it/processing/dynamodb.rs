@@ -42,7 +42,7 @@ fn projector(
                         new.status
                     ),
                 ),
-                Change::Remove { old } => {
+                Change::Remove { old, .. } => {
                     let id = old.as_ref().map(|o| o.id.clone()).unwrap_or_default();
                     (id.clone(), format!("remove {id}"))
                 }
@@ -174,4 +174,93 @@ async fn an_image_of_the_wrong_shape_fails_its_record_with_the_sequence_number()
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Attempts and parking are kept per record (its sequence number in its
+/// stream), so they carry across Lambda's retry that starts at the failed
+/// record (a new batch): the poison record is parked after `max_attempts`.
+#[tokio::test]
+async fn attempts_follow_the_record_across_retries_that_start_at_it() {
+    let ctx = ctx().await;
+    let (table, arn) = write_orders(&ctx).await;
+    let records = read_table_stream(&ctx, &arn).await;
+    let store = ctx.store(&table);
+    let (projection, log): (Projection, Log) = Default::default();
+    let fail_on = Arc::new(Mutex::new(Some("insert o2".to_owned())));
+    let options = shardkeeper::processing::ProcessingOptions {
+        max_attempts: 2,
+        parking: shardkeeper::processing::Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..Default::default()
+    };
+    let processor = DynamoDbProcessor::new(projector(projection, log.clone(), fail_on))
+        .with_store(store.clone())
+        .with_options(options);
+    let first = processor
+        .process(&dynamodb_event(&arn, &records).to_string(), None)
+        .await
+        .unwrap();
+    assert_eq!(first.failures.len(), 1);
+    // ReportBatchItemFailures: the next batch starts at the failed record.
+    let retry = processor
+        .process(&dynamodb_event(&arn, &records[1..]).to_string(), None)
+        .await
+        .unwrap();
+    assert_eq!((retry.parked, retry.processed), (1, 2), "{retry:?}");
+    let parked = store.list_parked().await.unwrap();
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[1].dynamodb().unwrap().sequence_number().unwrap()
+    );
+    assert_eq!(parked[0].key.source.as_deref(), Some(arn.as_str()));
+}
+
+/// A deletion by DynamoDB's time to live is flagged on the change, and with
+/// the `KEYS_ONLY` view an insert decodes its item from the keys.
+#[tokio::test]
+async fn ttl_deletions_are_flagged_and_keys_only_streams_decode() {
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Key {
+        id: String,
+        status: Option<String>,
+    }
+    let ctx = ctx().await;
+    let (_, arn) = write_orders(&ctx).await;
+    let records = read_table_stream(&ctx, &arn).await;
+    let mut event = dynamodb_event(&arn, &records);
+    event["Records"][3]["userIdentity"] =
+        serde_json::json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
+    let insert = &mut event["Records"][0]["dynamodb"];
+    insert["StreamViewType"] = serde_json::json!("KEYS_ONLY");
+    insert.as_object_mut().unwrap().remove("NewImage");
+    let seen: Arc<Mutex<Vec<Change<Key>>>> = Arc::default();
+    let processor = DynamoDbProcessor::new(changes({
+        let seen = seen.clone();
+        move |change: Change<Key>, _: StreamRecord| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(change);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    }));
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen[0],
+        Change::Insert {
+            new: Key {
+                id: "o1".into(),
+                status: None
+            }
+        }
+    );
+    assert!(
+        matches!(&seen[3], Change::Remove { expired: true, old: Some(Key { id, .. }) } if id == "o2"),
+        "{:?}",
+        seen[3]
+    );
+    assert!(matches!(&seen[1], Change::Insert { .. }));
 }
