@@ -27,7 +27,7 @@
 //! let handler = changes(|change: Change<Order>, _record: StreamRecord| async move {
 //!     match change {
 //!         Change::Insert { new } | Change::Modify { new, .. } => println!("{} is {}", new.id, new.status),
-//!         Change::Remove { old } => println!("removed {:?}", old.map(|o| o.id)),
+//!         Change::Remove { old, .. } => println!("removed {:?}", old.map(|o| o.id)),
 //!     }
 //!     Ok::<(), std::io::Error>(())
 //! });
