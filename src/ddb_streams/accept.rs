@@ -100,8 +100,10 @@ impl<C: StreamsClient> StreamReader<C> {
     /// committed to its end (one write per shard, so a crash in between
     /// hands the shard's records out again: at least once). At a failure the
     /// shard's accepted prefix is committed and that shard alone is read
-    /// again from the failed record by the next call; the other shards go
-    /// on. The first failure then comes back as [`ReaderError::Handler`].
+    /// again from the failed record, after a pause
+    /// ([`ReaderConfig::failure_pause`](crate::ddb_streams::ReaderConfig::failure_pause),
+    /// growing while it keeps failing); the other shards go on. The first
+    /// failure then comes back as [`ReaderError::Handler`].
     pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, ReaderError> {
         self.poll_until(handler, None).await
     }
@@ -140,9 +142,13 @@ impl<C: StreamsClient> StreamReader<C> {
             report.handled += done.processed as usize;
             report.parked += done.parked as usize;
             match done.failures.into_iter().next() {
-                None => self.commit_at(&shard.shard_id, &shard.end).await?,
+                None => {
+                    self.commit_at(&shard.shard_id, &shard.end).await?;
+                    self.backoff(&shard.shard_id, false);
+                }
                 Some(failure) => {
                     self.rewind_shard(&shard.shard_id);
+                    self.backoff(&shard.shard_id, true);
                     first_failure.get_or_insert((shard.shard_id, failure));
                 }
             }
@@ -154,6 +160,24 @@ impl<C: StreamsClient> StreamReader<C> {
                 sequence_number: failure.item_identifier,
                 source: Box::new(failure.error),
             }),
+        }
+    }
+
+    /// After a handler failure the shard pauses (`ReaderConfig::failure_pause`,
+    /// doubling with each failure in a row, at most 32 times it) while the
+    /// others go on; a success ends the pause.
+    fn backoff(&mut self, shard: &ShardId, failed: bool) {
+        let now = self.store.now();
+        let pause = self.config.failure_pause;
+        if let Some(cursor) = self.cursors.get_mut(shard) {
+            if failed {
+                cursor.failures += 1;
+                let factor = 1u32 << (cursor.failures - 1).min(5);
+                cursor.retry_after = Some(now + (pause * factor).as_millis() as i64);
+            } else {
+                cursor.failures = 0;
+                cursor.retry_after = None;
+            }
         }
     }
 

@@ -45,6 +45,10 @@ pub struct ReaderConfig {
     /// failure mode, attempts before a record is parked, and where. Its
     /// `deadline_margin` is not used (`poll_until` takes the instant).
     pub processing: ProcessingOptions,
+    /// After a handler failure `poll` reads that shard again no sooner than
+    /// this (doubling while it keeps failing, up to 32 times this); the
+    /// other shards go on meanwhile.
+    pub failure_pause: Duration,
 }
 
 impl Default for ReaderConfig {
@@ -58,6 +62,7 @@ impl Default for ReaderConfig {
             latest_margin: Duration::from_secs(5),
             idle_pause: Duration::from_millis(200),
             processing: ProcessingOptions::default(),
+            failure_pause: Duration::from_secs(1),
         }
     }
 }

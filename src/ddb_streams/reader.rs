@@ -34,6 +34,9 @@ pub(super) struct Cursor {
     /// Every record created before this time (ms) has been read: the newest
     /// record read, or the start of a read that confirmed the shard's head.
     pub(super) read_up_to: Option<EpochMillis>,
+    /// Handler failures in a row (`poll`), and when the shard is read again.
+    pub(super) failures: u32,
+    pub(super) retry_after: Option<EpochMillis>,
 }
 
 impl Cursor {
@@ -48,6 +51,8 @@ impl Cursor {
             ended: false,
             empty_reads: 0,
             read_up_to: None,
+            failures: 0,
+            retry_after: None,
         }
     }
 
@@ -171,8 +176,12 @@ impl<C: StreamsClient> StreamReader<C> {
             batch.discovery = Some(self.discover().await?);
         }
         let cursors = &self.cursors;
+        let now = self.store.now();
         let to_read = tree::readable(&self.order, |id| cursors.get(id).map(Cursor::finished));
         for id in to_read {
+            if self.cursors[&id].retry_after.is_some_and(|t| t > now) {
+                continue; // backing off after a handler failure
+            }
             if let Some(shard) = self.read_shard(&id, &mut batch.trimmed).await? {
                 batch.shards.push(shard);
             }

@@ -793,6 +793,8 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     );
     let saved = store.load_positions().await.unwrap();
     assert_eq!(saved[0].sequence_number, Some(fake.seq_of("r1")));
+    // The failing shard pauses before it is read again.
+    ctx.clock.advance(Duration::from_secs(1));
     let report = reader.poll(&handler("none")).await.unwrap();
     assert_eq!(report.handled, 2);
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
@@ -869,9 +871,9 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
 }
 
 /// The reader runs the processing core's rules: a failing record holds up
-/// its own shard only (the others are handled and committed once), its
-/// attempts are counted across polls, and after `max_attempts` it is parked
-/// and its shard moves on.
+/// its own shard only (the others are handled and committed once, and go on
+/// while it pauses), its attempts are counted across polls, and after
+/// `max_attempts` it is parked and its shard moves on.
 #[tokio::test]
 async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     let ctx = ctx().await;
@@ -923,9 +925,14 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
         "{err}"
     );
     assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2"]);
+    // Shard a pauses after its failure (b, done, has nothing new).
+    fake.write("b", "b3", now);
+    let report = reader.poll(&handler).await.unwrap();
+    assert_eq!((report.handled, report.parked), (1, 0), "b3 only");
+    ctx.clock.advance(Duration::from_secs(1));
     let report = reader.poll(&handler).await.unwrap();
     assert_eq!((report.handled, report.parked), (1, 1));
-    assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2", "a3"]);
+    assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2", "b3", "a3"]);
     let parked = store.list_parked().await.unwrap();
     assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].key.sequence, fake.seq_of("a2"));
