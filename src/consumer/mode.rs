@@ -30,6 +30,20 @@ impl Mode {
     }
 
     /// The consumer's id.
+    /// When this process must stop processing `shard` (see
+    /// [`ConsumerSession::local_expiry`]); `None` for a standalone consumer,
+    /// which holds no leases.
+    /// The instant and the term it was renewed for.
+    pub(crate) fn local_expiry(
+        &self,
+        shard: &ShardId,
+    ) -> Option<(std::time::Instant, std::time::Duration)> {
+        match self {
+            Mode::Group(s) => s.local_expiry(shard).map(|t| (t, s.lease_term())),
+            Mode::Standalone(_) => None,
+        }
+    }
+
     pub(crate) fn id(&self) -> &ConsumerId {
         match self {
             Mode::Group(s) => s.id(),

@@ -6,7 +6,7 @@ use crate::state::{
     Released, Result, ShardId, ShardSpec, StateError, StateStore,
 };
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What one session tick changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +39,10 @@ pub struct ConsumerSession {
     info: ConsumerInfo,
     lease_term: Duration,
     leases: BTreeMap<ShardId, Lease>,
+    /// When the request of each lease's last successful renewal was sent,
+    /// on this process's monotonic clock: the lease holds until at least
+    /// that instant plus the term, whatever the machines' wall clocks say.
+    renewed_at: BTreeMap<ShardId, Instant>,
     assignments: Option<u64>,
     ticks_since_scan: u32,
 }
@@ -51,6 +55,7 @@ impl ConsumerSession {
             info,
             lease_term,
             leases: BTreeMap::new(),
+            renewed_at: BTreeMap::new(),
             assignments: None,
             ticks_since_scan: 0,
         }
@@ -71,6 +76,33 @@ impl ConsumerSession {
         self.leases.get(shard)
     }
 
+    /// When the lease on `shard` runs out as this process can be sure of it:
+    /// the send time of its last successful renewal plus the term. Nothing
+    /// of the shard may be processed after it until the lease is renewed.
+    pub fn local_expiry(&self, shard: &ShardId) -> Option<Instant> {
+        self.renewed_at.get(shard).map(|t| *t + self.lease_term)
+    }
+
+    /// The term every lease is renewed for.
+    pub fn lease_term(&self) -> Duration {
+        self.lease_term
+    }
+
+    fn forget(&mut self, shard: &ShardId) {
+        self.leases.remove(shard);
+        self.renewed_at.remove(shard);
+    }
+
+    /// Renews `lease` now, noting when the request was sent.
+    async fn renew(&mut self, lease: &Lease) -> Result<crate::state::Renewal> {
+        let sent = Instant::now();
+        let renewal = self.store.renew_lease(lease, self.lease_term).await?;
+        self.leases
+            .insert(lease.shard_id.clone(), renewal.lease.clone());
+        self.renewed_at.insert(lease.shard_id.clone(), sent);
+        Ok(renewal)
+    }
+
     /// Heartbeats, renews every held lease, honours claims, and picks up the
     /// leases assigned since. `progress` tells how far each shard has been
     /// processed: a claimed shard is checkpointed there before it is handed over.
@@ -86,9 +118,8 @@ impl ConsumerSession {
         let held: Vec<Lease> = self.leases.values().cloned().collect();
         for lease in held {
             let shard = lease.shard_id.clone();
-            match self.store.renew_lease(&lease, self.lease_term).await {
+            match self.renew(&lease).await {
                 Ok(renewal) => {
-                    self.leases.insert(shard.clone(), renewal.lease.clone());
                     if renewal.claim.is_some() {
                         match self.hand_over(&renewal.lease, &progress).await {
                             Ok(Released::HandedOff(to)) => tick.handed_off.push((shard, Some(to))),
@@ -100,7 +131,7 @@ impl ConsumerSession {
                 }
                 Err(e) if e.is_lease_lost() => {
                     tracing::warn!(%shard, error = %e, "lease lost: stop processing the shard");
-                    self.leases.remove(&shard);
+                    self.forget(&shard);
                     tick.lost.push(shard);
                 }
                 Err(e) => return Err(e),
@@ -119,11 +150,18 @@ impl ConsumerSession {
         self.assignments = Some(beat.assignments);
         self.ticks_since_scan = 0;
         for shard in owned {
-            if let Some(lease) = shard.live_lease(now) {
-                if !self.leases.contains_key(&shard.shard_id) {
-                    tick.gained.push(shard.shard_id.clone());
-                }
-                self.leases.insert(shard.shard_id, lease);
+            let Some(lease) = shard.live_lease(now) else {
+                continue;
+            };
+            if self.leases.contains_key(&shard.shard_id) {
+                continue;
+            }
+            // Renewed at once: its local expiry is then known on this
+            // process's clock (the assignment's was written by another).
+            match self.renew(&lease).await {
+                Ok(_) => tick.gained.push(shard.shard_id),
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(tick)
@@ -134,7 +172,7 @@ impl ConsumerSession {
         lease: &Lease,
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<Released> {
-        self.leases.remove(&lease.shard_id);
+        self.forget(&lease.shard_id);
         if let Some((cp, arrival)) = progress(&lease.shard_id) {
             self.store.checkpoint(lease, &cp, arrival).await?;
         }
@@ -152,7 +190,7 @@ impl ConsumerSession {
         let lease = self.held(shard)?;
         let out = self.store.checkpoint(&lease, cp, arrival).await;
         if matches!(out, Err(StateError::LeaseLost { .. })) {
-            self.leases.remove(shard);
+            self.forget(shard);
         }
         out
     }
@@ -165,7 +203,7 @@ impl ConsumerSession {
         children: &[ShardSpec],
     ) -> Result<Depleted> {
         let lease = self.held(shard)?;
-        self.leases.remove(shard);
+        self.forget(shard);
         self.store.mark_depleted(&lease, children).await
     }
 

@@ -52,6 +52,11 @@ pub struct WorkerConfig {
     /// How long one subscription is kept before it is renewed from where it
     /// stands (Kinesis ends every subscription after 5 minutes).
     pub subscription_lifetime: Duration,
+    /// Processing of a leased shard stops this long (at most a quarter of
+    /// the lease term) before the lease's local expiry (its last renewal's
+    /// send time plus the term): a slow batch is cut there, checkpointed,
+    /// and goes on after the renewal.
+    pub expiry_margin: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -67,6 +72,7 @@ impl Default for WorkerConfig {
             release_on_stop: true,
             enhanced_fan_out: None,
             subscription_lifetime: Duration::from_secs(300),
+            expiry_margin: Duration::from_secs(2),
         }
     }
 }

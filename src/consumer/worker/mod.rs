@@ -280,6 +280,10 @@ impl<H: RecordHandler> ShardWorker<H> {
             .collect();
         let mut read = false;
         for shard in &due {
+            // Renewals keep their schedule while slow shards are processed.
+            if Instant::now() >= self.next_renew {
+                self.renew().await?;
+            }
             read |= self.read(shard).await?;
         }
         Ok(read)
@@ -370,6 +374,9 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// Reads the shard once and processes what came. Whether anything was read.
     async fn read(&mut self, shard: &ShardId) -> Result<bool> {
+        if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
+            return Ok(false); // the lease is not renewed in time: nothing more now
+        }
         let Some(cursor) = self.cursors.get_mut(shard) else {
             return Ok(false);
         };
@@ -416,6 +423,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         });
         let cursor = self.cursors.get(shard).expect("cursor");
         let last_arrival = batch.records.last().and_then(|r| r.arrival);
+        let stop_by = self.stop_by(shard);
         let mut sink = LeaseCheckpoints {
             mode: &mut self.mode,
             shard,
@@ -427,7 +435,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             lost: None,
         };
         let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let report = core.run(items, None, &mut sink).await?;
+        let report = core.run(items, stop_by, &mut sink).await?;
         let LeaseCheckpoints {
             written,
             last,
@@ -473,6 +481,15 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.complete(shard).await?;
         }
         Ok(())
+    }
+
+    /// When processing of `shard` must stop: the lease's local expiry less
+    /// the margin (at most a quarter of the term), `None` without a lease
+    /// (standalone).
+    fn stop_by(&self, shard: &ShardId) -> Option<Instant> {
+        self.mode
+            .local_expiry(shard)
+            .map(|(t, term)| t - self.config.expiry_margin.min(term / 4))
     }
 
     /// The shard is read to its end: deplete it so its children become leasable.

@@ -368,3 +368,107 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
     assert!(ended < gained_child && gained_child < lost, "{notes:?}");
     assert_eq!(notes.last().unwrap(), "shutdown", "{notes:?}");
 }
+
+/// A handler slower than the lease term never outlives the lease: the batch
+/// is cut before the lease's local expiry (its last renewal's send time plus
+/// the term, on this process's clock), checkpointed, and carried on after
+/// the renewal, so a consumer waiting for the lease to expire (real time,
+/// real clock) never gets it, and every record runs once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_handler_never_outlives_the_lease() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let config =
+        shardkeeper::state::StoreConfig::new(&shardkeeper_local::unique_name("g"), &stream)
+            .unwrap()
+            .table(&ctx.table)
+            .unwrap();
+    // The wall clock, as in production: leases expire in real time.
+    let store = shardkeeper::StateStore::new(ctx.aws.dynamodb.clone(), config);
+    let term = Duration::from_secs(1);
+    let rebalancer = shardkeeper::functions::Rebalancer {
+        lease_term: term,
+        ..rebalancer(&ctx.aws, &store)
+    };
+    produce(&ctx.aws.kinesis, &stream, 1, 0..40).await;
+    let log: Log = Arc::default();
+    let slow = {
+        let log = log.clone();
+        move |record: StreamRecord| {
+            let log = log.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+                log.lock()
+                    .unwrap()
+                    .push(("w0".to_owned(), record.partition_key.to_string(), n));
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let info = shardkeeper::state::ConsumerInfo::for_this_process(
+        ConsumerId::new("w0").unwrap(),
+        store.now(),
+    );
+    let session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, term);
+    let mut w = shardkeeper::ShardWorker::new(
+        session,
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        slow,
+        WorkerConfig {
+            renew_every: Duration::from_millis(300),
+            expiry_margin: Duration::from_millis(300),
+            ..crate::support::consume::eager()
+        },
+    );
+    w.step().await.unwrap(); // registers
+    rebalancer.tick().await.unwrap();
+    while w.shards().is_empty() {
+        w.step().await.unwrap(); // gains the shard at its next renewal
+    }
+    let shard = w.shards()[0].clone();
+
+    // Another consumer takes the lease the moment it has expired.
+    let stolen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thief = {
+        let (store, shard, stolen, done) =
+            (store.clone(), shard.clone(), stolen.clone(), done.clone());
+        tokio::spawn(async move {
+            let me = ConsumerId::new("thief").unwrap();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if store
+                    .acquire_lease(&shard, &me, term)
+                    .await
+                    .unwrap()
+                    .is_some()
+                {
+                    stolen.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    while log.lock().unwrap().len() < 40 && started.elapsed() < Duration::from_secs(20) {
+        w.step().await.unwrap();
+        if stolen.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    thief.await.unwrap();
+    assert!(
+        !stolen.load(std::sync::atomic::Ordering::SeqCst),
+        "the lease expired while the slow handler ran"
+    );
+    assert_eq!(w.report().leases_lost, 0);
+    check(&log, 1, 40);
+    assert!(
+        w.report().checkpoints > 1,
+        "the batch was cut and checkpointed in slices: {:?}",
+        w.report()
+    );
+}
