@@ -6,6 +6,7 @@
 //! - `session`: a group consumer's heartbeat, renewals, claims and leave.
 //! - `standalone`: a consumer that reads every shard in its own scope.
 //! - `mode`: the one of the two a worker runs.
+//! - `holding`: a process's hold on its consumer id (the heartbeat token).
 //! - `worker`: [`ShardWorker`], the read loop, and its per-shard cursors.
 //! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a trait.
 //! - `efo_pool`: the group's pool of enhanced fan-out consumers.
@@ -15,6 +16,7 @@
 mod discovery;
 mod efo_pool;
 mod events;
+mod holding;
 mod mode;
 pub mod reads;
 mod session;

@@ -1,6 +1,7 @@
 //! A consumer's session: heartbeat, renew the leases it was given, honour
 //! claims (checkpoint, then hand over), and learn at once of a lost lease.
 
+use crate::consumer::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
     Released, Result, ShardId, ShardSpec, StateError, StateStore,
@@ -45,6 +46,7 @@ pub struct ConsumerSession {
     renewed_at: BTreeMap<ShardId, Instant>,
     assignments: Option<u64>,
     ticks_since_scan: u32,
+    holding: Holding,
 }
 
 impl ConsumerSession {
@@ -58,6 +60,7 @@ impl ConsumerSession {
             renewed_at: BTreeMap::new(),
             assignments: None,
             ticks_since_scan: 0,
+            holding: Holding::new(),
         }
     }
 
@@ -110,7 +113,7 @@ impl ConsumerSession {
         &mut self,
         progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<SessionTick> {
-        let beat = self.store.heartbeat(&self.info).await?;
+        let beat = self.holding.heartbeat(&self.store, &self.info).await?;
         let mut tick = SessionTick {
             registered: beat.registered,
             ..SessionTick::default()
@@ -156,12 +159,20 @@ impl ConsumerSession {
             if self.leases.contains_key(&shard.shard_id) {
                 continue;
             }
-            // Renewed at once: its local expiry is then known on this
-            // process's clock (the assignment's was written by another).
-            match self.renew(&lease).await {
-                Ok(_) => tick.gained.push(shard.shard_id),
-                Err(e) if e.is_lease_lost() => {}
-                Err(e) => return Err(e),
+            // Taken at once, moving the counter on: a process that held it
+            // under this id before (a restart while the old one still runs)
+            // can no longer renew or checkpoint it; and its local expiry is
+            // known on this process's clock.
+            let sent = Instant::now();
+            // (None: it moved meanwhile.)
+            let taken = self
+                .store
+                .take_lease(&shard.shard_id, self.id(), lease.counter, self.lease_term)
+                .await?;
+            if let Some(taken) = taken {
+                self.leases.insert(shard.shard_id.clone(), taken);
+                self.renewed_at.insert(shard.shard_id.clone(), sent);
+                tick.gained.push(shard.shard_id);
             }
         }
         Ok(tick)

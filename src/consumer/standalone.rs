@@ -9,6 +9,7 @@
 //! where it stopped; without a lock it reads nothing.
 
 use crate::consumer::discover_shards_in;
+use crate::consumer::holding::Holding;
 use crate::consumer::SessionTick;
 use crate::group::available_shards;
 use crate::state::{
@@ -26,6 +27,7 @@ pub struct StandaloneSession {
     scope: ShardScope,
     reading: BTreeSet<ShardId>,
     efo: Efo,
+    holding: Holding,
 }
 
 #[derive(Debug)]
@@ -52,6 +54,7 @@ impl StandaloneSession {
             scope,
             reading: BTreeSet::new(),
             efo: Efo::Off,
+            holding: Holding::new(),
         }
     }
 
@@ -85,7 +88,7 @@ impl StandaloneSession {
     /// first), and returns the shards that became readable: not depleted,
     /// every parent depleted. One ListShards and one Query per tick.
     pub async fn tick(&mut self) -> Result<SessionTick> {
-        let beat = self.store.heartbeat(&self.info).await?;
+        let beat = self.holding.heartbeat(&self.store, &self.info).await?;
         if let Efo::Locked(None) = self.efo {
             return Ok(SessionTick {
                 registered: beat.registered,

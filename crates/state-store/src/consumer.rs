@@ -1,7 +1,7 @@
 //! Consumers: register and heartbeat in one call, the active flag, and clearing dead consumers.
 
 use crate::clock::{duration_millis, EpochMillis};
-use crate::error::Result;
+use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, ItemReader};
 use crate::model::{ConsumerInfo, ConsumerState, EfoLock};
 use crate::names::{ConsumerId, EfoName, ShardId};
@@ -65,8 +65,29 @@ impl StateStore {
     /// it a lease (see [`StateStore::notify_assigned`]), so a consumer learns
     /// of new leases without reading every shard.
     pub async fn heartbeat(&self, info: &ConsumerInfo) -> Result<Heartbeat> {
+        self.beat(info, None).await
+    }
+
+    /// [`StateStore::heartbeat`] by one process holding the consumer id,
+    /// whose `token` is stored with the heartbeat. With `take_over` (a
+    /// session's first heartbeat) the token replaces any other: a new process
+    /// takes the id over. Without it the heartbeat applies only while the
+    /// stored token is this one (or none, after the reaper removed the
+    /// consumer); once a newer process took the id over it fails with
+    /// [`StateError::Superseded`], so two processes with one id never both
+    /// carry on.
+    pub async fn heartbeat_as(
+        &self,
+        info: &ConsumerInfo,
+        token: &str,
+        take_over: bool,
+    ) -> Result<Heartbeat> {
+        self.beat(info, Some((token, take_over))).await
+    }
+
+    async fn beat(&self, info: &ConsumerInfo, token: Option<(&str, bool)>) -> Result<Heartbeat> {
         let now = self.now();
-        let expr = Expr::new()
+        let mut expr = Expr::new()
             .names(&[
                 attr::HEARTBEAT,
                 attr::APP,
@@ -85,17 +106,28 @@ impl StateStore {
             .value("started", n(info.started))
             .value("true", AttributeValue::Bool(true))
             .value("standalone", AttributeValue::Bool(info.standalone));
+        let mut update = "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
+                 #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)"
+            .to_owned();
+        let mut condition = None;
+        if let Some((token, take_over)) = token {
+            expr = expr.names(&[attr::TOKEN]).value("token", s(token));
+            update.push_str(", #token = :token");
+            if !take_over {
+                condition = Some("attribute_not_exists(#token) OR #token = :token");
+            }
+        }
         let req = self
-            .update_req(
-                &consumer_sk(&info.id),
-                &expr,
-                "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
-                 #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)",
-                None,
-            )
+            .update_req(&consumer_sk(&info.id), &expr, &update, condition)
             .return_values(ReturnValue::AllOld);
-        let out = self.call_plain("UpdateItem", || req.clone().send()).await?;
-        let old = out.attributes.unwrap_or_default();
+        let old = match self.conditional_update(req).await? {
+            Ok(old) => old,
+            Err(_) => {
+                return Err(StateError::Superseded {
+                    consumer: info.id.to_string(),
+                })
+            }
+        };
         let registered = !old.contains_key(attr::HEARTBEAT);
         if registered {
             tracing::debug!(consumer = %info.id, "consumer registered");

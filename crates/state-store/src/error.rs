@@ -66,6 +66,13 @@ pub enum StateError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Another process took this consumer id over (a newer session's
+    /// heartbeat): this one must stop, and leave the leases to it.
+    #[error("consumer {consumer} was taken over by another process")]
+    Superseded {
+        /// The consumer id.
+        consumer: String,
+    },
     /// A stored item could not be decoded (written by another tool or version).
     #[error("stored item {key} is malformed: {reason}")]
     Corrupt {

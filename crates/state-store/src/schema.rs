@@ -71,6 +71,8 @@ pub mod attr {
     pub const ASSIGNED: &str = "assigned";
     /// Consumer: whether it reads every shard on its own.
     pub const STANDALONE: &str = "standalone";
+    /// Consumer: the token of the process holding the id now.
+    pub const TOKEN: &str = "token";
     /// EFO: consumer ARN.
     pub const ARN: &str = "arn";
     /// EFO: the consumer holding the lock.

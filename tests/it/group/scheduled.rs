@@ -464,3 +464,39 @@ async fn a_session_reads_the_shards_only_when_its_assignments_moved() {
     );
     assert!(!sent.contains_key("Query"));
 }
+
+/// Two processes under one consumer id (a restart while the old process
+/// still runs, with `release_on_stop = false`): the newer takes the id and
+/// its leases over (the lease counter moves), so the older can neither
+/// checkpoint nor renew, and its next heartbeat says it was superseded.
+#[tokio::test]
+async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut old = session(&store, "dup");
+    old.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    old.tick(no_progress).await.unwrap();
+    let shards: Vec<ShardId> = old.leases().map(|l| l.shard_id.clone()).collect();
+    assert_eq!(shards.len(), 2);
+    let cp = Checkpoint::after("100").unwrap();
+    old.checkpoint(&shards[0], &cp, None).await.unwrap();
+
+    let mut new = session(&store, "dup");
+    let tick = new.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained.len(), 2, "{tick:?}");
+
+    let later = Checkpoint::after("200").unwrap();
+    let err = old.checkpoint(&shards[0], &later, None).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let err = old.tick(no_progress).await.unwrap_err();
+    assert!(
+        matches!(err, shardkeeper::state::StateError::Superseded { .. }),
+        "{err}"
+    );
+    new.checkpoint(&shards[0], &later, None).await.unwrap();
+    new.tick(no_progress).await.unwrap();
+    assert_eq!(new.leases().count(), 2);
+}

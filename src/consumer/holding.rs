@@ -1,0 +1,35 @@
+//! A process's hold on its consumer id: the token its heartbeats carry, so
+//! that of two processes started under one id (a restart while the old one
+//! still runs) the newer takes the id over and the older learns it must
+//! stop.
+
+use crate::state::{ConsumerInfo, Heartbeat, Result, StateStore};
+
+/// The token of this process's session under its consumer id.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    token: String,
+    taken: bool,
+}
+
+impl Holding {
+    /// A new, random token (nothing is sent until the first heartbeat).
+    pub(crate) fn new() -> Self {
+        Holding {
+            token: format!("{:016x}", fastrand::u64(..)),
+            taken: false,
+        }
+    }
+
+    /// Heartbeats with the token: the first takes the id over, the later
+    /// ones fail with `StateError::Superseded` once a newer process has.
+    pub(crate) async fn heartbeat(
+        &mut self,
+        store: &StateStore,
+        info: &ConsumerInfo,
+    ) -> Result<Heartbeat> {
+        let beat = store.heartbeat_as(info, &self.token, !self.taken).await?;
+        self.taken = true;
+        Ok(beat)
+    }
+}
