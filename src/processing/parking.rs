@@ -134,3 +134,53 @@ pub(crate) async fn park(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn record(partition_key: &str, data: Vec<u8>) -> StreamRecord {
+        StreamRecord {
+            shard_id: Arc::from("shardId-000000000000"),
+            sequence_number: Arc::from("1"),
+            sub_sequence: 0,
+            aggregated: false,
+            partition_key: Arc::from(partition_key),
+            explicit_hash_key: None,
+            data: data.into(),
+            approximate_arrival: None,
+            event_source_arn: None,
+        }
+    }
+
+    #[test]
+    fn a_partition_key_kinesis_refuses_is_hashed() {
+        let short = record("order-1", Vec::new());
+        assert_eq!(dead_letter_partition_key(&short), "order-1");
+        let long = record(&"k".repeat(300), Vec::new());
+        let key = dead_letter_partition_key(&long);
+        assert_eq!(key.len(), 64);
+        assert_eq!(key, sha256_hex("k".repeat(300).as_bytes()));
+    }
+
+    #[test]
+    fn an_envelope_keeps_a_bounded_payload() {
+        let key = RecordKey {
+            source: Some("arn:stream".into()),
+            shard_id: None,
+            sequence: crate::state::SequenceNumber::new("1").unwrap(),
+            sub_sequence: 0,
+        };
+        let big = record("k", vec![7; MAX_ENVELOPE_DATA + 1]);
+        let error = RecordError::payload("1", "x".repeat(10_000));
+        let envelope = envelope(&key, &big, &error, 3);
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(envelope["data"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(data.len(), PREFIX);
+        assert_eq!(envelope["data_size"], MAX_ENVELOPE_DATA + 1);
+        assert_eq!(envelope["data_sha256"], sha256_hex(&big.data));
+        assert!(envelope["error"].as_str().unwrap().len() <= MAX_ERROR + 3);
+    }
+}

@@ -273,3 +273,58 @@ async fn two_streams_never_share_checkpoints() {
         .unwrap();
     assert_eq!((report.processed, report.duplicates_skipped), (0, 4));
 }
+
+/// Progress is committed during the batch: an invocation killed part-way
+/// (Lambda's timeout) leaves what it completed checkpointed, and the retry
+/// of the same batch repeats at most the work since the last checkpoint
+/// (here, with a checkpoint after every record, nothing).
+#[tokio::test]
+async fn a_killed_invocation_keeps_what_it_checkpointed() {
+    let ctx = ctx().await;
+    let (arn, shard, records) = records(&ctx, 8, 2, None).await;
+    let raw: Vec<_> = records.iter().map(|r| r.record.clone()).collect();
+    let event = kinesis_event(&arn, &shard, &raw).to_string();
+    let completions: Completions = Arc::default();
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let killed = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
+        json(move |_: Message, record: StreamRecord| {
+            let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
+            async move {
+                // The first invocation dies as it starts its sixth record.
+                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 5 {
+                    killed.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                completions.lock().unwrap().push((
+                    record.partition_key.to_string(),
+                    record.sequence_number.to_string(),
+                ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    let options = ProcessingOptions {
+        checkpoint_records: Some(1),
+        ..ProcessingOptions::default()
+    };
+    let processor = KinesisProcessor::new(handler)
+        .with_store(ctx.store("esm-killed"))
+        .with_options(options);
+    tokio::select! {
+        _ = processor.process(&event, None) => panic!("the invocation was to be killed"),
+        _ = killed.notified() => {}
+    }
+    // Lambda retries the whole batch.
+    let report = processor.process(&event, None).await.unwrap();
+    assert_eq!((report.duplicates_skipped, report.processed), (5, 3));
+    let seen: Vec<String> = completions
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    let all: Vec<String> = records.iter().map(|r| r.sequence.clone()).collect();
+    assert_eq!(seen, all, "each record once, in order");
+}
