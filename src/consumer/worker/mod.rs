@@ -364,10 +364,14 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.handler
                 .shard_gained(&shard, state.checkpoint.as_ref())
                 .await;
-            self.cursors.insert(
-                shard,
-                Cursor::new(state.checkpoint, state.checkpoint_arrival, efo),
-            );
+            // A child shard with no progress starts at its first record,
+            // whatever the initial position (as KCL does): its records are
+            // all newer than the parent's, and LATEST would skip them.
+            let start = state.checkpoint.or_else(|| {
+                (!state.parents.is_empty()).then_some(crate::state::Checkpoint::TrimHorizon)
+            });
+            self.cursors
+                .insert(shard, Cursor::new(start, state.checkpoint_arrival, efo));
         }
         Ok(())
     }

@@ -472,3 +472,40 @@ async fn a_slow_handler_never_outlives_the_lease() {
         w.report()
     );
 }
+
+/// With the LATEST initial position, a parent read to its end with no
+/// progress leaves its children no checkpoint: they start at their first
+/// record (KCL starts child leases at TRIM_HORIZON), so the records written
+/// to them before their iterators open are read, not skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_of_a_parent_without_progress_start_at_their_first_record() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let config = WorkerConfig {
+        initial_position: shardkeeper::consumer::InitialPosition::Latest,
+        ..crate::support::consume::eager()
+    };
+    let mut workers = vec![crate::support::consume::worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        log.clone(),
+        config,
+    )];
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut workers).await;
+    }
+    split_first(&ctx.aws, &stream).await;
+    produce(&ctx.aws.kinesis, &stream, 10, 0..3).await;
+    for _ in 0..30 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        ctx.clock.advance(Duration::from_secs(1));
+        if log.lock().unwrap().len() >= 30 {
+            break;
+        }
+    }
+    check(&log, 10, 3);
+}
