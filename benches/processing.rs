@@ -131,6 +131,7 @@ fn raw_dynamodb(event: &str) -> usize {
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     let kinesis = KinesisProcessor::new(json(|order: Order, _record: StreamRecord| async move {
@@ -194,6 +195,27 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
+        // As Lambda calls it: with a deadline, so every record is checked
+        // against the stop-by instant and its handler bounded by it.
+        group.bench_with_input(
+            BenchmarkId::new("shardkeeper with a deadline", name),
+            event,
+            |b, e| {
+                b.iter(|| {
+                    runtime.block_on(async {
+                        let deadline =
+                            Some(std::time::SystemTime::now() + std::time::Duration::from_secs(60));
+                        let report = if is_dynamodb {
+                            dynamodb.process(e, deadline).await.unwrap()
+                        } else {
+                            kinesis.process(e, deadline).await.unwrap()
+                        };
+                        assert!(report.failures.is_empty());
+                        report.processed
+                    })
+                })
+            },
+        );
     }
     group.finish();
 }

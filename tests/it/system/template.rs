@@ -199,3 +199,40 @@ fn every_function_has_its_variables_and_permissions() {
         "{set:?}"
     );
 }
+
+/// What `sam build` needs of each function (it was run: docs/DEPLOY.md):
+/// SAM's cargo-lambda builder runs `cargo lambda build --bin <Binary>` in the
+/// function's `CodeUri`, so that directory must be the package with that
+/// binary (at the workspace root, itself a package, cargo answers "no bin
+/// target named ... in default-run packages").
+#[test]
+fn every_function_builds_from_the_package_that_has_its_binary() {
+    let template = template();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut functions = 0;
+    for (_, resource) in template["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        functions += 1;
+        assert_eq!(
+            resource["Metadata"]["BuildMethod"].as_str(),
+            Some("rust-cargolambda")
+        );
+        let binary = resource["Metadata"]["BuildProperties"]["Binary"]
+            .as_str()
+            .unwrap();
+        let code = resource["Properties"]["CodeUri"].as_str().unwrap();
+        let manifest = std::fs::read_to_string(format!("{root}/{code}/Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+        assert!(
+            manifest.contains(&format!("name = \"{binary}\"")),
+            "{code}/Cargo.toml is not the package {binary}"
+        );
+        assert!(
+            std::path::Path::new(&format!("{root}/{code}/src/main.rs")).exists(),
+            "{code} has no binary"
+        );
+    }
+    assert_eq!(functions, 5);
+}
