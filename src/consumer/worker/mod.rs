@@ -20,7 +20,8 @@ use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
 use crate::state::{
-    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, ShardId, StateError, StateStore,
+    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, SequenceNumber, ShardId,
+    StateError, StateStore,
 };
 use feed::{Batch, Cursor, FetchNotes, Fetched};
 use std::collections::{BTreeMap, BTreeSet};
@@ -252,13 +253,17 @@ impl<H: RecordHandler> ShardWorker<H> {
         Ok(())
     }
 
+    /// Where each held shard stands, for checkpoints at a hand-over or a
+    /// stop: its progress, or, with none yet, the first record it read (a
+    /// start at LATEST or a time pinned to a sequence number, so the next
+    /// holder starts there and skips nothing).
     fn positions(&self) -> BTreeMap<ShardId, (Checkpoint, Option<EpochMillis>)> {
         self.cursors
             .iter()
             .filter_map(|(s, c)| {
                 c.position
                     .clone()
-                    .filter(Checkpoint::has_progress)
+                    .filter(|p| p.has_progress() || matches!(p, Checkpoint::AtSequence(_)))
                     .map(|p| (s.clone(), (p, c.arrival)))
             })
             .collect()
@@ -425,13 +430,28 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Unit::kinesis(base, r.data.clone()),
             )
         });
-        let cursor = self.cursors.get(shard).expect("cursor");
+        let cursor = self.cursors.get_mut(shard).expect("cursor");
+        // A shard with nothing processed (started at TRIM_HORIZON, LATEST
+        // or a time) is pinned to the first record it read: a failed or cut
+        // batch is read again from there, never from LATEST again.
+        if let Some(first) = batch.records.first() {
+            let pinned = cursor
+                .position
+                .as_ref()
+                .is_some_and(|p| p.has_progress() || matches!(p, Checkpoint::AtSequence(_)));
+            if !pinned {
+                cursor.position = Some(Checkpoint::AtSequence(SequenceNumber::new(
+                    &first.sequence_number,
+                )?));
+            }
+        }
+        let position = cursor.position.clone();
         let last_arrival = batch.records.last().and_then(|r| r.arrival);
         let stop_by = self.stop_by(shard);
         let mut sink = LeaseCheckpoints {
             mode: &mut self.mode,
             shard,
-            position: cursor.position.clone(),
+            position,
             arrival: last_arrival,
             written: Vec::new(),
             last: None,

@@ -509,3 +509,60 @@ async fn children_of_a_parent_without_progress_start_at_their_first_record() {
     }
     check(&log, 10, 3);
 }
+
+/// A shard started at LATEST is pinned to the first record it reads: a
+/// batch that fails before any progress is read again from that record, not
+/// from LATEST again (which would skip it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let (log, failed_once) = (log.clone(), failed_once.clone());
+        move |record: StreamRecord| {
+            let (log, failed_once) = (log.clone(), failed_once.clone());
+            async move {
+                if !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err(std::io::Error::other("not yet"));
+                }
+                let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+                log.lock()
+                    .unwrap()
+                    .push(("w0".to_owned(), record.partition_key.to_string(), n));
+                Ok(())
+            }
+        }
+    };
+    let info = shardkeeper::state::ConsumerInfo::for_this_process(
+        ConsumerId::new("w0").unwrap(),
+        store.now(),
+    );
+    let session =
+        shardkeeper::consumer::ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let mut workers = vec![shardkeeper::ShardWorker::new(
+        session,
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        handler,
+        WorkerConfig {
+            initial_position: shardkeeper::consumer::InitialPosition::Latest,
+            ..crate::support::consume::eager()
+        },
+    )];
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
+    }
+    produce(&ctx.aws.kinesis, &stream, 2, 0..3).await;
+    for _ in 0..10 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        if log.lock().unwrap().len() >= 6 {
+            break;
+        }
+    }
+    assert!(failed_once.load(std::sync::atomic::Ordering::SeqCst));
+    check(&log, 2, 3);
+}
