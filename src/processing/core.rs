@@ -231,10 +231,9 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             };
             let mut run = Vec::new();
             batch.keep_new(&item, records, &mut run).await?;
-            while let Some((_, Unit::Records(_))) = items.peek() {
-                let Some((item, Unit::Records(records))) = items.next() else {
-                    unreachable!("peeked");
-                };
+            while let Some((item, Unit::Records(records))) =
+                items.next_if(|(_, unit)| matches!(unit, Unit::Records(_)))
+            {
                 batch.keep_new(&item, records, &mut run).await?;
             }
             self.run_of_records(batch, run).await?;
@@ -251,16 +250,12 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     ) -> Result<()> {
         while !run.is_empty() {
             if self.stopped(batch) {
-                batch.report.not_attempted += distinct_items(&run);
+                batch.report.not_attempted += distinct_items(&run).len() as u64;
                 return Ok(());
             }
             if batch.out_of_time() {
-                let mut last: Option<&str> = None;
-                for (item, _, _) in &run {
-                    if last != Some(item.as_str()) {
-                        batch.deadline(item);
-                    }
-                    last = Some(item);
+                for item in distinct_items(&run) {
+                    batch.deadline(item);
                 }
                 return Ok(());
             }
@@ -434,18 +429,12 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     }
 }
 
-/// How many items the records of `run` belong to (a KPL aggregate's user
-/// records share one).
-fn distinct_items(run: &[Pending]) -> u64 {
-    let mut count = 0;
-    let mut last: Option<&str> = None;
-    for (item, _, _) in run {
-        if last != Some(item.as_str()) {
-            count += 1;
-        }
-        last = Some(item);
-    }
-    count
+/// The items the records of `run` belong to, each once (a KPL aggregate's
+/// user records share one).
+fn distinct_items(run: &[Pending]) -> Vec<&str> {
+    let mut items: Vec<&str> = run.iter().map(|(item, _, _)| item.as_str()).collect();
+    items.dedup();
+    items
 }
 
 impl<S: CheckpointSink> Batch<'_, S> {
