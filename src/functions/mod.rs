@@ -59,24 +59,11 @@ pub async fn init_scheduled() -> Result<ScheduledInit, lambda_runtime::Error> {
     })
 }
 
-/// Sets up logging: JSON lines in Lambda (where `AWS_LAMBDA_FUNCTION_NAME`
-/// is set), human-readable text elsewhere; the level from `RUST_LOG`
-/// (default `info`).
+/// Sets up logging with `lambda_runtime`'s subscriber, so Lambda's logging
+/// controls apply: the level from `AWS_LAMBDA_LOG_LEVEL` (else `RUST_LOG`,
+/// else `info`), JSON lines when the function's log format is JSON
+/// (`AWS_LAMBDA_LOG_FORMAT`; the template sets it), text otherwise. Call it
+/// once per process.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let result = if std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some() {
-        builder
-            .json()
-            .with_current_span(false)
-            .without_time()
-            .with_target(false)
-            .try_init()
-    } else {
-        builder.try_init()
-    };
-    if let Err(e) = result {
-        eprintln!("logging was set up already: {e}");
-    }
+    lambda_runtime::tracing::init_default_subscriber();
 }
