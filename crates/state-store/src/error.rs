@@ -66,6 +66,15 @@ pub enum StateError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The group's state was written by a newer version of the layout than
+    /// this code reads: every function of the group must be upgraded first.
+    #[error("the group's state has schema version {found}; this version reads up to {supported}: upgrade every function of the group")]
+    NewerSchema {
+        /// The stored version.
+        found: u32,
+        /// The newest this code reads.
+        supported: u32,
+    },
     /// Another process took this consumer id over (a newer session's
     /// heartbeat): this one must stop, and leave the leases to it.
     #[error("consumer {consumer} was taken over by another process")]

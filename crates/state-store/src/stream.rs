@@ -65,7 +65,10 @@ impl StateStore {
             .transpose()
     }
 
-    /// Records the stream's creation time. If the stored state was recorded for
+    /// Records the stream's creation time. State written by a newer layout
+    /// ([`crate::schema::SCHEMA_VERSION`]) is refused with
+    /// [`StateError::NewerSchema`]: upgrade every function of the group.
+    /// If the stored state was recorded for
     /// another creation time, the stream was deleted and re-created: every item
     /// of the group is deleted (logged as a warning) and the state starts anew.
     /// Only one of several racing callers performs the reset.
@@ -73,6 +76,12 @@ impl StateStore {
         let mut reset = None;
         for _ in 0..5 {
             match self.stream_state().await? {
+                Some(state) if state.schema_version > SCHEMA_VERSION => {
+                    return Err(StateError::NewerSchema {
+                        found: state.schema_version,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
                 Some(state) if state.stream_created == stream_created => {
                     return Ok(reset.unwrap_or(StreamInit::Existing));
                 }

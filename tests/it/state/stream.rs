@@ -114,3 +114,45 @@ async fn unknown_stream_is_a_typed_not_found() {
         "{err}"
     );
 }
+
+/// State written by a newer layout is refused at start with a clear error,
+/// never read as if it were this one's.
+#[tokio::test]
+async fn state_of_a_newer_schema_is_refused_at_start() {
+    let ctx = ctx().await;
+    let store = ctx.store("schema-check");
+    store.init_stream(1_000).await.unwrap();
+    ctx.aws
+        .dynamodb
+        .update_item()
+        .table_name(&ctx.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().to_owned()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("STREAM".into()),
+        )
+        .update_expression("SET #s = :v")
+        .expression_attribute_names("#s", "schema")
+        .expression_attribute_values(
+            ":v",
+            aws_sdk_dynamodb::types::AttributeValue::N("99".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let err = store.init_stream(1_000).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            shardkeeper::state::StateError::NewerSchema {
+                found: 99,
+                supported: 1
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade every function"), "{err}");
+}
