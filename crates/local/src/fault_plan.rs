@@ -8,9 +8,10 @@ use std::time::Duration;
 
 /// What a [`FaultProxy`](crate::FaultProxy) does to the requests it receives.
 ///
-/// `throttle`, `server_error` and `drop` are shares of all requests (each
-/// from 0.0 to 1.0, together at most 1.0); the rest is forwarded, and
-/// `delay` of those forwarded wait a time drawn from `latency` first.
+/// `throttle`, `server_error`, `drop` and `lose_response` are shares of all
+/// requests (each from 0.0 to 1.0, together at most 1.0); the rest is
+/// forwarded, and `delay` of those forwarded wait a time drawn from
+/// `latency` first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Faults {
     /// Answered with the service's throttling error (HTTP 400).
@@ -19,6 +20,10 @@ pub struct Faults {
     pub server_error: f64,
     /// Read, then the connection is closed without an answer.
     pub drop: f64,
+    /// Forwarded and applied by the server, then the connection is closed
+    /// before the answer reaches the client (which retries a write that
+    /// already happened).
+    pub lose_response: f64,
     /// Of the forwarded requests, the share that waits before it is forwarded.
     pub delay: f64,
     /// How long a delayed request waits (drawn uniformly).
@@ -32,6 +37,7 @@ impl Default for Faults {
             throttle: 0.0,
             server_error: 0.0,
             drop: 0.0,
+            lose_response: 0.0,
             delay: 0.0,
             latency: Duration::ZERO..=Duration::ZERO,
         }
@@ -51,6 +57,7 @@ impl Faults {
             ("throttle", self.throttle),
             ("server_error", self.server_error),
             ("drop", self.drop),
+            ("lose_response", self.lose_response),
             ("delay", self.delay),
         ];
         for (name, rate) in rates {
@@ -60,10 +67,10 @@ impl Faults {
                 )));
             }
         }
-        let injected = self.throttle + self.server_error + self.drop;
+        let injected = self.throttle + self.server_error + self.drop + self.lose_response;
         if injected > 1.0 + 1e-9 {
             return Err(LocalError::InvalidFaults(format!(
-                "throttle, server_error and drop add up to {injected}, more than 1.0"
+                "throttle, server_error, drop and lose_response add up to {injected}, more than 1.0"
             )));
         }
         if self.latency.start() > self.latency.end() {
@@ -91,6 +98,9 @@ pub struct FaultCounts {
     pub delayed: u64,
     /// Forwarded to the upstream server.
     pub forwarded: u64,
+    /// Forwarded and applied, with the answer then lost (also counted in
+    /// `forwarded`).
+    pub lost_responses: u64,
 }
 
 impl FaultCounts {
@@ -116,6 +126,7 @@ impl std::ops::Add for FaultCounts {
             dropped: self.dropped + other.dropped,
             delayed: self.delayed + other.delayed,
             forwarded: self.forwarded + other.forwarded,
+            lost_responses: self.lost_responses + other.lost_responses,
         }
     }
 }
@@ -126,6 +137,7 @@ pub(crate) enum Fate {
     Throttle,
     ServerError,
     Drop,
+    LoseResponse,
     Forward(Option<Duration>),
 }
 
@@ -148,6 +160,10 @@ pub(crate) fn decide(faults: &Faults, rng: &mut fastrand::Rng) -> Fate {
     if fate < bound {
         return Fate::Drop;
     }
+    bound += faults.lose_response;
+    if fate < bound {
+        return Fate::LoseResponse;
+    }
     Fate::Forward(delayed.then_some(wait))
 }
 
@@ -158,6 +174,7 @@ pub(crate) struct Counters {
     dropped: AtomicU64,
     delayed: AtomicU64,
     forwarded: AtomicU64,
+    lost_responses: AtomicU64,
 }
 
 impl Counters {
@@ -166,6 +183,10 @@ impl Counters {
             Fate::Throttle => &self.throttled,
             Fate::ServerError => &self.errors_500,
             Fate::Drop => &self.dropped,
+            Fate::LoseResponse => {
+                self.lost_responses.fetch_add(1, Ordering::SeqCst);
+                &self.forwarded
+            }
             Fate::Forward(delay) => {
                 if delay.is_some() {
                     self.delayed.fetch_add(1, Ordering::SeqCst);
@@ -184,6 +205,7 @@ impl Counters {
             dropped: get(&self.dropped),
             delayed: get(&self.delayed),
             forwarded: get(&self.forwarded),
+            lost_responses: get(&self.lost_responses),
         }
     }
 }
@@ -192,9 +214,9 @@ impl Counters {
 mod tests {
     use super::*;
 
-    fn share(faults: &Faults, n: usize, seed: u64) -> [usize; 5] {
+    fn share(faults: &Faults, n: usize, seed: u64) -> [usize; 6] {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let mut seen = [0; 5];
+        let mut seen = [0; 6];
         for _ in 0..n {
             let i = match decide(faults, &mut rng) {
                 Fate::Throttle => 0,
@@ -205,6 +227,7 @@ mod tests {
                     3
                 }
                 Fate::Forward(None) => 4,
+                Fate::LoseResponse => 5,
             };
             seen[i] += 1;
         }
@@ -217,11 +240,12 @@ mod tests {
             throttle: 0.2,
             server_error: 0.1,
             drop: 0.05,
+            lose_response: 0.05,
             delay: 0.5,
             latency: Duration::from_millis(1)..=Duration::from_millis(9),
         };
         let seen = share(&faults, 20_000, 7);
-        let expected = [4_000, 2_000, 1_000, 6_500, 6_500];
+        let expected = [4_000, 2_000, 1_000, 6_000, 6_000, 1_000];
         for (got, want) in seen.iter().zip(expected) {
             assert!(got.abs_diff(want) < want / 10, "{seen:?} vs {expected:?}");
         }
@@ -229,7 +253,7 @@ mod tests {
 
     #[test]
     fn rates_of_zero_and_one_are_exact() {
-        assert_eq!(share(&Faults::none(), 1_000, 1), [0, 0, 0, 0, 1_000]);
+        assert_eq!(share(&Faults::none(), 1_000, 1), [0, 0, 0, 0, 1_000, 0]);
         let all = |f: Faults| share(&f, 1_000, 2);
         let none = Faults::none();
         assert_eq!(

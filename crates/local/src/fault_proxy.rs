@@ -254,6 +254,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             read_body(req).await;
             Err(NoAnswer::Dropped)
         }
+        Fate::LoseResponse => {
+            // Applied upstream (the whole answer is read), never delivered.
+            let resp = forward(shared.upstream, req).await?;
+            let _ = axum::body::to_bytes(resp.into_body(), usize::MAX).await;
+            Err(NoAnswer::Dropped)
+        }
     }
 }
 

@@ -487,3 +487,39 @@ async fn subscribe_to_shard_streams_through_the_proxy() {
     assert_eq!(next_records(&mut events).await, vec![b"second".to_vec()]);
     assert_eq!(p.kinesis.counts().injected(), 0);
 }
+
+/// A lost response: the request reaches the server and is applied, and the
+/// answer never comes back, so the client sees a failure (and would retry)
+/// for a write that happened. What a retried conditional write then meets.
+#[tokio::test]
+async fn a_lost_response_leaves_the_write_applied() {
+    let p = proxied(Faults {
+        lose_response: 1.0,
+        ..Faults::none()
+    })
+    .await;
+    let direct = direct().await;
+    let table = unique_name("lost");
+    create_id_table(&direct, &table, false).await;
+    let (ddb, _) = p.clients(RetryConfig::disabled());
+    let err = ddb
+        .put_item()
+        .table_name(&table)
+        .item("id", AttributeValue::S("x".into()))
+        .condition_expression("attribute_not_exists(id)")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SdkError::DispatchFailure(_)), "{err:?}");
+    let stored = direct
+        .dynamodb
+        .get_item()
+        .table_name(&table)
+        .key("id", AttributeValue::S("x".into()))
+        .send()
+        .await
+        .unwrap();
+    assert!(stored.item().is_some(), "the write was applied");
+    let counts = p.dynamodb.counts();
+    assert_eq!((counts.lost_responses, counts.forwarded), (1, 1));
+}

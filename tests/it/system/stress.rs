@@ -88,6 +88,9 @@ impl Stress {
             throttle: r,
             server_error: r / 2.0,
             drop: r / 2.0,
+            // Lost responses wait for the writes to recognise them as
+            // already done (not yet: see docs/RELIABILITY.md).
+            lose_response: 0.0,
             delay: (2.0 * r).min(1.0),
             latency: Duration::ZERO..=Duration::from_millis(50),
         }
