@@ -74,12 +74,12 @@ impl Sim {
             );
             self.t += 1;
             self.clock.advance(Duration::from_secs(1));
-            if self.t % SESSION_EVERY_S == 0 {
+            if self.t.is_multiple_of(SESSION_EVERY_S) {
                 for s in &mut self.sessions {
                     s.tick(no_progress).await.unwrap();
                 }
             }
-            if self.t % REBALANCE_EVERY_S == 0 {
+            if self.t.is_multiple_of(REBALANCE_EVERY_S) {
                 let (d0, k0) = (
                     self.aws.dynamodb_requests.snapshot(),
                     self.aws.kinesis_requests.snapshot(),
