@@ -1,7 +1,9 @@
 //! The polling shard worker with the rebalancer, on the in-process servers.
 
 use crate::support::common::{create_stream, ctx, rebalancer, split_first};
-use crate::support::consume::{check, produce, standalone, tick_and_step, worker, Log};
+use crate::support::consume::{
+    check, produce, standalone, tick_and_step, worker, worker_running, Log,
+};
 use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::ConsumerId;
@@ -318,17 +320,12 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
     let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx.aws.kinesis, &stream, 2, 0..2).await;
     let notes = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let info = shardkeeper::state::ConsumerInfo::for_this_process(
-        ConsumerId::new("w0").unwrap(),
-        store.now(),
-    );
-    let session =
-        shardkeeper::consumer::ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let mut workers = vec![shardkeeper::ShardWorker::new(
-        session,
-        store.clone(),
-        ctx.aws.kinesis.clone(),
+    let mut workers = vec![worker_running(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
         Hooked(notes.clone()),
+        Duration::from_secs(10),
         crate::support::consume::eager(),
     )];
     for _ in 0..2 {
@@ -406,16 +403,12 @@ async fn a_slow_handler_never_outlives_the_lease() {
             }
         }
     };
-    let info = shardkeeper::state::ConsumerInfo::for_this_process(
-        ConsumerId::new("w0").unwrap(),
-        store.now(),
-    );
-    let session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, term);
-    let mut w = shardkeeper::ShardWorker::new(
-        session,
-        store.clone(),
-        ctx.aws.kinesis.clone(),
+    let mut w = worker_running(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
         slow,
+        term,
         WorkerConfig {
             renew_every: Duration::from_millis(300),
             expiry_margin: Duration::from_millis(300),
@@ -537,17 +530,12 @@ async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
             }
         }
     };
-    let info = shardkeeper::state::ConsumerInfo::for_this_process(
-        ConsumerId::new("w0").unwrap(),
-        store.now(),
-    );
-    let session =
-        shardkeeper::consumer::ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let mut workers = vec![shardkeeper::ShardWorker::new(
-        session,
-        store.clone(),
-        ctx.aws.kinesis.clone(),
+    let mut workers = vec![worker_running(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
         handler,
+        Duration::from_secs(10),
         WorkerConfig {
             initial_position: shardkeeper::consumer::InitialPosition::Latest,
             ..crate::support::consume::eager()

@@ -58,15 +58,28 @@ pub fn worker_with(
     log: Log,
     config: WorkerConfig,
 ) -> ShardWorker<impl shardkeeper::processing::RecordHandler> {
-    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    ShardWorker::new(
-        session,
-        store.clone(),
-        kinesis.clone(),
+    worker_running(
+        store,
+        kinesis,
+        name,
         logging(name, log),
+        Duration::from_secs(10),
         config,
     )
+}
+
+/// A group worker `name` running `handler`, holding leases for `term`.
+pub fn worker_running<H: shardkeeper::processing::RecordHandler>(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    name: &str,
+    handler: H,
+    term: Duration,
+    config: WorkerConfig,
+) -> ShardWorker<H> {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, term);
+    ShardWorker::new(session, store.clone(), kinesis.clone(), handler, config)
 }
 
 /// A standalone worker `name` logging to `log`, with the eager configuration.
