@@ -10,7 +10,7 @@ mod worker;
 pub use reaper::{handle_reap, ReapTick, Reaper};
 pub use rebalancer::{handle_rebalance, RebalanceTick, Rebalancer};
 pub use ticker::{run_ticks, InvocationSummary, TickLoop};
-pub use worker::{invocation_consumer_id, WorkerFunction};
+pub use worker::{invocation_consumer_id, worker_metrics, WorkerFunction};
 
 /// Checks the state table and the stream once and records the stream's
 /// creation time (resetting the state if the stream was re-created): what

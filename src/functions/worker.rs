@@ -4,6 +4,7 @@
 
 use crate::consumer::ConsumerSession;
 use crate::consumer::{ShardWorker, WorkerConfig, WorkerReport};
+use crate::metrics::Metric;
 use crate::processing::RecordHandler;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -24,6 +25,8 @@ pub struct WorkerFunction<F> {
     pub margin: Duration,
     /// Makes the record handler of one invocation.
     pub handler: F,
+    /// Write the invocation's report as CloudWatch metrics (EMF) at its end.
+    pub emit_metrics: bool,
 }
 
 /// The consumer id of one invocation: the request id (letters, digits, `-`).
@@ -69,7 +72,73 @@ where
             .saturating_sub(self.margin);
         let report = worker
             .run_until(Some(Instant::now() + left), || false)
-            .await?;
-        Ok(report.clone())
+            .await?
+            .clone();
+        tracing::info!(
+            request_id = %event.context.request_id,
+            processed = report.processed,
+            checkpoints = report.checkpoints,
+            leases_lost = report.leases_lost,
+            transient_errors = report.transient_errors,
+            millis_behind_latest = report.millis_behind_latest,
+            "invocation done"
+        );
+        if self.emit_metrics {
+            crate::metrics::emit_for(&self.store, &worker_metrics(&report));
+        }
+        Ok(report)
+    }
+}
+
+/// The metrics of one worker invocation (dimensions `Group` and `Stream`):
+/// its counters, and how far behind the stream's tip its furthest shard was.
+pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
+    let mut metrics = vec![
+        Metric::count("RecordsProcessed", report.processed as f64),
+        Metric::count("DuplicatesSkipped", report.duplicates_skipped as f64),
+        Metric::count("RecordsParked", report.parked as f64),
+        Metric::count("Checkpoints", report.checkpoints as f64),
+        Metric::count("ShardsCompleted", report.shards_completed as f64),
+        Metric::count("LeasesLost", report.leases_lost as f64),
+        Metric::count("Polls", report.polls as f64),
+        Metric::count("Subscriptions", report.subscriptions as f64),
+        Metric::count("ReadsThrottled", report.throttled as f64),
+        Metric::count("TransientErrors", report.transient_errors as f64),
+    ];
+    if let Some(behind) = report.millis_behind_latest {
+        metrics.push(Metric {
+            name: "MillisBehindLatest",
+            value: behind as f64,
+            unit: "Milliseconds",
+        });
+    }
+    metrics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_becomes_its_metrics() {
+        let report = WorkerReport {
+            processed: 10,
+            checkpoints: 3,
+            leases_lost: 1,
+            transient_errors: 2,
+            throttled: 4,
+            millis_behind_latest: Some(1_500),
+            ..WorkerReport::default()
+        };
+        let metrics = worker_metrics(&report);
+        let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        assert_eq!(value("RecordsProcessed"), Some(10.0));
+        assert_eq!(value("Checkpoints"), Some(3.0));
+        assert_eq!(value("LeasesLost"), Some(1.0));
+        assert_eq!(value("TransientErrors"), Some(2.0));
+        assert_eq!(value("ReadsThrottled"), Some(4.0));
+        assert_eq!(value("MillisBehindLatest"), Some(1_500.0));
+        let idle = worker_metrics(&WorkerReport::default());
+        assert!(idle.iter().all(|m| m.name != "MillisBehindLatest"));
     }
 }

@@ -26,6 +26,7 @@ async fn main() -> Result<(), Error> {
                 Ok::<(), serde_json::Error>(())
             }
         },
+        emit_metrics: true,
     };
     lambda_runtime::run(service_fn(|event| function.handle(event))).await
 }

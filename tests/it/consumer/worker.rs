@@ -167,6 +167,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
             ..WorkerConfig::default()
         },
         margin: Duration::from_millis(300),
+        emit_metrics: false,
         handler: move || {
             let sink = sink.clone();
             move |record: StreamRecord| {
