@@ -20,6 +20,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Move a group's checkpoints (all shards, or one).
     Reset(ResetArgs),
+    /// The poison records parked in the state table (oldest first per shard).
+    Parked(ParkedArgs),
     /// Run a consumer group on embedded servers and verify what it did.
     Demo(DemoArgs),
 }
@@ -57,6 +59,17 @@ pub struct StatusArgs {
     /// A consumer whose heartbeat is older than this is shown as not live.
     #[arg(long, default_value_t = 10)]
     pub heartbeat_timeout_seconds: u64,
+}
+
+/// `parked`.
+#[derive(Debug, Clone, Args)]
+pub struct ParkedArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// Print JSON (with each payload, base64) instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `reset`.

@@ -1,6 +1,6 @@
-//! `status` and `reset`: read the group, decide (pure), write (thin).
+//! `status`, `parked` and `reset`: read the group, decide (pure), write (thin).
 
-use crate::args::{ResetArgs, StatusArgs};
+use crate::args::{ParkedArgs, ResetArgs, StatusArgs};
 use crate::error::Error;
 use crate::render;
 use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
@@ -18,6 +18,17 @@ pub async fn status(store: &StateStore, args: &StatusArgs) -> Result<String, Err
         Ok(serde_json::to_string_pretty(&status).expect("status serializes") + "\n")
     } else {
         Ok(render::status(&status))
+    }
+}
+
+/// The parked records as a table, or as JSON with `--json`.
+pub async fn parked(store: &StateStore, args: &ParkedArgs) -> Result<String, Error> {
+    let parked = store.list_parked().await?;
+    if args.json {
+        let rows: Vec<serde_json::Value> = parked.iter().map(render::parked_json).collect();
+        Ok(serde_json::to_string_pretty(&rows).expect("parked records serialize") + "\n")
+    } else {
+        Ok(render::parked(&parked, store.now()))
     }
 }
 

@@ -32,6 +32,10 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let store = connect::store(&args.target).await?;
             Ok((commands::status(&store, &args).await?, true))
         }
+        Command::Parked(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((commands::parked(&store, &args).await?, true))
+        }
         Command::Reset(args) => {
             let store = connect::store(&args.target).await?;
             Ok((commands::reset(&store, &args, ask_on_terminal).await?, true))

@@ -44,6 +44,61 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Parked records: where each came from, when, after how many attempts,
+/// why, and how much of its payload is kept.
+pub fn parked(records: &[shardkeeper::state::ParkedRecord], now: i64) -> String {
+    if records.is_empty() {
+        return "no parked records\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|p| {
+            let kept = match &p.data_sha256 {
+                Some(_) => format!("{} of {} bytes", p.data.len(), p.data_size),
+                None => format!("{} bytes", p.data_size),
+            };
+            let mut error = p.error.clone();
+            if error.chars().count() > 60 {
+                error = error.chars().take(57).collect::<String>() + "...";
+            }
+            vec![
+                or_dash(p.key.source.as_deref()),
+                or_dash(p.key.shard_id.as_ref().map(|s| s.as_str())),
+                format!("{}/{}", p.key.sequence, p.key.sub_sequence),
+                p.partition_key.clone(),
+                p.attempts.to_string(),
+                age(Some(now - p.parked_at)),
+                kept,
+                error,
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "SOURCE", "SHARD", "RECORD", "KEY", "ATTEMPTS", "PARKED", "PAYLOAD", "ERROR",
+        ],
+        &rows,
+    )
+}
+
+/// One parked record as JSON, its payload (or kept prefix) in base64.
+pub fn parked_json(p: &shardkeeper::state::ParkedRecord) -> serde_json::Value {
+    use base64::Engine;
+    serde_json::json!({
+        "source": p.key.source,
+        "shard_id": p.key.shard_id.as_ref().map(|s| s.as_str()),
+        "sequence_number": p.key.sequence.as_str(),
+        "sub_sequence": p.key.sub_sequence,
+        "partition_key": p.partition_key,
+        "attempts": p.attempts,
+        "parked_at": p.parked_at,
+        "error": p.error,
+        "data": base64::engine::general_purpose::STANDARD.encode(&p.data),
+        "data_size": p.data_size,
+        "data_sha256": p.data_sha256,
+    })
+}
+
 fn or_dash(v: Option<&str>) -> String {
     v.unwrap_or("-").to_owned()
 }

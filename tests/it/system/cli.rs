@@ -269,3 +269,62 @@ async fn the_demo_verifies_what_it_consumed() {
     let text = shardkeeper_cli::render::demo(&report);
     assert!(text.contains("demo passed"), "{text}");
 }
+
+/// `parked` lists the poison records set aside in the state table, with
+/// where each came from and how much of it is kept; `--json` gives each
+/// payload.
+#[tokio::test]
+async fn parked_lists_the_parked_records() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    let config = store.config();
+    let target = Target {
+        table: config.table.clone(),
+        group: config.group.to_string(),
+        stream: config.stream.to_string(),
+        region: None,
+        endpoint_url: None,
+    };
+    let args = |json| shardkeeper_cli::args::ParkedArgs {
+        target: target.clone(),
+        json,
+    };
+    assert_eq!(
+        commands::parked(&store, &args(false)).await.unwrap(),
+        "no parked records\n"
+    );
+    let record = shardkeeper::state::ParkedRecord {
+        key: shardkeeper::state::RecordKey {
+            source: Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders".into()),
+            shard_id: Some(shardkeeper::state::ShardId::new("shardId-000000000000").unwrap()),
+            sequence: shardkeeper::state::SequenceNumber::new("4242").unwrap(),
+            sub_sequence: 1,
+        },
+        partition_key: "customer-7".into(),
+        data: b"{\"id\":7}".to_vec(),
+        data_size: 8,
+        data_sha256: None,
+        error: "order 7 rejected".into(),
+        attempts: 3,
+        parked_at: store.now(),
+    };
+    store
+        .park_record(&record, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let text = commands::parked(&store, &args(false)).await.unwrap();
+    for expected in [
+        "4242/1",
+        "customer-7",
+        "order 7 rejected",
+        "8 bytes",
+        "ATTEMPTS",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&commands::parked(&store, &args(true)).await.unwrap()).unwrap();
+    assert_eq!(json[0]["sequence_number"], "4242");
+    assert_eq!(json[0]["data"], "eyJpZCI6N30=");
+    assert_eq!(json[0]["attempts"], 3);
+}
