@@ -2,8 +2,8 @@
 //!
 //! A missing or malformed variable fails at init with an error that names it.
 
-use crate::consumer::WorkerConfig;
 use crate::consumer::{EfoPool, MAX_EFO_CONSUMERS};
+use crate::consumer::{InitialPosition, WorkerConfig};
 use crate::group::ReapConfig;
 use crate::group::RebalanceConfig;
 use crate::state::{schema::DEFAULT_TABLE, StateError, StoreConfig};
@@ -53,6 +53,11 @@ pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
 pub const EFO_POOL_SIZE: &str = "SHARDKEEPER_EFO_POOL_SIZE";
 /// Seconds an EFO consumer may stay free before it is deregistered (default 900).
 pub const EFO_IDLE_TIMEOUT_SECONDS: &str = "SHARDKEEPER_EFO_IDLE_TIMEOUT_SECONDS";
+/// Where the shard worker starts a shard that has no checkpoint (and is no
+/// child of another): `TRIM_HORIZON` (default), `LATEST`, or
+/// `AT_TIMESTAMP:<epoch ms>`.
+pub const INITIAL_POSITION: &str = "SHARDKEEPER_INITIAL_POSITION";
+
 /// The stream's retention in hours (default 24).
 pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 
@@ -80,6 +85,8 @@ pub struct ScheduledConfig {
     pub reap: ReapConfig,
     /// Enhanced fan-out consumers the shard workers share (0: they poll).
     pub efo_pool_size: usize,
+    /// Where a shard worker starts a shard with no checkpoint.
+    pub initial_position: InitialPosition,
 }
 
 /// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
@@ -166,6 +173,32 @@ fn state_error(var: &'static str, value: String, e: StateError) -> ConfigError {
     }
 }
 
+/// Reads [`INITIAL_POSITION`] (unset: `TRIM_HORIZON`).
+fn initial_position(value: Option<String>) -> Result<InitialPosition, ConfigError> {
+    let Some(value) = value else {
+        return Ok(InitialPosition::TrimHorizon);
+    };
+    let text = value.trim();
+    let malformed = |reason: &str| ConfigError::Malformed {
+        var: INITIAL_POSITION,
+        value: value.clone(),
+        reason: reason.to_owned(),
+    };
+    match text {
+        "TRIM_HORIZON" => Ok(InitialPosition::TrimHorizon),
+        "LATEST" => Ok(InitialPosition::Latest),
+        _ => match text.strip_prefix("AT_TIMESTAMP:") {
+            Some(ms) => ms
+                .parse()
+                .map(InitialPosition::AtTimestamp)
+                .map_err(|_| malformed("AT_TIMESTAMP: needs epoch milliseconds")),
+            None => Err(malformed(
+                "one of TRIM_HORIZON, LATEST, AT_TIMESTAMP:<epoch ms>",
+            )),
+        },
+    }
+}
+
 impl ScheduledConfig {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -196,6 +229,7 @@ impl ScheduledConfig {
                 efo_idle_timeout: secs(vars.positive(EFO_IDLE_TIMEOUT_SECONDS, 900)?),
                 retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
             },
+            initial_position: initial_position(vars.get(INITIAL_POSITION))?,
             efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
                 n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
                 n => {
@@ -215,6 +249,7 @@ impl ScheduledConfig {
     pub fn worker_config(&self) -> WorkerConfig {
         let prefix = self.store.group.as_str().replace(':', "-");
         WorkerConfig {
+            initial_position: self.initial_position,
             enhanced_fan_out: (self.efo_pool_size > 0)
                 .then(|| EfoPool::new(&prefix, self.efo_pool_size)),
             ..WorkerConfig::default()
@@ -258,6 +293,32 @@ mod tests {
             c.worker_config().enhanced_fan_out.is_none(),
             "polls by default"
         );
+    }
+
+    #[test]
+    fn the_initial_position_is_read_and_checked() {
+        let base = [(GROUP, "billing"), (STREAM, "orders")];
+        let at = |v: &str| {
+            let mut vars = base.to_vec();
+            vars.push((INITIAL_POSITION, v));
+            config(&vars)
+        };
+        assert_eq!(
+            config(&base).unwrap().worker_config().initial_position,
+            InitialPosition::TrimHorizon
+        );
+        assert_eq!(
+            at("LATEST").unwrap().worker_config().initial_position,
+            InitialPosition::Latest
+        );
+        assert_eq!(
+            at("AT_TIMESTAMP:1700000000000").unwrap().initial_position,
+            InitialPosition::AtTimestamp(1_700_000_000_000)
+        );
+        for bad in ["latest", "AT_TIMESTAMP:soon", "NOW"] {
+            let err = at(bad).unwrap_err().to_string();
+            assert!(err.contains("SHARDKEEPER_INITIAL_POSITION"), "{err}");
+        }
     }
 
     #[test]
