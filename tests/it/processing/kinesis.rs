@@ -49,6 +49,28 @@ async fn stream_with(ctx: &Ctx, payloads: &[Vec<u8>]) -> Fixture {
     Fixture { stream, arn, shard }
 }
 
+/// Options that park a record after `max_attempts` failures, as `parking` says.
+fn parking_after(max_attempts: u32, parking: Parking) -> ProcessingOptions {
+    ProcessingOptions {
+        max_attempts,
+        parking,
+        ..ProcessingOptions::default()
+    }
+}
+
+/// The progress stored for the batch that starts at `records[0]`.
+async fn batch_progress(
+    store: &shardkeeper::state::StateStore,
+    fx: &Fixture,
+    records: &[aws_sdk_kinesis::types::Record],
+) -> shardkeeper::state::Checkpoint {
+    store
+        .batch_checkpoint(&batch_of(fx, records))
+        .await
+        .unwrap()
+        .expect("a checkpoint of the batch")
+}
+
 /// The key of the batch that starts at `records[0]`.
 fn batch_of(fx: &Fixture, records: &[aws_sdk_kinesis::types::Record]) -> BatchKey {
     BatchKey {
@@ -141,11 +163,7 @@ async fn a_retried_batch_does_not_repeat_side_effects() {
         first.failures[0].error,
         RecordError::Handler { .. }
     ));
-    let cp = store
-        .batch_checkpoint(&batch_of(&fx, &records))
-        .await
-        .unwrap()
-        .unwrap();
+    let cp = batch_progress(&store, &fx, &records).await;
     assert_eq!(
         cp.to_string(),
         records[2].sequence_number(),
@@ -178,13 +196,12 @@ async fn a_poison_record_is_parked_after_max_attempts_and_the_shard_moves_on() {
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
     let store = ctx.store(&fx.stream);
     let seen: Seen = Arc::default();
-    let options = ProcessingOptions {
-        max_attempts: 3,
-        parking: Parking::StateTable {
+    let options = parking_after(
+        3,
+        Parking::StateTable {
             ttl: Duration::from_secs(3600),
         },
-        ..ProcessingOptions::default()
-    };
+    );
     let processor = KinesisProcessor::new(recording(seen.clone(), Arc::new(Mutex::new(vec![2]))))
         .with_store(store.clone())
         .with_options(options);
@@ -224,14 +241,13 @@ async fn poison_records_can_go_to_a_dead_letter_stream() {
     let fx = stream_with(&ctx, &orders(2)).await;
     let dlq = create_stream(&ctx.aws, 1).await;
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
-    let options = ProcessingOptions {
-        max_attempts: 1,
-        parking: Parking::DeadLetterStream {
+    let options = parking_after(
+        1,
+        Parking::DeadLetterStream {
             client: ctx.aws.kinesis.clone(),
             stream: dlq.clone(),
         },
-        ..ProcessingOptions::default()
-    };
+    );
     let processor = KinesisProcessor::new(recording(Arc::default(), Arc::new(Mutex::new(vec![1]))))
         .with_store(ctx.store(&fx.stream))
         .with_options(options);
@@ -418,11 +434,7 @@ async fn the_deadline_stops_the_batch_and_reports_the_rest() {
         "the first record not completed"
     );
     assert_eq!(seen.lock().unwrap().clone(), vec![(1, 0)]);
-    let cp = store
-        .batch_checkpoint(&batch_of(&fx, &records))
-        .await
-        .unwrap()
-        .unwrap();
+    let cp = batch_progress(&store, &fx, &records).await;
     assert_eq!(cp.to_string(), records[0].sequence_number());
 
     // Fast records in the same little time all run.
@@ -484,13 +496,12 @@ async fn a_batch_handler_maps_each_failure_back_to_its_record() {
     let fx = stream_with(&ctx, &orders(5)).await;
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
     let store = ctx.store(&fx.stream);
-    let options = ProcessingOptions {
-        max_attempts: 2,
-        parking: Parking::StateTable {
+    let options = parking_after(
+        2,
+        Parking::StateTable {
             ttl: Duration::from_secs(3600),
         },
-        ..ProcessingOptions::default()
-    };
+    );
     let calls: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
     let processor = KinesisProcessor::new(BulkWriter {
         calls: calls.clone(),
@@ -511,11 +522,7 @@ async fn a_batch_handler_maps_each_failure_back_to_its_record() {
         first.failures[0].item_identifier,
         records[2].sequence_number()
     );
-    let cp = store
-        .batch_checkpoint(&batch_of(&fx, &records))
-        .await
-        .unwrap()
-        .unwrap();
+    let cp = batch_progress(&store, &fx, &records).await;
     assert_eq!(cp.to_string(), records[1].sequence_number());
 
     // Lambda resumes at the reported record.
@@ -544,14 +551,13 @@ async fn a_failed_park_reports_its_record_and_keeps_the_prefix() {
     let fx = stream_with(&ctx, &orders(3)).await;
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
     let store = ctx.store(&fx.stream);
-    let options = ProcessingOptions {
-        max_attempts: 1,
-        parking: Parking::DeadLetterStream {
+    let options = parking_after(
+        1,
+        Parking::DeadLetterStream {
             client: ctx.aws.kinesis.clone(),
             stream: "no-such-dead-letter-stream".to_owned(),
         },
-        ..ProcessingOptions::default()
-    };
+    );
     let seen: Seen = Arc::default();
     let processor = KinesisProcessor::new(recording(seen.clone(), Arc::new(Mutex::new(vec![2]))))
         .with_store(store.clone())
@@ -567,11 +573,7 @@ async fn a_failed_park_reports_its_record_and_keeps_the_prefix() {
         report.failures[0].item_identifier,
         records[1].sequence_number()
     );
-    let cp = store
-        .batch_checkpoint(&batch_of(&fx, &records))
-        .await
-        .unwrap()
-        .unwrap();
+    let cp = batch_progress(&store, &fx, &records).await;
     assert_eq!(cp.to_string(), records[0].sequence_number());
 }
 
@@ -588,13 +590,12 @@ async fn an_oversized_record_is_parked_with_a_bounded_payload() {
     let fx = stream_with(&ctx, &[big.clone().into_bytes()]).await;
     let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
     let store = ctx.store(&fx.stream);
-    let options = ProcessingOptions {
-        max_attempts: 1,
-        parking: Parking::StateTable {
+    let options = parking_after(
+        1,
+        Parking::StateTable {
             ttl: Duration::from_secs(3600),
         },
-        ..ProcessingOptions::default()
-    };
+    );
     let processor = KinesisProcessor::new(recording(Arc::default(), Arc::new(Mutex::new(vec![1]))))
         .with_store(store.clone())
         .with_options(options);

@@ -27,17 +27,23 @@ fn window_event(records: serde_json::Value, state: Option<&str>, last: bool) -> 
     event.to_string()
 }
 
-#[tokio::test]
-async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
-    let ctx = ctx().await;
+/// The fold of these tests: counts records and adds up their amounts.
+fn count_amounts(totals: &mut Totals, record: StreamRecord) -> Result<(), String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(&record.data).map_err(|e| e.to_string())?;
+    totals.count += 1;
+    totals.amount += value["amount"].as_u64().ok_or("no amount")?;
+    Ok(())
+}
+
+/// A stream of one shard holding `bodies` under one key: its shard and records.
+async fn shard_with(
+    ctx: &crate::support::common::Ctx,
+    bodies: Vec<Vec<u8>>,
+) -> (String, Vec<aws_sdk_kinesis::types::Record>) {
     let stream = create_stream(&ctx.aws, 1).await;
     let mut shard = String::new();
-    for amount in [5u64, 7, 11, 13, 0] {
-        let body = if amount == 0 {
-            "oops".to_owned()
-        } else {
-            format!("{{\"amount\":{amount}}}")
-        };
+    for body in bodies {
         shard = ctx
             .aws
             .kinesis
@@ -51,26 +57,31 @@ async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
             .shard_id()
             .to_owned();
     }
-    let records = read_shard(&ctx, &stream, &shard).await;
+    let records = read_shard(ctx, &stream, &shard).await;
+    (shard, records)
+}
+
+#[tokio::test]
+async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
+    let ctx = ctx().await;
+    let bodies = [5u64, 7, 11, 13, 0]
+        .map(|amount| match amount {
+            0 => b"oops".to_vec(),
+            _ => format!("{{\"amount\":{amount}}}").into_bytes(),
+        })
+        .to_vec();
+    let (shard, records) = shard_with(&ctx, bodies).await;
     let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
     let closed: Arc<Mutex<Vec<(Totals, WindowInfo)>>> = Arc::default();
     let sink = closed.clone();
-    let processor = KinesisWindowProcessor::new(
-        |totals: &mut Totals, record: StreamRecord| -> Result<(), String> {
-            let value: serde_json::Value =
-                serde_json::from_slice(&record.data).map_err(|e| e.to_string())?;
-            totals.count += 1;
-            totals.amount += value["amount"].as_u64().ok_or("no amount")?;
-            Ok(())
-        },
-        move |totals: Totals, window: WindowInfo| {
+    let processor =
+        KinesisWindowProcessor::new(count_amounts, move |totals: Totals, window: WindowInfo| {
             let sink = sink.clone();
             async move {
                 sink.lock().unwrap().push((totals, window));
                 Ok(())
             }
-        },
-    );
+        });
     let first = processor
         .process(&window_event(
             kinesis_event(arn, &shard, &records[..2]),
@@ -141,39 +152,14 @@ async fn state_is_carried_between_invocations_and_the_final_invoke_acts_once() {
 #[tokio::test]
 async fn a_failure_inside_an_aggregate_rolls_back_the_whole_record() {
     let ctx = ctx().await;
-    let stream = create_stream(&ctx.aws, 1).await;
     let aggregate = shardkeeper::kpl::aggregate(&[
         ("k", None, b"{\"amount\":1}"),
         ("k", None, b"{\"amount\":2}"),
         ("k", None, b"oops"),
     ]);
-    let mut shard = String::new();
-    for body in [b"{\"amount\":10}".to_vec(), aggregate] {
-        shard = ctx
-            .aws
-            .kinesis
-            .put_record()
-            .stream_name(&stream)
-            .partition_key("k")
-            .data(Blob::new(body))
-            .send()
-            .await
-            .unwrap()
-            .shard_id()
-            .to_owned();
-    }
-    let records = read_shard(&ctx, &stream, &shard).await;
+    let (shard, records) = shard_with(&ctx, vec![b"{\"amount\":10}".to_vec(), aggregate]).await;
     let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
-    let processor = KinesisWindowProcessor::new(
-        |totals: &mut Totals, record: StreamRecord| -> Result<(), String> {
-            let value: serde_json::Value =
-                serde_json::from_slice(&record.data).map_err(|e| e.to_string())?;
-            totals.count += 1;
-            totals.amount += value["amount"].as_u64().ok_or("no amount")?;
-            Ok(())
-        },
-        |_: Totals, _| async { Ok(()) },
-    );
+    let processor = KinesisWindowProcessor::new(count_amounts, |_: Totals, _| async { Ok(()) });
     let response = processor
         .process(&window_event(
             kinesis_event(arn, &shard, &records),
@@ -204,20 +190,7 @@ async fn a_failure_inside_an_aggregate_rolls_back_the_whole_record() {
 #[tokio::test]
 async fn a_state_over_one_megabyte_is_a_clear_error() {
     let ctx = ctx().await;
-    let stream = create_stream(&ctx.aws, 1).await;
-    let shard = ctx
-        .aws
-        .kinesis
-        .put_record()
-        .stream_name(&stream)
-        .partition_key("k")
-        .data(Blob::new("{}"))
-        .send()
-        .await
-        .unwrap()
-        .shard_id()
-        .to_owned();
-    let records = read_shard(&ctx, &stream, &shard).await;
+    let (shard, records) = shard_with(&ctx, vec![b"{}".to_vec()]).await;
     let processor = KinesisWindowProcessor::new(
         |state: &mut Vec<String>, _: StreamRecord| -> Result<(), String> {
             state.push("x".repeat(1024 * 1024));
