@@ -44,6 +44,14 @@ impl Mode {
         }
     }
 
+    /// Renews the lease on `shard` alone (nothing to do standalone).
+    pub(crate) async fn renew_one(&mut self, shard: &ShardId) -> Result<()> {
+        match self {
+            Mode::Group(s) => s.renew_one(shard).await,
+            Mode::Standalone(_) => Ok(()),
+        }
+    }
+
     pub(crate) fn id(&self) -> &ConsumerId {
         match self {
             Mode::Group(s) => s.id(),

@@ -96,6 +96,22 @@ impl ConsumerSession {
         self.renewed_at.remove(shard);
     }
 
+    /// Renews the lease on `shard` alone, now (a shard about to be read whose
+    /// window since the last renewal has run out). [`StateError::LeaseLost`]
+    /// if it is no longer held; a claim on it is honoured at the next tick.
+    pub async fn renew_one(&mut self, shard: &ShardId) -> Result<()> {
+        let lease = self.held(shard)?;
+        match self.renew(&lease).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                if e.is_lease_lost() {
+                    self.forget(shard);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Renews `lease` now, noting when the request was sent.
     async fn renew(&mut self, lease: &Lease) -> Result<crate::state::Renewal> {
         let sent = Instant::now();

@@ -384,7 +384,20 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// Reads the shard once and processes what came. Whether anything was read.
     async fn read(&mut self, shard: &ShardId) -> Result<bool> {
         if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
-            return Ok(false); // the lease is not renewed in time: nothing more now
+            // The window since the last renewal ran out (a slow round of
+            // renewals, a long batch): renew this lease alone, right before
+            // its read, so the shard is never starved by the others.
+            match self.mode.renew_one(shard).await {
+                Ok(()) => {}
+                Err(e) if e.is_lease_lost() => {
+                    self.drop_shard(shard, StopReason::Lost).await;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+            if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
+                return Ok(false);
+            }
         }
         let Some(cursor) = self.cursors.get_mut(shard) else {
             return Ok(false);
