@@ -8,7 +8,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::state::{
     cost, Checkpoint, ConsumerId, ConsumerInfo, RawItem, ShardScope, ShardSpec, StateStore,
-    StoreConfig, TableOptions,
+    StoreConfig, TableOptions, TakeFrom,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::HashMap;
@@ -192,7 +192,11 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
         .take_lease(
             &lease.shard_id,
             &other,
-            lease.counter,
+            &TakeFrom::Stale {
+                counter: lease.counter,
+                expires: Some(lease.expires),
+            },
+            Some("holding-token"),
             Duration::from_secs(300),
         )
         .await

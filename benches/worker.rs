@@ -71,8 +71,8 @@ fn main() {
             store: store.clone(),
             kinesis: aws.kinesis.clone(),
             config: RebalanceConfig::default(),
-            lease_term: Duration::from_secs(10),
             emit_metrics: false,
+            observer: Default::default(),
         };
         worker.step().await.unwrap();
         rebalancer.tick().await.unwrap();

@@ -80,8 +80,8 @@ async fn main() -> Result<(), Error> {
                 store,
                 kinesis: kinesis.clone(),
                 config: RebalanceConfig::default(),
-                lease_term: Duration::from_secs(10),
                 emit_metrics: false,
+                observer: Default::default(),
             };
             let started = Instant::now();
             for i in 0u64.. {

@@ -211,6 +211,7 @@ impl ScheduledConfig {
         let store = store_config(&vars)?;
         let secs = Duration::from_secs;
         let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
+        let lease_term = secs(vars.positive(LEASE_TERM_SECONDS, 10)?);
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
         Ok(ScheduledConfig {
             store,
@@ -218,8 +219,9 @@ impl ScheduledConfig {
                 tick: secs(vars.positive(TICK_SECONDS, 5)?),
                 margin: Duration::from_millis(vars.number(DEADLINE_MARGIN_MS, 2000)?),
             },
-            lease_term: secs(vars.positive(LEASE_TERM_SECONDS, 10)?),
+            lease_term,
             rebalance: RebalanceConfig {
+                lease_term,
                 heartbeat_timeout,
                 handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 10)?),
                 max_moves_per_tick: (moves > 0).then_some(moves as usize),

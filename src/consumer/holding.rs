@@ -10,6 +10,7 @@ use crate::state::{ConsumerInfo, Heartbeat, Result, StateStore};
 pub(crate) struct Holding {
     token: String,
     taken: bool,
+    incarnation: Option<String>,
 }
 
 impl Holding {
@@ -18,18 +19,37 @@ impl Holding {
         Holding {
             token: format!("{:016x}", fastrand::u64(..)),
             taken: false,
+            incarnation: None,
         }
+    }
+
+    /// The token, stored with the leases taken for this process.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
     }
 
     /// Heartbeats with the token: the first takes the id over, the later
     /// ones fail with `StateError::Superseded` once a newer process has.
+    ///
+    /// A heartbeat that finds another registration than the last one saw
+    /// is reported as a registration, even when the registering heartbeat's
+    /// answer was lost and its retry found the item there: the consumer was
+    /// removed by the reaper meanwhile, so its leases are read again.
     pub(crate) async fn heartbeat(
         &mut self,
         store: &StateStore,
         info: &ConsumerInfo,
     ) -> Result<Heartbeat> {
-        let beat = store.heartbeat_as(info, &self.token, !self.taken).await?;
+        let mut beat = store.heartbeat_as(info, &self.token, !self.taken).await?;
         self.taken = true;
+        if self
+            .incarnation
+            .as_ref()
+            .is_some_and(|last| *last != beat.incarnation)
+        {
+            beat.registered = true;
+        }
+        self.incarnation = Some(beat.incarnation.clone());
         Ok(beat)
     }
 }

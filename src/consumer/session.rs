@@ -4,7 +4,7 @@
 use crate::consumer::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
-    Released, Result, ShardId, ShardSpec, StateError, StateStore,
+    Released, Result, ShardId, ShardSpec, StateError, StateStore, TakeFrom,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -163,27 +163,33 @@ impl ConsumerSession {
         if !scan {
             return Ok(tick);
         }
-        let now = self.store.now();
         let owned = self.store.owned_shards(self.id()).await?;
         // Only a scan that happened counts: a failed one is made again.
         self.assignments = Some(beat.assignments);
         self.ticks_since_scan = 0;
         for shard in owned {
-            let Some(lease) = shard.live_lease(now) else {
-                continue;
-            };
             if self.leases.contains_key(&shard.shard_id) {
                 continue;
             }
             // Taken at once, moving the counter on: a process that held it
             // under this id before (a restart while the old one still runs)
             // can no longer renew or checkpoint it; and its local expiry is
-            // known on this process's clock.
+            // known on this process's clock. Its stored expiry is not
+            // looked at: the giver's clock may differ from this one.
             let sent = Instant::now();
+            let from = TakeFrom::Named {
+                counter: shard.counter,
+            };
             // (None: it moved meanwhile.)
             let taken = self
                 .store
-                .take_lease(&shard.shard_id, self.id(), lease.counter, self.lease_term)
+                .take_lease(
+                    &shard.shard_id,
+                    self.id(),
+                    &from,
+                    Some(self.holding.token()),
+                    self.lease_term,
+                )
                 .await?;
             if let Some(taken) = taken {
                 self.leases.insert(shard.shard_id.clone(), taken);

@@ -4,7 +4,7 @@ use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
-use crate::group::{plan_reap, ReapConfig};
+use crate::group::{plan_reap, Observer, ReapConfig};
 use crate::metrics::{emit_for, Metric};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -22,6 +22,8 @@ pub struct Reaper {
     pub config: ReapConfig,
     /// Write CloudWatch EMF metrics to standard output after each tick.
     pub emit_metrics: bool,
+    /// What the reaper has seen of heartbeats and EFO consumers (kept across ticks and invocations).
+    pub observer: Observer,
 }
 
 /// What one reaper tick did.
@@ -35,7 +37,8 @@ impl Reaper {
     /// One tick: read the group, plan the clean-up, apply it.
     pub async fn tick(&self) -> Result<ReapTick> {
         let snapshot = self.store.load_group().await?;
-        let actions = plan_reap(&snapshot, self.store.now(), &self.config);
+        let ages = self.observer.observe(&snapshot, self.store.monotonic_now());
+        let actions = plan_reap(&snapshot, &ages, self.store.now(), &self.config);
         let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;
         let tick = ReapTick { execution };
         if self.emit_metrics {

@@ -4,14 +4,15 @@ use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::consumer::{discover_shards, DiscoveryReport};
 use crate::group::ActionKind;
-use crate::group::{available_shards, live_consumers, plan_rebalance, RebalanceConfig};
+use crate::group::{
+    available_shards, held_by, live_consumers, plan_rebalance, Observer, RebalanceConfig,
+};
 use crate::group::{execute, ExecutionReport};
 use crate::metrics::{emit_for, Metric};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// The rebalancer of one group on one stream.
 #[derive(Debug, Clone)]
@@ -22,10 +23,11 @@ pub struct Rebalancer {
     pub kinesis: aws_sdk_kinesis::Client,
     /// Planner settings.
     pub config: RebalanceConfig,
-    /// Lease term of assignments.
-    pub lease_term: Duration,
     /// Write CloudWatch EMF metrics to standard output after each tick.
     pub emit_metrics: bool,
+    /// What the rebalancer has seen of leases, heartbeats and claims (kept
+    /// across ticks and invocations).
+    pub observer: Observer,
 }
 
 /// What one rebalancer tick saw and did.
@@ -55,24 +57,21 @@ impl Rebalancer {
         if !discovery.created.is_empty() || !discovery.closed.is_empty() {
             snapshot = self.store.load_group().await?;
         }
-        let now = self.store.now();
-        let live = live_consumers(&snapshot, now, self.config.heartbeat_timeout);
+        let ages = self.observer.observe(&snapshot, self.store.monotonic_now());
+        let term = self.config.lease_term;
+        let live = live_consumers(&snapshot, &ages, self.config.heartbeat_timeout);
         let available = available_shards(&snapshot);
         let mut leases_per_consumer: BTreeMap<String, usize> =
             live.iter().map(|c| (c.to_string(), 0)).collect();
         let mut unowned = 0;
         for shard in &available {
-            match shard.live_lease(now).filter(|l| live.contains(&l.owner)) {
-                Some(lease) => {
-                    *leases_per_consumer
-                        .entry(lease.owner.to_string())
-                        .or_default() += 1
-                }
+            match held_by(shard, &ages, term).filter(|o| live.contains(o)) {
+                Some(owner) => *leases_per_consumer.entry(owner.to_string()).or_default() += 1,
                 None => unowned += 1,
             }
         }
-        let actions = plan_rebalance(&snapshot, now, &self.config);
-        let execution = execute(&self.store, None, &actions, self.lease_term).await?;
+        let actions = plan_rebalance(&snapshot, &ages, &self.config);
+        let execution = execute(&self.store, None, &actions, term).await?;
         let tick = RebalanceTick {
             discovery,
             live_consumers: live.len(),

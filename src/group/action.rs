@@ -1,6 +1,6 @@
 //! What the planners decide: actions, each applied with one conditional write.
 
-use crate::state::{ConsumerId, ConsumerState, EfoLock, EfoName, ShardId};
+use crate::state::{ConsumerId, ConsumerState, EfoLock, EfoName, ShardId, TakeFrom};
 
 /// One change to the group's state. Every action carries the state it was
 /// decided on (a counter, a heartbeat), so applying it is conditional on
@@ -8,14 +8,16 @@ use crate::state::{ConsumerId, ConsumerState, EfoLock, EfoName, ShardId};
 /// skipped, never applied on top of newer state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Give a free or expired lease to a consumer (`take_lease` on the counter seen).
+    /// Give a free or expired lease to a consumer (`take_lease` on the state seen).
     Assign {
         /// The shard.
         shard: ShardId,
         /// The consumer that gets it.
         to: ConsumerId,
-        /// The shard's lease counter when planned.
-        counter: u64,
+        /// The lease as seen when planned: the take applies only if it is unchanged.
+        from_state: TakeFrom,
+        /// The holding token of the consumer's process, as seen.
+        holder: Option<String>,
     },
     /// Ask the owner to hand a lease over at its next renewal.
     Claim {
@@ -36,8 +38,10 @@ pub enum Action {
         from: ConsumerId,
         /// The claimant, who gets it.
         to: ConsumerId,
-        /// The shard's lease counter when planned.
-        counter: u64,
+        /// The lease as seen when planned (claimed by `to`).
+        from_state: TakeFrom,
+        /// The holding token of the claimant's process, as seen.
+        holder: Option<String>,
     },
     /// Withdraw a claim whose claimant is no longer live.
     CancelClaim {

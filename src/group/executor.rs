@@ -7,7 +7,7 @@
 //! other service errors end an execution early.
 
 use crate::group::{Action, ActionKind};
-use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore};
+use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore, TakeFrom};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -73,16 +73,34 @@ pub async fn execute(
     let group = ShardScope::Group;
     for action in actions {
         let applied = match action {
-            Action::Assign { shard, to, counter } => {
-                give(store, shard, to, *counter, lease_term, &mut notify).await?
+            Action::Assign {
+                shard,
+                to,
+                from_state,
+                holder,
+            } => {
+                let take = Take {
+                    shard,
+                    to,
+                    from: from_state,
+                    holder: holder.as_deref(),
+                };
+                give(store, take, lease_term, &mut notify).await?
             }
             Action::ForceTake {
                 shard,
                 from,
                 to,
-                counter,
+                from_state,
+                holder,
             } => {
-                let taken = give(store, shard, to, *counter, lease_term, &mut notify).await?;
+                let take = Take {
+                    shard,
+                    to,
+                    from: from_state,
+                    holder: holder.as_deref(),
+                };
+                let taken = give(store, take, lease_term, &mut notify).await?;
                 if taken {
                     tracing::info!(%shard, %from, %to, "claim not honoured in time: lease taken");
                 }
@@ -134,21 +152,27 @@ pub async fn execute(
     Ok(report)
 }
 
-/// Gives the lease to `to`; remembers to tell `to` once, after all actions.
+/// One take of a lease for a consumer.
+struct Take<'a> {
+    shard: &'a ShardId,
+    to: &'a ConsumerId,
+    from: &'a TakeFrom,
+    holder: Option<&'a str>,
+}
+
+/// Gives the lease to `take.to`; remembers to tell it once, after all actions.
 async fn give<'a>(
     store: &StateStore,
-    shard: &ShardId,
-    to: &'a ConsumerId,
-    counter: u64,
+    take: Take<'a>,
     lease_term: Duration,
     notify: &mut BTreeSet<&'a ConsumerId>,
 ) -> Result<bool> {
     let taken = store
-        .take_lease(shard, to, counter, lease_term)
+        .take_lease(take.shard, take.to, take.from, take.holder, lease_term)
         .await?
         .is_some();
     if taken {
-        notify.insert(to);
+        notify.insert(take.to);
     }
     Ok(taken)
 }

@@ -1,14 +1,20 @@
 //! The heartbeat reaper's planner: pure, no I/O.
 //!
+//! Heartbeat and idle times are [`Ages`], as the reaper observed them (see
+//! the observer module); only the removal of long-depleted shards compares
+//! a stored time (`updated`, at a scale of the stream's retention, hours)
+//! with the reaper's clock.
+//!
 //! Consumers that missed their heartbeat are removed with their leases and
 //! EFO locks; EFO consumers held by consumers that are not registered are
 //! unlocked; EFO consumers free for longer than the idle timeout are
-//! deregistered (at least one is kept: they cost money per shard-hour, but a
+//! retired (marked, deregistered, removed; an interrupted retirement is
+//! finished at the next tick; at least one is kept: they cost money per shard-hour, but a
 //! pool of none makes every consumer wait for a registration); depleted
 //! shards whose records are all past the stream's retention have their state
 //! removed.
 
-use crate::group::Action;
+use crate::group::{Action, Ages};
 use crate::state::{duration_millis, Checkpoint, ConsumerId, EpochMillis, GroupSnapshot};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -16,9 +22,9 @@ use std::time::Duration;
 /// How the reaper decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReapConfig {
-    /// A consumer whose last heartbeat is older than this is removed.
+    /// A consumer whose heartbeat has not changed for longer than this (as observed) is removed.
     pub heartbeat_timeout: Duration,
-    /// An EFO consumer free for longer than this is deregistered.
+    /// An EFO consumer free for longer than this (as observed) is deregistered.
     pub efo_idle_timeout: Duration,
     /// The stream's retention period: a depleted shard depleted longer ago
     /// than this has no records left, and its state goes.
@@ -35,12 +41,17 @@ impl Default for ReapConfig {
     }
 }
 
-/// Plans one reaper tick. See the module documentation.
-pub fn plan_reap(snapshot: &GroupSnapshot, now: EpochMillis, config: &ReapConfig) -> Vec<Action> {
-    let timeout = duration_millis(config.heartbeat_timeout);
+/// Plans one reaper tick at `now` (the reaper's wall clock, for retention
+/// only). See the module documentation.
+pub fn plan_reap(
+    snapshot: &GroupSnapshot,
+    ages: &Ages,
+    now: EpochMillis,
+    config: &ReapConfig,
+) -> Vec<Action> {
     let mut actions = Vec::new();
     for consumer in &snapshot.consumers {
-        if now - consumer.heartbeat <= timeout {
+        if ages.heartbeat(consumer.id()) <= config.heartbeat_timeout {
             continue;
         }
         actions.push(Action::ReapConsumer {
@@ -66,14 +77,19 @@ pub fn plan_reap(snapshot: &GroupSnapshot, now: EpochMillis, config: &ReapConfig
         }
     }
 
-    let idle_limit = duration_millis(config.efo_idle_timeout);
+    // A retirement that was interrupted is finished; of the idle ones, at
+    // least one consumer stays in the pool.
+    let retiring = snapshot.efo.iter().filter(|e| e.retiring);
+    let serving = snapshot.efo.iter().filter(|e| !e.retiring).count();
     let idle: Vec<_> = snapshot
         .efo
         .iter()
-        .filter(|e| e.used_by.is_none() && e.released.is_some_and(|r| now - r > idle_limit))
+        .filter(|e| {
+            !e.retiring && e.used_by.is_none() && ages.efo_free(&e.name) > config.efo_idle_timeout
+        })
         .collect();
-    let keep_one = usize::from(idle.len() == snapshot.efo.len());
-    for efo in idle.into_iter().skip(keep_one) {
+    let keep_one = usize::from(idle.len() == serving);
+    for efo in retiring.chain(idle.into_iter().skip(keep_one)) {
         actions.push(Action::DeregisterEfo {
             name: efo.name.clone(),
             arn: efo.arn.clone(),

@@ -1,5 +1,11 @@
 //! The lease rebalancer's planner: pure, no I/O.
 //!
+//! Time enters only as [`Ages`], how long each lease, heartbeat and claim
+//! has gone unchanged as the rebalancer observed it: a lease is held while
+//! its owner renewed it within the lease term, a consumer is live while it
+//! heartbeated within the heartbeat timeout. Stored wall-clock times are
+//! never compared with the rebalancer's clock.
+//!
 //! Given a snapshot of the group, it decides which leases to assign, claim,
 //! take by force, or whose claims to cancel, so that every live consumer ends
 //! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
@@ -12,15 +18,18 @@
 //! honours at its next renewal (hand-off), or by a forced take once the claim
 //! is older than the hand-off timeout.
 
-use crate::group::Action;
-use crate::state::{duration_millis, ConsumerId, EpochMillis, GroupSnapshot, ShardId, ShardState};
+use crate::group::{Action, Ages};
+use crate::state::{ConsumerId, GroupSnapshot, ShardId, ShardState, TakeFrom};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// How the rebalancer decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebalanceConfig {
-    /// A consumer whose last heartbeat is older than this is not live.
+    /// The lease term: a lease not renewed for this long (as observed) has
+    /// expired; assignments are made for this long.
+    pub lease_term: Duration,
+    /// A consumer whose heartbeat has not changed for this long (as observed) is not live.
     pub heartbeat_timeout: Duration,
     /// A claim not honoured within this time ends in a forced take.
     pub handoff_timeout: Duration,
@@ -32,6 +41,7 @@ pub struct RebalanceConfig {
 impl Default for RebalanceConfig {
     fn default() -> Self {
         RebalanceConfig {
+            lease_term: Duration::from_secs(10),
             heartbeat_timeout: Duration::from_secs(10),
             handoff_timeout: Duration::from_secs(10),
             max_moves_per_tick: None,
@@ -39,19 +49,39 @@ impl Default for RebalanceConfig {
     }
 }
 
-/// The consumers that may hold leases: fresh heartbeat, active, not standalone.
-pub fn live_consumers(
-    snapshot: &GroupSnapshot,
-    now: EpochMillis,
+/// The consumers that may hold leases: heartbeat seen within the timeout,
+/// active, not standalone.
+pub fn live_consumers<'a>(
+    snapshot: &'a GroupSnapshot,
+    ages: &Ages,
     heartbeat_timeout: Duration,
-) -> BTreeSet<&ConsumerId> {
-    let limit = duration_millis(heartbeat_timeout);
+) -> BTreeSet<&'a ConsumerId> {
     snapshot
         .consumers
         .iter()
-        .filter(|c| now - c.heartbeat <= limit && c.active && !c.info.standalone)
+        .filter(|c| ages.heartbeat(c.id()) <= heartbeat_timeout && c.active && !c.info.standalone)
         .map(|c| c.id())
         .collect()
+}
+
+/// The owner of the shard's lease if it renewed it within `lease_term` (as observed).
+pub fn held_by<'a>(
+    shard: &'a ShardState,
+    ages: &Ages,
+    lease_term: Duration,
+) -> Option<&'a ConsumerId> {
+    shard
+        .owner
+        .as_ref()
+        .filter(|_| ages.lease(&shard.shard_id) < lease_term)
+}
+
+/// The take that gives a free or expired lease away, on the exact state seen.
+fn take_stale(shard: &ShardState) -> TakeFrom {
+    TakeFrom::Stale {
+        counter: shard.counter,
+        expires: shard.owner.as_ref().and(shard.expires),
+    }
 }
 
 /// The shards that may be leased: not depleted, every parent depleted.
@@ -113,12 +143,17 @@ impl<'a> Ledger<'a> {
 /// Plans one rebalancer tick. See the module documentation.
 pub fn plan_rebalance(
     snapshot: &GroupSnapshot,
-    now: EpochMillis,
+    ages: &Ages,
     config: &RebalanceConfig,
 ) -> Vec<Action> {
-    let live = live_consumers(snapshot, now, config.heartbeat_timeout);
+    let live = live_consumers(snapshot, ages, config.heartbeat_timeout);
     let registered: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
-    let handoff = duration_millis(config.handoff_timeout);
+    let tokens: BTreeMap<&ConsumerId, &str> = snapshot
+        .consumers
+        .iter()
+        .filter_map(|c| Some((c.id(), c.token.as_deref()?)))
+        .collect();
+    let holder = |c: &ConsumerId| tokens.get(c).map(|t| (*t).to_owned());
     let mut cancels = Vec::new();
     let mut moves = Vec::new();
     let mut assigns = Vec::new();
@@ -140,25 +175,25 @@ pub fn plan_rebalance(
     for shard in available_shards(snapshot) {
         // A lease in the name of a consumer that is no longer registered
         // (it left, or was reaped) is free: nobody will hand it over.
-        let lease = shard
-            .live_lease(now)
-            .filter(|l| registered.contains(&l.owner));
-        let Some(lease) = lease else {
+        let owner = held_by(shard, ages, config.lease_term).filter(|o| registered.contains(o));
+        let Some(owner) = owner else {
             free.push(shard);
             continue;
         };
-        let owner = shard.owner.as_ref().unwrap_or(&lease.owner);
         match &shard.claim {
             Some(claim) if live.contains(&claim.by) => {
                 holdings.entry(&claim.by).or_default().push(shard);
                 in_transit.insert(&shard.shard_id);
-                if now - claim.at >= handoff && moves_left > 0 {
+                if ages.claim(&shard.shard_id) >= config.handoff_timeout && moves_left > 0 {
                     moves_left -= 1;
                     moves.push(Action::ForceTake {
                         shard: shard.shard_id.clone(),
                         from: owner.clone(),
                         to: claim.by.clone(),
-                        counter: shard.counter,
+                        from_state: TakeFrom::Claimed {
+                            counter: shard.counter,
+                        },
+                        holder: holder(&claim.by),
                     });
                 }
                 continue;
@@ -219,7 +254,8 @@ pub fn plan_rebalance(
         assigns.push(Action::Assign {
             shard: shard.shard_id.clone(),
             to: to.clone(),
-            counter: shard.counter,
+            from_state: take_stale(shard),
+            holder: holder(to),
         });
     }
     let movable = orphans

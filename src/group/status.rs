@@ -2,9 +2,9 @@
 //! alive, who owns which shard, how far each shard is checkpointed, how old
 //! the last processed record is, open claims, and the EFO pool.
 
-use crate::group::live_consumers;
-use crate::state::{EpochMillis, GroupSnapshot, ShardState};
+use crate::state::{duration_millis, ConsumerId, EpochMillis, GroupSnapshot, ShardState};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The whole status of one group on one stream.
@@ -107,7 +107,15 @@ impl GroupStatus {
     /// The status in `snapshot`, judging liveness with `heartbeat_timeout`.
     pub fn from_snapshot(snapshot: &GroupSnapshot, heartbeat_timeout: Duration) -> Self {
         let now = snapshot.taken_at;
-        let live = live_consumers(snapshot, now, heartbeat_timeout);
+        // One look, for display: stored times against this machine's clock
+        // (the rebalancer judges by observation instead, see `Observer`).
+        let limit = duration_millis(heartbeat_timeout);
+        let live: BTreeSet<&ConsumerId> = snapshot
+            .consumers
+            .iter()
+            .filter(|c| now - c.heartbeat <= limit && c.active && !c.info.standalone)
+            .map(|c| c.id())
+            .collect();
         let consumers = snapshot
             .consumers
             .iter()

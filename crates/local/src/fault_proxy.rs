@@ -10,7 +10,7 @@ use axum::http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -64,6 +64,7 @@ impl FaultProxy {
             faults: Mutex::new(faults),
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             paused: AtomicBool::new(false),
+            lose_next: AtomicU64::new(0),
             counts: Counters::default(),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
@@ -103,6 +104,13 @@ impl FaultProxy {
         Ok(())
     }
 
+    /// Applies the next `n` requests and loses their answers, whatever the
+    /// rates (a scripted lost response: the first attempt of a write is
+    /// applied, its answer lost, and the client's retry meets its own write).
+    pub fn lose_next_responses(&self, n: u64) {
+        self.shared.lose_next.store(n, Ordering::SeqCst);
+    }
+
     /// Forwards every request at once until [`FaultProxy::resume`].
     pub fn pause(&self) {
         self.shared.paused.store(true, Ordering::SeqCst);
@@ -137,12 +145,19 @@ struct Shared {
     faults: Mutex<Faults>,
     rng: Mutex<fastrand::Rng>,
     paused: AtomicBool,
+    lose_next: AtomicU64,
     counts: Counters,
 }
 
 impl Shared {
     fn fate(&self) -> Fate {
-        let fate = if self.paused.load(Ordering::SeqCst) {
+        let scripted = self
+            .lose_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let fate = if scripted {
+            Fate::LoseResponse
+        } else if self.paused.load(Ordering::SeqCst) {
             Fate::Forward(None)
         } else {
             let faults = lock(&self.faults).clone();

@@ -1,21 +1,30 @@
 //! Time, injected, so lease expiry and heartbeat timeouts are testable without sleeping.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch: the unit every timestamp in the state table uses.
 pub type EpochMillis = i64;
 
-/// A source of wall-clock time.
+/// A source of time.
 ///
-/// Lease expiry, heartbeats, claims and idle timers compare times written by
-/// different processes, so every writer must use wall-clock time (not a
-/// monotonic clock). Clock skew between consumers shortens or lengthens leases
-/// by the skew; keep lease terms well above the expected skew.
+/// Timestamps written to the table (`expires`, `heartbeat`, `claim_at`,
+/// `updated`) are wall-clock time, for display and for tools. Nothing in a
+/// consumer group judges another process's lease or heartbeat by comparing
+/// such a value with its own wall clock: an observer measures how long a
+/// value has gone unchanged on its own [`Clock::monotonic_millis`], so skew
+/// between machines does not shorten or lengthen a lease.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Now, in milliseconds since the Unix epoch.
     fn now_millis(&self) -> EpochMillis;
+
+    /// A reading of this process's monotonic clock in milliseconds: only
+    /// differences of two readings mean anything. By default the wall clock
+    /// (test clocks move both together).
+    fn monotonic_millis(&self) -> EpochMillis {
+        self.now_millis()
+    }
 }
 
 /// The system clock.
@@ -28,6 +37,40 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as EpochMillis)
             .unwrap_or(0)
+    }
+
+    fn monotonic_millis(&self) -> EpochMillis {
+        static ANCHOR: OnceLock<Instant> = OnceLock::new();
+        duration_millis(ANCHOR.get_or_init(Instant::now).elapsed())
+    }
+}
+
+/// Another clock shifted by a fixed offset: one machine's wall clock running
+/// ahead (positive) or behind (negative) the others, for tests of clock skew.
+/// Its monotonic readings are the inner clock's, shifted the same way.
+#[derive(Debug, Clone)]
+pub struct SkewedClock {
+    inner: Arc<dyn Clock>,
+    offset: EpochMillis,
+}
+
+impl SkewedClock {
+    /// `inner` shifted by `offset_millis`.
+    pub fn new(inner: Arc<dyn Clock>, offset_millis: EpochMillis) -> Self {
+        SkewedClock {
+            inner,
+            offset: offset_millis,
+        }
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now_millis(&self) -> EpochMillis {
+        self.inner.now_millis() + self.offset
+    }
+
+    fn monotonic_millis(&self) -> EpochMillis {
+        self.inner.monotonic_millis() + self.offset
     }
 }
 
@@ -92,5 +135,21 @@ mod tests {
     #[test]
     fn system_clock_is_after_2020() {
         assert!(SystemClock.now_millis() > 1_577_836_800_000);
+    }
+
+    #[test]
+    fn system_monotonic_readings_never_go_back() {
+        let a = SystemClock.monotonic_millis();
+        let b = SystemClock.monotonic_millis();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn a_skewed_clock_shifts_both_readings() {
+        let base = ManualClock::new(10_000);
+        let ahead = SkewedClock::new(Arc::new(base.clone()), 30_000);
+        assert_eq!(ahead.now_millis(), 40_000);
+        base.advance(Duration::from_secs(1));
+        assert_eq!(ahead.monotonic_millis(), 41_000);
     }
 }

@@ -37,7 +37,7 @@ impl ConsumerInfo {
 }
 
 /// What a heartbeat found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The consumer was not registered (new, or cleared as dead) and is now;
     /// `false`: it was registered and its heartbeat was refreshed.
@@ -45,6 +45,12 @@ pub struct Heartbeat {
     /// The consumer's assignment counter: it moves each time another party
     /// gives the consumer a lease.
     pub assignments: u64,
+    /// The registration's identity: drawn by the heartbeat that created the
+    /// consumer's item and kept by every later one. A process that sees it
+    /// change between two of its heartbeats knows the consumer was removed
+    /// and registered again, even when the registering heartbeat's answer was
+    /// lost and its retry found the item already there.
+    pub incarnation: String,
 }
 
 /// What [`StateStore::clear_old_consumers`] did.
@@ -87,6 +93,7 @@ impl StateStore {
 
     async fn beat(&self, info: &ConsumerInfo, token: Option<(&str, bool)>) -> Result<Heartbeat> {
         let now = self.now();
+        let fresh = format!("{:016x}", fastrand::u64(..));
         let mut expr = Expr::new()
             .names(&[
                 attr::HEARTBEAT,
@@ -97,8 +104,10 @@ impl StateStore {
                 attr::STARTED,
                 attr::ACTIVE,
                 attr::STANDALONE,
+                attr::INCARNATION,
             ])
             .value("now", n(now))
+            .value("fresh", s(&fresh))
             .value("app", s(&info.app))
             .value("host", s(&info.host))
             .value("env", s(&info.env))
@@ -109,6 +118,7 @@ impl StateStore {
         let mut update = "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
                  #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)"
             .to_owned();
+        let add = ", #incarnation = if_not_exists(#incarnation, :fresh)";
         let mut condition = None;
         if let Some((token, take_over)) = token {
             expr = expr.names(&[attr::TOKEN]).value("token", s(token));
@@ -117,6 +127,7 @@ impl StateStore {
                 condition = Some("attribute_not_exists(#token) OR #token = :token");
             }
         }
+        update.push_str(add);
         let req = self
             .update_req(&consumer_sk(&info.id), &expr, &update, condition)
             .return_values(ReturnValue::AllOld);
@@ -132,9 +143,14 @@ impl StateStore {
         if registered {
             tracing::debug!(consumer = %info.id, "consumer registered");
         }
+        let incarnation = match old.get(attr::INCARNATION) {
+            Some(_) => ItemReader::new(&old).s(attr::INCARNATION)?.to_owned(),
+            None => fresh,
+        };
         Ok(Heartbeat {
             registered,
             assignments: ItemReader::new(&old).u64_or(attr::ASSIGNED, 0)?,
+            incarnation,
         })
     }
 

@@ -8,13 +8,15 @@ use crate::names::{ConsumerId, EfoName};
 use crate::retry::call_kinesis;
 use crate::schema::{attr, efo_sk, SK_EFO};
 use crate::store::{sk_suffix, StateStore};
+use aws_sdk_dynamodb::types::AttributeValue;
 use std::time::Duration;
 
-const LOCK_NAMES: [&str; 4] = [
+const LOCK_NAMES: [&str; 5] = [
     attr::USED_BY,
     attr::LOCK_COUNTER,
     attr::RELEASED,
     attr::UPDATED,
+    attr::RETIRING,
 ];
 
 impl StateStore {
@@ -72,7 +74,10 @@ impl StateStore {
             .and_then(|e| e.lock());
         let mut locked = held;
         if locked.is_none() {
-            let mut free: Vec<&EfoState> = pool.iter().filter(|e| e.used_by.is_none()).collect();
+            let mut free: Vec<&EfoState> = pool
+                .iter()
+                .filter(|e| e.used_by.is_none() && !e.retiring)
+                .collect();
             // Racing consumers start at different places of the free list.
             fastrand::shuffle(&mut free);
             for efo in free {
@@ -89,7 +94,10 @@ impl StateStore {
         Ok(locked)
     }
 
-    /// Locks `efo` for `consumer` if it is still free at the counter seen.
+    /// Locks `efo` for `consumer` if it is still free at the counter seen
+    /// and not retiring. Safe to apply twice: a retry whose first answer was
+    /// lost finds the lock its first attempt took (this consumer, the next
+    /// counter) and returns it.
     pub async fn lock_efo(&self, efo: &EfoState, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
         let expr = Expr::new()
             .names(&LOCK_NAMES)
@@ -101,16 +109,25 @@ impl StateStore {
             &efo_sk(&efo.name),
             &expr,
             "SET #used_by = :me, #updated = :now ADD #lock_counter :one REMOVE #released",
-            Some("attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n"),
+            Some(
+                "attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n \
+                 AND attribute_not_exists(#retiring)",
+            ),
         );
-        match self.conditional_update(req).await? {
-            Ok(item) => Ok(EfoState::from_item(efo.name.as_str(), &item)?.lock()),
-            Err(_) => Ok(None),
-        }
+        let item = match self.conditional_update(req).await? {
+            Ok(item) => item,
+            Err(Some(old)) => old,
+            Err(None) => return Ok(None),
+        };
+        let state = EfoState::from_item(efo.name.as_str(), &item)?;
+        let ours =
+            state.used_by.as_ref() == Some(consumer) && state.lock_counter == efo.lock_counter + 1;
+        Ok(state.lock().filter(|_| ours))
     }
 
     /// Releases an EFO lock (its idle timer starts now); `false` if the lock
-    /// was no longer held at that counter.
+    /// was no longer held at that counter. Safe to apply twice: a retry
+    /// finding it free at the next counter reports the release.
     pub async fn release_efo(&self, lock: &EfoLock) -> Result<bool> {
         let expr = Expr::new()
             .names(&LOCK_NAMES)
@@ -124,7 +141,14 @@ impl StateStore {
             "SET #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
             Some("#used_by = :me AND #lock_counter = :n"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        match self.conditional_update(req).await? {
+            Ok(_) => Ok(true),
+            Err(Some(old)) => {
+                let state = EfoState::from_item(lock.name.as_str(), &old)?;
+                Ok(state.used_by.is_none() && state.lock_counter == lock.lock_counter + 1)
+            }
+            Err(None) => Ok(false),
+        }
     }
 
     /// Deregisters EFO consumers that stayed free for longer than
@@ -162,9 +186,13 @@ impl StateStore {
         Ok(deregistered)
     }
 
-    /// Removes one EFO consumer from the state if it is still free at
-    /// `lock_counter`, and only then deregisters it from Kinesis (one already
-    /// gone from Kinesis is fine). `false` if it was in use again, or gone.
+    /// Retires one EFO consumer that is still free at `lock_counter`, in
+    /// three steps, each safe to repeat: mark it retiring (no new lock can
+    /// take it from then on), deregister it from Kinesis (one already gone is
+    /// fine), then remove it from the state. A retirement interrupted after
+    /// the mark is finished by the next call (the reaper plans one for every
+    /// retiring entry), so the pool never hands out a consumer that Kinesis
+    /// no longer has. `false` if it was in use again, or gone.
     pub async fn remove_idle_efo(
         &self,
         kinesis: &aws_sdk_kinesis::Client,
@@ -173,17 +201,17 @@ impl StateStore {
         lock_counter: u64,
     ) -> Result<bool> {
         let expr = Expr::new()
-            .names(&[attr::USED_BY, attr::LOCK_COUNTER])
-            .value("n", n(lock_counter));
-        let won = self
-            .delete_item(
-                &efo_sk(name),
-                Some("attribute_not_exists(#used_by) AND #lock_counter = :n"),
-                &expr,
-            )
-            .await?;
-        if !won {
-            tracing::debug!(efo = %name, "enhanced fan-out consumer in use again, kept");
+            .names(&[attr::USED_BY, attr::LOCK_COUNTER, attr::RETIRING])
+            .value("n", n(lock_counter))
+            .value("true", AttributeValue::Bool(true));
+        let mark = self.update_req(
+            &efo_sk(name),
+            &expr,
+            "SET #retiring = :true",
+            Some("attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n"),
+        );
+        if self.conditional_update(mark).await?.is_err() {
+            tracing::debug!(efo = %name, "enhanced fan-out consumer in use again, or gone: kept");
             return Ok(false);
         }
         let req = kinesis.deregister_stream_consumer().consumer_arn(arn);
@@ -192,18 +220,22 @@ impl StateStore {
         })
         .await
         {
-            Ok(_) => {
-                tracing::info!(efo = %name, "deregistered an idle enhanced fan-out consumer");
-                Ok(true)
-            }
+            Ok(_) => tracing::info!(efo = %name, "deregistered an idle enhanced fan-out consumer"),
             Err(StateError::Sdk {
                 code: Some(code), ..
             }) if code == "ResourceNotFoundException" => {
                 tracing::debug!(efo = %name, "enhanced fan-out consumer was already gone");
-                Ok(true)
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
         }
+        // A retried delete whose first attempt was applied finds nothing: done too.
+        self.delete_item(
+            &efo_sk(name),
+            Some("attribute_not_exists(pk) OR (#retiring = :true AND #lock_counter = :n)"),
+            &expr,
+        )
+        .await?;
+        Ok(true)
     }
 }
 

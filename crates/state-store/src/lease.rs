@@ -5,7 +5,7 @@
 //! so a consumer that lost its lease learns it at its next write
 //! ([`StateError::LeaseLost`]) and can never overwrite its successor's work.
 
-use crate::clock::duration_millis;
+use crate::clock::{duration_millis, EpochMillis};
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
 use crate::model::{Claim, Lease, ShardState};
@@ -23,6 +23,45 @@ pub struct Renewal {
     pub lease: Lease,
     /// An open claim: checkpoint, then [`StateStore::release_lease`] to hand the shard over.
     pub claim: Option<Claim>,
+}
+
+/// The state of a lease a take was decided on: the take applies only if the
+/// lease is still exactly so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeFrom {
+    /// Free, or expired as an observer judged it: the counter and the
+    /// renewal seen (`expires` as stored, `None` when the lease had no
+    /// owner). A renewal since changes `expires`, and the take fails.
+    Stale {
+        /// The lease counter seen.
+        counter: u64,
+        /// The stored expiry seen.
+        expires: Option<EpochMillis>,
+    },
+    /// Claimed by the taker and not handed over in time: taken at the
+    /// counter seen while the claim stands, whatever the owner renewed.
+    Claimed {
+        /// The lease counter seen.
+        counter: u64,
+    },
+    /// Already in the taker's name (given by the rebalancer, or held by
+    /// an earlier process under the same consumer id): taken at the counter
+    /// seen, which fences out whoever held it under that name.
+    Named {
+        /// The lease counter seen.
+        counter: u64,
+    },
+}
+
+impl TakeFrom {
+    /// The lease counter the take was decided on.
+    pub fn counter(&self) -> u64 {
+        match self {
+            TakeFrom::Stale { counter, .. }
+            | TakeFrom::Claimed { counter }
+            | TakeFrom::Named { counter } => *counter,
+        }
+    }
 }
 
 /// What a release did.
@@ -48,6 +87,7 @@ fn lease_names(expr: Expr) -> Expr {
         attr::DEPLETED,
         attr::PENDING,
         attr::UPDATED,
+        attr::HOLDER,
     ])
 }
 
@@ -95,10 +135,16 @@ impl StateStore {
         ShardScope::Group.shard_sk(shard)
     }
 
-    /// Takes the lease if it is free or expired (or already this consumer's:
-    /// re-acquiring moves the counter on, fencing out an earlier incarnation
-    /// with the same id), the shard is not depleted and no parent is pending.
-    /// Exactly one of many racing consumers gets `Some(lease)`; the others get `None`.
+    /// Takes the lease if it is free or expired by this writer's wall clock
+    /// (or already this consumer's: re-acquiring moves the counter on), the
+    /// shard is not depleted and no parent is pending. Exactly one of many
+    /// racing consumers gets `Some(lease)`; the others get `None`.
+    ///
+    /// Expiry is judged here by comparing the stored `expires` with this
+    /// writer's clock, so clock skew between machines moves it: a tool's and
+    /// a test's convenience. A consumer group never takes leases this way;
+    /// its rebalancer judges expiry by observation and takes with
+    /// [`StateStore::take_lease`].
     pub async fn acquire_lease(
         &self,
         shard: &ShardId,
@@ -108,35 +154,76 @@ impl StateStore {
         let condition = format!(
             "{LEASABLE} AND (attribute_not_exists(#owner) OR #expires < :now OR #owner = :me)"
         );
-        self.set_owner(shard, consumer, None, &condition, term)
-            .await
+        let expr = self.owner_expr(consumer, None, term);
+        match self.set_owner(shard, expr, &condition).await? {
+            Ok(lease) => Ok(Some(lease)),
+            Err(_) => Ok(None),
+        }
     }
 
-    /// Gives the lease to `new_owner` if its counter is still `expected_counter`
-    /// (the state the caller decided on): the rebalancer's assignment and the
-    /// forced take after a hand-off timeout. `None` if the shard changed since,
-    /// is depleted, or has a pending parent.
+    /// Gives the lease to `new_owner` if it is still exactly as the caller
+    /// saw it (`from`): the rebalancer's assignment of a free or expired
+    /// lease, its forced take after a hand-off timeout, a consumer taking up
+    /// a lease in its name. `holder` is the holding token of the process the
+    /// lease is for (its heartbeat token), stored with the lease.
+    ///
+    /// Safe to apply twice: when the request's answer was lost and the retry
+    /// finds the lease already taken by this very take (owner, holder and
+    /// the next counter), it reports the take. `None` if the shard changed
+    /// since, is depleted, or has a pending parent.
     pub async fn take_lease(
         &self,
         shard: &ShardId,
         new_owner: &ConsumerId,
-        expected_counter: u64,
+        from: &TakeFrom,
+        holder: Option<&str>,
         term: Duration,
     ) -> Result<Option<Lease>> {
-        let condition = format!("{LEASABLE} AND #counter = :n");
-        self.set_owner(shard, new_owner, Some(expected_counter), &condition, term)
-            .await
+        let mut expr = self
+            .owner_expr(new_owner, holder, term)
+            .value("n", n(from.counter()));
+        let condition = match from {
+            TakeFrom::Stale { expires: None, .. } => {
+                format!("{LEASABLE} AND #counter = :n AND attribute_not_exists(#expires)")
+            }
+            TakeFrom::Stale {
+                expires: Some(e), ..
+            } => {
+                expr = expr.value("seen", n(*e));
+                format!("{LEASABLE} AND #counter = :n AND #expires = :seen")
+            }
+            TakeFrom::Claimed { .. } => format!("{LEASABLE} AND #counter = :n AND #claim_by = :me"),
+            TakeFrom::Named { .. } => format!("{LEASABLE} AND #counter = :n AND #owner = :me"),
+        };
+        let old = match self.set_owner(shard, expr, &condition).await? {
+            Ok(lease) => return Ok(Some(lease)),
+            Err(old) => old,
+        };
+        // A retry of this take whose first answer was lost finds its own write.
+        let Some(holder) = holder else {
+            return Ok(None);
+        };
+        let Some(state) = old.as_ref().map(ShardState::from_item).transpose()? else {
+            return Ok(None);
+        };
+        let ours = state.owner.as_ref() == Some(new_owner)
+            && state.holder.as_deref() == Some(holder)
+            && state.counter == from.counter() + 1
+            && state.is_leasable();
+        if !ours {
+            return Ok(None);
+        }
+        tracing::debug!(%shard, owner = %new_owner, "a retried take found its own write");
+        Ok(state.expires.map(|expires| Lease {
+            shard_id: state.shard_id,
+            owner: new_owner.clone(),
+            counter: state.counter,
+            expires,
+        }))
     }
 
-    /// Makes `owner` the lease holder for `term` under `condition`, moving the counter on.
-    async fn set_owner(
-        &self,
-        shard: &ShardId,
-        owner: &ConsumerId,
-        expected_counter: Option<u64>,
-        condition: &str,
-        term: Duration,
-    ) -> Result<Option<Lease>> {
+    /// The expression of a take by `owner` for `term` from now.
+    fn owner_expr(&self, owner: &ConsumerId, holder: Option<&str>, term: Duration) -> Expr {
         let now = self.now();
         let mut expr = lease_names(Expr::new())
             .value("me", s(owner.as_str()))
@@ -145,18 +232,33 @@ impl StateStore {
             .value("one", n(1))
             .value("zero", n(0))
             .value("false", AttributeValue::Bool(false));
-        if let Some(counter) = expected_counter {
-            expr = expr.value("n", n(counter));
+        if let Some(holder) = holder {
+            expr = expr.value("holder", s(holder));
         }
-        let req = self.update_req(
-            &Self::lease_sk(shard),
-            &expr,
-            "SET #owner = :me, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at",
-            Some(condition),
+        expr
+    }
+
+    /// Makes `:me` the lease holder until `:until` under `condition`, moving
+    /// the counter on; the item as it was when the condition failed.
+    async fn set_owner(
+        &self,
+        shard: &ShardId,
+        expr: Expr,
+        condition: &str,
+    ) -> Result<std::result::Result<Lease, Option<RawItem>>> {
+        let (set_holder, remove_holder) = if expr.has_value("holder") {
+            (", #holder = :holder", "")
+        } else {
+            ("", ", #holder")
+        };
+        let update = format!(
+            "SET #owner = :me, #expires = :until, #updated = :now{set_holder} \
+             ADD #counter :one REMOVE #claim_by, #claim_at{remove_holder}"
         );
+        let req = self.update_req(&Self::lease_sk(shard), &expr, &update, Some(condition));
         match self.conditional_update(req).await? {
-            Ok(item) => lease_from(&item).map(Some),
-            Err(_) => Ok(None),
+            Ok(item) => lease_from(&item).map(Ok),
+            Err(old) => Ok(Err(old)),
         }
     }
 
@@ -193,6 +295,10 @@ impl StateStore {
     /// Releases the lease. If another consumer claimed it, the shard goes
     /// straight to that consumer for `term` (the hand-off), else it is free.
     /// Checkpoint before releasing. [`StateError::LeaseLost`] if not held.
+    ///
+    /// Safe to apply twice: a retry whose first answer was lost finds the
+    /// lease free, or with the claimant, at the next counter, and reports
+    /// what its first attempt did.
     pub async fn release_lease(&self, lease: &Lease, term: Duration) -> Result<Released> {
         let sk = Self::lease_sk(&lease.shard_id);
         for _ in 0..4 {
@@ -205,23 +311,24 @@ impl StateStore {
             let free = self.update_req(
                 &sk,
                 &expr,
-                "SET #updated = :now ADD #counter :one REMOVE #owner, #expires",
+                "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #holder",
                 Some("#owner = :me AND #counter = :n AND attribute_not_exists(#claim_by)"),
             );
             let old = match self.conditional_update(free).await? {
                 Ok(_) => return Ok(Released::Free),
                 Err(old) => old,
             };
-            let claimed = old
-                .as_ref()
-                .map(ShardState::from_item)
-                .transpose()?
-                .filter(|st| {
-                    st.owner.as_ref() == Some(&lease.owner) && st.counter == lease.counter
-                });
-            let Some(state) = claimed else {
-                return Err(lost(&lease.shard_id, lease, old.as_ref()));
+            let state = old.as_ref().map(ShardState::from_item).transpose()?;
+            let Some(state) = state else {
+                return Err(lost(&lease.shard_id, lease, None));
             };
+            if state.owner.is_none() && state.counter == lease.counter + 1 {
+                // This release's own write, applied once already.
+                return Ok(Released::Free);
+            }
+            if state.owner.as_ref() != Some(&lease.owner) || state.counter != lease.counter {
+                return Err(lost(&lease.shard_id, lease, old.as_ref()));
+            }
             let Some(claim) = state.claim else { continue };
             let expr = expr
                 .value("by", s(claim.by.as_str()))
@@ -229,10 +336,20 @@ impl StateStore {
             let hand_off = self.update_req(
                 &sk,
                 &expr,
-                "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at",
+                "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at, #holder",
                 Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
             );
-            if self.conditional_update(hand_off).await?.is_ok() {
+            let handed = match self.conditional_update(hand_off).await? {
+                Ok(_) => true,
+                Err(old) => old
+                    .as_ref()
+                    .map(ShardState::from_item)
+                    .transpose()?
+                    .is_some_and(|now| {
+                        now.owner.as_ref() == Some(&claim.by) && now.counter == lease.counter + 1
+                    }),
+            };
+            if handed {
                 tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
                 self.notify_assigned(&claim.by).await?;
                 return Ok(Released::HandedOff(claim.by));
@@ -301,7 +418,7 @@ impl StateStore {
         let req = self.update_req(
             &Self::lease_sk(shard),
             &expr,
-            "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at",
+            "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at, #holder",
             Some(condition),
         );
         Ok(self.conditional_update(req).await?.is_ok())
@@ -313,14 +430,15 @@ impl StateStore {
         Ok(self.get_shard(&ShardScope::Group, shard).await?.owner)
     }
 
-    /// The shards this consumer holds a live lease on (not expired, not depleted).
+    /// The shards whose lease is in this consumer's name (not depleted),
+    /// whatever their stored expiry says: a consumer takes up the leases
+    /// given to it however its clock differs from the giver's.
     pub async fn owned_shards(&self, consumer: &ConsumerId) -> Result<Vec<ShardState>> {
-        let now = self.now();
         Ok(self
             .list_shards(&ShardScope::Group)
             .await?
             .into_iter()
-            .filter(|sh| !sh.depleted && sh.live_lease(now).is_some_and(|l| &l.owner == consumer))
+            .filter(|sh| !sh.depleted && sh.owner.as_ref() == Some(consumer))
             .collect())
     }
 

@@ -51,11 +51,11 @@ mod table;
 
 pub use batch::{BatchKey, SK_BATCH};
 pub use checkpoint::{CheckpointOutcome, Depleted};
-pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SystemClock};
+pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};
 pub use consumer::{ClearReport, Heartbeat};
 pub use error::{Result, Service, StateError};
 pub use item::RawItem;
-pub use lease::{Released, Renewal};
+pub use lease::{Released, Renewal, TakeFrom};
 pub use model::{
     Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
     StreamState,

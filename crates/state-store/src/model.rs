@@ -40,10 +40,13 @@ pub struct ConsumerInfo {
 pub struct ConsumerState {
     /// Who it is.
     pub info: ConsumerInfo,
-    /// Its last heartbeat (ms).
+    /// Its last heartbeat (ms, the consumer's wall clock: for display; an
+    /// observer judges liveness by how long it has gone unchanged).
     pub heartbeat: EpochMillis,
     /// Whether it may be given leases (false while it waits for an EFO consumer).
     pub active: bool,
+    /// The token of the process holding the id (see [`StateStore::heartbeat_as`](crate::StateStore::heartbeat_as)).
+    pub token: Option<String>,
 }
 
 impl ConsumerState {
@@ -66,6 +69,9 @@ pub struct EfoState {
     pub lock_counter: u64,
     /// When it was last released (or registered) while free (ms).
     pub released: Option<EpochMillis>,
+    /// Marked for deregistration: it takes no new locks and goes once
+    /// deregistered from Kinesis.
+    pub retiring: bool,
 }
 
 /// The lock a consumer holds on an enhanced fan-out consumer.
@@ -124,7 +130,10 @@ pub struct ShardState {
     pub checkpoint_arrival: Option<EpochMillis>,
     /// The lease owner, if any.
     pub owner: Option<ConsumerId>,
-    /// When the lease runs out (ms).
+    /// The holding token of the owner's process the lease was taken for, if known.
+    pub holder: Option<String>,
+    /// When the lease runs out (ms, the last writer's wall clock: for
+    /// display; every renewal changes it, so it also tells renewals apart).
     pub expires: Option<EpochMillis>,
     /// The lease counter (fencing token).
     pub counter: u64,
@@ -212,6 +221,7 @@ impl ConsumerState {
             },
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,
+            token: r.opt_s(attr::TOKEN)?.map(str::to_owned),
         })
     }
 }
@@ -228,6 +238,7 @@ impl EfoState {
                 .transpose()?,
             lock_counter: r.u64_or(attr::LOCK_COUNTER, 0)?,
             released: r.opt_i64(attr::RELEASED)?,
+            retiring: r.bool_or(attr::RETIRING, false)?,
         })
     }
 }
@@ -271,6 +282,7 @@ impl ShardState {
                 .opt_s(attr::OWNER)?
                 .map(|o| r.parse(attr::OWNER, ConsumerId::new(o)))
                 .transpose()?,
+            holder: r.opt_s(attr::HOLDER)?.map(str::to_owned),
             expires: r.opt_i64(attr::EXPIRES)?,
             counter: r.u64_or(attr::COUNTER, 0)?,
             claim,

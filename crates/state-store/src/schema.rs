@@ -73,6 +73,8 @@ pub mod attr {
     pub const STANDALONE: &str = "standalone";
     /// Consumer: the token of the process holding the id now.
     pub const TOKEN: &str = "token";
+    /// Consumer: the registration's identity, drawn when the item is created.
+    pub const INCARNATION: &str = "incarnation";
     /// EFO: consumer ARN.
     pub const ARN: &str = "arn";
     /// EFO: the consumer holding the lock.
@@ -81,6 +83,8 @@ pub mod attr {
     pub const LOCK_COUNTER: &str = "lock_counter";
     /// EFO: when the lock was last released (ms).
     pub const RELEASED: &str = "released";
+    /// EFO: marked for deregistration: no new locks; deregistered, then removed.
+    pub const RETIRING: &str = "retiring";
     /// Shard: the shard id.
     pub const SHARD: &str = "shard";
     /// Shard: parent shard ids (list).
@@ -113,6 +117,9 @@ pub mod attr {
     pub const CLAIM_BY: &str = "claim_by";
     /// Shard: when the claim was made (ms).
     pub const CLAIM_AT: &str = "claim_at";
+    /// Shard: the holding token of the process the lease was taken for (a
+    /// consumer's heartbeat token), so a retried take recognises its own write.
+    pub const HOLDER: &str = "holder";
     /// Shard: closed and fully processed.
     pub const DEPLETED: &str = "depleted";
     /// DynamoDB Streams position: stream ARN.

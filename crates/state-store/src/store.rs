@@ -131,6 +131,12 @@ impl StateStore {
         self.inner.clock.now_millis()
     }
 
+    /// A monotonic reading of the store's clock (see [`Clock::monotonic_millis`]):
+    /// what an observer measures how long a lease or heartbeat went unchanged with.
+    pub fn monotonic_now(&self) -> EpochMillis {
+        self.inner.clock.monotonic_millis()
+    }
+
     /// Counters of what the store saw.
     pub fn stats(&self) -> StoreStats {
         StoreStats {

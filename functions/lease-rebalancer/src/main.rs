@@ -11,8 +11,8 @@ async fn main() -> Result<(), Error> {
         store: init.store,
         kinesis: init.kinesis,
         config: init.config.rebalance.clone(),
-        lease_term: init.config.lease_term,
         emit_metrics: true,
+        observer: Default::default(),
     };
     let timing = init.config.timing;
     lambda_runtime::run(service_fn(|event| {

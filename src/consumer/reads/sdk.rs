@@ -7,6 +7,7 @@ use super::{
 use crate::state::{
     call_kinesis, is_throttling_code, kinesis_error, RetryPolicy, ShardId, StateError,
 };
+use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
 use aws_sdk_kinesis::types::{
     Record, ShardIteratorType, StartingPosition, SubscribeToShardEventStream,
 };
@@ -40,6 +41,30 @@ fn classify(
         "ResourceInUseException" => ReadError::SubscriptionInUse(err.to_string()),
         code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
         _ => ReadError::Failed(kinesis_error(operation, err)),
+    }
+}
+
+/// An error that arrives inside an open subscription's event stream. Its
+/// modelled variants carry no error code in their metadata, so they are
+/// matched by variant: a second subscription (in use) and KMS throttling or
+/// an internal failure (transient: the shard backs off and subscribes
+/// again) are told apart from the rest.
+fn classify_event_error(
+    err: &aws_sdk_kinesis::error::SdkError<
+        SubscribeToShardEventStreamError,
+        aws_smithy_types::event_stream::RawMessage,
+    >,
+) -> ReadError {
+    use SubscribeToShardEventStreamError as E;
+    match err.as_service_error() {
+        Some(E::ResourceInUseException(e)) => ReadError::SubscriptionInUse(e.to_string()),
+        Some(E::KmsThrottlingException(_)) => {
+            ReadError::Throttled("KMSThrottlingException".to_owned())
+        }
+        Some(E::InternalFailureException(_)) => {
+            ReadError::Throttled("InternalFailureException".to_owned())
+        }
+        _ => classify("SubscribeToShard", err),
     }
 }
 
@@ -149,7 +174,7 @@ impl KinesisReads for SdkReads {
 struct SdkSubscription(
     aws_sdk_kinesis::primitives::event_stream::EventReceiver<
         SubscribeToShardEventStream,
-        aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError,
+        SubscribeToShardEventStreamError,
     >,
 );
 
@@ -157,11 +182,7 @@ impl Subscription for SdkSubscription {
     fn next_event(&mut self) -> ReadFuture<'_, Option<SubscriptionEvent>> {
         Box::pin(async move {
             loop {
-                let event = self
-                    .0
-                    .recv()
-                    .await
-                    .map_err(|e| classify("SubscribeToShard", &e))?;
+                let event = self.0.recv().await.map_err(|e| classify_event_error(&e))?;
                 match event {
                     None => return Ok(None),
                     Some(SubscribeToShardEventStream::SubscribeToShardEvent(e)) => {
@@ -182,5 +203,51 @@ impl Subscription for SdkSubscription {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_kinesis::error::SdkError;
+    use aws_sdk_kinesis::types::error::{
+        InternalFailureException, KmsThrottlingException, ResourceInUseException,
+        ResourceNotFoundException,
+    };
+    use aws_smithy_types::event_stream::RawMessage;
+
+    fn in_stream(
+        e: SubscribeToShardEventStreamError,
+    ) -> SdkError<SubscribeToShardEventStreamError, RawMessage> {
+        SdkError::service_error(e, RawMessage::invalid(None))
+    }
+
+    #[test]
+    fn errors_inside_the_event_stream_are_told_apart_by_variant() {
+        let in_use = in_stream(SubscribeToShardEventStreamError::ResourceInUseException(
+            ResourceInUseException::builder().message("busy").build(),
+        ));
+        assert!(matches!(
+            classify_event_error(&in_use),
+            ReadError::SubscriptionInUse(_)
+        ));
+        let kms = in_stream(SubscribeToShardEventStreamError::KmsThrottlingException(
+            KmsThrottlingException::builder().build(),
+        ));
+        assert!(matches!(
+            classify_event_error(&kms),
+            ReadError::Throttled(_)
+        ));
+        let internal = in_stream(SubscribeToShardEventStreamError::InternalFailureException(
+            InternalFailureException::builder().build(),
+        ));
+        assert!(matches!(
+            classify_event_error(&internal),
+            ReadError::Throttled(_)
+        ));
+        let gone = in_stream(SubscribeToShardEventStreamError::ResourceNotFoundException(
+            ResourceNotFoundException::builder().build(),
+        ));
+        assert!(matches!(classify_event_error(&gone), ReadError::Failed(_)));
     }
 }

@@ -93,7 +93,13 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
         .unwrap();
     let thief = ConsumerId::new("thief").unwrap();
     store
-        .take_lease(&shard, &thief, state.counter, Duration::from_secs(10))
+        .take_lease(
+            &shard,
+            &thief,
+            &seen_as_stale(&state),
+            None,
+            Duration::from_secs(10),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -345,7 +351,13 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
     let state = store.get_shard(&ShardScope::Group, &child).await.unwrap();
     let thief = ConsumerId::new("thief").unwrap();
     store
-        .take_lease(&child, &thief, state.counter, Duration::from_secs(10))
+        .take_lease(
+            &child,
+            &thief,
+            &seen_as_stale(&state),
+            None,
+            Duration::from_secs(10),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -384,10 +396,8 @@ async fn a_slow_handler_never_outlives_the_lease() {
     // The wall clock, as in production: leases expire in real time.
     let store = shardkeeper::StateStore::new(ctx.aws.dynamodb.clone(), config);
     let term = Duration::from_secs(1);
-    let rebalancer = shardkeeper::functions::Rebalancer {
-        lease_term: term,
-        ..rebalancer(&ctx.aws, &store)
-    };
+    let mut rebalancer = rebalancer(&ctx.aws, &store);
+    rebalancer.config.lease_term = term;
     produce(&ctx.aws.kinesis, &stream, 1, 0..40).await;
     let log: Log = Arc::default();
     let slow = {
@@ -554,4 +564,12 @@ async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
     }
     assert!(failed_once.load(std::sync::atomic::Ordering::SeqCst));
     check(&log, 2, 3);
+}
+
+/// A take of the lease exactly as `state` shows it (a thief that judged it expired).
+fn seen_as_stale(state: &shardkeeper::state::ShardState) -> shardkeeper::state::TakeFrom {
+    shardkeeper::state::TakeFrom::Stale {
+        counter: state.counter,
+        expires: state.expires,
+    }
 }

@@ -4,3 +4,4 @@
 mod plan_reap;
 mod plan_rebalance;
 mod scheduled;
+mod skew;

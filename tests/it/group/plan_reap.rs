@@ -110,7 +110,7 @@ fn scenarios() {
         ),
     ];
     for (name, snap, expected) in cases {
-        let plan = plan_reap(&snap, NOW, &config());
+        let plan = plan_reap(&snap, &ages(&snap), NOW, &config());
         assert_eq!(describe(&plan), expected, "case: {name}");
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 fn config() -> RebalanceConfig {
     RebalanceConfig {
+        lease_term: TERM,
         heartbeat_timeout: Duration::from_secs(15),
         handoff_timeout: Duration::from_secs(15),
         max_moves_per_tick: None,
@@ -65,9 +66,10 @@ fn apply(snapshot: &GroupSnapshot, actions: &[Action]) -> GroupSnapshot {
 /// Live leases per owner on the shards that are available for lease.
 fn holdings(snapshot: &GroupSnapshot) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
+    let seen = ages(snapshot);
     for s in shardkeeper::group::available_shards(snapshot) {
-        if let Some(lease) = s.live_lease(NOW) {
-            *out.entry(lease.owner.to_string()).or_insert(0) += 1;
+        if let Some(owner) = shardkeeper::group::held_by(s, &seen, TERM) {
+            *out.entry(owner.to_string()).or_insert(0) += 1;
         }
     }
     out
@@ -285,7 +287,7 @@ fn scenarios() {
         ),
     ];
     for (name, snap, cfg, expected) in cases {
-        let plan = plan_rebalance(&snap, NOW, &cfg);
+        let plan = plan_rebalance(&snap, &ages(&snap), &cfg);
         assert_eq!(targets(&plan), expected, "case: {name}");
     }
 }
@@ -355,7 +357,7 @@ proptest! {
     #[test]
     fn plans_keep_the_invariants((snap, moves) in arb_group()) {
         let cfg = RebalanceConfig { max_moves_per_tick: moves, ..config() };
-        let plan = plan_rebalance(&snap, NOW, &cfg);
+        let plan = plan_rebalance(&snap, &ages(&snap), &cfg);
         let live: BTreeSet<&ConsumerId> = snap
             .consumers
             .iter()
@@ -380,7 +382,7 @@ proptest! {
     fn an_unlimited_plan_converges_to_balance((snap, _) in arb_group()) {
         let mut state = snap;
         for _ in 0..3 {
-            let plan = plan_rebalance(&state, NOW, &config());
+            let plan = plan_rebalance(&state, &ages(&state), &config());
             state = apply(&state, &plan);
         }
         let live: Vec<String> = state
@@ -404,6 +406,6 @@ proptest! {
         }
         prop_assert_eq!(total, available, "every available shard held by a live consumer: {:?}", held);
         // Converged: planning again changes nothing.
-        prop_assert!(plan_rebalance(&state, NOW, &config()).is_empty());
+        prop_assert!(plan_rebalance(&state, &ages(&state), &config()).is_empty());
     }
 }

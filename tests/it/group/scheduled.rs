@@ -332,7 +332,11 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
             ..ReapConfig::default()
         },
         emit_metrics: true,
+        observer: Default::default(),
     };
+    // The reaper's first look: it has seen nothing go silent yet.
+    let first = reaper.tick().await.unwrap();
+    assert_eq!(first.execution.applied.len(), 0, "{first:?}");
     ctx.clock.advance(Duration::from_secs(20));
     let tick = reaper.tick().await.unwrap();
     assert_eq!(
@@ -403,7 +407,9 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
         kinesis: ctx.aws.kinesis.clone(),
         config: ReapConfig::default(),
         emit_metrics: true,
+        observer: Default::default(),
     };
+    reaper.tick().await.unwrap(); // its first look at the worker's heartbeat
     ctx.clock.advance(Duration::from_secs(60));
     let mut service = lambda_runtime::service_fn(|event| handle_reap(&reaper, timing, event));
     let summary = service

@@ -25,7 +25,8 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
         beat,
         Heartbeat {
             registered: false,
-            assignments: 0
+            assignments: 0,
+            incarnation: beat.incarnation.clone(),
         }
     );
     assert!(store.notify_assigned(&me.id).await.unwrap());

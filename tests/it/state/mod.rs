@@ -6,6 +6,7 @@ mod checkpoints;
 mod consumers;
 mod efo;
 mod leases;
+mod lost_responses;
 mod positions;
 mod scale;
 mod stream;

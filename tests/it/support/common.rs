@@ -286,8 +286,8 @@ pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::function
         store: store.clone(),
         kinesis: aws.kinesis.clone(),
         config: shardkeeper::group::RebalanceConfig::default(),
-        lease_term: Duration::from_secs(10),
         emit_metrics: false,
+        observer: Default::default(),
     }
 }
 

@@ -1,12 +1,56 @@
 //! Hand-built group snapshots for the planner tests (no servers involved).
 
+use shardkeeper::group::Ages;
 use shardkeeper::state::{
     Checkpoint, Claim, ConsumerId, ConsumerInfo, ConsumerState, EfoName, EfoState, EpochMillis,
     GroupSnapshot, ShardId, ShardState,
 };
+use std::time::Duration;
 
 /// The planners' "now" in every fixture.
 pub const NOW: EpochMillis = 1_800_000_000_000;
+
+/// The lease term of every fixture lease (written as `expires = renewal + TERM`).
+pub const TERM: Duration = Duration::from_secs(10);
+
+fn age(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// What an observer that had watched since each value was written would see
+/// at [`NOW`]: heartbeats, claims and free EFO consumers as old as their
+/// stored times, leases as old as the time since their last renewal.
+pub fn ages(snapshot: &GroupSnapshot) -> Ages {
+    let term = TERM.as_millis() as i64;
+    Ages {
+        leases: snapshot
+            .shards
+            .iter()
+            .filter(|s| s.owner.is_some())
+            .map(|s| {
+                (
+                    s.shard_id.clone(),
+                    age(NOW - (s.expires.unwrap_or(0) - term)),
+                )
+            })
+            .collect(),
+        heartbeats: snapshot
+            .consumers
+            .iter()
+            .map(|c| (c.id().clone(), age(NOW - c.heartbeat)))
+            .collect(),
+        claims: snapshot
+            .shards
+            .iter()
+            .filter_map(|s| Some((s.shard_id.clone(), age(NOW - s.claim.as_ref()?.at))))
+            .collect(),
+        efo_free: snapshot
+            .efo
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), age(NOW - e.released?))))
+            .collect(),
+    }
+}
 
 pub fn id(s: &str) -> ConsumerId {
     ConsumerId::new(s).unwrap()
@@ -30,6 +74,7 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
         },
         heartbeat: NOW - age_ms,
         active: true,
+        token: Some(format!("token-{name}")),
     }
 }
 
@@ -45,6 +90,7 @@ pub fn shard(name: &str) -> ShardState {
         checkpoint: None,
         checkpoint_arrival: None,
         owner: None,
+        holder: None,
         expires: None,
         counter: 0,
         claim: None,
@@ -97,6 +143,7 @@ pub fn efo(name: &str, used_by: Option<&str>, released_age_ms: i64) -> EfoState 
         used_by: used_by.map(id),
         lock_counter: 1,
         released: used_by.is_none().then_some(NOW - released_age_ms),
+        retiring: false,
     }
 }
 

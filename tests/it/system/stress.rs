@@ -324,12 +324,13 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         store: store.clone(),
         kinesis: system.kinesis.clone(),
         config: RebalanceConfig {
+            lease_term,
             heartbeat_timeout: lease_term,
             handoff_timeout: lease_term,
             max_moves_per_tick: None,
         },
-        lease_term,
         emit_metrics: false,
+        observer: Default::default(),
     });
     let reaper = Arc::new(Reaper {
         store: store.clone(),
@@ -339,6 +340,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             ..ReapConfig::default()
         },
         emit_metrics: false,
+        observer: Default::default(),
     });
     let rebalancing = ticking(
         Duration::from_millis(250),

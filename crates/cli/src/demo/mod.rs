@@ -280,12 +280,13 @@ async fn run_on(
         store: store.clone(),
         kinesis: kinesis.clone(),
         config: RebalanceConfig {
+            lease_term: LEASE_TERM,
             heartbeat_timeout: LEASE_TERM,
             handoff_timeout: LEASE_TERM,
             max_moves_per_tick: None,
         },
-        lease_term: LEASE_TERM,
         emit_metrics: false,
+        observer: Default::default(),
     };
     let reaper = Reaper {
         store: store.clone(),
@@ -295,6 +296,7 @@ async fn run_on(
             ..ReapConfig::default()
         },
         emit_metrics: false,
+        observer: Default::default(),
     };
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {

@@ -1,0 +1,178 @@
+//! How long each lease, heartbeat, claim and free EFO consumer has gone
+//! unchanged, as one observer saw it on its own clock.
+//!
+//! Stored times (`expires`, `heartbeat`, `claim_at`, `released`) are written
+//! by other machines' wall clocks; comparing them with this machine's clock
+//! would move every timeout by the skew between the two (a lease taken after
+//! 5 s of silence instead of 10, or never). So an observer, the rebalancer
+//! or the reaper, remembers when it first saw each value in its current
+//! state, on its own monotonic clock ([`StateStore::monotonic_now`]), and
+//! calls it as old as the time since. This is KCL's rule for lease expiry,
+//! applied to heartbeats, claims and idle EFO consumers too.
+//!
+//! - A lease's state is its owner, counter and stored expiry: every renewal
+//!   writes a new expiry, so a renewal makes the lease young again.
+//! - A heartbeat's state is the process token and the stored time.
+//! - A claim's state is the claimant, its time and the lease counter.
+//! - A free EFO consumer's state is its lock counter.
+//!
+//! An observer that just started has seen nothing age: everything is fresh
+//! for one timeout after its first look. Memory is kept only for what the
+//! last snapshot held.
+//!
+//! [`StateStore::monotonic_now`]: crate::state::StateStore::monotonic_now
+
+use crate::state::{ConsumerId, EfoName, EpochMillis, GroupSnapshot, ShardId};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long each thing has gone unchanged, as one observer saw it: the
+/// planners' only notion of time. Missing entries are fresh (age zero).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ages {
+    /// Owned leases, by shard.
+    pub leases: BTreeMap<ShardId, Duration>,
+    /// Heartbeats, by consumer.
+    pub heartbeats: BTreeMap<ConsumerId, Duration>,
+    /// Open claims, by shard.
+    pub claims: BTreeMap<ShardId, Duration>,
+    /// Free EFO consumers: how long they have been free.
+    pub efo_free: BTreeMap<EfoName, Duration>,
+}
+
+impl Ages {
+    /// How long the lease on `shard` has gone without a renewal.
+    pub fn lease(&self, shard: &ShardId) -> Duration {
+        self.leases.get(shard).copied().unwrap_or_default()
+    }
+
+    /// How long `consumer` has gone without a heartbeat.
+    pub fn heartbeat(&self, consumer: &ConsumerId) -> Duration {
+        self.heartbeats.get(consumer).copied().unwrap_or_default()
+    }
+
+    /// How long the claim on `shard` has been open.
+    pub fn claim(&self, shard: &ShardId) -> Duration {
+        self.claims.get(shard).copied().unwrap_or_default()
+    }
+
+    /// How long the EFO consumer `name` has been free.
+    pub fn efo_free(&self, name: &EfoName) -> Duration {
+        self.efo_free.get(name).copied().unwrap_or_default()
+    }
+}
+
+/// An observer's memory: when it first saw each value in its current state.
+/// Clones share the memory (one observer per process).
+#[derive(Debug, Clone, Default)]
+pub struct Observer {
+    memory: Arc<Mutex<Memory>>,
+}
+
+#[derive(Debug, Default)]
+struct Memory {
+    leases: Sightings<ShardId, (ConsumerId, u64, Option<EpochMillis>)>,
+    heartbeats: Sightings<ConsumerId, (Option<String>, EpochMillis)>,
+    claims: Sightings<ShardId, (ConsumerId, EpochMillis, u64)>,
+    efo_free: Sightings<EfoName, u64>,
+}
+
+/// First sightings of one kind of value, by key.
+#[derive(Debug)]
+struct Sightings<K, V> {
+    first_seen: HashMap<K, (V, EpochMillis)>,
+}
+
+impl<K, V> Default for Sightings<K, V> {
+    fn default() -> Self {
+        Sightings {
+            first_seen: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + Ord, V: PartialEq> Sightings<K, V> {
+    /// Records the values seen at `at`; returns each one's age. Keys not
+    /// seen now are forgotten.
+    fn observe(
+        &mut self,
+        seen: impl Iterator<Item = (K, V)>,
+        at: EpochMillis,
+    ) -> BTreeMap<K, Duration> {
+        let mut kept = HashMap::new();
+        let mut ages = BTreeMap::new();
+        for (key, value) in seen {
+            let since = match self.first_seen.remove(&key) {
+                Some((old, since)) if old == value => since,
+                _ => at,
+            };
+            let age = Duration::from_millis(u64::try_from(at - since).unwrap_or(0));
+            ages.insert(key.clone(), age);
+            kept.insert(key, (value, since));
+        }
+        self.first_seen = kept;
+        ages
+    }
+}
+
+impl Observer {
+    /// Looks at `snapshot` at `at` (a reading of this process's monotonic
+    /// clock) and returns how long each thing in it has gone unchanged.
+    pub fn observe(&self, snapshot: &GroupSnapshot, at: EpochMillis) -> Ages {
+        let mut memory = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+        let leases = snapshot.shards.iter().filter_map(|s| {
+            let owner = s.owner.clone()?;
+            Some((s.shard_id.clone(), (owner, s.counter, s.expires)))
+        });
+        let heartbeats = snapshot
+            .consumers
+            .iter()
+            .map(|c| (c.id().clone(), (c.token.clone(), c.heartbeat)));
+        let claims = snapshot.shards.iter().filter_map(|s| {
+            let claim = s.claim.as_ref()?;
+            Some((s.shard_id.clone(), (claim.by.clone(), claim.at, s.counter)))
+        });
+        let efo_free = snapshot
+            .efo
+            .iter()
+            .filter(|e| e.used_by.is_none())
+            .map(|e| (e.name.clone(), e.lock_counter));
+        Ages {
+            leases: memory.leases.observe(leases, at),
+            heartbeats: memory.heartbeats.observe(heartbeats, at),
+            claims: memory.claims.observe(claims, at),
+            efo_free: memory.efo_free.observe(efo_free, at),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> ShardId {
+        ShardId::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_value_ages_while_unchanged_and_is_young_again_once_it_changes() {
+        let mut sightings: Sightings<ShardId, u64> = Sightings::default();
+        let first = sightings.observe([(id("a"), 1)].into_iter(), 1_000);
+        assert_eq!(first[&id("a")], Duration::ZERO);
+        let later = sightings.observe([(id("a"), 1)].into_iter(), 8_000);
+        assert_eq!(later[&id("a")], Duration::from_secs(7));
+        let changed = sightings.observe([(id("a"), 2)].into_iter(), 9_000);
+        assert_eq!(changed[&id("a")], Duration::ZERO);
+    }
+
+    #[test]
+    fn what_is_no_longer_seen_is_forgotten() {
+        let mut sightings: Sightings<ShardId, u64> = Sightings::default();
+        sightings.observe([(id("a"), 1)].into_iter(), 0);
+        sightings.observe(std::iter::empty(), 5_000);
+        let back = sightings.observe([(id("a"), 1)].into_iter(), 20_000);
+        assert_eq!(back[&id("a")], Duration::ZERO);
+    }
+}

@@ -1,0 +1,139 @@
+//! Writes whose answer is lost after DynamoDB applied them: the SDK sends
+//! the request again, and the retry meets the first attempt's write. Each
+//! write recognises "already done by me" and reports what it did, instead
+//! of a lost lease or a failed lock. The proxy in front of DynamoDB applies
+//! the next request and drops its answer (`lose_next_responses`).
+
+use crate::support::common::seed_shards;
+use crate::support::faulty::Faulty;
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, ConsumerInfo, EfoName, Released, ShardScope, StateStore, TakeFrom,
+};
+use std::time::Duration;
+
+const TERM: Duration = Duration::from_secs(30);
+
+fn cid(s: &str) -> ConsumerId {
+    ConsumerId::new(s).unwrap()
+}
+
+fn free(counter: u64) -> TakeFrom {
+    TakeFrom::Stale {
+        counter,
+        expires: None,
+    }
+}
+
+async fn setup(name: &str) -> (Faulty, StateStore) {
+    let faulty = Faulty::start(7).await;
+    let store = faulty.ctx.store(name);
+    (faulty, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
+    let (faulty, store) = setup("lost-lease").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+
+    // Take: applied, answer lost, retried.
+    faulty.dynamodb.lose_next_responses(1);
+    let lease = store
+        .take_lease(&shard, &cid("a"), &free(0), Some("token-a"), TERM)
+        .await
+        .unwrap()
+        .expect("the retry recognises the take it made");
+    assert_eq!((lease.owner.clone(), lease.counter), (cid("a"), 1));
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    store
+        .checkpoint(&lease, &Checkpoint::after("10").unwrap(), None)
+        .await
+        .expect("the lease the retry reported is the one stored");
+
+    // Hand-off to a claimant: applied, answer lost, retried.
+    assert!(store.claim_lease(&shard, &cid("b"), 1).await.unwrap());
+    faulty.dynamodb.lose_next_responses(2);
+    let released = store.release_lease(&lease, TERM).await.unwrap();
+    assert_eq!(released, Released::HandedOff(cid("b")));
+    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    assert_eq!((state.owner, state.counter), (Some(cid("b")), 2));
+
+    // Plain release: applied, answer lost, retried.
+    let b = store
+        .take_lease(
+            &shard,
+            &cid("b"),
+            &TakeFrom::Named { counter: 2 },
+            Some("token-b"),
+            TERM,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    faulty.dynamodb.lose_next_responses(1);
+    assert_eq!(store.release_lease(&b, TERM).await.unwrap(), Released::Free);
+    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    assert_eq!((state.owner, state.counter), (None, 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_by_another_process_under_the_same_id_is_not_mistaken_for_ones_own() {
+    let (_faulty, store) = setup("same-id").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    // The older process took the shard at counter 0.
+    store
+        .take_lease(&shard, &cid("a"), &free(0), Some("old-process"), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    // The newer one, deciding on the same counter, must not read the older
+    // one's take as its own (same id, next counter): only its token tells.
+    let mine = store
+        .take_lease(&shard, &cid("a"), &free(0), Some("new-process"), TERM)
+        .await
+        .unwrap();
+    assert_eq!(mine, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
+    let (faulty, store) = setup("lost-efo").await;
+    let name = EfoName::new("pool-00").unwrap();
+    assert!(store
+        .register_efo(
+            &name,
+            "arn:aws:kinesis:us-east-1:1:stream/s/consumer/pool-00:1"
+        )
+        .await
+        .unwrap());
+    let efo = store.list_efo().await.unwrap().remove(0);
+    faulty.dynamodb.lose_next_responses(1);
+    let lock = store
+        .lock_efo(&efo, &cid("a"))
+        .await
+        .unwrap()
+        .expect("the retry recognises the lock it took");
+    assert_eq!(lock.lock_counter, efo.lock_counter + 1);
+    // Another consumer deciding on the same state does not get it.
+    assert!(store.lock_efo(&efo, &cid("b")).await.unwrap().is_none());
+    faulty.dynamodb.lose_next_responses(1);
+    assert!(store.release_efo(&lock).await.unwrap());
+    let pool = store.list_efo().await.unwrap();
+    assert_eq!(pool[0].used_by, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_heartbeat_that_registered_still_reports_the_registration() {
+    let (faulty, store) = setup("lost-beat").await;
+    let me = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let first = store.heartbeat_as(&me, "token-a", true).await.unwrap();
+    assert!(first.registered);
+    // The reaper removes the consumer; its next heartbeat re-registers it,
+    // but the answer is lost and the retry finds the consumer registered.
+    assert!(store.deregister_consumer(&me.id).await.unwrap());
+    faulty.dynamodb.lose_next_responses(1);
+    let beat = store.heartbeat_as(&me, "token-a", false).await.unwrap();
+    // The registration's identity shows what happened.
+    assert_ne!(beat.incarnation, first.incarnation, "{beat:?}");
+    let again = store.heartbeat_as(&me, "token-a", false).await.unwrap();
+    assert_eq!(again.incarnation, beat.incarnation);
+}
