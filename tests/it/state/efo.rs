@@ -63,12 +63,16 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
     let lock = lock.clone().unwrap();
     assert!(store.release_efo(&lock).await.unwrap());
     assert!(
-        !store.release_efo(&lock).await.unwrap(),
-        "a stale lock can't release twice"
+        store.release_efo(&lock).await.unwrap(),
+        "a release applied again (a retry) reports the release"
     );
     let (waiter, _) = results.iter().find(|(_, l)| l.is_none()).unwrap();
     let got = store.get_or_lock_efo(waiter).await.unwrap().unwrap();
     assert_eq!(got.name, lock.name);
+    assert!(
+        !store.release_efo(&lock).await.unwrap(),
+        "a stale lock can't release another consumer's"
+    );
     assert!(store.get_consumer(waiter).await.unwrap().unwrap().active);
 }
 
@@ -328,4 +332,95 @@ async fn a_pool_outside_the_kinesis_limits_is_a_validation_error() {
             "{pool:?}: {err:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_never_lent_again() {
+    let faulty = crate::support::faulty::Faulty::start(11).await;
+    let ctx = &faulty.ctx;
+    let stream = create_stream(&faulty.direct, 1).await;
+    let stream_arn = stream_arn(&faulty.direct, &stream).await;
+    let store = ctx.store(&stream);
+    let mut pool = Vec::new();
+    for i in 0..2 {
+        let name = format!("pool-{i}");
+        let out = faulty
+            .direct
+            .kinesis
+            .register_stream_consumer()
+            .stream_arn(&stream_arn)
+            .consumer_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let arn = out.consumer().unwrap().consumer_arn().to_owned();
+        let name = EfoName::new(name).unwrap();
+        store.register_efo(&name, &arn).await.unwrap();
+        pool.push((name, arn));
+    }
+    let (name, arn) = &pool[0];
+    // Kinesis fails every request: the retirement is marked, then cut short.
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults {
+            server_error: 1.0,
+            ..shardkeeper_local::Faults::none()
+        })
+        .unwrap();
+    let cut = store.remove_idle_efo(&ctx.aws.kinesis, name, arn, 0).await;
+    assert!(cut.is_err(), "{cut:?}");
+    let seen = store.list_efo().await.unwrap();
+    assert!(seen[0].retiring && !seen[1].retiring, "{seen:?}");
+    // A retiring consumer is lent to nobody: the other one is locked.
+    let lock = store
+        .get_or_lock_efo(&ConsumerId::new("c").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock.name, pool[1].0);
+    assert!(store
+        .lock_efo(&seen[0], &ConsumerId::new("d").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+
+    // The reaper plans the rest of the retirement and finishes it.
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    let snapshot = store.load_group().await.unwrap();
+    let plan = shardkeeper::group::plan_reap(
+        &snapshot,
+        &shardkeeper::group::Ages::default(),
+        store.now(),
+        &shardkeeper::group::ReapConfig::default(),
+    );
+    let report = shardkeeper::group::execute(&store, Some(&ctx.aws.kinesis), &plan, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(report.efo_deregistered, vec![name.clone()]);
+    let left: Vec<_> = store
+        .list_efo()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(left, vec![pool[1].0.clone()]);
+    let listed = faulty
+        .direct
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(&stream_arn)
+        .send()
+        .await
+        .unwrap();
+    let on_kinesis: BTreeSet<_> = listed
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer_status().as_str() != "DELETING")
+        .map(|c| c.consumer_name().to_owned())
+        .collect();
+    assert_eq!(on_kinesis, BTreeSet::from([pool[1].0.to_string()]));
 }
