@@ -472,7 +472,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             lost: None,
         };
         let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let report = core.run(items, stop_by, &mut sink).await?;
+        let run = core.run(items, stop_by, &mut sink).await;
         let LeaseCheckpoints {
             written,
             last,
@@ -480,10 +480,6 @@ impl<H: RecordHandler> ShardWorker<H> {
             lost,
             ..
         } = sink;
-        let failed = !report.failures.is_empty();
-        self.report.processed += report.processed;
-        self.report.duplicates_skipped += report.duplicates_skipped;
-        self.report.parked += report.parked;
         for (checkpoint, sent, outcome) in written {
             self.report.checkpoints += 1;
             if outcome == CheckpointOutcome::Stored {
@@ -494,6 +490,23 @@ impl<H: RecordHandler> ShardWorker<H> {
                 });
             }
         }
+        let report = match run {
+            Ok(report) => report,
+            Err(e) => {
+                // The batch broke off (a state call failed): what it
+                // processed stays processed. Reading carries on after the
+                // last record done (the core committed it on its way out),
+                // not again from where the batch started.
+                let position = last.map(|cp| (cp, last_arrival));
+                let cursor = self.cursors.get_mut(shard).expect("cursor");
+                cursor.processed(batch, false, position, &self.config);
+                return Err(e);
+            }
+        };
+        let failed = !report.failures.is_empty();
+        self.report.processed += report.processed;
+        self.report.duplicates_skipped += report.duplicates_skipped;
+        self.report.parked += report.parked;
         // The records are processed: reading carries on after them (not
         // again within this lease) and the next checkpoint, a hand-over or
         // leaving stores the position.

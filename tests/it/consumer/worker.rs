@@ -573,3 +573,70 @@ fn seen_as_stale(state: &shardkeeper::state::ShardState) -> shardkeeper::state::
         expires: state.expires,
     }
 }
+
+/// A batch broken off by a failed state call (the table failing while a
+/// record's failed attempt is counted) keeps what it processed: the next
+/// read carries on after the last record done, not from the batch's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_broken_off_by_a_failed_state_call_is_not_read_again_from_its_start() {
+    let faulty = crate::support::faulty::Faulty::start(5).await;
+    let ctx = &faulty.ctx;
+    let stream = create_stream(&faulty.direct, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&faulty.direct.kinesis, &stream, 1, 0..10).await;
+    let log: Log = Arc::default();
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failing = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let (log, failed_once, failing) = (log.clone(), failed_once.clone(), failing.clone());
+        move |record: StreamRecord| {
+            let (log, failed_once, failing) = (log.clone(), failed_once.clone(), failing.clone());
+            async move {
+                let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
+                if n == 5 && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    // Meanwhile the table starts failing every request.
+                    failing.notify_one();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return Err(std::io::Error::other("not yet"));
+                }
+                log.lock()
+                    .unwrap()
+                    .push(("w0".to_owned(), record.partition_key.to_string(), n));
+                Ok(())
+            }
+        }
+    };
+    let mut w = worker_running(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        handler,
+        Duration::from_secs(30),
+        crate::support::consume::eager(),
+    );
+    w.step().await.unwrap(); // registers
+    rebalancer.tick().await.unwrap();
+    // Gains the shard and reads it; record 5 fails while the table fails.
+    let broken = tokio::join!(w.step(), async {
+        failing.notified().await;
+        faulty
+            .dynamodb
+            .set_faults(shardkeeper_local::Faults {
+                server_error: 1.0,
+                ..shardkeeper_local::Faults::none()
+            })
+            .unwrap();
+    })
+    .0;
+    assert!(broken.is_err(), "the batch broke off: {broken:?}");
+    assert_eq!(log.lock().unwrap().len(), 5, "0 to 4 were processed");
+    faulty
+        .dynamodb
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    for _ in 0..5 {
+        w.step().await.unwrap();
+    }
+    check(&log, 1, 10);
+}

@@ -6,11 +6,18 @@
 //! double ownership, no checkpoint regression, no lost record, no per-key
 //! disorder, no unjustified duplicate and no child read before its parents.
 //!
+//! The conditions are hostile: every consumer's wall clock is off by up to
+//! 30 s (the rebalancer's and reaper's are not), the handler turns slow for
+//! stretches (10 ms a record: a batch outlasts the lease term), and now and
+//! then a second process starts under a live consumer's id (the older one
+//! must stop; the history names the two processes apart, so the checker
+//! would see them hold a shard together).
+//!
 //! It runs twice: on the shared servers, and on servers of its own behind
 //! fault-injecting proxies (throttling, internal errors, dropped
-//! connections, latency) with the DynamoDB server restarted on its file in
-//! the middle of the run; the producer and the test's own calls go around
-//! the proxies.
+//! connections, answers lost after the write was applied, latency) with the
+//! DynamoDB server restarted on its file in the middle of the run; the
+//! producer and the test's own calls go around the proxies.
 //!
 //! The default is short, for CI. Longer runs:
 //! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
@@ -26,7 +33,10 @@ use shardkeeper::consumer::WorkerEvent;
 use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
+use shardkeeper::processing::{RecordHandler, StreamRecord};
+use shardkeeper::state::{
+    ConsumerId, ConsumerInfo, SkewedClock, StateError, StateStore, StoreConfig, SystemClock,
+};
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
 };
@@ -36,6 +46,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
+
+/// How far a consumer's wall clock may be off (either way).
+const MAX_SKEW_MS: i64 = 30_000;
 
 /// The lease term (and heartbeat timeout) of a run without faults.
 const LEASE_TERM: Duration = Duration::from_secs(2);
@@ -88,9 +101,7 @@ impl Stress {
             throttle: r,
             server_error: r / 2.0,
             drop: r / 2.0,
-            // Lost responses wait for the writes to recognise them as
-            // already done (not yet: see docs/RELIABILITY.md).
-            lose_response: 0.0,
+            lose_response: r / 2.0,
             delay: (2.0 * r).min(1.0),
             latency: Duration::ZERO..=Duration::from_millis(50),
         }
@@ -107,21 +118,70 @@ struct Setup<'a> {
     faulty: Option<&'a mut Faulty>,
 }
 
-/// A running consumer: its name, task and stop flag.
+/// A running consumer process: its consumer id, its name in the history
+/// (the id, or `<id>#<n>` for a later process under the same id), task and
+/// stop flag.
 struct Consumer {
+    id: String,
     name: String,
-    task: JoinHandle<()>,
+    task: JoinHandle<Ended>,
     stop: Arc<AtomicBool>,
 }
 
-fn spawn_consumer(
-    name: String,
-    store: &StateStore,
-    kinesis: &aws_sdk_kinesis::Client,
-    history: &SharedHistory,
+/// How a consumer process ended by itself.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// Stopped when asked.
+    Stopped,
+    /// A newer process took its id over.
+    Superseded,
+    /// Failed for good.
+    Failed,
+}
+
+/// What every consumer process of a run shares.
+struct Spawner<'a> {
+    store: &'a StateStore,
+    kinesis: &'a aws_sdk_kinesis::Client,
+    history: &'a SharedHistory,
     lease_term: Duration,
-) -> Consumer {
-    let info = ConsumerInfo::for_this_process(ConsumerId::new(&name).unwrap(), store.now());
+    /// While set, the handler takes 10 ms a record.
+    slow: Arc<AtomicBool>,
+}
+
+impl Spawner<'_> {
+    /// Starts a process under consumer id `id`, recorded as `name`, on a
+    /// wall clock `skew_ms` off.
+    fn spawn(&self, id: &str, name: String, skew_ms: i64) -> Consumer {
+        let clock = SkewedClock::new(Arc::new(SystemClock), skew_ms);
+        let store = StateStore::with_clock(
+            self.store.client().clone(),
+            self.store.config().clone(),
+            Arc::new(clock),
+        );
+        spawn_consumer(id, name, &store, self)
+    }
+}
+
+/// The run's handler: records every record, after 10 ms while `slow` is set
+/// (a handler cut off at the lease's end records nothing).
+fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> impl RecordHandler {
+    let record = Arc::new(recording_handler(history, name));
+    let slow = slow.clone();
+    move |r: StreamRecord| {
+        let (record, slow) = (record.clone(), slow.load(Ordering::Relaxed));
+        async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            record.handle(r).await
+        }
+    }
+}
+
+fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>) -> Consumer {
+    let (history, lease_term) = (with.history, with.lease_term);
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, lease_term);
     let config = WorkerConfig {
         renew_every: Duration::from_millis(500),
@@ -133,8 +193,8 @@ fn spawn_consumer(
     let mut worker = ShardWorker::new(
         session,
         store.clone(),
-        kinesis.clone(),
-        recording_handler(history, &name),
+        with.kinesis.clone(),
+        slow_or_not(history, &name, &with.slow),
         config,
     )
     .with_observer(recording_observer(history, &name));
@@ -144,14 +204,24 @@ fn spawn_consumer(
     let task = tokio::spawn(async move {
         // A worker that fails (e.g. its table calls keep failing) stops like
         // a crashed process; the group takes its shards over.
-        if let Err(e) = worker
+        match worker
             .run_until(None, || flag.load(Ordering::Relaxed))
             .await
         {
-            tracing::warn!(consumer = %me, error = %e, "worker stopped");
+            Ok(_) => Ended::Stopped,
+            Err(StateError::Superseded { .. }) => Ended::Superseded,
+            Err(e) => {
+                tracing::warn!(consumer = %me, error = %e, "worker stopped");
+                Ended::Failed
+            }
         }
     });
-    Consumer { name, task, stop }
+    Consumer {
+        id: id.to_owned(),
+        name,
+        task,
+        stop,
+    }
 }
 
 /// Runs `tick` every `every` until `stop`, counting failed ticks.
@@ -361,33 +431,51 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         },
     );
 
+    let spawner = Spawner {
+        store: &store,
+        kinesis: &system.kinesis,
+        history: &history,
+        lease_term,
+        slow: Arc::new(AtomicBool::new(false)),
+    };
     let mut generation = 0;
-    let mut next_name = || {
+    let mut next_id = || {
         generation += 1;
         format!("c{generation}")
     };
+    let skew = |rng: &mut fastrand::Rng| rng.i64(-MAX_SKEW_MS..=MAX_SKEW_MS);
     let mut live: Vec<Consumer> = (0..cfg.consumers)
-        .map(|_| spawn_consumer(next_name(), &store, &system.kinesis, &history, lease_term))
+        .map(|_| {
+            let id = next_id();
+            spawner.spawn(&id, id.clone(), skew(&mut rng))
+        })
         .collect();
     let mut left: Vec<Consumer> = Vec::new();
     let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
-    let (mut restarts, mut crashes) = (0, 0);
+    let (mut restarts, mut crashes, mut doubles, mut superseded) = (0, 0, 0, 0);
+    let mut slow_until: Option<Instant> = None;
+    let mut slow_phases = 0;
     let restart_every = Duration::from_secs(cfg.seconds) / (cfg.restarts + 1);
     while started.elapsed() < Duration::from_secs(cfg.seconds) {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        // A worker that ended by itself failed for good: a supervisor
-        // starts another in its place, and the run reports it.
+        if slow_until.is_some_and(|t| Instant::now() >= t) {
+            spawner.slow.store(false, Ordering::Relaxed);
+            slow_until = None;
+        }
+        // A worker superseded by a newer process under its id is done; one
+        // that ended otherwise failed for good: a supervisor starts another
+        // in its place, and the run reports it.
         while let Some(i) = live.iter().position(|c| c.task.is_finished()) {
-            let crashed = live.swap_remove(i);
-            tracing::warn!(consumer = %crashed.name, "worker ended by itself");
+            let ended = live.swap_remove(i);
+            let name = ended.name.clone();
+            if ended.task.await.unwrap() == Ended::Superseded {
+                superseded += 1;
+                continue;
+            }
+            tracing::warn!(consumer = %name, "worker ended by itself");
             crashes += 1;
-            live.push(spawn_consumer(
-                next_name(),
-                &store,
-                &system.kinesis,
-                &history,
-                lease_term,
-            ));
+            let id = next_id();
+            live.push(spawner.spawn(&id, id.clone(), skew(&mut rng)));
         }
         if let Some(faulty) = faulty.as_deref_mut() {
             if restarts < cfg.restarts && started.elapsed() >= restart_every * (restarts + 1) {
@@ -411,13 +499,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                     .killed
                     .push((victim.name, Instant::now()));
                 kills += 1;
-                live.push(spawn_consumer(
-                    next_name(),
-                    &store,
-                    &system.kinesis,
-                    &history,
-                    lease_term,
-                ));
+                let id = next_id();
+                live.push(spawner.spawn(&id, id.clone(), skew(&mut rng)));
             }
             8..12 if live.len() > 1 => {
                 // One leaves cleanly; another joins.
@@ -425,21 +508,43 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                 leaving.stop.store(true, Ordering::Relaxed);
                 left.push(leaving);
                 leaves += 1;
-                live.push(spawn_consumer(
-                    next_name(),
-                    &store,
-                    &system.kinesis,
-                    &history,
-                    lease_term,
-                ));
+                let id = next_id();
+                live.push(spawner.spawn(&id, id.clone(), skew(&mut rng)));
             }
             12..15 => splits += u32::from(split_one(&direct, &stream, &mut rng).await),
             15..17 => merges += u32::from(merge_two(&direct, &stream, &mut rng).await),
+            // (At least once a run, a third of the way in.)
+            n if slow_until.is_none()
+                && ((17..20).contains(&n)
+                    || (slow_phases == 0
+                        && started.elapsed() >= Duration::from_secs(cfg.seconds) / 3)) =>
+            {
+                // The handler turns slow for a while: batches outlast the term.
+                spawner.slow.store(true, Ordering::Relaxed);
+                slow_until = Some(Instant::now() + lease_term);
+                slow_phases += 1;
+            }
+            // (At least once a run, two thirds of the way in.)
+            n if !live.is_empty()
+                && ((20..22).contains(&n)
+                    || (doubles == 0
+                        && started.elapsed() >= Duration::from_secs(cfg.seconds) * 2 / 3)) =>
+            {
+                // A second process starts under a live consumer's id (a
+                // restart while the old one still runs): it takes the id
+                // over, and the old one must stop without a checkpoint more.
+                let twin = &live[rng.usize(..live.len())];
+                doubles += 1;
+                let id = twin.id.clone();
+                let name = format!("{id}#{doubles}");
+                live.push(spawner.spawn(&id, name, skew(&mut rng)));
+            }
             _ => {}
         }
     }
 
-    // Production stops; the group drains the stream.
+    // Production stops; the group drains the stream at full speed.
+    spawner.slow.store(false, Ordering::Relaxed);
     producer.0.store(true, Ordering::Relaxed);
     let produced = producer.1.await.unwrap();
     // Drained when every record is processed; given up (and the checker
@@ -487,8 +592,10 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     println!(
         "stress run: {:.1}s, {} consumers ({} started in all), {} shards at the start, {} at the end, \
          {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
-         {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks; \
-         faults: {} requests, {} throttled, {} answered 500, {} dropped, {} delayed, \
+         {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks, \
+         {slow_phases} slow phases, {doubles} second processes under a live id ({superseded} \
+         older ones stopped), clocks off by up to {MAX_SKEW_MS} ms; \
+         faults: {} requests, {} throttled, {} answered 500, {} dropped, {} lost answers, {} delayed, \
          {restarts} DynamoDB restarts, {crashes} workers ended by themselves; \
          checker: {} double ownership, {} regressions, {} lost, {} order violations, \
          {} unjustified duplicates, {} children before parents",
@@ -505,6 +612,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         counts.throttled,
         counts.errors_500,
         counts.dropped,
+        counts.lost_responses,
         counts.delayed,
         verdict.double_owned.len(),
         verdict.checkpoint_regressions.len(),
@@ -515,6 +623,9 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     );
     if !verdict.passed() {
         explain(&history, &verdict, started);
+        if verdict.unjustified_duplicates > 0 {
+            explain_duplicates(&history, started);
+        }
     }
     if verdict.lost > 0 {
         // Where the group stands on the shards it has not finished.
@@ -546,6 +657,53 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         assert_eq!(restarts, cfg.restarts, "DynamoDB restarted as asked");
     }
     counts
+}
+
+/// Prints the first few records processed more than once, with the events
+/// of their shard around them.
+fn explain_duplicates(history: &shardkeeper_history::History, t0: Instant) {
+    let ms = |t: Instant| t.saturating_duration_since(t0).as_millis();
+    let mut seen: std::collections::HashMap<(&str, u64), Vec<&shardkeeper_history::Processed>> =
+        std::collections::HashMap::new();
+    for p in &history.processed {
+        seen.entry((p.key.as_str(), p.n)).or_default().push(p);
+    }
+    let mut repeated: Vec<_> = seen.into_values().filter(|ps| ps.len() > 1).collect();
+    repeated.sort_by_key(|ps| ps[0].at);
+    for ps in repeated.iter().step_by((repeated.len() / 4).max(1)).take(4) {
+        let shard = &ps[0].shard;
+        println!("record {}#{} on {shard}:", ps[0].key, ps[0].n);
+        for p in ps {
+            println!(
+                "  {:>6} ms processed by {} (seq {})",
+                ms(p.at),
+                p.consumer,
+                p.sequence
+            );
+        }
+        let (from, to) = (ps[0].at, ps[ps.len() - 1].at);
+        for (who, e) in &history.events {
+            let (s, what, at) = match e {
+                WorkerEvent::Gained {
+                    shard,
+                    at,
+                    position,
+                } => (shard, format!("gained at {position:?}"), *at),
+                WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
+                WorkerEvent::Checkpointed {
+                    shard,
+                    checkpoint,
+                    sent,
+                } => (shard, format!("checkpointed {checkpoint}"), *sent),
+            };
+            if s == shard
+                && at + Duration::from_secs(3) >= from
+                && at <= to + Duration::from_secs(1)
+            {
+                println!("  {:>6} ms {who} {what}", ms(at));
+            }
+        }
+    }
 }
 
 /// Prints what led to each child read before its parents ended.
