@@ -261,11 +261,15 @@ impl ConsumerSession {
     /// Leaves the group cleanly: marks the consumer inactive (the rebalancer
     /// stops giving it leases), checkpoints and releases every held lease,
     /// deregisters, then frees any lease a rebalancer assigned meanwhile.
-    /// Returns the shards released.
+    /// Returns the shards released. A process whose id a newer process took
+    /// over touches nothing and gets [`StateError::Superseded`].
     pub async fn leave(
         &mut self,
         progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<Vec<ShardId>> {
+        // A process superseded under its id leaves nothing: the id, and the
+        // leases in its name, are the newer process's now.
+        self.holding.heartbeat(&self.store, &self.info).await?;
         self.store.set_consumer_active(self.id(), false).await?;
         let mut released = self.release_all(progress).await?;
         self.store.deregister_consumer(self.id()).await?;

@@ -505,4 +505,26 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     new.checkpoint(&shards[0], &later, None).await.unwrap();
     new.tick(no_progress).await.unwrap();
     assert_eq!(new.leases().count(), 2);
+    // The older one stopping cleanly touches nothing of the newer one's:
+    // not the registration, not the leases in the id's name.
+    let err = old.leave(no_progress).await.unwrap_err();
+    assert!(
+        matches!(err, shardkeeper::state::StateError::Superseded { .. }),
+        "{err}"
+    );
+    assert!(store
+        .get_consumer(&ConsumerId::new("dup").unwrap())
+        .await
+        .unwrap()
+        .is_some_and(|c| c.active));
+    assert_eq!(
+        store
+            .owned_shards(&ConsumerId::new("dup").unwrap())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    let tick = new.tick(no_progress).await.unwrap();
+    assert!(tick.lost.is_empty(), "{tick:?}");
 }

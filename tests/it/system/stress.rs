@@ -513,22 +513,23 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             }
             12..15 => splits += u32::from(split_one(&direct, &stream, &mut rng).await),
             15..17 => merges += u32::from(merge_two(&direct, &stream, &mut rng).await),
-            // (At least once a run, a third of the way in.)
+            // (At least once a run, a fifth of the way in.)
             n if slow_until.is_none()
                 && ((17..20).contains(&n)
                     || (slow_phases == 0
-                        && started.elapsed() >= Duration::from_secs(cfg.seconds) / 3)) =>
+                        && started.elapsed() >= Duration::from_secs(cfg.seconds) / 5)) =>
             {
                 // The handler turns slow for a while: batches outlast the term.
                 spawner.slow.store(true, Ordering::Relaxed);
                 slow_until = Some(Instant::now() + lease_term);
                 slow_phases += 1;
             }
-            // (At least once a run, two thirds of the way in.)
+            // (At least once a run, two fifths of the way in: before the
+            // first DynamoDB restart of a run with faults.)
             n if !live.is_empty()
                 && ((20..22).contains(&n)
                     || (doubles == 0
-                        && started.elapsed() >= Duration::from_secs(cfg.seconds) * 2 / 3)) =>
+                        && started.elapsed() >= Duration::from_secs(cfg.seconds) * 2 / 5)) =>
             {
                 // A second process starts under a live consumer's id (a
                 // restart while the old one still runs): it takes the id
@@ -562,11 +563,33 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         }
         scanned = h.processed.len();
     }
+    if seen.len() < produced {
+        // Stalled: where the group stands while its consumers still run.
+        let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
+        let snapshot = direct_store.load_group().await.unwrap();
+        let status = shardkeeper::group::GroupStatus::from_snapshot(&snapshot, lease_term);
+        for row in status.shards.iter().filter(|r| r.state != "depleted") {
+            println!("stalled shard: {row:?}");
+        }
+        for row in &status.consumers {
+            println!("stalled consumer: {row:?}");
+        }
+        for c in &live {
+            println!(
+                "live process {} (id {}), finished: {}",
+                c.name,
+                c.id,
+                c.task.is_finished()
+            );
+        }
+    }
     for c in live.iter().chain(&left) {
         c.stop.store(true, Ordering::Relaxed);
     }
     for c in live.into_iter().chain(left) {
-        let _ = c.task.await;
+        if c.task.await.unwrap() == Ended::Superseded {
+            superseded += 1;
+        }
     }
     stop_all.store(true, Ordering::Relaxed);
     let _ = rebalancing.await;
