@@ -123,6 +123,29 @@ fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<I
     })
 }
 
+/// How far before its first LATEST iterator a shard with nothing processed
+/// reads again when that iterator is lost (an expired iterator, a failed
+/// read, a dropped subscription): more than the clock skew between this
+/// machine and Kinesis, whose arrival times AT_TIMESTAMP compares with.
+pub(crate) const LATEST_REOPEN_MARGIN_MS: EpochMillis = 30_000;
+
+/// A shard started at LATEST with nothing processed is pinned to a time
+/// before its first iterator opened (less [`LATEST_REOPEN_MARGIN_MS`]): an
+/// iterator opened again later starts there, not at a new LATEST that would
+/// skip what arrived in between. Records that arrived shortly before the
+/// start may then be read (at least once, never skipped). The first record
+/// processed pins the shard to itself.
+fn pin_latest(position: &mut Option<Checkpoint>, start: &IteratorStart, opened_at: EpochMillis) {
+    if position.is_none() && matches!(start, IteratorStart::Latest) {
+        *position = Some(Checkpoint::AtTimestamp(opened_at - LATEST_REOPEN_MARGIN_MS));
+    }
+}
+
+fn wall_clock_millis() -> EpochMillis {
+    use crate::state::Clock;
+    crate::state::SystemClock.now_millis()
+}
+
 fn backoff() -> Instant {
     Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
 }
@@ -244,7 +267,13 @@ impl Cursor {
         match &mut self.feed {
             Feed::Polling { iterator } => {
                 let it = iterator.take();
-                let fetched = Self::poll(reads, stream, shard, it, &start, config, notes).await?;
+                let opened_at = wall_clock_millis();
+                let opens = it.is_none();
+                let fetched = Self::poll(reads, stream, shard, it, &start, config, notes).await;
+                if opens && notes.polled {
+                    pin_latest(&mut self.position, &start, opened_at);
+                }
+                let fetched = fetched?;
                 if notes.throttled || notes.failed {
                     self.next_poll = backoff();
                 }
@@ -283,9 +312,11 @@ impl Cursor {
                         }
                         _ => start,
                     };
+                    let opened_at = wall_clock_millis();
                     match reads.subscribe(arn, shard, &start).await {
                         Ok(subscription) => {
                             notes.subscribed = true;
+                            pin_latest(&mut self.position, &start, opened_at);
                             *events = Some(pump(subscription, config.subscription_lifetime));
                         }
                         Err(e) => self.next_poll = retry_subscription_at(e, shard, notes)?,

@@ -255,15 +255,19 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// Where each held shard stands, for checkpoints at a hand-over or a
     /// stop: its progress, or, with none yet, the first record it read (a
-    /// start at LATEST or a time pinned to a sequence number, so the next
-    /// holder starts there and skips nothing).
+    /// start at LATEST or a time pinned to a sequence number), or the time
+    /// a LATEST start was pinned to before anything came, so the next holder
+    /// starts there and skips nothing.
     fn positions(&self) -> BTreeMap<ShardId, (Checkpoint, Option<EpochMillis>)> {
         self.cursors
             .iter()
             .filter_map(|(s, c)| {
                 c.position
                     .clone()
-                    .filter(|p| p.has_progress() || matches!(p, Checkpoint::AtSequence(_)))
+                    .filter(|p| {
+                        p.has_progress()
+                            || matches!(p, Checkpoint::AtSequence(_) | Checkpoint::AtTimestamp(_))
+                    })
                     .map(|p| (s.clone(), (p, c.arrival)))
             })
             .collect()

@@ -640,3 +640,54 @@ async fn a_batch_broken_off_by_a_failed_state_call_is_not_read_again_from_its_st
     }
     check(&log, 1, 10);
 }
+
+/// A shard started at LATEST whose first iterator is lost before anything
+/// came (here a failed read drops it) opens its next iterator at a time
+/// before the first one, not at a new LATEST: the records written in
+/// between are read, none skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since() {
+    let faulty = crate::support::faulty::Faulty::start(9).await;
+    let ctx = &faulty.ctx;
+    let stream = create_stream(&faulty.direct, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let mut workers = vec![crate::support::consume::worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        log.clone(),
+        WorkerConfig {
+            initial_position: shardkeeper::consumer::InitialPosition::Latest,
+            ..crate::support::consume::eager()
+        },
+    )];
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
+    }
+    assert_eq!(workers[0].shards().len(), 1);
+    produce(&faulty.direct.kinesis, &stream, 2, 0..3).await;
+    // The next read fails: its iterator is gone.
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults {
+            server_error: 1.0,
+            ..shardkeeper_local::Faults::none()
+        })
+        .unwrap();
+    workers[0].step().await.unwrap();
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    assert!(faulty.kinesis.counts().errors_500 > 0);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await; // the shard's back-off
+        workers[0].step().await.unwrap();
+        if log.lock().unwrap().len() >= 6 {
+            break;
+        }
+    }
+    check(&log, 2, 3);
+}
