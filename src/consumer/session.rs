@@ -236,8 +236,13 @@ impl ConsumerSession {
         children: &[ShardSpec],
     ) -> Result<Depleted> {
         let lease = self.held(shard)?;
-        self.forget(shard);
-        self.store.mark_depleted(&lease, children).await
+        let out = self.store.mark_depleted(&lease, children).await;
+        // The lease ends with the write; a write that failed transiently
+        // keeps it, to be made again (depletion is idempotent).
+        if out.is_ok() || out.as_ref().is_err_and(StateError::is_lease_lost) {
+            self.forget(shard);
+        }
+        out
     }
 
     /// Checkpoints every held shard at its progress and releases it (a

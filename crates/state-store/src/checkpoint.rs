@@ -62,6 +62,44 @@ pub(crate) fn checkpoint_expr(
     (expr, update)
 }
 
+/// Why a standalone EFO consumer's checkpoint transaction was cancelled,
+/// from its two cancellation reasons (the lock check, the checkpoint write;
+/// `"None"` where that part passed).
+#[derive(Debug, PartialEq, Eq)]
+enum Cancelled {
+    /// The lock check failed: the EFO consumer is no longer this one's.
+    LockLost,
+    /// The checkpoint would move backwards.
+    Stale,
+    /// Nothing was written for another reason: its code, or `None` when the
+    /// same write may pass later (a conflict with another transaction,
+    /// throttling, no reason named).
+    Other(Option<String>),
+}
+
+fn cancelled(lock_check: &str, write: &str) -> Cancelled {
+    let passes_later = |c: &str| {
+        matches!(
+            c,
+            "None"
+                | "TransactionConflict"
+                | "ThrottlingError"
+                | "ProvisionedThroughputExceeded"
+                | "RequestLimitExceeded"
+        )
+    };
+    match (lock_check, write) {
+        ("ConditionalCheckFailed", _) => Cancelled::LockLost,
+        ("None", "ConditionalCheckFailed") => Cancelled::Stale,
+        (first, second) => Cancelled::Other(
+            [first, second]
+                .into_iter()
+                .find(|c| !passes_later(c))
+                .map(str::to_owned),
+        ),
+    }
+}
+
 pub(crate) fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
     let current = item
         .map(stored_checkpoint)
@@ -216,22 +254,43 @@ impl StateStore {
                     }
                     _ => Vec::new(),
                 };
-                let failed = |i: usize| {
-                    reasons
-                        .get(i)
-                        .and_then(|r| r.code())
-                        .is_some_and(|c| c == "ConditionalCheckFailed")
+                let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                let lock_lost = || StateError::LeaseLost {
+                    shard_id: shard.to_string(),
+                    reason: format!(
+                        "enhanced fan-out consumer {} is no longer locked by {} at counter {}",
+                        lock.name, lock.consumer, lock.lock_counter
+                    ),
                 };
-                if failed(0) || reasons.is_empty() {
-                    Err(StateError::LeaseLost {
-                        shard_id: shard.to_string(),
-                        reason: format!(
-                            "enhanced fan-out consumer {} is no longer locked by {} at counter {}",
-                            lock.name, lock.consumer, lock.lock_counter
+                if reasons.is_empty() {
+                    // A server that names no reasons: the lock tells.
+                    let held = self
+                        .list_efo()
+                        .await?
+                        .into_iter()
+                        .any(|e| e.lock().as_ref() == Some(lock));
+                    if !held {
+                        return Err(lock_lost());
+                    }
+                    let scope = ShardScope::Efo(lock.name.clone());
+                    let current = self.get_shard(&scope, shard).await?.checkpoint;
+                    if let Some(current) = current.filter(|c| c.order_key() > cp.order_key()) {
+                        return Ok(CheckpointOutcome::Stale { current });
+                    }
+                }
+                match cancelled(code(0), code(1)) {
+                    Cancelled::LockLost => Err(lock_lost()),
+                    Cancelled::Stale => stale_from(reasons.get(1).and_then(|r| r.item())),
+                    Cancelled::Other(named) => Err(StateError::Sdk {
+                        service: crate::error::Service::DynamoDb,
+                        operation: "TransactWriteItems",
+                        code: named,
+                        message: format!(
+                            "the checkpoint's transaction was cancelled ({}, {}): not stored",
+                            code(0),
+                            code(1)
                         ),
-                    })
-                } else {
-                    stale_from(reasons.get(1).and_then(|r| r.item()))
+                    }),
                 }
             }
         }
@@ -286,6 +345,7 @@ impl StateStore {
                 attr::CLAIM_BY,
                 attr::CLAIM_AT,
                 attr::COUNTER,
+                attr::HOLDER,
             ])
             .value("true", AttributeValue::Bool(true))
             .value("one", n(1));
@@ -295,7 +355,9 @@ impl StateStore {
                 expr = expr
                     .value("me", s(lease.owner.as_str()))
                     .value("n", n(lease.counter));
-                update.push_str(" ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at");
+                update.push_str(
+                    " ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at, #holder",
+                );
                 "#owner = :me AND #counter = :n"
             }
             None => "attribute_exists(pk)",
@@ -363,5 +425,39 @@ impl StateStore {
             }
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancelled_efo_checkpoint_is_told_apart_by_its_reasons() {
+        assert_eq!(
+            cancelled("ConditionalCheckFailed", "None"),
+            Cancelled::LockLost
+        );
+        assert_eq!(
+            cancelled("None", "ConditionalCheckFailed"),
+            Cancelled::Stale
+        );
+        // A conflict or throttling is not a stale checkpoint: it may pass later.
+        assert_eq!(
+            cancelled("None", "TransactionConflict"),
+            Cancelled::Other(None)
+        );
+        assert_eq!(
+            cancelled("TransactionConflict", "None"),
+            Cancelled::Other(None)
+        );
+        assert_eq!(
+            cancelled("ThrottlingError", "ThrottlingError"),
+            Cancelled::Other(None)
+        );
+        assert_eq!(
+            cancelled("None", "ValidationError"),
+            Cancelled::Other(Some("ValidationError".to_owned()))
+        );
     }
 }

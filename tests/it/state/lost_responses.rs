@@ -2,7 +2,8 @@
 //! the request again, and the retry meets the first attempt's write. Each
 //! write recognises "already done by me" and reports what it did, instead
 //! of a lost lease or a failed lock. The proxy in front of DynamoDB applies
-//! the next request and drops its answer (`lose_next_responses`).
+//! the next request and drops its answer (`lose_next_responses`). And a
+//! write that fails past the retries is not taken for a lost lease.
 
 use crate::support::common::seed_shards;
 use crate::support::faulty::Faulty;
@@ -136,4 +137,40 @@ async fn a_retried_heartbeat_that_registered_still_reports_the_registration() {
     assert_ne!(beat.incarnation, first.incarnation, "{beat:?}");
     let again = store.heartbeat_as(&me, "token-a", false).await.unwrap();
     assert_eq!(again.incarnation, beat.incarnation);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() {
+    let (faulty, store) = setup("lost-deplete").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let info = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let mut session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, TERM);
+    session.tick(|_| None).await.unwrap();
+    store
+        .take_lease(&shard, &cid("a"), &free(0), None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.notify_assigned(&cid("a")).await.unwrap());
+    let tick = session.tick(|_| None).await.unwrap();
+    assert_eq!(tick.gained, vec![shard.clone()]);
+
+    // The table fails past the retries: not a lost lease.
+    let failing = shardkeeper_local::Faults {
+        server_error: 1.0,
+        ..shardkeeper_local::Faults::none()
+    };
+    faulty.dynamodb.set_faults(failing).unwrap();
+    let err = session.complete_shard(&shard, &[]).await.unwrap_err();
+    faulty
+        .dynamodb
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    assert!(err.is_transient() && !err.is_lease_lost(), "{err}");
+    assert!(session.lease(&shard).is_some(), "the lease is kept");
+    // Made again: depletion is idempotent.
+    session.complete_shard(&shard, &[]).await.unwrap();
+    assert!(session.lease(&shard).is_none());
+    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    assert!(state.depleted && state.owner.is_none());
 }
