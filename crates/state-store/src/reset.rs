@@ -36,6 +36,7 @@ impl StateStore {
                 attr::EXPIRES,
                 attr::CLAIM_BY,
                 attr::CLAIM_AT,
+                attr::HOLDER,
             ])
             .value("one", n(1))
             .value("n", n(seen.counter))
@@ -43,13 +44,14 @@ impl StateStore {
         let mut update = format!("{set} REMOVE #cp_arrival");
         let condition = match scope {
             ShardScope::Group => {
+                // Only a shard that has state: a reset never creates an item.
                 let counter = if seen.counter == 0 {
-                    "(attribute_not_exists(#counter) OR #counter = :n)"
+                    "attribute_exists(pk) AND (attribute_not_exists(#counter) OR #counter = :n)"
                 } else {
-                    "#counter = :n"
+                    "attribute_exists(pk) AND #counter = :n"
                 };
                 if evict {
-                    update.push_str(", #owner, #expires, #claim_by, #claim_at");
+                    update.push_str(", #owner, #expires, #claim_by, #claim_at, #holder");
                     counter.to_owned()
                 } else {
                     format!("{counter} AND (attribute_not_exists(#owner) OR #expires < :now)")

@@ -400,6 +400,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Err(e) => return Err(e),
             }
             if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
+                tracing::debug!(%shard, "renewed, and still no time left to process: not read");
                 return Ok(false);
             }
         }
@@ -420,6 +421,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.report.transient_errors += u64::from(notes.failed);
         match fetched {
             Ok(Fetched::Batch(batch)) => {
+                tracing::trace!(%shard, records = batch.records.len(), "read");
                 self.process(shard, batch).await?;
                 Ok(true)
             }

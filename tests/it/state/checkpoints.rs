@@ -273,3 +273,27 @@ async fn standalone_scopes_deplete_without_leases() {
         Err(StateError::NotFound { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_reset_of_a_shard_without_state_creates_nothing() {
+    let ctx = ctx().await;
+    let store = ctx.store("reset-nothing");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let mut seen = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    seen.shard_id = ShardId::new("shardId-000000000099").unwrap();
+    let applied = store
+        .reset_checkpoint(&ShardScope::Group, &seen, &Checkpoint::TrimHorizon, true)
+        .await
+        .unwrap();
+    assert!(!applied);
+    let err = store
+        .get_shard(&ShardScope::Group, &seen.shard_id)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::NotFound { .. }), "{err}");
+    // Every item of the group still reads as a shard.
+    assert_eq!(
+        store.list_shards(&ShardScope::Group).await.unwrap().len(),
+        1
+    );
+}
