@@ -47,6 +47,9 @@ pub struct ConsumerSession {
     assignments: Option<u64>,
     ticks_since_scan: u32,
     holding: Holding,
+    /// Changes made by a tick that failed before it could report them
+    /// (a lease taken before a later call failed): the next tick reports them.
+    owed: SessionTick,
 }
 
 impl ConsumerSession {
@@ -61,6 +64,7 @@ impl ConsumerSession {
             assignments: None,
             ticks_since_scan: 0,
             holding: Holding::new(),
+            owed: SessionTick::default(),
         }
     }
 
@@ -125,22 +129,39 @@ impl ConsumerSession {
     /// Heartbeats, renews every held lease, honours claims, and picks up the
     /// leases assigned since. `progress` tells how far each shard has been
     /// processed: a claimed shard is checkpointed there before it is handed over.
+    ///
+    /// A tick that fails part-way keeps what it changed (leases taken, lost
+    /// or handed over before the failure) and the next tick reports it, so
+    /// the caller never holds a lease it was not told of, nor reads a shard
+    /// it no longer holds.
     pub async fn tick(
         &mut self,
         progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<SessionTick> {
+        let mut tick = std::mem::take(&mut self.owed);
+        match self.tick_into(&mut tick, &progress).await {
+            Ok(()) => Ok(tick),
+            Err(e) => {
+                self.owed = tick;
+                Err(e)
+            }
+        }
+    }
+
+    async fn tick_into(
+        &mut self,
+        tick: &mut SessionTick,
+        progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<()> {
         let beat = self.holding.heartbeat(&self.store, &self.info).await?;
-        let mut tick = SessionTick {
-            registered: beat.registered,
-            ..SessionTick::default()
-        };
+        tick.registered |= beat.registered;
         let held: Vec<Lease> = self.leases.values().cloned().collect();
         for lease in held {
             let shard = lease.shard_id.clone();
             match self.renew(&lease).await {
                 Ok(renewal) => {
                     if renewal.claim.is_some() {
-                        match self.hand_over(&renewal.lease, &progress).await {
+                        match self.hand_over(&renewal.lease, progress).await {
                             Ok(Released::HandedOff(to)) => tick.handed_off.push((shard, Some(to))),
                             Ok(Released::Free) => tick.handed_off.push((shard, None)),
                             Err(e) if e.is_lease_lost() => tick.lost.push(shard),
@@ -161,12 +182,11 @@ impl ConsumerSession {
             || self.assignments != Some(beat.assignments)
             || self.ticks_since_scan >= FULL_SCAN_EVERY;
         if !scan {
-            return Ok(tick);
+            return Ok(());
         }
         let owned = self.store.owned_shards(self.id()).await?;
-        // Only a scan that happened counts: a failed one is made again.
-        self.assignments = Some(beat.assignments);
-        self.ticks_since_scan = 0;
+        // Only a scan that went through counts: a failed one is made again.
+        self.assignments = None;
         for shard in owned {
             if self.leases.contains_key(&shard.shard_id) {
                 continue;
@@ -197,7 +217,9 @@ impl ConsumerSession {
                 tick.gained.push(shard.shard_id);
             }
         }
-        Ok(tick)
+        self.assignments = Some(beat.assignments);
+        self.ticks_since_scan = 0;
+        Ok(())
     }
 
     async fn hand_over(

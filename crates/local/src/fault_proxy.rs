@@ -65,6 +65,7 @@ impl FaultProxy {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             paused: AtomicBool::new(false),
             lose_next: AtomicU64::new(0),
+            skip_before_losing: AtomicU64::new(0),
             counts: Counters::default(),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
@@ -108,6 +109,14 @@ impl FaultProxy {
     /// rates (a scripted lost response: the first attempt of a write is
     /// applied, its answer lost, and the client's retry meets its own write).
     pub fn lose_next_responses(&self, n: u64) {
+        self.lose_responses_after(0, n);
+    }
+
+    /// Forwards the next `skip` requests as the rates say, then applies the
+    /// `n` after them and loses their answers (a write in the middle of a
+    /// sequence whose every attempt is applied and unanswered).
+    pub fn lose_responses_after(&self, skip: u64, n: u64) {
+        self.shared.skip_before_losing.store(skip, Ordering::SeqCst);
         self.shared.lose_next.store(n, Ordering::SeqCst);
     }
 
@@ -146,15 +155,21 @@ struct Shared {
     rng: Mutex<fastrand::Rng>,
     paused: AtomicBool,
     lose_next: AtomicU64,
+    skip_before_losing: AtomicU64,
     counts: Counters,
 }
 
 impl Shared {
     fn fate(&self) -> Fate {
-        let scripted = self
-            .lose_next
+        let skipped = self
+            .skip_before_losing
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
+        let scripted = !skipped
+            && self
+                .lose_next
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
         let fate = if scripted {
             Fate::LoseResponse
         } else if self.paused.load(Ordering::SeqCst) {

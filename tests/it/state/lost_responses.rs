@@ -174,3 +174,33 @@ async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() 
     let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
     assert!(state.depleted && state.owner.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_tick_that_fails_part_way_reports_the_leases_it_took_at_the_next_tick() {
+    let (faulty, store) = setup("owed").await;
+    let shards = seed_shards(&store, 2).await;
+    // Both shards are given to "a" (as the rebalancer does).
+    for shard in &shards {
+        store
+            .take_lease(shard, &cid("a"), &free(0), None, TERM)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let info = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let mut session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, TERM);
+    // Its first tick: the heartbeat, the read of its shards and the first
+    // take go through; every attempt of the second take is applied and
+    // unanswered, so the tick fails after taking the first shard.
+    faulty.dynamodb.lose_responses_after(3, 10);
+    let err = session.tick(|_| None).await.unwrap_err();
+    faulty.dynamodb.lose_next_responses(0);
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(session.leases().count(), 1, "the first take went through");
+    // The next tick reports it, and takes up the second.
+    let tick = session.tick(|_| None).await.unwrap();
+    let mut gained = tick.gained.clone();
+    gained.sort();
+    assert_eq!(gained, shards, "{tick:?}");
+    assert_eq!(session.leases().count(), 2);
+}
