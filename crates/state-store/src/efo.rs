@@ -151,6 +151,32 @@ impl StateStore {
         }
     }
 
+    /// Retires the EFO consumer `lock` holds because it is gone from Kinesis
+    /// (a subscription with it was refused as not found): one write marks
+    /// it retiring (no lock takes it again) and releases the lock, so the
+    /// holder can lock another; the reaper finishes the retirement. `false`
+    /// if the lock was no longer held.
+    pub async fn retire_lent_efo(&self, lock: &EfoLock) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&LOCK_NAMES)
+            .value("me", s(lock.consumer.as_str()))
+            .value("n", n(lock.lock_counter))
+            .value("one", n(1))
+            .value("true", AttributeValue::Bool(true))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &efo_sk(&lock.name),
+            &expr,
+            "SET #retiring = :true, #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
+            Some("#used_by = :me AND #lock_counter = :n"),
+        );
+        let done = self.conditional_update(req).await?.is_ok();
+        if done {
+            tracing::warn!(efo = %lock.name, arn = %lock.arn, "enhanced fan-out consumer gone from Kinesis: retired from the pool");
+        }
+        Ok(done)
+    }
+
     /// Deregisters EFO consumers that stayed free for longer than
     /// `idle_timeout` (they cost money per shard-hour), keeping at least one
     /// in the pool. Each is first removed from the state on the condition that

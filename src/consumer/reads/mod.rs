@@ -89,6 +89,10 @@ pub enum ReadError {
     /// is still open (Kinesis allows one, and a new one only 5 s after the last).
     #[error("a subscription to the shard with this consumer is still open: {0}")]
     SubscriptionInUse(String),
+    /// The enhanced fan-out consumer subscribed with is gone from Kinesis
+    /// (deregistered under the pool): its pool entry must be retired.
+    #[error("the enhanced fan-out consumer is gone: {0}")]
+    ConsumerGone(String),
     /// Anything else.
     #[error(transparent)]
     Failed(#[from] StateError),
@@ -104,6 +108,12 @@ impl From<ReadError> for StateError {
                 operation: "GetRecords",
                 message: format!("throttled: {code}"),
                 code: Some(code),
+            },
+            ReadError::ConsumerGone(why) => StateError::Sdk {
+                service: crate::state::Service::Kinesis,
+                operation: "SubscribeToShard",
+                code: Some("ResourceNotFoundException".to_owned()),
+                message: why,
             },
             other => StateError::Sdk {
                 service: crate::state::Service::Kinesis,

@@ -39,6 +39,9 @@ fn classify(
     match err.code().unwrap_or_default() {
         "ExpiredIteratorException" => ReadError::ExpiredIterator,
         "ResourceInUseException" => ReadError::SubscriptionInUse(err.to_string()),
+        "ResourceNotFoundException" if operation == "SubscribeToShard" => {
+            ReadError::ConsumerGone(err.to_string())
+        }
         code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
         _ => ReadError::Failed(kinesis_error(operation, err)),
     }
@@ -46,9 +49,9 @@ fn classify(
 
 /// An error that arrives inside an open subscription's event stream. Its
 /// modelled variants carry no error code in their metadata, so they are
-/// matched by variant: a second subscription (in use) and KMS throttling or
-/// an internal failure (transient: the shard backs off and subscribes
-/// again) are told apart from the rest.
+/// matched by variant: a second subscription (in use), KMS throttling or an
+/// internal failure (transient: the shard backs off and subscribes again)
+/// and a consumer gone from Kinesis are told apart from the rest.
 fn classify_event_error(
     err: &aws_sdk_kinesis::error::SdkError<
         SubscribeToShardEventStreamError,
@@ -58,6 +61,7 @@ fn classify_event_error(
     use SubscribeToShardEventStreamError as E;
     match err.as_service_error() {
         Some(E::ResourceInUseException(e)) => ReadError::SubscriptionInUse(e.to_string()),
+        Some(E::ResourceNotFoundException(e)) => ReadError::ConsumerGone(e.to_string()),
         Some(E::KmsThrottlingException(_)) => {
             ReadError::Throttled("KMSThrottlingException".to_owned())
         }
@@ -248,6 +252,9 @@ mod tests {
         let gone = in_stream(SubscribeToShardEventStreamError::ResourceNotFoundException(
             ResourceNotFoundException::builder().build(),
         ));
-        assert!(matches!(classify_event_error(&gone), ReadError::Failed(_)));
+        assert!(matches!(
+            classify_event_error(&gone),
+            ReadError::ConsumerGone(_)
+        ));
     }
 }

@@ -339,6 +339,7 @@ impl Cursor {
                         *events = None;
                         match retry_subscription_at(e, shard, notes) {
                             Ok(at) => self.next_poll = at,
+                            Err(gone @ ReadError::ConsumerGone(_)) => return Err(gone),
                             Err(e) => {
                                 // An event this SDK could not read may be the
                                 // end of the shard (no continuation): one poll

@@ -14,7 +14,7 @@ pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_P
 use crate::consumer::list_stream_shards;
 use crate::consumer::lock_or_grow;
 use crate::consumer::mode::Mode;
-use crate::consumer::reads::{KinesisReads, SdkReads};
+use crate::consumer::reads::{KinesisReads, ReadError, SdkReads};
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
@@ -321,6 +321,21 @@ impl<H: RecordHandler> ShardWorker<H> {
         Ok(())
     }
 
+    /// The EFO consumer this worker holds is gone from Kinesis (deregistered
+    /// under the pool): its pool entry is retired (no other worker locks it
+    /// again; the reaper finishes the retirement) and this worker locks
+    /// another, or grows the pool, and subscribes again from its positions.
+    async fn efo_consumer_gone(&mut self, why: &str) -> Result<()> {
+        let Some(lock) = self.efo_lock.clone() else {
+            return Ok(());
+        };
+        tracing::warn!(consumer = %self.mode.id(), efo = %lock.name, %why, "enhanced fan-out consumer gone from Kinesis");
+        self.store.retire_lent_efo(&lock).await?;
+        self.efo_lock = None;
+        self.efo_recheck = true;
+        self.lock_efo().await
+    }
+
     async fn renew(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         if efo && (self.efo_lock.is_none() || self.efo_recheck) {
@@ -426,6 +441,10 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Ok(true)
             }
             Ok(Fetched::Nothing) => Ok(false),
+            Err(ReadError::ConsumerGone(why)) if self.efo_lock.is_some() => {
+                self.efo_consumer_gone(&why).await?;
+                Ok(false)
+            }
             Err(e) => Err(e.into()),
         }
     }

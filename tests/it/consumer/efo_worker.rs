@@ -152,3 +152,89 @@ async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
     assert_eq!(by_second, 20, "the second read only what came after");
     assert_eq!(second.report().polls, 0, "{:?}", second.report());
 }
+
+/// An EFO consumer deregistered from Kinesis under the pool (by hand, or a
+/// reaper racing a lock) is repaired: the worker holding it retires its pool
+/// entry (nobody locks it again), locks another (growing the pool), and
+/// carries on from its positions; the reaper then removes the entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_with_another() {
+    let (_servers, ctx) = ctx_with_subscription_lifetime(Duration::from_millis(500)).await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    store.ensure_table(&TableOptions::default()).await.unwrap();
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    produce(&ctx.aws.kinesis, &stream, 5, 0..2).await;
+    let log: Log = Arc::default();
+    let mut workers = vec![worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        log.clone(),
+        efo("gone", 2),
+    )];
+    for _ in 0..200 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        if log.lock().unwrap().len() >= 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = workers[0].efo_lock().expect("an EFO consumer").clone();
+    // Deregistered under the pool.
+    ctx.aws
+        .kinesis
+        .deregister_stream_consumer()
+        .consumer_arn(&first.arn)
+        .send()
+        .await
+        .unwrap();
+    // Gone (AWS answers a consumer that is still DELETING as in use, then not found).
+    for _ in 0..100 {
+        let described = ctx
+            .aws
+            .kinesis
+            .describe_stream_consumer()
+            .consumer_arn(&first.arn)
+            .send()
+            .await;
+        if described.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    produce(&ctx.aws.kinesis, &stream, 5, 2..4).await;
+    for _ in 0..300 {
+        tick_and_step(&rebalancer, &mut workers).await;
+        if log.lock().unwrap().len() >= 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check(&log, 5, 4);
+    let second = workers[0].efo_lock().expect("another EFO consumer").clone();
+    assert_ne!(second.name, first.name);
+    let pool = store.list_efo().await.unwrap();
+    let old = pool.iter().find(|e| e.name == first.name).unwrap();
+    assert!(old.retiring && old.used_by.is_none(), "{old:?}");
+
+    // The reaper finishes the retirement.
+    let snapshot = store.load_group().await.unwrap();
+    let plan = shardkeeper::group::plan_reap(
+        &snapshot,
+        &shardkeeper::group::Ages::default(),
+        store.now(),
+        &shardkeeper::group::ReapConfig::default(),
+    );
+    shardkeeper::group::execute(&store, Some(&ctx.aws.kinesis), &plan, Duration::ZERO)
+        .await
+        .unwrap();
+    let names: Vec<_> = store
+        .list_efo()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec![second.name]);
+}
