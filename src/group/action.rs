@@ -1,6 +1,8 @@
 //! What the planners decide: actions, each applied with one conditional write.
 
-use crate::state::{ConsumerId, ConsumerState, EfoLock, EfoName, ShardId, TakeFrom};
+use crate::state::{
+    ConsumerId, ConsumerState, EfoLock, EfoName, EpochMillis, ShardId, ShardScope, TakeFrom,
+};
 
 /// One change to the group's state. Every action carries the state it was
 /// decided on (a counter, a heartbeat), so applying it is conditional on
@@ -88,6 +90,17 @@ pub enum Action {
         /// Its counter when planned.
         counter: u64,
     },
+    /// Remove a standalone scope's shard item whose consumer (or EFO
+    /// consumer) is gone and which was last written longer ago than the
+    /// stream's retention.
+    RemoveScopedShard {
+        /// The scope (a standalone consumer's, or an EFO consumer's).
+        scope: ShardScope,
+        /// The shard.
+        shard: ShardId,
+        /// Its last write when planned (removed only if unchanged).
+        updated: EpochMillis,
+    },
 }
 
 impl Action {
@@ -103,6 +116,7 @@ impl Action {
             Action::ReleaseEfo { .. } => ActionKind::ReleaseEfo,
             Action::DeregisterEfo { .. } => ActionKind::DeregisterEfo,
             Action::RemoveShard { .. } => ActionKind::RemoveShard,
+            Action::RemoveScopedShard { .. } => ActionKind::RemoveScopedShard,
         }
     }
 }
@@ -129,4 +143,6 @@ pub enum ActionKind {
     DeregisterEfo,
     /// [`Action::RemoveShard`].
     RemoveShard,
+    /// [`Action::RemoveScopedShard`].
+    RemoveScopedShard,
 }

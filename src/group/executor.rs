@@ -143,6 +143,11 @@ pub async fn execute(
             Action::RemoveShard { shard, counter } => {
                 store.remove_depleted_shard(&group, shard, *counter).await?
             }
+            Action::RemoveScopedShard {
+                scope,
+                shard,
+                updated,
+            } => store.remove_scoped_shard(scope, shard, *updated).await?,
         };
         report.count(action.kind(), applied);
     }

@@ -1,21 +1,26 @@
 //! The heartbeat reaper's planner: pure, no I/O.
 //!
 //! Heartbeat and idle times are [`Ages`], as the reaper observed them (see
-//! the observer module); only the removal of long-depleted shards compares
-//! a stored time (`updated`, at a scale of the stream's retention, hours)
-//! with the reaper's clock.
+//! the observer module); only the removal of state past the stream's
+//! retention compares a stored time (`updated`, at a scale of hours) with
+//! the reaper's clock.
 //!
-//! Consumers that missed their heartbeat are removed with their leases and
-//! EFO locks; EFO consumers held by consumers that are not registered are
-//! unlocked; EFO consumers free for longer than the idle timeout are
-//! retired (marked, deregistered, removed; an interrupted retirement is
-//! finished at the next tick; at least one is kept: they cost money per shard-hour, but a
-//! pool of none makes every consumer wait for a registration); depleted
-//! shards whose records are all past the stream's retention have their state
-//! removed.
+//! - Consumers that missed their heartbeat are removed with their leases and
+//!   EFO locks; EFO consumers held by consumers that are not registered are
+//!   unlocked.
+//! - EFO consumers free for longer than the idle timeout are retired
+//!   (marked, deregistered, removed; an interrupted retirement is finished
+//!   at the next tick). At least one is kept: they cost money per
+//!   shard-hour, but a pool of none makes every consumer wait for a
+//!   registration.
+//! - Depleted shards whose records are all past the stream's retention have
+//!   their state removed, and so have the positions of a standalone consumer
+//!   (or standalone EFO consumer) that is gone, once past retention.
 
 use crate::group::{Action, Ages};
-use crate::state::{duration_millis, Checkpoint, ConsumerId, EpochMillis, GroupSnapshot};
+use crate::state::{
+    duration_millis, Checkpoint, ConsumerId, EfoName, EpochMillis, GroupSnapshot, ShardScope,
+};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -98,6 +103,28 @@ pub fn plan_reap(
     }
 
     let retention = duration_millis(config.retention);
+    // Standalone scopes whose consumer, or EFO consumer, is gone: their
+    // positions go once past retention (the records they point at are gone).
+    let pool: BTreeSet<&EfoName> = snapshot.efo.iter().map(|e| &e.name).collect();
+    let own = snapshot
+        .own_shards
+        .iter()
+        .filter(|(owner, _)| !registered.contains(owner))
+        .map(|(owner, s)| (ShardScope::Consumer(owner.clone()), s));
+    let efo = snapshot
+        .efo_shards
+        .iter()
+        .filter(|(name, _)| !pool.contains(name))
+        .map(|(name, s)| (ShardScope::Efo(name.clone()), s));
+    for (scope, shard) in own.chain(efo) {
+        if now - shard.updated > retention {
+            actions.push(Action::RemoveScopedShard {
+                scope,
+                shard: shard.shard_id.clone(),
+                updated: shard.updated,
+            });
+        }
+    }
     let awaited: BTreeSet<_> = snapshot
         .shards
         .iter()

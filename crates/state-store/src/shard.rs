@@ -218,6 +218,23 @@ impl StateStore {
         .await
     }
 
+    /// Removes a standalone scope's shard item if it was not written since
+    /// `seen_updated` (the reaper's clean-up of a scope whose consumer, or
+    /// EFO consumer, is gone and whose positions are past retention);
+    /// `false` if it changed or is gone.
+    pub async fn remove_scoped_shard(
+        &self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        seen_updated: crate::clock::EpochMillis,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::UPDATED])
+            .value("seen", n(seen_updated));
+        self.delete_item(&scope.shard_sk(shard), Some("#updated = :seen"), &expr)
+            .await
+    }
+
     /// Clears `parent` from the child's pending parents (the parent was
     /// depleted without its children being known); `false` if the child has
     /// no state.

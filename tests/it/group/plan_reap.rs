@@ -29,6 +29,9 @@ fn describe(actions: &[Action]) -> Vec<String> {
             Action::ReleaseEfo { lock } => format!("release {} from {}", lock.name, lock.consumer),
             Action::DeregisterEfo { name, .. } => format!("deregister {name}"),
             Action::RemoveShard { shard, .. } => format!("remove {shard}"),
+            Action::RemoveScopedShard { scope, shard, .. } => {
+                format!("remove {shard} of {}", scope.prefix())
+            }
             other => panic!("the reaper planned {other:?}"),
         })
         .collect()
@@ -107,6 +110,31 @@ fn scenarios() {
                 ],
             ),
             vec!["remove old"],
+        ),
+        (
+            // A standalone consumer, and a standalone EFO consumer, that are
+            // gone: their positions go once past the 1 h retention; those of
+            // a registered consumer, of a pool member, or recent ones stay.
+            "positions of gone standalone scopes past retention are removed",
+            {
+                let mut snap = with_efo(
+                    snapshot(vec![consumer("here", 0)], vec![]),
+                    vec![efo("pooled", Some("here"), 0)],
+                );
+                let aged = |age_ms| depleted(shard("s0"), age_ms);
+                snap.own_shards = vec![
+                    (id("gone"), aged(7_200_000)),
+                    (id("gone-recently"), aged(600_000)),
+                    (id("here"), aged(7_200_000)),
+                ];
+                let efo_name = |n: &str| shardkeeper::state::EfoName::new(n).unwrap();
+                snap.efo_shards = vec![
+                    (efo_name("retired"), aged(7_200_000)),
+                    (efo_name("pooled"), aged(7_200_000)),
+                ];
+                snap
+            },
+            vec!["remove s0 of OWN#gone#", "remove s0 of EFOSHARD#retired#"],
         ),
     ];
     for (name, snap, expected) in cases {
