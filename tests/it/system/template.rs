@@ -236,3 +236,55 @@ fn every_function_builds_from_the_package_that_has_its_binary() {
     }
     assert_eq!(functions, 5);
 }
+
+/// Every metric of the `shardkeeper` namespace an alarm or the dashboard
+/// watches, in every metric of the alarms' math: the code writes it (an
+/// alarm on a name nobody writes would never fire).
+#[test]
+fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut written = BTreeSet::new();
+    for file in [
+        "src/functions/worker.rs",
+        "src/functions/rebalancer.rs",
+        "src/functions/reaper.rs",
+        "src/processing/processor.rs",
+    ] {
+        // (Whitespace dropped: a call may span lines.)
+        let src: String = std::fs::read_to_string(format!("{root}/{file}"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        for call in ["Metric::count(\"", "name:\""] {
+            for part in src.split(call).skip(1) {
+                written.insert(part.split('"').next().unwrap().to_owned());
+            }
+        }
+    }
+    let template = template();
+    let mut watched = BTreeSet::new();
+    let mut alarms = 0;
+    for (_, resource) in template["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::CloudWatch::Alarm") {
+            continue;
+        }
+        alarms += 1;
+        let p = &resource["Properties"];
+        let mut metrics: Vec<&serde_yaml::Value> = vec![p];
+        if let Some(math) = p["Metrics"].as_sequence() {
+            metrics.extend(math.iter().map(|m| &m["MetricStat"]["Metric"]));
+        }
+        for m in metrics {
+            if m["Namespace"].as_str() == Some("shardkeeper") {
+                watched.insert(m["MetricName"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    let text = std::fs::read_to_string(format!("{root}/template.yaml")).unwrap();
+    for part in text.split("[\"shardkeeper\", \"").skip(1) {
+        watched.insert(part.split('"').next().unwrap().to_owned());
+    }
+    assert!(alarms >= 7, "{alarms} alarms");
+    let unknown: Vec<_> = watched.difference(&written).collect();
+    assert!(unknown.is_empty(), "watched but never written: {unknown:?}");
+}
