@@ -41,6 +41,10 @@ pub struct Target {
     /// AWS region (default: the standard region chain).
     #[arg(long)]
     pub region: Option<String>,
+    /// A named profile of the shared AWS config and credentials files
+    /// (default: the standard chain, which reads `AWS_PROFILE`).
+    #[arg(long)]
+    pub profile: Option<String>,
     /// DynamoDB endpoint URL (a local server, or a VPC endpoint). Against a
     /// local server with no credentials configured, dummy ones are used.
     #[arg(long)]

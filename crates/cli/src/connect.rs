@@ -5,23 +5,27 @@ use aws_config::{BehaviorVersion, Region};
 use shardkeeper::state::{StateStore, StoreConfig};
 
 /// The state store of `target`'s group: the standard credential and region
-/// chains, with `--region` and `--endpoint-url` applied. Against an endpoint
+/// chains, with `--profile`, `--region` and `--endpoint-url` applied. Against an endpoint
 /// with no credentials in the environment, dummy static credentials are
 /// used (what local servers accept).
 pub async fn store(target: &Target) -> Result<StateStore, crate::Error> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(profile) = &target.profile {
+        loader = loader.profile_name(profile);
+    }
     if let Some(region) = &target.region {
         loader = loader.region(Region::new(region.clone()));
     }
     if let Some(url) = &target.endpoint_url {
         loader = loader.endpoint_url(url);
-        let has_credentials = [
-            "AWS_ACCESS_KEY_ID",
-            "AWS_PROFILE",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-        ]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
+        let has_credentials = target.profile.is_some()
+            || [
+                "AWS_ACCESS_KEY_ID",
+                "AWS_PROFILE",
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+            ]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
         if !has_credentials {
             loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
                 "local",

@@ -17,6 +17,7 @@ fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
             group: config.group.to_string(),
             stream: config.stream.to_string(),
             region: None,
+            profile: None,
             endpoint_url: None,
         },
         to: to.to_owned(),
@@ -283,6 +284,7 @@ async fn parked_lists_the_parked_records() {
         group: config.group.to_string(),
         stream: config.stream.to_string(),
         region: None,
+        profile: None,
         endpoint_url: None,
     };
     let args = |json| shardkeeper_cli::args::ParkedArgs {
