@@ -137,15 +137,34 @@ impl StandaloneSession {
     }
 
     /// The shard was read to its end: depleted in its scope, children next.
+    /// Reading with an EFO consumer, the end is first checkpointed through
+    /// the EFO lock ([`crate::state::StateError::LeaseLost`] if it is lost:
+    /// a worker that lost its lock never marks a shard done under the
+    /// consumer's new holder). A failure leaves the shard being read, to be
+    /// completed again.
     pub async fn complete_shard(
         &mut self,
         shard: &ShardId,
         children: &[ShardSpec],
     ) -> Result<Depleted> {
-        self.reading.remove(shard);
-        self.store
+        if let Efo::Locked(Some(lock)) = &self.efo {
+            let end = self
+                .store
+                .checkpoint_efo(lock, shard, &Checkpoint::ShardEnd, None)
+                .await;
+            if let Err(e) = end {
+                if e.is_lease_lost() {
+                    self.reading.remove(shard);
+                }
+                return Err(e);
+            }
+        }
+        let depleted = self
+            .store
             .mark_depleted_unleased(&self.scope, shard, children)
-            .await
+            .await?;
+        self.reading.remove(shard);
+        Ok(depleted)
     }
 
     /// Checkpoints every shard at its progress (a stop; the checkpoints stay

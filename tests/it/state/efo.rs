@@ -424,3 +424,38 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
         .collect();
     assert_eq!(on_kinesis, BTreeSet::from([pool[1].0.to_string()]));
 }
+
+#[tokio::test]
+async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
+    let ctx = ctx().await;
+    let store = ctx.store("efo-deplete-fence");
+    let name = EfoName::new("efo-d").unwrap();
+    store.register_efo(&name, "arn:efo:d").await.unwrap();
+    let a = ConsumerId::new("a").unwrap();
+    let lock = store.get_or_lock_efo(&a).await.unwrap().unwrap();
+    let info = ConsumerInfo::for_this_process(a.clone(), store.now());
+    let mut reader =
+        shardkeeper::consumer::StandaloneSession::new(store.clone(), ctx.aws.kinesis.clone(), info);
+    reader.set_efo_lock(Some(lock.clone()));
+    let shard = ShardId::new("shardId-000000000001").unwrap();
+    let cp = Checkpoint::after("12").unwrap();
+    store
+        .checkpoint_efo(&lock, &shard, &cp, None)
+        .await
+        .unwrap();
+    // The lock goes to another reader.
+    store.release_efo(&lock).await.unwrap();
+    store
+        .get_or_lock_efo(&ConsumerId::new("b").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = reader.complete_shard(&shard, &[]).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let state = store
+        .get_shard(&ShardScope::Efo(name), &shard)
+        .await
+        .unwrap();
+    assert!(!state.depleted);
+    assert_eq!(state.checkpoint, Some(cp));
+}
