@@ -33,6 +33,17 @@ pub enum WorkerEvent {
         /// When the request was sent.
         sent: Instant,
     },
+    /// A batch of the shard starts processing under a lease that holds, as
+    /// this process's clock tells, until `lease_expiry` (the send time of its
+    /// last renewal plus the term): nothing of the batch may run after it.
+    Processing {
+        /// The shard.
+        shard: ShardId,
+        /// When the batch started.
+        at: Instant,
+        /// When the lease runs out unless renewed.
+        lease_expiry: Instant,
+    },
     /// The worker stopped reading the shard: the lease was lost, handed
     /// over to a claimant, released at a stop, or ended at SHARD_END.
     Stopped {

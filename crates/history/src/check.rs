@@ -35,6 +35,10 @@ pub struct Verification {
     /// Shards with a record processed before every parent was read to its
     /// end (must be empty).
     pub children_before_parents: Vec<ShardId>,
+    /// Records whose processing ended after the lease its batch ran under
+    /// had run out on the worker's own clock (the lease expiry reported
+    /// when the batch started; must be 0).
+    pub past_lease_expiry: usize,
 }
 
 impl Verification {
@@ -46,6 +50,7 @@ impl Verification {
             && self.double_owned.is_empty()
             && self.checkpoint_regressions.is_empty()
             && self.children_before_parents.is_empty()
+            && self.past_lease_expiry == 0
     }
 }
 
@@ -93,6 +98,7 @@ fn holdings(history: &History) -> BTreeMap<ShardId, Vec<Holding>> {
                     done.entry(shard.clone()).or_default().push(h);
                 }
             }
+            WorkerEvent::Processing { .. } => {}
         }
     }
     for ((_, shard), h) in open {
@@ -199,6 +205,36 @@ fn completions(history: &History) -> HashMap<&ShardId, Instant> {
     out
 }
 
+/// Records processed after the lease their batch started under ran out: for
+/// each record, the last `Processing` event of its consumer and shard
+/// before it.
+fn past_lease_expiry(history: &History) -> usize {
+    let mut bounds: HashMap<(&str, &ShardId), Vec<(Instant, Instant)>> = HashMap::new();
+    for (consumer, event) in &history.events {
+        if let WorkerEvent::Processing {
+            shard,
+            at,
+            lease_expiry,
+        } = event
+        {
+            bounds
+                .entry((consumer.as_str(), shard))
+                .or_default()
+                .push((*at, *lease_expiry));
+        }
+    }
+    history
+        .processed
+        .iter()
+        .filter(|p| {
+            bounds
+                .get(&(p.consumer.as_str(), &p.shard))
+                .and_then(|b| b.iter().rev().find(|(at, _)| *at <= p.at))
+                .is_some_and(|(_, expiry)| p.at > *expiry)
+        })
+        .count()
+}
+
 /// Checks `history`. See [`Verification`] for what each field means.
 pub fn check(history: &History) -> Verification {
     let holdings = holdings(history);
@@ -253,5 +289,6 @@ pub fn check(history: &History) -> Verification {
             .collect(),
         checkpoint_regressions: regressed(history),
         children_before_parents: children_before_parents.into_iter().collect(),
+        past_lease_expiry: past_lease_expiry(history),
     }
 }

@@ -486,6 +486,13 @@ impl<H: RecordHandler> ShardWorker<H> {
         let position = cursor.position.clone();
         let last_arrival = batch.records.last().and_then(|r| r.arrival);
         let stop_by = self.stop_by(shard);
+        if let Some((lease_expiry, _)) = self.mode.local_expiry(shard) {
+            self.emit(WorkerEvent::Processing {
+                shard: shard.clone(),
+                at: Instant::now(),
+                lease_expiry,
+            });
+        }
         let mut sink = LeaseCheckpoints {
             mode: &mut self.mode,
             shard,

@@ -177,3 +177,30 @@ fn a_child_read_before_its_parent_ended_is_caught() {
     let v = check(&refused);
     assert_eq!(v.children_before_parents, vec![shard(1)], "{v:?}");
 }
+
+#[test]
+fn a_record_processed_after_its_batch_lease_ran_out_is_caught() {
+    let (mut history, ms) = good();
+    // b's batch started at 15 ms under a lease it held until 18 ms by its
+    // own clock; it processed records 1 and 2 at 20 and 21 ms.
+    history.events.push((
+        "b".into(),
+        WorkerEvent::Processing {
+            shard: shard(0),
+            at: ms(15),
+            lease_expiry: ms(18),
+        },
+    ));
+    assert_eq!(check(&history).past_lease_expiry, 2);
+    assert!(!check(&history).passed());
+    // Renewed in time: the next batch's bound covers them.
+    history.events.push((
+        "b".into(),
+        WorkerEvent::Processing {
+            shard: shard(0),
+            at: ms(19),
+            lease_expiry: ms(40),
+        },
+    ));
+    assert!(check(&history).passed(), "{:?}", check(&history));
+}

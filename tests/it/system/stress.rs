@@ -621,7 +621,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
          faults: {} requests, {} throttled, {} answered 500, {} dropped, {} lost answers, {} delayed, \
          {restarts} DynamoDB restarts, {crashes} workers ended by themselves; \
          checker: {} double ownership, {} regressions, {} lost, {} order violations, \
-         {} unjustified duplicates, {} children before parents",
+         {} unjustified duplicates, {} children before parents, {} past their lease's expiry",
         started.elapsed().as_secs_f64(),
         cfg.consumers,
         generation,
@@ -643,6 +643,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         verdict.order_violations,
         verdict.unjustified_duplicates,
         verdict.children_before_parents.len(),
+        verdict.past_lease_expiry,
     );
     if !verdict.passed() {
         explain(&history, &verdict, started);
@@ -718,6 +719,7 @@ fn explain_duplicates(history: &shardkeeper_history::History, t0: Instant) {
                     checkpoint,
                     sent,
                 } => (shard, format!("checkpointed {checkpoint}"), *sent),
+                WorkerEvent::Processing { .. } => continue,
             };
             if s == shard
                 && at + Duration::from_secs(3) >= from
@@ -743,7 +745,7 @@ fn explain(
             let (shard, what, at) = match e {
                 WorkerEvent::Gained { shard, at, .. } => (shard, "gained".to_string(), *at),
                 WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
-                WorkerEvent::Checkpointed { .. } => continue,
+                WorkerEvent::Checkpointed { .. } | WorkerEvent::Processing { .. } => continue,
             };
             if shard == child || parents.contains(shard) {
                 println!("  {:>6} ms {who} {what} {shard}", ms(at));
