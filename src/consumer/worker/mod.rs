@@ -425,15 +425,37 @@ impl<H: RecordHandler> ShardWorker<H> {
         let mut notes = FetchNotes::default();
         let stream = self.store.config().stream.as_str();
         let arn = self.efo_lock.as_ref().map(|l| l.arn.as_str());
+        let had_position = cursor.position.is_some();
         let fetched = cursor
             .fetch(&*self.reads, stream, shard, arn, &self.config, &mut notes)
             .await;
+        // A LATEST start just pinned to a time (its first iterator opened):
+        // stored at once, so a successor after a crash starts there too, not
+        // at a new LATEST that would skip what arrived in between.
+        let pin = cursor
+            .position
+            .clone()
+            .filter(|p| !had_position && matches!(p, Checkpoint::AtTimestamp(_)));
         self.report.polls += u64::from(notes.polled);
         self.report.subscriptions += u64::from(notes.subscribed);
         self.report.subscriptions_refused += u64::from(notes.refused);
         self.report.throttled += u64::from(notes.throttled);
         self.report.iterators_refreshed += u64::from(notes.refreshed);
         self.report.transient_errors += u64::from(notes.failed);
+        if let Some(pin) = pin {
+            match self.mode.checkpoint(shard, &pin, None).await {
+                Ok(_) => {}
+                Err(e) if e.is_lease_lost() => {
+                    self.drop_shard(shard, StopReason::Lost).await;
+                    return Ok(false);
+                }
+                Err(e) if e.is_transient() => self.transient(
+                    &e,
+                    "storing a LATEST start's pin failed; a hand-over stores it",
+                ),
+                Err(e) => return Err(e),
+            }
+        }
         match fetched {
             Ok(Fetched::Batch(batch)) => {
                 tracing::trace!(%shard, records = batch.records.len(), "read");

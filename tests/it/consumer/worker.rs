@@ -691,3 +691,49 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
     }
     check(&log, 2, 3);
 }
+
+/// A LATEST start's holder crashes before any record came: its successor
+/// starts where the first one's iterator opened (the pin is stored as soon
+/// as it is made), not at a new LATEST that would skip the records written
+/// in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latest_start_whose_holder_crashes_before_any_record_skips_nothing() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let latest = || WorkerConfig {
+        initial_position: shardkeeper::consumer::InitialPosition::Latest,
+        ..crate::support::consume::eager()
+    };
+    let mut first = vec![crate::support::consume::worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        log.clone(),
+        latest(),
+    )];
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut first).await; // holds the shard, reads LATEST: nothing
+    }
+    assert_eq!(first[0].shards().len(), 1);
+    drop(first); // crashed: no release, no checkpoint of its own
+    produce(&ctx.aws.kinesis, &stream, 2, 0..3).await;
+    let mut second = vec![crate::support::consume::worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w1",
+        log.clone(),
+        latest(),
+    )];
+    for _ in 0..20 {
+        // The rebalancer sees w0's lease and heartbeat go unrenewed.
+        ctx.clock.advance(Duration::from_secs(3));
+        tick_and_step(&rebalancer, &mut second).await;
+        if log.lock().unwrap().len() >= 6 {
+            break;
+        }
+    }
+    check(&log, 2, 3);
+}
