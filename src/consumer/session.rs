@@ -165,7 +165,13 @@ impl ConsumerSession {
                             Ok(Released::HandedOff(to)) => tick.handed_off.push((shard, Some(to))),
                             Ok(Released::Free) => tick.handed_off.push((shard, None)),
                             Err(e) if e.is_lease_lost() => tick.lost.push(shard),
-                            Err(e) => return Err(e),
+                            Err(e) => {
+                                // The lease is forgotten (no longer renewed,
+                                // it runs out; the claimant gets it): its
+                                // shard is reported lost, so it is read no more.
+                                tick.lost.push(shard);
+                                return Err(e);
+                            }
                         }
                     }
                 }

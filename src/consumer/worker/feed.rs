@@ -31,6 +31,8 @@ pub(crate) struct Cursor {
     pub next_poll: Instant,
     /// `MillisBehindLatest` of the last read.
     pub millis_behind: Option<i64>,
+    /// The position is a LATEST start's pin that is not stored yet.
+    pub pin_unstored: bool,
     feed: Feed,
 }
 
@@ -135,9 +137,15 @@ pub(crate) const LATEST_REOPEN_MARGIN_MS: EpochMillis = 30_000;
 /// skip what arrived in between. Records that arrived shortly before the
 /// start may then be read (at least once, never skipped). The first record
 /// processed pins the shard to itself.
-fn pin_latest(position: &mut Option<Checkpoint>, start: &IteratorStart, opened_at: EpochMillis) {
+fn pin_latest(
+    position: &mut Option<Checkpoint>,
+    unstored: &mut bool,
+    start: &IteratorStart,
+    opened_at: EpochMillis,
+) {
     if position.is_none() && matches!(start, IteratorStart::Latest) {
         *position = Some(Checkpoint::AtTimestamp(opened_at - LATEST_REOPEN_MARGIN_MS));
+        *unstored = true;
     }
 }
 
@@ -219,6 +227,7 @@ impl Cursor {
             arrival,
             next_poll: Instant::now(),
             millis_behind: None,
+            pin_unstored: false,
             feed: if subscribed {
                 Feed::Subscribed {
                     events: None,
@@ -271,7 +280,12 @@ impl Cursor {
                 let opens = it.is_none();
                 let fetched = Self::poll(reads, stream, shard, it, &start, config, notes).await;
                 if opens && notes.polled {
-                    pin_latest(&mut self.position, &start, opened_at);
+                    pin_latest(
+                        &mut self.position,
+                        &mut self.pin_unstored,
+                        &start,
+                        opened_at,
+                    );
                 }
                 let fetched = fetched?;
                 if notes.throttled || notes.failed {
@@ -316,7 +330,12 @@ impl Cursor {
                     match reads.subscribe(arn, shard, &start).await {
                         Ok(subscription) => {
                             notes.subscribed = true;
-                            pin_latest(&mut self.position, &start, opened_at);
+                            pin_latest(
+                                &mut self.position,
+                                &mut self.pin_unstored,
+                                &start,
+                                opened_at,
+                            );
                             *events = Some(pump(subscription, config.subscription_lifetime));
                         }
                         Err(e) => self.next_poll = retry_subscription_at(e, shard, notes)?,

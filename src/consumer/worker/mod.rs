@@ -21,7 +21,7 @@ use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
 use crate::state::{
     Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, SequenceNumber, ShardId,
-    StateError, StateStore,
+    ShardScope, StateError, StateStore,
 };
 use feed::{Batch, Cursor, FetchNotes, Fetched};
 use std::collections::{BTreeMap, BTreeSet};
@@ -402,6 +402,12 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// Reads the shard once and processes what came. Whether anything was read.
     async fn read(&mut self, shard: &ShardId) -> Result<bool> {
+        if matches!(self.mode.scope(), ShardScope::Group) && self.stop_by(shard).is_none() {
+            // No lease in the session for a shard still being read: nothing
+            // of it may be processed.
+            self.drop_shard(shard, StopReason::Lost).await;
+            return Ok(false);
+        }
         if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
             // The window since the last renewal ran out (a slow round of
             // renewals, a long batch): renew this lease alone, right before
@@ -425,17 +431,17 @@ impl<H: RecordHandler> ShardWorker<H> {
         let mut notes = FetchNotes::default();
         let stream = self.store.config().stream.as_str();
         let arn = self.efo_lock.as_ref().map(|l| l.arn.as_str());
-        let had_position = cursor.position.is_some();
         let fetched = cursor
             .fetch(&*self.reads, stream, shard, arn, &self.config, &mut notes)
             .await;
-        // A LATEST start just pinned to a time (its first iterator opened):
-        // stored at once, so a successor after a crash starts there too, not
-        // at a new LATEST that would skip what arrived in between.
+        // A LATEST start pinned to a time (its first iterator opened) is
+        // stored at once (and again at each read until that succeeds), so a
+        // successor after a crash starts there too, not at a new LATEST that
+        // would skip what arrived in between.
         let pin = cursor
             .position
             .clone()
-            .filter(|p| !had_position && matches!(p, Checkpoint::AtTimestamp(_)));
+            .filter(|p| cursor.pin_unstored && matches!(p, Checkpoint::AtTimestamp(_)));
         self.report.polls += u64::from(notes.polled);
         self.report.subscriptions += u64::from(notes.subscribed);
         self.report.subscriptions_refused += u64::from(notes.refused);
@@ -444,7 +450,11 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.report.transient_errors += u64::from(notes.failed);
         if let Some(pin) = pin {
             match self.mode.checkpoint(shard, &pin, None).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    if let Some(cursor) = self.cursors.get_mut(shard) {
+                        cursor.pin_unstored = false;
+                    }
+                }
                 Err(e) if e.is_lease_lost() => {
                     self.drop_shard(shard, StopReason::Lost).await;
                     return Ok(false);

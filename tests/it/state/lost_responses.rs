@@ -204,3 +204,33 @@ async fn a_session_tick_that_fails_part_way_reports_the_leases_it_took_at_the_ne
     assert_eq!(gained, shards, "{tick:?}");
     assert_eq!(session.leases().count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_that_fails_part_way_reports_the_shard_lost_so_it_is_read_no_more() {
+    let (faulty, store) = setup("hand-over-fails").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    store
+        .take_lease(&shard, &cid("a"), &free(0), None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    let info = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let mut session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, TERM);
+    let tick = session.tick(|_| None).await.unwrap();
+    assert_eq!(tick.gained, vec![shard.clone()]);
+    let counter = store
+        .get_shard(&ShardScope::Group, &shard)
+        .await
+        .unwrap()
+        .counter;
+    assert!(store.claim_lease(&shard, &cid("b"), counter).await.unwrap());
+    // The heartbeat and the renewal (which finds the claim) go through; the
+    // hand-over's checkpoint fails past the retries.
+    faulty.dynamodb.lose_responses_after(2, 10);
+    let progress = |_: &shardkeeper::state::ShardId| Some((Checkpoint::after("5").unwrap(), None));
+    assert!(session.tick(progress).await.is_err());
+    faulty.dynamodb.lose_next_responses(0);
+    assert!(session.lease(&shard).is_none(), "no longer renewed");
+    let tick = session.tick(|_| None).await.unwrap();
+    assert_eq!(tick.lost, vec![shard], "{tick:?}");
+}

@@ -6,7 +6,9 @@
 //! double ownership, no checkpoint regression, no lost record, no per-key
 //! disorder, no unjustified duplicate and no child read before its parents.
 //!
-//! The conditions are hostile: every consumer's wall clock is off by up to
+//! The conditions are hostile: every shard starts at LATEST (production
+//! begins once each start is stored, and no record written after may be
+//! skipped), every consumer's wall clock is off by up to
 //! 30 s (the rebalancer's and reaper's are not), the handler turns slow for
 //! stretches (10 ms a record: a batch outlasts the lease term), and now and
 //! then a second process starts under a live consumer's id (the older one
@@ -30,12 +32,13 @@ use crate::support::common::{create_stream, ctx, list_shards};
 use crate::support::faulty::Faulty;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::WorkerEvent;
-use shardkeeper::consumer::{ShardWorker, WorkerConfig};
+use shardkeeper::consumer::{InitialPosition, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::processing::{RecordHandler, StreamRecord};
 use shardkeeper::state::{
-    ConsumerId, ConsumerInfo, SkewedClock, StateError, StateStore, StoreConfig, SystemClock,
+    ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateError, StateStore, StoreConfig,
+    SystemClock,
 };
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
@@ -184,6 +187,7 @@ fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>
     let info = ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, lease_term);
     let config = WorkerConfig {
+        initial_position: InitialPosition::Latest,
         renew_every: Duration::from_millis(500),
         min_poll_interval: Duration::from_millis(100),
         idle_poll_interval: Duration::from_millis(200),
@@ -369,27 +373,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     let history = SharedHistory::default();
     let stop_all = Arc::new(AtomicBool::new(false));
     let failed_ticks = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
 
-    let producer = {
-        let load = NumberedLoad {
-            stream: stream.clone(),
-            records: None,
-            keys: cfg.keys,
-            batch: 100,
-            pace: Duration::from_millis(20),
-        };
-        let (kinesis, history, stop) = (
-            direct.kinesis.clone(),
-            history.clone(),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let flag = stop.clone();
-        (
-            stop,
-            tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &flag).await }),
-        )
-    };
     let rebalancer = Arc::new(Rebalancer {
         store: store.clone(),
         kinesis: system.kinesis.clone(),
@@ -450,6 +434,44 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             spawner.spawn(&id, id.clone(), skew(&mut rng))
         })
         .collect();
+    // Every shard starts at LATEST: production begins once each shard's
+    // start is pinned and stored, and from then on not one record written
+    // may be skipped (a start at LATEST never skips).
+    let pinned = Instant::now();
+    loop {
+        let shards = store
+            .list_shards(&ShardScope::Group)
+            .await
+            .unwrap_or_default();
+        if !shards.is_empty() && shards.iter().all(|s| s.checkpoint.is_some()) {
+            break;
+        }
+        assert!(
+            pinned.elapsed() < Duration::from_secs(60),
+            "every shard's LATEST start stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = Instant::now();
+    let producer = {
+        let load = NumberedLoad {
+            stream: stream.clone(),
+            records: None,
+            keys: cfg.keys,
+            batch: 100,
+            pace: Duration::from_millis(20),
+        };
+        let (kinesis, history, stop) = (
+            direct.kinesis.clone(),
+            history.clone(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let flag = stop.clone();
+        (
+            stop,
+            tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &flag).await }),
+        )
+    };
     let mut left: Vec<Consumer> = Vec::new();
     let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
     let (mut restarts, mut crashes, mut doubles, mut superseded) = (0, 0, 0, 0);
