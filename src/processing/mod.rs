@@ -11,8 +11,8 @@
 //!
 //! - The core: `core` (the loop), `unit` (a record as the core receives it).
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
-//!   DynamoDB changes), `record`, `outcome` (reports and record errors),
-//!   `options`, `parking`.
+//!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
+//!   `record`, `outcome` (reports and record errors), `options`, `parking`.
 //! - Event source mappings: `processor` (the Lambda handler), `source` (an
 //!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows).
 //!
@@ -43,6 +43,7 @@ mod change;
 mod core;
 mod dynamodb;
 mod handler;
+mod image;
 mod kinesis;
 mod options;
 mod outcome;
@@ -57,6 +58,7 @@ pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use core::{CheckpointSink, Core, NoCheckpoints};
 pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
+pub use image::from_image_json;
 pub use kinesis::Kinesis;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
