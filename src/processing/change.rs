@@ -6,6 +6,7 @@ use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
 use crate::processing::image::from_image_json;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
+use crate::processing::scan;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -124,28 +125,27 @@ impl<T: DeserializeOwned> Change<T> {
     /// that does not decode is a [`RecordError::Payload`] naming the record
     /// and the image.
     pub fn from_event_json(record_json: &str) -> Result<Self, RecordError> {
-        let record: RecordText<'_> =
-            serde_json::from_str(record_json).map_err(|e| RecordError::Malformed {
-                index: 0,
-                error: e.to_string(),
-            })?;
-        let images = &record.dynamodb;
-        let expired = record
-            .user_identity
-            .as_ref()
-            .is_some_and(|u| is_ttl_deletion(&u.kind, &u.principal_id));
+        let record = match RecordFields::scan(record_json) {
+            Some(record) => record,
+            None => serde_json::from_str::<RecordText<'_>>(record_json)
+                .map(RecordFields::from)
+                .map_err(|e| RecordError::Malformed {
+                    index: 0,
+                    error: e.to_string(),
+                })?,
+        };
         decide(
             ChangeParts {
                 event_name: &record.event_name,
-                sequence_number: images.sequence_number.as_deref().unwrap_or(""),
-                view: images.stream_view_type.as_deref(),
-                keys: present(images.keys),
-                old: present(images.old_image),
-                new: present(images.new_image),
-                expired,
+                sequence_number: record.sequence_number.as_deref().unwrap_or(""),
+                view: record.view.as_deref(),
+                keys: present(record.keys),
+                old: present(record.old),
+                new: present(record.new),
+                expired: record.expired,
             },
-            |image: &RawValue, which, seq| {
-                from_image_json(image.get())
+            |image: &str, which, seq| {
+                from_image_json(image)
                     .map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
             },
         )
@@ -235,13 +235,88 @@ struct ImagesText<'a> {
     new_image: Option<&'a RawValue>,
 }
 
+/// What a change needs of a stream record, its images as text.
+struct RecordFields<'a> {
+    event_name: Cow<'a, str>,
+    expired: bool,
+    sequence_number: Option<Cow<'a, str>>,
+    view: Option<Cow<'a, str>>,
+    keys: Option<&'a str>,
+    old: Option<&'a str>,
+    new: Option<&'a str>,
+}
+
+impl<'a> From<RecordText<'a>> for RecordFields<'a> {
+    fn from(record: RecordText<'a>) -> Self {
+        let expired = record
+            .user_identity
+            .as_ref()
+            .is_some_and(|u| is_ttl_deletion(&u.kind, &u.principal_id));
+        let images = record.dynamodb;
+        RecordFields {
+            event_name: record.event_name,
+            expired,
+            sequence_number: images.sequence_number,
+            view: images.stream_view_type,
+            keys: images.keys.map(RawValue::get),
+            old: images.old_image.map(RawValue::get),
+            new: images.new_image.map(RawValue::get),
+        }
+    }
+}
+
+impl<'a> RecordFields<'a> {
+    /// The fields found by the scanner, or `None` where only serde reads
+    /// the record as it must (then serde's error is the record's). The text
+    /// outside the images is not validated here: the processor validated
+    /// the event it came from, and each image is validated as it decodes.
+    fn scan(record: &'a str) -> Option<RecordFields<'a>> {
+        let [name, identity, dynamodb] =
+            scan::fields(record, ["eventName", "userIdentity", "dynamodb"])?;
+        let expired = match identity {
+            None | Some("null") => false,
+            Some(identity) => {
+                let [kind, principal] = scan::fields(identity, ["type", "principalId"])?;
+                let kind = scan::optional_string(kind)?.unwrap_or_default();
+                let principal = scan::optional_string(principal)?.unwrap_or_default();
+                is_ttl_deletion(&kind, &principal)
+            }
+        };
+        let [seq, view, keys, old, new] = scan::fields(
+            dynamodb?,
+            [
+                "SequenceNumber",
+                "StreamViewType",
+                "Keys",
+                "OldImage",
+                "NewImage",
+            ],
+        )?;
+        // An image is an object (decoded later) or null; anything else is
+        // for serde to reject.
+        let image = |value: Option<&'a str>| match value {
+            None | Some("null") => Some(None),
+            Some(v) if v.starts_with('{') => Some(Some(v)),
+            Some(_) => None,
+        };
+        Some(RecordFields {
+            event_name: scan::string(name?)?,
+            expired,
+            sequence_number: scan::optional_string(seq)?,
+            view: scan::optional_string(view)?,
+            keys: image(keys)?,
+            old: image(old)?,
+            new: image(new)?,
+        })
+    }
+}
+
 /// An image the record carries: not `null` and not an empty map (as
 /// `aws_lambda_events` reads an image, an absent one is an empty map).
-fn present(image: Option<&RawValue>) -> Option<&RawValue> {
-    image.filter(|raw| {
-        let text = raw.get();
+fn present(image: Option<&str>) -> Option<&str> {
+    image.filter(|text| {
         let inner = text.strip_prefix('{').map(str::trim_start);
-        !(text == "null" || inner == Some("}"))
+        !(*text == "null" || inner == Some("}"))
     })
 }
 

@@ -41,7 +41,7 @@ enum Hint {
     Enum(&'static str, &'static [&'static str]),
     F32,
     Char,
-    NewtypeStruct(&'static str),
+    NewtypeStruct,
 }
 
 /// The attribute types.
@@ -224,10 +224,10 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Attribute<D> {
     }
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        name: &'static str,
+        _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.read(Hint::NewtypeStruct(name), visitor)
+        self.read(Hint::NewtypeStruct, visitor)
     }
 
     forward_to_deserialize_any! {
@@ -263,7 +263,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Tagged<V> {
                 self.visitor.visit_none()
             }
             (_, Hint::Option) => self.visitor.visit_some(Pending { tag, map: &mut map }),
-            (_, Hint::NewtypeStruct(_)) => self
+            (_, Hint::NewtypeStruct) => self
                 .visitor
                 .visit_newtype_struct(Pending { tag, map: &mut map }),
             (tag, hint) => map.next_value_seed(TypedSeed {
@@ -293,7 +293,7 @@ impl<'a, 'de, A: MapAccess<'de>> Pending<'a, A> {
         let tag = self.tag;
         match (tag, hint) {
             (_, Hint::Option) => visitor.visit_some(self),
-            (_, Hint::NewtypeStruct(_)) => visitor.visit_newtype_struct(self),
+            (_, Hint::NewtypeStruct) => visitor.visit_newtype_struct(self),
             _ => self.map.next_value_seed(TypedSeed { tag, hint, visitor }),
         }
     }
@@ -332,10 +332,10 @@ impl<'a, 'de, A: MapAccess<'de>> Deserializer<'de> for Pending<'a, A> {
     }
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        name: &'static str,
+        _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, A::Error> {
-        self.read(Hint::NewtypeStruct(name), visitor)
+        self.read(Hint::NewtypeStruct, visitor)
     }
 
     forward_to_deserialize_any! {

@@ -137,7 +137,26 @@ fn unit(rec: &RecordRef<'_>, shared: &mut Shared) -> Result<Unit, String> {
 impl EventSource for Kinesis {
     type Response = KinesisEventResponse;
 
-    fn units(event_json: &str) -> Result<EventUnits, String> {
+    fn units(event: &Bytes) -> Result<EventUnits, String> {
+        let text = std::str::from_utf8(event).map_err(|e| format!("not a Kinesis event: {e}"))?;
+        Kinesis::units_of(text)
+    }
+
+    fn response(report: &BatchReport) -> KinesisEventResponse {
+        let mut response = KinesisEventResponse::default();
+        for failure in &report.failures {
+            let mut item = KinesisBatchItemFailure::default();
+            item.item_identifier = Some(failure.item_identifier.clone());
+            response.batch_item_failures.push(item);
+        }
+        response
+    }
+}
+
+impl Kinesis {
+    /// The units of an event given as text (payloads are decoded copies,
+    /// so nothing borrows the text).
+    pub(crate) fn units_of(event_json: &str) -> Result<EventUnits, String> {
         // One pass over the event when every record is well-formed (the
         // common case); else record by record, so one malformed record
         // fails alone.
@@ -185,15 +204,5 @@ impl EventSource for Kinesis {
             })
             .collect::<Result<_, String>>()?;
         Ok(shared.into_units(items))
-    }
-
-    fn response(report: &BatchReport) -> KinesisEventResponse {
-        let mut response = KinesisEventResponse::default();
-        for failure in &report.failures {
-            let mut item = KinesisBatchItemFailure::default();
-            item.item_identifier = Some(failure.item_identifier.clone());
-            response.batch_item_failures.push(item);
-        }
-        response
     }
 }

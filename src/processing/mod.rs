@@ -14,7 +14,8 @@
 //!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
 //!   `record`, `outcome` (reports and record errors), `options`, `parking`.
 //! - Event source mappings: `processor` (the Lambda handler), `source` (an
-//!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows).
+//!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
+//!   `scan` (the fields of validated event text, found without parsing).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
@@ -50,6 +51,7 @@ mod outcome;
 mod parking;
 mod processor;
 mod record;
+mod scan;
 mod source;
 mod unit;
 mod window;
