@@ -271,8 +271,18 @@ impl<'a> RecordFields<'a> {
     /// outside the images is not validated here: the processor validated
     /// the event it came from, and each image is validated as it decodes.
     fn scan(record: &'a str) -> Option<RecordFields<'a>> {
-        let [name, identity, dynamodb] =
-            scan::fields(record, ["eventName", "userIdentity", "dynamodb"])?;
+        let ([name, identity], dynamodb) = scan::nested_fields(
+            record,
+            ["eventName", "userIdentity"],
+            "dynamodb",
+            [
+                "SequenceNumber",
+                "StreamViewType",
+                "Keys",
+                "OldImage",
+                "NewImage",
+            ],
+        )?;
         let expired = match identity {
             None | Some("null") => false,
             Some(identity) => {
@@ -282,16 +292,7 @@ impl<'a> RecordFields<'a> {
                 is_ttl_deletion(&kind, &principal)
             }
         };
-        let [seq, view, keys, old, new] = scan::fields(
-            dynamodb?,
-            [
-                "SequenceNumber",
-                "StreamViewType",
-                "Keys",
-                "OldImage",
-                "NewImage",
-            ],
-        )?;
+        let [seq, view, keys, old, new] = dynamodb?;
         // An image is an object (decoded later) or null; anything else is
         // for serde to reject.
         let image = |value: Option<&'a str>| match value {

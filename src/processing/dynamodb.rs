@@ -54,11 +54,13 @@ impl<'a> ChangeRef<'a> {
     /// `None` where only serde reads the record as it must (then serde's
     /// error is the record's).
     fn scan(record: &'a str) -> Option<ChangeRef<'a>> {
-        let [arn, dynamodb] = scan::fields(record, ["eventSourceARN", "dynamodb"])?;
-        let [seq, created, keys] = scan::fields(
-            dynamodb?,
+        let ([arn], dynamodb) = scan::nested_fields(
+            record,
+            ["eventSourceARN"],
+            "dynamodb",
             ["SequenceNumber", "ApproximateCreationDateTime", "Keys"],
         )?;
+        let [seq, created, keys] = dynamodb?;
         let keys = match keys {
             None | Some("null") => None,
             Some(keys) => Some(serde_json::from_str::<&RawValue>(keys).ok()?),

@@ -16,15 +16,49 @@ pub(crate) fn fields<'a, const N: usize>(
     text: &'a str,
     names: [&str; N],
 ) -> Option<[Option<&'a str>; N]> {
+    let (found, _) = nested_fields(text, names, "", [])?;
+    Some(found)
+}
+
+/// As [`fields`], and in the same pass the fields `inner_names` of the
+/// object under the field `inner` (`None` if there is no such field).
+pub(crate) fn nested_fields<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    names: [&str; N],
+    inner: &str,
+    inner_names: [&str; M],
+) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
+    let b = text.as_bytes();
+    let mut nested = None;
+    let mut twice = false;
+    let (found, end) = object(text, skip_ws(b, 0), names, |key, i| {
+        if M == 0 || key != inner {
+            return None;
+        }
+        twice |= nested.is_some();
+        let (found, end) = object(text, i, inner_names, |_, _| None)?;
+        nested = Some(found);
+        Some(end)
+    })?;
+    (!twice && skip_ws(b, end) == b.len()).then_some((found, nested))
+}
+
+/// The fields `names` of the object that starts at `i`, and its end;
+/// `nested(key, at)` may read a field's value itself and say where it ends.
+fn object<'a, const N: usize>(
+    text: &'a str,
+    mut i: usize,
+    names: [&str; N],
+    mut nested: impl FnMut(&str, usize) -> Option<usize>,
+) -> Option<([Option<&'a str>; N], usize)> {
     let b = text.as_bytes();
     let mut found: [Option<&'a str>; N] = [None; N];
-    let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
     if b.get(i) == Some(&b'}') {
-        return (skip_ws(b, i + 1) == b.len()).then_some(found);
+        return Some((found, i + 1));
     }
     loop {
         if b.get(i) != Some(&b'"') {
@@ -40,7 +74,10 @@ pub(crate) fn fields<'a, const N: usize>(
             return None;
         }
         i = skip_ws(b, i + 1);
-        let end = value_end(b, i)?;
+        let end = match nested(key, i) {
+            Some(end) => end,
+            None => value_end(b, i)?,
+        };
         if let Some(slot) = names.iter().position(|n| *n == key) {
             if found[slot].is_some() {
                 return None;
@@ -50,9 +87,7 @@ pub(crate) fn fields<'a, const N: usize>(
         i = skip_ws(b, end);
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),
-            Some(b'}') => {
-                return (skip_ws(b, i + 1) == b.len()).then_some(found);
-            }
+            Some(b'}') => return Some((found, i + 1)),
             _ => return None,
         }
     }
@@ -97,9 +132,19 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// The end (one past the closing quote) of the string that starts at `i`.
+/// The end (one past the closing quote) of the string that starts at `i`:
+/// the first bytes one by one (most strings of an event are short), the
+/// rest with `memchr`.
 fn string_end(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
+    let short = b.len().min(j + 32);
+    while j < short {
+        match b[j] {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
     loop {
         let k = j + memchr2(b'"', b'\\', b.get(j..)?)?;
         if b[k] == b'\\' {
@@ -163,6 +208,9 @@ mod tests {
         assert_eq!(optional_string(nil), Some(None));
         assert_eq!(missing, None);
         assert_eq!(fields("{}", ["a"]), Some([None]));
+        let (outer, inner) =
+            nested_fields(r#"{"x": 1, "in": {"y": "2", "z": 3}}"#, ["x"], "in", ["y"]).unwrap();
+        assert_eq!((outer, inner), ([Some("1")], Some([Some(r#""2""#)])));
     }
 
     /// Whatever it does not read plainly, it leaves to serde.
@@ -180,6 +228,12 @@ mod tests {
         ] {
             assert_eq!(fields(text, ["a"]), None, "{text}");
         }
+        let twice = r#"{"in": {"y": 1}, "in": {"y": 2}}"#;
+        assert_eq!(nested_fields(twice, [], "in", ["y"]), None);
+        assert_eq!(
+            nested_fields(r#"{"in": [1]}"#, [], "in", ["y"]),
+            Some(([], None))
+        );
         assert_eq!(string("1"), None);
         assert_eq!(optional_number(Some("\"1\"")), None);
         assert_eq!(optional_string(Some("1")), None);
