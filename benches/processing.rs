@@ -17,10 +17,18 @@
 //! Other lines, for reference: "serde_json validation" (serde_json skipping
 //! every value), "runtime's RawValue pass + process" (the path through
 //! `LambdaEvent<Box<RawValue>>`: the runtime validates the event into a
-//! `RawValue` first), and for Kinesis "raw borrowed" (the records borrowed
-//! from the text, base64 decoded, each payload parsed; nothing else).
+//! `RawValue` first), for Kinesis "raw borrowed" (the records borrowed from
+//! the text, base64 decoded, each payload parsed; nothing else), and for
+//! DynamoDB "before" (each record decoded as the `changes` handler decoded
+//! it before: into `aws_lambda_events`' record, then `serde_dynamo`).
 //!
-//! Before the timings, the peak resident set of one processing of each
+//! Before the criterion timings, each path and its floors are measured in
+//! turn, round after round (31 rounds), and a markdown table of the medians
+//! and of the median ratio per round is printed: on a shared machine a
+//! ratio from interleaved rounds is steadier than two medians taken
+//! seconds apart.
+//!
+//! Before that, the peak resident set of one processing of each
 //! event is measured in a process of its own (the bench binary run again
 //! with `SHARDKEEPER_BENCH_RSS=<event>`): the event is built, the peak is
 //! reset (`/proc/self/clear_refs`), the event is processed once, and the
@@ -28,6 +36,7 @@
 //!
 //! Run: `cargo bench --bench processing`.
 
+use aws_lambda_events::event::dynamodb::EventRecord;
 use base64::Engine;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -276,6 +285,18 @@ fn dynamodb_values() -> DynamoDbProcessor<impl RecordHandler> {
     ))
 }
 
+/// The DynamoDB handler's decoding before images were read from their
+/// text: each record parsed into `aws_lambda_events`' record, then its
+/// attribute values decoded by `serde_dynamo`.
+fn dynamodb_before() -> DynamoDbProcessor<impl RecordHandler> {
+    DynamoDbProcessor::new(|record: StreamRecord| async move {
+        let parsed: EventRecord = serde_json::from_slice(&record.data)?;
+        let change = Change::<serde_json::Value>::from_record(&parsed)?;
+        black_box(&change);
+        Ok::<(), shardkeeper::processing::HandlerError>(())
+    })
+}
+
 fn dynamodb_typed() -> DynamoDbProcessor<impl RecordHandler> {
     DynamoDbProcessor::new(changes(
         |change: Change<Item>, _record: StreamRecord| async move {
@@ -372,11 +393,85 @@ fn report_rss() {
     }
 }
 
+/// The median of `values`.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Each path and its floor measured in turn, round after round, so that a
+/// busy machine slows both alike: the medians and the median of each
+/// round's ratio, as a markdown table on stderr.
+fn report_ratios() {
+    const ROUNDS: usize = 31;
+    let runtime = runtime();
+    let kinesis = kinesis_processor();
+    let values = dynamodb_values();
+    let typed = dynamodb_typed();
+    let time = |f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        f();
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    eprintln!("| event | path | median | floor (SIMD validation) | serde_json validation | ratio to the floor | ratio to serde_json |");
+    eprintln!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (name, event) in &events() {
+        let bytes = Bytes::from(event.clone().into_bytes());
+        let mut paths: Vec<(&str, Box<dyn FnMut() + '_>)> = Vec::new();
+        if is_dynamodb(event) {
+            paths.push((
+                "Value",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&values, &bytes)));
+                }),
+            ));
+            paths.push((
+                "typed",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&typed, &bytes)));
+                }),
+            ));
+        } else {
+            paths.push((
+                "json handler",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&kinesis, &bytes)));
+                }),
+            ));
+        }
+        for (path, run) in &mut paths {
+            let (mut floors, mut serdes, mut runs, mut ratios, mut serde_ratios) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            for _ in 0..ROUNDS {
+                let f = time(&mut || floor(&bytes));
+                let s = time(&mut || {
+                    serde_json::from_slice::<IgnoredAny>(&bytes).unwrap();
+                });
+                let r = time(&mut **run);
+                floors.push(f);
+                serdes.push(s);
+                runs.push(r);
+                ratios.push(r / f);
+                serde_ratios.push(r / s);
+            }
+            eprintln!(
+                "| {name} | {path} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x | {:.2}x |",
+                median(&mut runs),
+                median(&mut floors),
+                median(&mut serdes),
+                median(&mut ratios),
+                median(&mut serde_ratios)
+            );
+        }
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = runtime();
     let kinesis = kinesis_processor();
     let values = dynamodb_values();
     let typed = dynamodb_typed();
+    let before = dynamodb_before();
     let mut group = c.benchmark_group("processing");
     group.sample_size(20);
     for (name, event) in &events() {
@@ -412,6 +507,14 @@ fn bench(c: &mut Criterion) {
                 &bytes,
                 |b, e| b.iter(|| runtime.block_on(through_raw_value(&values, e))),
             );
+            group.bench_with_input(
+                BenchmarkId::new(
+                    "before: RawValue pass + aws_lambda_events + serde_dynamo",
+                    name,
+                ),
+                &bytes,
+                |b, e| b.iter(|| runtime.block_on(through_raw_value(&before, e))),
+            );
         } else {
             group.bench_with_input(BenchmarkId::new("raw borrowed", name), event, |b, e| {
                 b.iter(|| raw_kinesis_borrowed(e))
@@ -438,6 +541,7 @@ fn main() {
     // `--no-run` builds, `--list` lists: measure the resident set only in a real run.
     if std::env::args().any(|a| a == "--bench") && !std::env::args().any(|a| a == "--list") {
         report_rss();
+        report_ratios();
     }
     bench(&mut criterion);
     criterion.final_summary();

@@ -13,8 +13,9 @@
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
 //!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
 //!   `record`, `outcome` (reports and record errors), `options`, `parking`.
-//! - Event source mappings: `processor` (the Lambda handler), `source` (an
-//!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
+//! - Event source mappings: `processor` (the Lambda handler), `runtime`
+//!   (the processor on the Lambda runtime API, each event read once from
+//!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
 //!   `scan` (the fields of validated event text, found without parsing).
 //!
 //! ```no_run
@@ -51,6 +52,7 @@ mod outcome;
 mod parking;
 mod processor;
 mod record;
+mod runtime;
 mod scan;
 mod source;
 mod unit;
