@@ -30,9 +30,10 @@
 //!
 //! Before that, the peak resident set of one processing of each
 //! event is measured in a process of its own (the bench binary run again
-//! with `SHARDKEEPER_BENCH_RSS=<event>`): the event is built, the peak is
-//! reset (`/proc/self/clear_refs`), the event is processed once, and the
-//! peak (`VmHWM`) is printed next to the event's size.
+//! with `SHARDKEEPER_BENCH_RSS=<event file>`): the event is read from a
+//! file into one buffer, the peak is reset (`/proc/self/clear_refs`), the
+//! event is processed once, and the peak (`VmHWM`) is printed next to the
+//! event's size and the resident set before processing.
 //!
 //! Run: `cargo bench --bench processing`.
 
@@ -340,14 +341,17 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// In a process of its own: the peak resident set of one processing of
-/// event `index`, in KiB, printed as `rss <peak> <event bytes>`.
-fn measure_rss(index: usize) {
-    let (_, event) = events().swap_remove(index);
-    let bytes = Bytes::from(event.into_bytes());
+/// the event in the file `path`, in KiB, printed as `rss <peak> <before>
+/// <event bytes>` (`before`: the resident set with the event read, before
+/// processing). The file is read as the runtime reads a body: into one
+/// buffer, nothing else built.
+fn measure_rss(path: &str) {
+    let bytes = Bytes::from(std::fs::read(path).expect("event file"));
     let runtime = runtime();
     let (kinesis, dynamodb) = (kinesis_processor(), dynamodb_values());
-    // Only what processing adds on top of the event counts from here.
+    // The peak counts from here: the process with the event in memory.
     std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak");
+    let before = status_kib("VmRSS:");
     runtime.block_on(async {
         if is_dynamodb(std::str::from_utf8(&bytes).unwrap()) {
             black_box(whole_path(&dynamodb, &bytes).await);
@@ -355,23 +359,31 @@ fn measure_rss(index: usize) {
             black_box(whole_path(&kinesis, &bytes).await);
         }
     });
+    let peak = status_kib("VmHWM:");
+    println!("rss {peak} {before} {}", bytes.len());
+}
+
+/// A line of `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let peak = status
+    status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM");
-    println!("rss {peak} {}", bytes.len());
+        .expect(field)
 }
 
 /// The peak resident set of each event, each in a process of its own.
 fn report_rss() {
     let exe = std::env::current_exe().unwrap();
-    for (index, (name, _)) in events().iter().enumerate() {
+    for (index, (name, event)) in events().iter().enumerate() {
+        let path = std::env::temp_dir().join(format!("shardkeeper-bench-event-{index}.json"));
+        std::fs::write(&path, event).unwrap();
         let out = std::process::Command::new(&exe)
-            .env("SHARDKEEPER_BENCH_RSS", index.to_string())
+            .env("SHARDKEEPER_BENCH_RSS", &path)
             .output()
             .unwrap();
+        let _ = std::fs::remove_file(&path);
         let text = String::from_utf8_lossy(&out.stdout);
         let line = text.lines().find(|l| l.starts_with("rss ")).unwrap_or("");
         let parts: Vec<f64> = line
@@ -379,13 +391,17 @@ fn report_rss() {
             .skip(1)
             .filter_map(|v| v.parse().ok())
             .collect();
-        if let [peak_kib, size] = parts[..] {
-            let peak = peak_kib * 1024.0;
+        if let [peak_kib, before_kib, size] = parts[..] {
+            let (peak, before) = (peak_kib * 1024.0, before_kib * 1024.0);
             eprintln!(
-                "peak RSS, {name}: {:.1} MB for a {:.1} MB event ({:.2}x)",
+                "peak RSS, {name}: {:.1} MB for a {:.1} MB event ({:.2}x; {:.1} MB before \
+                 processing, the event included: processing added {:.1} MB, {:.2}x the event)",
                 peak / 1e6,
                 size / 1e6,
-                peak / size
+                peak / size,
+                before / 1e6,
+                (peak - before) / 1e6,
+                (peak - before) / size
             );
         } else {
             eprintln!("peak RSS, {name}: not measured ({})", out.status);
@@ -533,8 +549,8 @@ fn bench(c: &mut Criterion) {
 }
 
 fn main() {
-    if let Ok(index) = std::env::var("SHARDKEEPER_BENCH_RSS") {
-        measure_rss(index.parse().expect("an event index"));
+    if let Ok(path) = std::env::var("SHARDKEEPER_BENCH_RSS") {
+        measure_rss(&path);
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();

@@ -9,13 +9,14 @@
 use memchr::memchr2;
 use std::borrow::Cow;
 
+/// The values of some fields of an object, each a span of its text (`None`
+/// if absent), in the order they were asked for.
+pub(crate) type Spans<'a, const N: usize> = [Option<&'a str>; N];
+
 /// The values of the fields `names` of the JSON object `text` (each a span
 /// of `text`, `None` if absent), or `None` if `text` is not an object this
 /// scanner reads plainly: an escaped key, a field named twice.
-pub(crate) fn fields<'a, const N: usize>(
-    text: &'a str,
-    names: [&str; N],
-) -> Option<[Option<&'a str>; N]> {
+pub(crate) fn fields<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Option<Spans<'a, N>> {
     let (found, _) = nested_fields(text, names, "", [])?;
     Some(found)
 }
@@ -27,7 +28,7 @@ pub(crate) fn nested_fields<'a, const N: usize, const M: usize>(
     names: [&str; N],
     inner: &str,
     inner_names: [&str; M],
-) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
+) -> Option<(Spans<'a, N>, Option<Spans<'a, M>>)> {
     let b = text.as_bytes();
     let mut nested = None;
     let mut twice = false;
@@ -50,9 +51,9 @@ fn object<'a, const N: usize>(
     mut i: usize,
     names: [&str; N],
     mut nested: impl FnMut(&str, usize) -> Option<usize>,
-) -> Option<([Option<&'a str>; N], usize)> {
+) -> Option<(Spans<'a, N>, usize)> {
     let b = text.as_bytes();
-    let mut found: [Option<&'a str>; N] = [None; N];
+    let mut found: Spans<'a, N> = [None; N];
     if b.get(i) != Some(&b'{') {
         return None;
     }
