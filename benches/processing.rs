@@ -149,7 +149,7 @@ fn image(i: usize, version: usize) -> serde_json::Value {
                 "sku": { "S": format!("sku-{:05}-{l:02}", (i * 7 + l) % 50_000) },
                 "qty": { "N": format!("{}", 1 + (i + l) % 9) },
                 "price": { "N": format!("{}.{:02}", 3 + l, (i + l) % 100) },
-                "gift": { "BOOL": (i + l) % 3 == 0 },
+                "gift": { "BOOL": (i + l).is_multiple_of(3) },
                 "options": { "SS": ["color:blue", "size:M", "wrap:none"] },
             }})
         })
@@ -409,6 +409,9 @@ fn report_rss() {
     }
 }
 
+/// A path measured: its name, and one run of it.
+type Path<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+
 /// The median of `values`.
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -433,7 +436,7 @@ fn report_ratios() {
     eprintln!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for (name, event) in &events() {
         let bytes = Bytes::from(event.clone().into_bytes());
-        let mut paths: Vec<(&str, Box<dyn FnMut() + '_>)> = Vec::new();
+        let mut paths: Vec<Path<'_>> = Vec::new();
         if is_dynamodb(event) {
             paths.push((
                 "Value",
