@@ -20,8 +20,6 @@
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
-//! use lambda_runtime::{service_fn, LambdaEvent};
-//! use serde_json::value::RawValue;
 //! use shardkeeper::processing::{json, KinesisProcessor, StreamRecord};
 //! use shardkeeper::state::{StateStore, StoreConfig};
 //!
@@ -36,8 +34,11 @@
 //!     Ok::<(), std::io::Error>(())
 //! }))
 //! .with_store(store);
-//! // The processor is a tower service; a closure works as well:
-//! lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| processor.handle(event))).await
+//! // Each event is read once, from the bytes the runtime receives:
+//! processor.run().await
+//! // The processor is also a tower service; a closure works as well (after
+//! // the runtime's own pass over the event):
+//! // lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| processor.handle(event))).await
 //! # }
 //! ```
 

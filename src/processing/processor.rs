@@ -40,8 +40,11 @@ struct Inner<H> {
 /// `max_attempts` times is parked so the shard moves on. Records that cannot
 /// start before the Lambda deadline (minus a margin) are reported for retry.
 ///
-/// Use it as `lambda_runtime::run(service_fn(|e| processor.handle(e)))`, or
-/// pass the processor itself: it is a `tower::Service`.
+/// Run it with `processor.run().await`, which reads each event once from
+/// the invocation's bytes; or use it as
+/// `lambda_runtime::run(service_fn(|e| processor.handle(e)))`, or pass the
+/// processor itself to `lambda_runtime::run` (it is a `tower::Service`),
+/// after the runtime's own pass over the event.
 pub struct BatchProcessor<H, S> {
     inner: Arc<Inner<H>>,
     _source: PhantomData<fn() -> S>,
