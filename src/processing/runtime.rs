@@ -16,7 +16,6 @@ use lambda_runtime::layers::TracingLayer;
 use lambda_runtime::tower::{Layer, Service, ServiceExt};
 use lambda_runtime::{service_fn, Diagnostic, LambdaEvent, LambdaInvocation, Runtime};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -46,17 +45,19 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
 }
 
 /// What the processor answered an invocation, as the runtime's inner
-/// services read it back and post it.
+/// services read it back and post it. The response is a `Value` (a few
+/// batch item failures), which any deserializer reads back, `serde_json`
+/// or the runtime's path-tracking wrapper of it.
 #[derive(Debug, Serialize, Deserialize)]
 enum Answer {
     /// The response (batch item failures).
-    Response(Box<RawValue>),
+    Response(serde_json::Value),
     /// The invocation failed.
     Failed(Diagnostic),
 }
 
 impl Answer {
-    fn into_result(self) -> Result<Box<RawValue>, Diagnostic> {
+    fn into_result(self) -> Result<serde_json::Value, Diagnostic> {
         match self {
             Answer::Response(response) => Ok(response),
             Answer::Failed(diagnostic) => Err(diagnostic),
@@ -71,8 +72,8 @@ impl Answer {
     ) -> Answer {
         let handled = CatchUnwind(Box::pin(processor.handle_bytes(body, context))).await;
         match handled {
-            Ok(Ok(response)) => match serde_json::value::to_raw_value(&response) {
-                Ok(raw) => Answer::Response(raw),
+            Ok(Ok(response)) => match serde_json::to_value(&response) {
+                Ok(value) => Answer::Response(value),
                 Err(e) => Answer::Failed(Diagnostic::from(e.to_string())),
             },
             Ok(Err(error)) => Answer::Failed(Diagnostic::from(error)),
@@ -206,13 +207,13 @@ mod tests {
         }
     }
 
-    /// The answer the inner services get, read back as the runtime reads it.
+    /// The answer the inner services get, read back as the runtime reads
+    /// an event (`lambda_runtime`'s `deserializer::deserialize`).
     fn answer_of(posted: &Posted) -> Result<serde_json::Value, Diagnostic> {
         let body = posted.0.lock().unwrap().pop().expect("an answer");
-        let answer: Answer = serde_json::from_slice(&body).unwrap();
-        answer
-            .into_result()
-            .map(|raw| serde_json::from_str(raw.get()).unwrap())
+        let json = &mut serde_json::Deserializer::from_slice(&body);
+        let answer: Answer = serde_path_to_error::deserialize(json).unwrap();
+        answer.into_result()
     }
 
     fn block_on<F: Future>(f: F) -> F::Output {
