@@ -1,28 +1,54 @@
-//! Processing throughput: the whole handler path of the Kinesis batch
-//! processor (parse the event, decode base64, de-aggregation check, typed
-//! JSON payload, a no-op handler, the response) against the raw ceiling
-//! measured in the same run (parse the event with the `aws_lambda_events`
-//! types, which decodes base64, then parse each payload; nothing else).
+//! Processing throughput: the whole handler path as Lambda pays it, from
+//! the event's bytes as the runtime receives them to the response's bytes
+//! (parse the event, decode base64 or the DynamoDB images, de-aggregation
+//! check, the typed payload, a no-op handler, the report, the serialized
+//! response), next to a floor measured in the same run: a SIMD validation
+//! of the same bytes (`sonic-rs`, every value checked and skipped) and
+//! nothing else. Goal: within 1.5x of the floor.
 //!
-//! Events: 10,000 small records just under the 6 MB Lambda payload limit,
-//! and about 1,300 records of about 3 KB of payload each. Any other event
-//! file (Kinesis or DynamoDB Streams) can be measured the same way:
+//! Events (deterministic, generated): 10,000 small Kinesis records (just
+//! under the 6 MB payload limit), 1,300 Kinesis records of about 3 KB of
+//! payload, and 1,000 DynamoDB Streams records (`NEW_AND_OLD_IMAGES`) with
+//! about 6 KB of nested images each (S, N, M, L, SS, BOOL, NULL), decoded
+//! into `serde_json::Value` and into a typed struct. Any other event file
+//! (Kinesis or DynamoDB Streams) can be measured the same way:
 //! `SHARDKEEPER_BENCH_EVENT=path/to/event.json cargo bench --bench processing`.
 //!
-//! A second ceiling, "raw borrowed", parses the records borrowed from the
-//! event text and decodes base64 with the `base64` crate, as the processor
-//! now does.
+//! Other lines, for reference: "serde_json validation" (serde_json skipping
+//! every value), "runtime's RawValue pass + process" (the path through
+//! `LambdaEvent<Box<RawValue>>`: the runtime validates the event into a
+//! `RawValue` first), for Kinesis "raw borrowed" (the records borrowed from
+//! the text, base64 decoded, each payload parsed; nothing else), and for
+//! DynamoDB "before" (each record decoded as the `changes` handler decoded
+//! it before: into `aws_lambda_events`' record, then `serde_dynamo`).
+//!
+//! Before the criterion timings, each path and its floors are measured in
+//! turn, round after round (31 rounds), and a markdown table of the medians
+//! and of the median ratio per round is printed: on a shared machine a
+//! ratio from interleaved rounds is steadier than two medians taken
+//! seconds apart.
+//!
+//! Before that, the peak resident set of one processing of each
+//! event is measured in a process of its own (the bench binary run again
+//! with `SHARDKEEPER_BENCH_RSS=<event file>`): the event is read from a
+//! file into one buffer, the peak is reset (`/proc/self/clear_refs`), the
+//! event is processed once, and the peak (`VmHWM`) is printed next to the
+//! event's size and the resident set before processing.
 //!
 //! Run: `cargo bench --bench processing`.
 
-use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
-use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::dynamodb::EventRecord;
 use base64::Engine;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use shardkeeper::processing::{
-    changes, json, Change, DynamoDbProcessor, KinesisProcessor, StreamRecord,
+    changes, json, BatchProcessor, Change, DynamoDbProcessor, EventSource, KinesisProcessor,
+    RecordHandler, StreamRecord,
 };
 use std::hint::black_box;
+use std::time::{Duration, SystemTime};
 
 #[derive(serde::Deserialize)]
 #[allow(dead_code)]
@@ -32,6 +58,47 @@ struct Order {
     customer: Option<String>,
     currency: Option<String>,
     note: Option<String>,
+}
+
+/// The typed item of the DynamoDB event.
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Item {
+    pk: String,
+    sk: String,
+    status: String,
+    amount_cents: u64,
+    paid: bool,
+    coupon: Option<String>,
+    tags: Vec<String>,
+    customer: Customer,
+    lines: Vec<Line>,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Customer {
+    id: String,
+    name: String,
+    address: Address,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Address {
+    street: String,
+    city: String,
+    zip: String,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Line {
+    sku: String,
+    qty: u32,
+    price: f64,
+    gift: bool,
+    options: Vec<String>,
 }
 
 /// A deterministic Kinesis event of `n` records with `note_len` bytes of padding each.
@@ -73,19 +140,77 @@ fn kinesis_event(n: usize, note_len: usize) -> String {
     serde_json::json!({ "Records": records }).to_string()
 }
 
-fn raw_kinesis(event: &str) -> usize {
-    let parsed: KinesisEvent = serde_json::from_str(event).unwrap();
-    let mut n = 0;
-    for r in &parsed.records {
-        let order: Order = serde_json::from_slice(&r.kinesis.data.0).unwrap();
-        n += black_box(order.amount_cents) as usize & 1;
-    }
-    n
+/// One item image in DynamoDB JSON, about 3 KB: every attribute type a
+/// table usually holds, nested.
+fn image(i: usize, version: usize) -> serde_json::Value {
+    let lines: Vec<serde_json::Value> = (0..16)
+        .map(|l| {
+            serde_json::json!({ "M": {
+                "sku": { "S": format!("sku-{:05}-{l:02}", (i * 7 + l) % 50_000) },
+                "qty": { "N": format!("{}", 1 + (i + l) % 9) },
+                "price": { "N": format!("{}.{:02}", 3 + l, (i + l) % 100) },
+                "gift": { "BOOL": (i + l).is_multiple_of(3) },
+                "options": { "SS": ["color:blue", "size:M", "wrap:none"] },
+            }})
+        })
+        .collect();
+    serde_json::json!({
+        "pk": { "S": format!("order#{i:07}") },
+        "sk": { "S": format!("v{version}") },
+        "status": { "S": if version == 0 { "placed" } else { "paid" } },
+        "amount_cents": { "N": format!("{}", (i * 37) % 100_000) },
+        "paid": { "BOOL": version > 0 },
+        "coupon": { "NULL": true },
+        "tags": { "SS": ["priority", "web", "eu-west"] },
+        "customer": { "M": {
+            "id": { "S": format!("c-{}", i % 97) },
+            "name": { "S": "Ada Lovelace" },
+            "address": { "M": {
+                "street": { "S": "12 Analytical Engine Row" },
+                "city": { "S": "London" },
+                "zip": { "S": "NW1 6XE" },
+            }},
+        }},
+        "lines": { "L": lines },
+    })
 }
 
-/// The raw ceiling with borrowed parsing: the event's records borrowed from
-/// the text (only the fields a processor needs), base64 decoded with the
-/// `base64` crate, then each payload parsed.
+/// A deterministic DynamoDB Streams event of `n` `MODIFY` records with old
+/// and new images.
+fn dynamodb_event(n: usize) -> String {
+    let arn = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-11-21T00:00:00.000";
+    let records: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "eventID": format!("{i:032x}"),
+                "eventName": "MODIFY",
+                "eventVersion": "1.1",
+                "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "dynamodb": {
+                    "ApproximateCreationDateTime": 1_763_701_200,
+                    "Keys": { "pk": { "S": format!("order#{i:07}") }, "sk": { "S": "v1" } },
+                    "OldImage": image(i, 0),
+                    "NewImage": image(i, 1),
+                    "SequenceNumber": format!("{}", 100_000_000_000_000_000_000u128 + i as u128),
+                    "SizeBytes": 6000,
+                    "StreamViewType": "NEW_AND_OLD_IMAGES",
+                },
+                "eventSourceARN": arn,
+            })
+        })
+        .collect();
+    serde_json::json!({ "Records": records }).to_string()
+}
+
+/// The floor: a SIMD validation of the bytes (every value checked and
+/// skipped), nothing else.
+fn floor(event: &[u8]) {
+    sonic_rs::from_slice::<IgnoredAny>(event).unwrap();
+}
+
+/// The records borrowed from the event text, base64 decoded, each payload
+/// parsed; nothing else (the ceiling the Kinesis processor was built on).
 fn raw_kinesis_borrowed(event: &str) -> usize {
     use std::borrow::Cow;
     #[derive(serde::Deserialize)]
@@ -120,33 +245,80 @@ fn raw_kinesis_borrowed(event: &str) -> usize {
     n
 }
 
-fn raw_dynamodb(event: &str) -> usize {
-    let parsed: DynamoDbEvent = serde_json::from_str(event).unwrap();
-    let mut n = 0;
-    for r in parsed.records {
-        n += black_box(r.change.new_image.len());
-    }
-    n
+/// The whole path: the runtime's bytes in, the response's bytes out.
+async fn whole_path<H: RecordHandler, S: EventSource>(
+    processor: &BatchProcessor<H, S>,
+    event: &Bytes,
+) -> Vec<u8> {
+    let deadline = SystemTime::now() + Duration::from_secs(60);
+    let report = processor
+        .process_bytes(event.clone(), Some(deadline))
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    serde_json::to_vec(&S::response(&report)).unwrap()
 }
 
-fn bench(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let kinesis = KinesisProcessor::new(json(|order: Order, _record: StreamRecord| async move {
+/// The path through `LambdaEvent<Box<RawValue>>`: the runtime's pass into
+/// a `RawValue`, then the processor.
+async fn through_raw_value<H: RecordHandler, S: EventSource>(
+    processor: &BatchProcessor<H, S>,
+    event: &Bytes,
+) -> Vec<u8> {
+    let raw: Box<RawValue> = serde_json::from_slice(event).unwrap();
+    let text: Box<str> = raw.into();
+    whole_path(processor, &Bytes::from(String::from(text))).await
+}
+
+fn kinesis_processor() -> KinesisProcessor<impl RecordHandler> {
+    KinesisProcessor::new(json(|order: Order, _record: StreamRecord| async move {
         black_box(order.amount_cents);
         Ok::<(), std::io::Error>(())
-    }));
-    let dynamodb = DynamoDbProcessor::new(changes(
+    }))
+}
+
+fn dynamodb_values() -> DynamoDbProcessor<impl RecordHandler> {
+    DynamoDbProcessor::new(changes(
         |change: Change<serde_json::Value>, _record: StreamRecord| async move {
             black_box(&change);
             Ok::<(), std::io::Error>(())
         },
-    ));
+    ))
+}
+
+/// The DynamoDB handler's decoding before images were read from their
+/// text: each record parsed into `aws_lambda_events`' record, then its
+/// attribute values decoded by `serde_dynamo`.
+fn dynamodb_before() -> DynamoDbProcessor<impl RecordHandler> {
+    DynamoDbProcessor::new(|record: StreamRecord| async move {
+        let parsed: EventRecord = serde_json::from_slice(&record.data)?;
+        let change = Change::<serde_json::Value>::from_record(&parsed)?;
+        black_box(&change);
+        Ok::<(), shardkeeper::processing::HandlerError>(())
+    })
+}
+
+fn dynamodb_typed() -> DynamoDbProcessor<impl RecordHandler> {
+    DynamoDbProcessor::new(changes(
+        |change: Change<Item>, _record: StreamRecord| async move {
+            black_box(&change);
+            Ok::<(), std::io::Error>(())
+        },
+    ))
+}
+
+/// The events measured: name, text.
+fn events() -> Vec<(String, String)> {
     let mut events: Vec<(String, String)> = vec![
-        ("10,000 records, 5.7 MB".into(), kinesis_event(10_000, 0)),
-        ("1,300 records of 3 KB".into(), kinesis_event(1_300, 2_900)),
+        ("10,000 Kinesis records".into(), kinesis_event(10_000, 0)),
+        (
+            "1,300 Kinesis records of 3 KB".into(),
+            kinesis_event(1_300, 2_900),
+        ),
+        (
+            "1,000 DynamoDB records of 6 KB".into(),
+            dynamodb_event(1_000),
+        ),
     ];
     if let Ok(path) = std::env::var("SHARDKEEPER_BENCH_EVENT") {
         events.push((
@@ -154,71 +326,242 @@ fn bench(c: &mut Criterion) {
             std::fs::read_to_string(&path).expect("event file"),
         ));
     }
-    let mut group = c.benchmark_group("kinesis");
+    events
+}
+
+fn is_dynamodb(event: &str) -> bool {
+    event.contains("\"aws:dynamodb\"")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// In a process of its own: the peak resident set of one processing of
+/// the event in the file `path`, in KiB, printed as `rss <peak> <before>
+/// <event bytes>` (`before`: the resident set with the event read, before
+/// processing). The file is read as the runtime reads a body: into one
+/// buffer, nothing else built.
+fn measure_rss(path: &str) {
+    let bytes = Bytes::from(std::fs::read(path).expect("event file"));
+    let runtime = runtime();
+    let (kinesis, dynamodb) = (kinesis_processor(), dynamodb_values());
+    // The peak counts from here: the process with the event in memory.
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak");
+    let before = status_kib("VmRSS:");
+    runtime.block_on(async {
+        if is_dynamodb(std::str::from_utf8(&bytes).unwrap()) {
+            black_box(whole_path(&dynamodb, &bytes).await);
+        } else {
+            black_box(whole_path(&kinesis, &bytes).await);
+        }
+    });
+    let peak = status_kib("VmHWM:");
+    println!("rss {peak} {before} {}", bytes.len());
+}
+
+/// A line of `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect(field)
+}
+
+/// The peak resident set of each event, each in a process of its own.
+fn report_rss() {
+    let exe = std::env::current_exe().unwrap();
+    for (index, (name, event)) in events().iter().enumerate() {
+        let path = std::env::temp_dir().join(format!("shardkeeper-bench-event-{index}.json"));
+        std::fs::write(&path, event).unwrap();
+        let out = std::process::Command::new(&exe)
+            .env("SHARDKEEPER_BENCH_RSS", &path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with("rss ")).unwrap_or("");
+        let parts: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if let [peak_kib, before_kib, size] = parts[..] {
+            let (peak, before) = (peak_kib * 1024.0, before_kib * 1024.0);
+            eprintln!(
+                "peak RSS, {name}: {:.1} MB for a {:.1} MB event ({:.2}x; {:.1} MB before \
+                 processing, the event included: processing added {:.1} MB, {:.2}x the event)",
+                peak / 1e6,
+                size / 1e6,
+                peak / size,
+                before / 1e6,
+                (peak - before) / 1e6,
+                (peak - before) / size
+            );
+        } else {
+            eprintln!("peak RSS, {name}: not measured ({})", out.status);
+        }
+    }
+}
+
+/// A path measured: its name, and one run of it.
+type Path<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+
+/// The median of `values`.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Each path and its floor measured in turn, round after round, so that a
+/// busy machine slows both alike: the medians and the median of each
+/// round's ratio, as a markdown table on stderr.
+fn report_ratios() {
+    const ROUNDS: usize = 31;
+    let runtime = runtime();
+    let kinesis = kinesis_processor();
+    let values = dynamodb_values();
+    let typed = dynamodb_typed();
+    let time = |f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        f();
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    eprintln!("| event | path | median | floor (SIMD validation) | serde_json validation | ratio to the floor | ratio to serde_json |");
+    eprintln!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (name, event) in &events() {
+        let bytes = Bytes::from(event.clone().into_bytes());
+        let mut paths: Vec<Path<'_>> = Vec::new();
+        if is_dynamodb(event) {
+            paths.push((
+                "Value",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&values, &bytes)));
+                }),
+            ));
+            paths.push((
+                "typed",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&typed, &bytes)));
+                }),
+            ));
+        } else {
+            paths.push((
+                "json handler",
+                Box::new(|| {
+                    black_box(runtime.block_on(whole_path(&kinesis, &bytes)));
+                }),
+            ));
+        }
+        for (path, run) in &mut paths {
+            let (mut floors, mut serdes, mut runs, mut ratios, mut serde_ratios) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            for _ in 0..ROUNDS {
+                let f = time(&mut || floor(&bytes));
+                let s = time(&mut || {
+                    serde_json::from_slice::<IgnoredAny>(&bytes).unwrap();
+                });
+                let r = time(&mut **run);
+                floors.push(f);
+                serdes.push(s);
+                runs.push(r);
+                ratios.push(r / f);
+                serde_ratios.push(r / s);
+            }
+            eprintln!(
+                "| {name} | {path} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x | {:.2}x |",
+                median(&mut runs),
+                median(&mut floors),
+                median(&mut serdes),
+                median(&mut ratios),
+                median(&mut serde_ratios)
+            );
+        }
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = runtime();
+    let kinesis = kinesis_processor();
+    let values = dynamodb_values();
+    let typed = dynamodb_typed();
+    let before = dynamodb_before();
+    let mut group = c.benchmark_group("processing");
     group.sample_size(20);
-    for (name, event) in &events {
-        let is_dynamodb = event.contains("\"aws:dynamodb\"");
-        let records = serde_json::from_str::<serde_json::Value>(event).unwrap()["Records"]
-            .as_array()
-            .unwrap()
-            .len();
-        eprintln!("{name}: {records} records, {} bytes", event.len());
-        assert!(
-            !name.starts_with("10,000") || event.len() < 6 * 1024 * 1024,
-            "over the 6 MB payload limit"
-        );
+    for (name, event) in &events() {
+        let dynamodb = is_dynamodb(event);
+        let bytes = Bytes::from(event.clone().into_bytes());
+        eprintln!("{name}: {} bytes", event.len());
         group.throughput(Throughput::Bytes(event.len() as u64));
-        group.bench_with_input(BenchmarkId::new("raw ceiling", name), event, |b, e| {
-            b.iter(|| {
-                if is_dynamodb {
-                    raw_dynamodb(e)
-                } else {
-                    raw_kinesis(e)
-                }
-            })
-        });
-        if !is_dynamodb {
+        group.bench_with_input(
+            BenchmarkId::new("floor: SIMD validation", name),
+            &bytes,
+            |b, e| b.iter(|| floor(e)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("serde_json validation", name),
+            &bytes,
+            |b, e| b.iter(|| serde_json::from_slice::<IgnoredAny>(e).unwrap()),
+        );
+        if dynamodb {
+            group.bench_with_input(
+                BenchmarkId::new("shardkeeper, Value", name),
+                &bytes,
+                |b, e| b.iter(|| runtime.block_on(whole_path(&values, e))),
+            );
+            if name.starts_with("1,000 DynamoDB") {
+                group.bench_with_input(
+                    BenchmarkId::new("shardkeeper, typed", name),
+                    &bytes,
+                    |b, e| b.iter(|| runtime.block_on(whole_path(&typed, e))),
+                );
+            }
+            group.bench_with_input(
+                BenchmarkId::new("runtime's RawValue pass + process, Value", name),
+                &bytes,
+                |b, e| b.iter(|| runtime.block_on(through_raw_value(&values, e))),
+            );
+            group.bench_with_input(
+                BenchmarkId::new(
+                    "before: RawValue pass + aws_lambda_events + serde_dynamo",
+                    name,
+                ),
+                &bytes,
+                |b, e| b.iter(|| runtime.block_on(through_raw_value(&before, e))),
+            );
+        } else {
             group.bench_with_input(BenchmarkId::new("raw borrowed", name), event, |b, e| {
                 b.iter(|| raw_kinesis_borrowed(e))
             });
+            group.bench_with_input(BenchmarkId::new("shardkeeper", name), &bytes, |b, e| {
+                b.iter(|| runtime.block_on(whole_path(&kinesis, e)))
+            });
+            group.bench_with_input(
+                BenchmarkId::new("runtime's RawValue pass + process", name),
+                &bytes,
+                |b, e| b.iter(|| runtime.block_on(through_raw_value(&kinesis, e))),
+            );
         }
-        group.bench_with_input(BenchmarkId::new("shardkeeper", name), event, |b, e| {
-            b.iter(|| {
-                runtime.block_on(async {
-                    let report = if is_dynamodb {
-                        dynamodb.process(e, None).await.unwrap()
-                    } else {
-                        kinesis.process(e, None).await.unwrap()
-                    };
-                    assert!(report.failures.is_empty());
-                    report.processed
-                })
-            })
-        });
-        // As Lambda calls it: with a deadline, so every record is checked
-        // against the stop-by instant and its handler bounded by it.
-        group.bench_with_input(
-            BenchmarkId::new("shardkeeper with a deadline", name),
-            event,
-            |b, e| {
-                b.iter(|| {
-                    runtime.block_on(async {
-                        let deadline =
-                            Some(std::time::SystemTime::now() + std::time::Duration::from_secs(60));
-                        let report = if is_dynamodb {
-                            dynamodb.process(e, deadline).await.unwrap()
-                        } else {
-                            kinesis.process(e, deadline).await.unwrap()
-                        };
-                        assert!(report.failures.is_empty());
-                        report.processed
-                    })
-                })
-            },
-        );
     }
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+fn main() {
+    if let Ok(path) = std::env::var("SHARDKEEPER_BENCH_RSS") {
+        measure_rss(&path);
+        return;
+    }
+    let mut criterion = Criterion::default().configure_from_args();
+    // `--no-run` builds, `--list` lists: measure the resident set only in a real run.
+    if std::env::args().any(|a| a == "--bench") && !std::env::args().any(|a| a == "--list") {
+        report_rss();
+        report_ratios();
+    }
+    bench(&mut criterion);
+    criterion.final_summary();
+}

@@ -28,7 +28,7 @@ async fn event_source_mapping(store: StateStore) -> Result<(), lambda_runtime::E
         save(order).await // an error fails this record; the batch stops here and reports it
     }))
     .with_store(store); // skip what a retried batch already did, count attempts, park poison records
-    lambda_runtime::run(processor).await
+    processor.run().await // the Lambda runtime loop; each event read once, from its bytes
 }
 
 #[allow(dead_code)]

@@ -2,6 +2,11 @@
 //! typed change (as `serde_json::Value` and as a typed item), and a whole
 //! event through the batch processor with the `changes` handler.
 //!
+//! The record's text is also decoded directly (`Change::from_event_json`,
+//! images read from their DynamoDB JSON text): where the record parses as
+//! `aws_lambda_events` parses it, both decodings must agree, and any text,
+//! as a record or as an image, must decode or fail without a panic.
+//!
 //! An input is read as a stream record, as an event, and wrapped as the
 //! only record of an event, so that a seed of either shape reaches all three.
 
@@ -12,8 +17,8 @@ use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
 use serde_json::Value;
 use shardkeeper::processing::{
-    changes, Change, DynamoDbProcessor, FailureMode, HandlerError, ProcessingOptions, RecordError,
-    StreamRecord,
+    changes, from_image_json, Change, DynamoDbProcessor, FailureMode, HandlerError,
+    ProcessingOptions, RecordError, StreamRecord,
 };
 use shardkeeper_fuzz::block_on;
 use std::collections::BTreeMap;
@@ -38,13 +43,24 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let direct = Change::<Value>::from_event_json(text);
+    let _ = Change::<Order>::from_event_json(text);
+    let _ = from_image_json::<Value>(text);
+    let _ = from_image_json::<Order>(text);
     if let Ok(record) = serde_json::from_str::<EventRecord>(text) {
         let value = Change::<Value>::from_record(&record);
+        match (&direct, &value) {
+            (Ok(direct), Ok(value)) => assert_eq!(direct, value, "the decodings differ"),
+            (Ok(direct), Err(e)) => panic!("only the direct decoding succeeds: {direct:?}, {e}"),
+            // Text that aws_lambda_events reads but that is not DynamoDB
+            // JSON as serde_dynamo reads it may still differ in the error.
+            _ => {}
+        }
         if let Ok(change) = &value {
             let images = match change {
                 Change::Insert { new } => vec![Some(new)],
                 Change::Modify { old, new } => vec![old.as_ref(), Some(new)],
-                Change::Remove { old } => vec![old.as_ref()],
+                Change::Remove { old, .. } => vec![old.as_ref()],
             };
             for image in images.into_iter().flatten() {
                 assert!(image.is_object(), "an image decodes to a map: {image}");
@@ -73,7 +89,7 @@ fn check<T: std::fmt::Debug>(record: &EventRecord, change: Result<Change<T>, Rec
             assert!(!images.new_image.is_empty(), "a modify without a new image");
             assert_eq!(old.is_some(), !images.old_image.is_empty());
         }
-        Ok(Change::Remove { old }) => {
+        Ok(Change::Remove { old, .. }) => {
             assert_eq!(record.event_name, "REMOVE");
             assert_eq!(old.is_some(), !images.old_image.is_empty());
         }
@@ -101,7 +117,8 @@ fn event(text: &str) {
             serde_json::from_str::<Value>(&record.partition_key).is_ok(),
             "the record's keys are not JSON"
         );
-        assert!(record.shard_id.starts_with("batch."), "{}", record.shard_id);
+        // Lambda's event does not name the shard (see `StreamRecord::shard_id`).
+        assert!(record.shard_id.is_empty(), "{}", record.shard_id);
         assert_eq!((record.sub_sequence, record.aggregated), (0, false));
         async { Ok::<(), HandlerError>(()) }
     });

@@ -3,10 +3,15 @@
 //! the self-managed reader.
 
 use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
+use crate::processing::image::from_image_json;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
+use crate::processing::scan;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 
@@ -108,47 +113,212 @@ impl<T: DeserializeOwned> Change<T> {
     pub fn from_parts<I: Into<serde_dynamo::Item>>(
         parts: ChangeParts<'_, I>,
     ) -> Result<Self, RecordError> {
-        let seq = parts.sequence_number;
-        let view = parts.view.unwrap_or("unknown");
-        let old = parts.old.map(|i| decode_image(i, "old", seq)).transpose()?;
-        let new = match parts.new {
-            Some(i) => Some(decode_image(i, "new", seq)?),
-            // The view type carries no new image: the keys stand in for it.
-            None if matches!(view, "KEYS_ONLY" | "OLD_IMAGE") && parts.event_name != "REMOVE" => {
-                match parts.keys {
-                    Some(keys) => Some(decode_image(keys, "new (from the keys)", seq)?),
-                    None => None,
-                }
+        decide(parts, |item, which, seq| decode_image(item, which, seq))
+    }
+
+    /// Decodes the JSON text of one event source mapping's stream record
+    /// (what `record.data` holds for a [`changes`] handler) into a typed
+    /// change in one pass: the images are decoded from their DynamoDB JSON
+    /// text straight into `T` (see [`crate::processing::from_image_json`]),
+    /// as [`Change::from_record`] decodes them from attribute values. A record
+    /// that is not a stream record is [`RecordError::Malformed`]; an image
+    /// that does not decode is a [`RecordError::Payload`] naming the record
+    /// and the image.
+    pub fn from_event_json(record_json: &str) -> Result<Self, RecordError> {
+        let record = match RecordFields::scan(record_json) {
+            Some(record) => record,
+            None => serde_json::from_str::<RecordText<'_>>(record_json)
+                .map(RecordFields::from)
+                .map_err(|e| RecordError::Malformed {
+                    index: 0,
+                    error: e.to_string(),
+                })?,
+        };
+        decide(
+            ChangeParts {
+                event_name: &record.event_name,
+                sequence_number: record.sequence_number.as_deref().unwrap_or(""),
+                view: record.view.as_deref(),
+                keys: present(record.keys),
+                old: present(record.old),
+                new: present(record.new),
+                expired: record.expired,
+            },
+            |image: &str, which, seq| {
+                from_image_json(image)
+                    .map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
+            },
+        )
+    }
+}
+
+/// The change `parts` describe, each image decoded by `decode(image, which,
+/// sequence number)`.
+fn decide<T, I>(
+    parts: ChangeParts<'_, I>,
+    decode: impl Fn(I, &str, &str) -> Result<T, RecordError>,
+) -> Result<Change<T>, RecordError> {
+    let seq = parts.sequence_number;
+    let view = parts.view.unwrap_or("unknown");
+    let old = parts.old.map(|i| decode(i, "old", seq)).transpose()?;
+    let new = match parts.new {
+        Some(i) => Some(decode(i, "new", seq)?),
+        // The view type carries no new image: the keys stand in for it.
+        None if matches!(view, "KEYS_ONLY" | "OLD_IMAGE") && parts.event_name != "REMOVE" => {
+            match parts.keys {
+                Some(keys) => Some(decode(keys, "new (from the keys)", seq)?),
+                None => None,
             }
-            None => None,
-        };
-        let missing = |what: &str| {
-            RecordError::payload(
-                seq,
-                format!(
-                    "{} has no {what} image (stream view type {view})",
-                    parts.event_name
-                ),
-            )
-        };
-        match parts.event_name {
-            "INSERT" => Ok(Change::Insert {
-                new: new.ok_or_else(|| missing("new"))?,
-            }),
-            "MODIFY" => Ok(Change::Modify {
-                old,
-                new: new.ok_or_else(|| missing("new"))?,
-            }),
-            "REMOVE" => Ok(Change::Remove {
-                old,
-                expired: parts.expired,
-            }),
-            other => Err(RecordError::payload(
-                seq,
-                format!("unknown event name {other:?}"),
-            )),
+        }
+        None => None,
+    };
+    let missing = |what: &str| {
+        RecordError::payload(
+            seq,
+            format!(
+                "{} has no {what} image (stream view type {view})",
+                parts.event_name
+            ),
+        )
+    };
+    match parts.event_name {
+        "INSERT" => Ok(Change::Insert {
+            new: new.ok_or_else(|| missing("new"))?,
+        }),
+        "MODIFY" => Ok(Change::Modify {
+            old,
+            new: new.ok_or_else(|| missing("new"))?,
+        }),
+        "REMOVE" => Ok(Change::Remove {
+            old,
+            expired: parts.expired,
+        }),
+        other => Err(RecordError::payload(
+            seq,
+            format!("unknown event name {other:?}"),
+        )),
+    }
+}
+
+/// The fields of an event source mapping's stream record a change needs,
+/// borrowed from its text; the images are kept as text for
+/// [`from_image_json`].
+#[derive(Deserialize)]
+struct RecordText<'a> {
+    #[serde(rename = "eventName", borrow)]
+    event_name: Cow<'a, str>,
+    #[serde(rename = "userIdentity", borrow, default)]
+    user_identity: Option<Identity<'a>>,
+    #[serde(borrow)]
+    dynamodb: ImagesText<'a>,
+}
+
+#[derive(Deserialize)]
+struct Identity<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Cow<'a, str>,
+    #[serde(rename = "principalId", borrow, default)]
+    principal_id: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct ImagesText<'a> {
+    #[serde(rename = "SequenceNumber", borrow, default)]
+    sequence_number: Option<Cow<'a, str>>,
+    #[serde(rename = "StreamViewType", borrow, default)]
+    stream_view_type: Option<Cow<'a, str>>,
+    #[serde(rename = "Keys", borrow, default)]
+    keys: Option<&'a RawValue>,
+    #[serde(rename = "OldImage", borrow, default)]
+    old_image: Option<&'a RawValue>,
+    #[serde(rename = "NewImage", borrow, default)]
+    new_image: Option<&'a RawValue>,
+}
+
+/// What a change needs of a stream record, its images as text.
+struct RecordFields<'a> {
+    event_name: Cow<'a, str>,
+    expired: bool,
+    sequence_number: Option<Cow<'a, str>>,
+    view: Option<Cow<'a, str>>,
+    keys: Option<&'a str>,
+    old: Option<&'a str>,
+    new: Option<&'a str>,
+}
+
+impl<'a> From<RecordText<'a>> for RecordFields<'a> {
+    fn from(record: RecordText<'a>) -> Self {
+        let expired = record
+            .user_identity
+            .as_ref()
+            .is_some_and(|u| is_ttl_deletion(&u.kind, &u.principal_id));
+        let images = record.dynamodb;
+        RecordFields {
+            event_name: record.event_name,
+            expired,
+            sequence_number: images.sequence_number,
+            view: images.stream_view_type,
+            keys: images.keys.map(RawValue::get),
+            old: images.old_image.map(RawValue::get),
+            new: images.new_image.map(RawValue::get),
         }
     }
+}
+
+impl<'a> RecordFields<'a> {
+    /// The fields found by the scanner, or `None` where only serde reads
+    /// the record as it must (then serde's error is the record's). The text
+    /// outside the images is not validated here: the processor validated
+    /// the event it came from, and each image is validated as it decodes.
+    fn scan(record: &'a str) -> Option<RecordFields<'a>> {
+        let ([name, identity], dynamodb) = scan::nested_fields(
+            record,
+            ["eventName", "userIdentity"],
+            "dynamodb",
+            [
+                "SequenceNumber",
+                "StreamViewType",
+                "Keys",
+                "OldImage",
+                "NewImage",
+            ],
+        )?;
+        let expired = match identity {
+            None | Some("null") => false,
+            Some(identity) => {
+                let [kind, principal] = scan::fields(identity, ["type", "principalId"])?;
+                let kind = scan::optional_string(kind)?.unwrap_or_default();
+                let principal = scan::optional_string(principal)?.unwrap_or_default();
+                is_ttl_deletion(&kind, &principal)
+            }
+        };
+        let [seq, view, keys, old, new] = dynamodb?;
+        // An image is an object (decoded later) or null; anything else is
+        // for serde to reject.
+        let image = |value: Option<&'a str>| match value {
+            None | Some("null") => Some(None),
+            Some(v) if v.starts_with('{') => Some(Some(v)),
+            Some(_) => None,
+        };
+        Some(RecordFields {
+            event_name: scan::string(name?)?,
+            expired,
+            sequence_number: scan::optional_string(seq)?,
+            view: scan::optional_string(view)?,
+            keys: image(keys)?,
+            old: image(old)?,
+            new: image(new)?,
+        })
+    }
+}
+
+/// An image the record carries: not `null` and not an empty map (as
+/// `aws_lambda_events` reads an image, an absent one is an empty map).
+fn present(image: Option<&str>) -> Option<&str> {
+    image.filter(|text| {
+        let inner = text.strip_prefix('{').map(str::trim_start);
+        !(*text == "null" || inner == Some("}"))
+    })
 }
 
 /// A handler of typed DynamoDB Streams changes (see [`changes`]).
@@ -158,8 +328,9 @@ pub struct ChangeHandler<T, F> {
 }
 
 /// Wraps `f(change, record)` into a record handler for DynamoDB Streams
-/// batches: each record's images are decoded with `serde_dynamo` into `T`; a
-/// record that does not decode fails with an error naming its sequence number.
+/// batches: each record's images are decoded from their DynamoDB JSON text
+/// straight into `T` ([`Change::from_event_json`]); a record that does not
+/// decode fails with an error naming its sequence number.
 /// `record.data` is the stream record's JSON, `record.partition_key` its keys.
 pub fn changes<T, F, Fut, E>(f: F) -> ChangeHandler<T, F>
 where
@@ -182,12 +353,87 @@ where
         &self,
         record: StreamRecord,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        let change = serde_json::from_slice::<EventRecord>(&record.data)
+        let change = std::str::from_utf8(&record.data)
             .map_err(|e| RecordError::Malformed {
                 index: 0,
                 error: e.to_string(),
             })
-            .and_then(|rec| Change::from_record(&rec));
+            .and_then(Change::from_event_json);
         call_typed(&self.f, change, record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn record(event_name: &str, dynamodb: Value) -> Value {
+        json!({
+            "eventID": "1", "eventName": event_name, "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": dynamodb,
+            "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x"
+        })
+    }
+
+    /// `from_event_json` decodes what `from_record` decodes, from the text.
+    #[test]
+    fn a_record_decodes_from_its_text_as_from_its_attribute_values() {
+        let image = |status: &str| json!({ "id": { "S": "o1" }, "status": { "S": status }, "n": { "N": "2" } });
+        let keys = json!({ "id": { "S": "o1" } });
+        let mut ttl = record(
+            "REMOVE",
+            json!({ "SequenceNumber": "3", "SizeBytes": 1, "StreamViewType": "NEW_AND_OLD_IMAGES", "Keys": keys, "OldImage": image("paid") }),
+        );
+        ttl["userIdentity"] = json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
+        let cases = [
+            record(
+                "INSERT",
+                json!({ "SequenceNumber": "1", "SizeBytes": 1, "StreamViewType": "NEW_AND_OLD_IMAGES", "Keys": keys, "NewImage": image("new") }),
+            ),
+            record(
+                "MODIFY",
+                json!({ "SequenceNumber": "2", "SizeBytes": 1, "StreamViewType": "NEW_AND_OLD_IMAGES", "Keys": keys, "OldImage": image("new"), "NewImage": image("paid") }),
+            ),
+            ttl,
+            record(
+                "INSERT",
+                json!({ "SequenceNumber": "4", "SizeBytes": 1, "StreamViewType": "KEYS_ONLY", "Keys": keys }),
+            ),
+            record(
+                "MODIFY",
+                json!({ "SequenceNumber": "5", "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "Keys": keys, "NewImage": {} }),
+            ),
+            record(
+                "UPSERT",
+                json!({ "SequenceNumber": "6", "SizeBytes": 1, "Keys": keys, "NewImage": image("x") }),
+            ),
+            record(
+                "INSERT",
+                json!({ "SequenceNumber": "7", "SizeBytes": 1, "Keys": keys, "NewImage": { "n": { "S": "two" } } }),
+            ),
+        ];
+        for case in cases {
+            let text = case.to_string();
+            let parsed: EventRecord = serde_json::from_str(&text).unwrap();
+            let by_values = Change::<Value>::from_record(&parsed);
+            assert_eq!(Change::<Value>::from_event_json(&text), by_values, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_record_that_is_not_a_stream_record_is_malformed() {
+        for text in [
+            "{",
+            r#"{"dynamodb": {}}"#,
+            r#"{"eventName": 1, "dynamodb": {}}"#,
+        ] {
+            let error = Change::<Value>::from_event_json(text).unwrap_err();
+            assert!(
+                matches!(error, RecordError::Malformed { .. }),
+                "{text}: {error:?}"
+            );
+        }
     }
 }

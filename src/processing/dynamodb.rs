@@ -4,6 +4,7 @@
 use crate::processing::kinesis::RawEvent;
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
+use crate::processing::scan;
 use crate::processing::source::{EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
@@ -48,6 +49,33 @@ struct ChangeFields<'a> {
     keys: Option<&'a RawValue>,
 }
 
+impl<'a> ChangeRef<'a> {
+    /// The fields found by the scanner (the event is already validated), or
+    /// `None` where only serde reads the record as it must (then serde's
+    /// error is the record's).
+    fn scan(record: &'a str) -> Option<ChangeRef<'a>> {
+        let ([arn], dynamodb) = scan::nested_fields(
+            record,
+            ["eventSourceARN"],
+            "dynamodb",
+            ["SequenceNumber", "ApproximateCreationDateTime", "Keys"],
+        )?;
+        let [seq, created, keys] = dynamodb?;
+        let keys = match keys {
+            None | Some("null") => None,
+            Some(keys) => Some(serde_json::from_str::<&RawValue>(keys).ok()?),
+        };
+        Some(ChangeRef {
+            event_source_arn: scan::optional_string(arn)?,
+            dynamodb: ChangeFields {
+                sequence_number: scan::string(seq?)?,
+                created: scan::optional_number(created)?,
+                keys,
+            },
+        })
+    }
+}
+
 #[derive(Deserialize)]
 struct SequenceOnly {
     #[serde(rename = "SequenceNumber")]
@@ -57,7 +85,10 @@ struct SequenceOnly {
 impl EventSource for DynamoDbStreams {
     type Response = DynamoDbEventResponse;
 
-    fn units(event_json: &str) -> Result<EventUnits, String> {
+    fn units(event: &Bytes) -> Result<EventUnits, String> {
+        let event_json =
+            std::str::from_utf8(event).map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
+        let body = event;
         let event: RawEvent<'_> = serde_json::from_str(event_json)
             .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let mut stream: Option<String> = None;
@@ -65,8 +96,10 @@ impl EventSource for DynamoDbStreams {
         for (index, raw) in event.records.iter().enumerate() {
             // Only what the processor needs; the handler decodes the images
             // (one full parse per record).
-            let parsed =
-                serde_json::from_str::<ChangeRef<'_>>(raw.get()).map_err(|e| e.to_string());
+            let parsed = match ChangeRef::scan(raw.get()) {
+                Some(rec) => Ok(rec),
+                None => serde_json::from_str::<ChangeRef<'_>>(raw.get()).map_err(|e| e.to_string()),
+            };
             let rec = match parsed {
                 Ok(rec) => rec,
                 Err(error) => {
@@ -90,7 +123,8 @@ impl EventSource for DynamoDbStreams {
                 aggregated: false,
                 partition_key: rec.dynamodb.keys.map_or("{}", RawValue::get).into(),
                 explicit_hash_key: None,
-                data: Bytes::copy_from_slice(raw.get().as_bytes()),
+                // The record's text, a slice of the event (not a copy).
+                data: body.slice_ref(raw.get().as_bytes()),
                 approximate_arrival: rec
                     .dynamodb
                     .created

@@ -11,15 +11,15 @@
 //!
 //! - The core: `core` (the loop), `unit` (a record as the core receives it).
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
-//!   DynamoDB changes), `record`, `outcome` (reports and record errors),
-//!   `options`, `parking`.
-//! - Event source mappings: `processor` (the Lambda handler), `source` (an
-//!   event kind), `kinesis`, `dynamodb`, `window` (tumbling windows).
+//!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
+//!   `record`, `outcome` (reports and record errors), `options`, `parking`.
+//! - Event source mappings: `processor` (the Lambda handler), `runtime`
+//!   (the processor on the Lambda runtime API, each event read once from
+//!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
+//!   `scan` (the fields of validated event text, found without parsing).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
-//! use lambda_runtime::{service_fn, LambdaEvent};
-//! use serde_json::value::RawValue;
 //! use shardkeeper::processing::{json, KinesisProcessor, StreamRecord};
 //! use shardkeeper::state::{StateStore, StoreConfig};
 //!
@@ -34,8 +34,11 @@
 //!     Ok::<(), std::io::Error>(())
 //! }))
 //! .with_store(store);
-//! // The processor is a tower service; a closure works as well:
-//! lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| processor.handle(event))).await
+//! // Each event is read once, from the bytes the runtime receives:
+//! processor.run().await
+//! // The processor is also a tower service; a closure works as well (after
+//! // the runtime's own pass over the event):
+//! // lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| processor.handle(event))).await
 //! # }
 //! ```
 
@@ -43,12 +46,15 @@ mod change;
 mod core;
 mod dynamodb;
 mod handler;
+mod image;
 mod kinesis;
 mod options;
 mod outcome;
 mod parking;
 mod processor;
 mod record;
+mod runtime;
+mod scan;
 mod source;
 mod unit;
 mod window;
@@ -57,6 +63,7 @@ pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use core::{CheckpointSink, Core, NoCheckpoints};
 pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
+pub use image::from_image_json;
 pub use kinesis::Kinesis;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};

@@ -13,6 +13,7 @@ use crate::state::{
     BatchKey, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult, SequenceNumber,
     ShardId, StateStore,
 };
+use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 use std::future::Future;
@@ -39,8 +40,11 @@ struct Inner<H> {
 /// `max_attempts` times is parked so the shard moves on. Records that cannot
 /// start before the Lambda deadline (minus a margin) are reported for retry.
 ///
-/// Use it as `lambda_runtime::run(service_fn(|e| processor.handle(e)))`, or
-/// pass the processor itself: it is a `tower::Service`.
+/// Run it with `processor.run().await`, which reads each event once from
+/// the invocation's bytes; or use it as
+/// `lambda_runtime::run(service_fn(|e| processor.handle(e)))`, or pass the
+/// processor itself to `lambda_runtime::run` (it is a `tower::Service`),
+/// after the runtime's own pass over the event.
 pub struct BatchProcessor<H, S> {
     inner: Arc<Inner<H>>,
     _source: PhantomData<fn() -> S>,
@@ -101,24 +105,50 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         &self,
         event: LambdaEvent<Box<RawValue>>,
     ) -> Result<S::Response, lambda_runtime::Error> {
+        // The text moves into the event's buffer: no copy.
+        let text: Box<str> = event.payload.into();
+        let body = Bytes::from(String::from(text));
+        self.handle_bytes(body, &event.context).await
+    }
+
+    /// The Lambda handler over the invocation body as the runtime received
+    /// it (bytes, read once here): processes the event until the context's
+    /// deadline, logs one summary line and writes its metrics (EMF), and
+    /// returns the batch item failures.
+    pub async fn handle_bytes(
+        &self,
+        body: Bytes,
+        context: &lambda_runtime::Context,
+    ) -> Result<S::Response, lambda_runtime::Error> {
         let started = SystemTime::now();
-        let report = self
-            .process(event.payload.get(), Some(event.context.deadline()))
-            .await?;
-        summarize(&event.context.request_id, started, &report);
+        let report = self.process_bytes(body, Some(context.deadline())).await?;
+        summarize(&context.request_id, started, &report);
         Ok(S::response(&report))
     }
 
     /// Processes one event (its JSON text) and says what happened. The error
     /// is for what cannot be reported per record: an event of another kind, a
     /// malformed record whose sequence number cannot be found, a state store
-    /// failure.
+    /// failure. Copies the text once; [`BatchProcessor::process_bytes`]
+    /// takes the runtime's buffer as it is.
     pub async fn process(
         &self,
         event_json: &str,
         deadline: Option<SystemTime>,
     ) -> Result<BatchReport, lambda_runtime::Error> {
-        let units = S::units(event_json)?;
+        self.process_bytes(Bytes::copy_from_slice(event_json.as_bytes()), deadline)
+            .await
+    }
+
+    /// Processes one event, its JSON as bytes (what the Lambda runtime
+    /// receives), as [`BatchProcessor::process`] does; records keep slices
+    /// of `event` rather than copies.
+    pub async fn process_bytes(
+        &self,
+        event: Bytes,
+        deadline: Option<SystemTime>,
+    ) -> Result<BatchReport, lambda_runtime::Error> {
+        let units = S::units(&event)?;
         let inner = &*self.inner;
         let core = Core::new(&inner.handler, inner.store.as_ref(), &inner.options);
         let stop_by = deadline.map(|d| stop_by(d, inner.options.deadline_margin));

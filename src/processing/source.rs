@@ -3,16 +3,19 @@
 
 use crate::processing::outcome::BatchReport;
 use crate::processing::unit::Unit;
+use bytes::Bytes;
 
 /// One kind of event-source-mapping event.
 pub trait EventSource: Send + Sync + 'static {
     /// What the handler returns to the event source mapping.
     type Response: serde::Serialize + Send + 'static;
 
-    /// Reads the event: where its records come from, and each record's item
-    /// identifier and unit of work. An error is for an event that is not of
-    /// this kind, or a record whose item identifier cannot be found.
-    fn units(event_json: &str) -> Result<EventUnits, String>;
+    /// Reads the event, its JSON text as the runtime received it: where its
+    /// records come from, and each record's item identifier and unit of
+    /// work (records may keep slices of `event`, not copies). An error is
+    /// for an event that is not UTF-8 JSON of this kind, or a record whose
+    /// item identifier cannot be found.
+    fn units(event: &Bytes) -> Result<EventUnits, String>;
 
     /// The batch item failures of a report.
     fn response(report: &BatchReport) -> Self::Response;

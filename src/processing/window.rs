@@ -6,7 +6,6 @@ use crate::processing::handler::HandlerError;
 use crate::processing::kinesis::Kinesis;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
-use crate::processing::source::EventSource;
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::kinesis::KinesisTimeWindowEventResponse;
 use aws_lambda_events::time_window::TimeWindowProperties;
@@ -93,7 +92,7 @@ where
             None => S::default(),
         };
         let mut failure: Option<(String, RecordError)> = None;
-        'records: for (item, unit) in Kinesis::units(event_json)?.items {
+        'records: for (item, unit) in Kinesis::units_of(event_json)?.items {
             let records = match unit {
                 Unit::Records(records) => records,
                 Unit::Broken(_, error) | Unit::Unreadable(_, error) => {

@@ -35,5 +35,6 @@ async fn main() -> Result<(), Error> {
         table: settings.orders_table.clone(),
     };
     let processor = processor(writer, store, aws_sdk_kinesis::Client::new(&aws), &settings);
-    lambda_runtime::run(processor).await
+    // Each event is read once, from the bytes the runtime receives.
+    processor.run().await
 }

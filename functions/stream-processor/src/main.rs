@@ -25,5 +25,6 @@ async fn main() -> Result<(), Error> {
         },
         store,
     );
-    lambda_runtime::run(processor).await
+    // Each event is read once, from the bytes the runtime receives.
+    processor.run().await
 }
