@@ -78,21 +78,13 @@ pub async fn execute(
                 to,
                 from_state,
                 holder,
-            } => {
-                let take = Take {
-                    shard,
-                    to,
-                    from: from_state,
-                    holder: holder.as_deref(),
-                };
-                give(store, take, lease_term, &mut notify).await?
             }
-            Action::ForceTake {
+            | Action::ForceTake {
                 shard,
-                from,
                 to,
                 from_state,
                 holder,
+                ..
             } => {
                 let take = Take {
                     shard,
@@ -101,7 +93,7 @@ pub async fn execute(
                     holder: holder.as_deref(),
                 };
                 let taken = give(store, take, lease_term, &mut notify).await?;
-                if taken {
+                if let (true, Action::ForceTake { from, .. }) = (taken, action) {
                     tracing::info!(%shard, %from, %to, "claim not honoured in time: lease taken");
                 }
                 taken

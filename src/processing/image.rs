@@ -191,50 +191,59 @@ impl<D> Attribute<D> {
     }
 }
 
+/// The `Deserializer` methods of a type with `fn read(self, Hint, V)`:
+/// each passes on what the caller asked for as a [`Hint`]; the rest read
+/// whatever the attribute's type says.
+macro_rules! deserialize_by_hint {
+    ($error:ty) => {
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, $error> {
+            self.read(Hint::Any, visitor)
+        }
+        fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, $error> {
+            self.read(Hint::Option, visitor)
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            _fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, $error> {
+            self.read(Hint::Struct, visitor)
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            variants: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, $error> {
+            self.read(Hint::Enum(name, variants), visitor)
+        }
+        fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, $error> {
+            self.read(Hint::F32, visitor)
+        }
+        fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, $error> {
+            self.read(Hint::Char, visitor)
+        }
+        fn deserialize_newtype_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, $error> {
+            self.read(Hint::NewtypeStruct, visitor)
+        }
+
+        forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f64 str string
+            bytes byte_buf unit unit_struct seq tuple tuple_struct map
+            identifier ignored_any
+        }
+    };
+}
+
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Attribute<D> {
     type Error = D::Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.read(Hint::Any, visitor)
-    }
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.read(Hint::Option, visitor)
-    }
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.read(Hint::Struct, visitor)
-    }
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.read(Hint::Enum(name, variants), visitor)
-    }
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.read(Hint::F32, visitor)
-    }
-    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.read(Hint::Char, visitor)
-    }
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.read(Hint::NewtypeStruct, visitor)
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f64 str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map
-        identifier ignored_any
-    }
+    deserialize_by_hint!(D::Error);
 }
 
 /// Reads `{"<type>": <value>}` and hands the value to the visitor as its
@@ -302,47 +311,7 @@ impl<'a, 'de, A: MapAccess<'de>> Pending<'a, A> {
 impl<'a, 'de, A: MapAccess<'de>> Deserializer<'de> for Pending<'a, A> {
     type Error = A::Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        self.read(Hint::Any, visitor)
-    }
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        self.read(Hint::Option, visitor)
-    }
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, A::Error> {
-        self.read(Hint::Struct, visitor)
-    }
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, A::Error> {
-        self.read(Hint::Enum(name, variants), visitor)
-    }
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        self.read(Hint::F32, visitor)
-    }
-    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        self.read(Hint::Char, visitor)
-    }
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, A::Error> {
-        self.read(Hint::NewtypeStruct, visitor)
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f64 str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map
-        identifier ignored_any
-    }
+    deserialize_by_hint!(A::Error);
 }
 
 /// The value of an attribute of a known type.

@@ -3,7 +3,7 @@
 //! group, re-subscription when the server ends a subscription, a split
 //! during consumption, and the standalone EFO mode.
 
-use crate::support::common::{create_stream, ctx, rebalancer, split_first, Ctx};
+use crate::support::common::{create_stream, ctx, reap_once, rebalancer, split_first, Ctx};
 use crate::support::consume::{
     check, eager, produce, standalone_with, tick_and_step, worker_with, Log,
 };
@@ -219,22 +219,7 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
     assert!(old.retiring && old.used_by.is_none(), "{old:?}");
 
     // The reaper finishes the retirement.
-    let snapshot = store.load_group().await.unwrap();
-    let plan = shardkeeper::group::plan_reap(
-        &snapshot,
-        &shardkeeper::group::Ages::default(),
-        store.now(),
-        &shardkeeper::group::ReapConfig::default(),
-    );
-    shardkeeper::group::execute(&store, Some(&ctx.aws.kinesis), &plan, Duration::ZERO)
-        .await
-        .unwrap();
-    let names: Vec<_> = store
-        .list_efo()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    reap_once(&store, &ctx.aws.kinesis).await;
+    let names = crate::support::common::pool_names(&store).await;
     assert_eq!(names, vec![second.name]);
 }

@@ -622,10 +622,7 @@ async fn a_batch_broken_off_by_a_failed_state_call_is_not_read_again_from_its_st
         failing.notified().await;
         faulty
             .dynamodb
-            .set_faults(shardkeeper_local::Faults {
-                server_error: 1.0,
-                ..shardkeeper_local::Faults::none()
-            })
+            .set_faults(crate::support::faulty::every_request_fails())
             .unwrap();
     })
     .0;
@@ -671,10 +668,7 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
     // The next read fails: its iterator is gone.
     faulty
         .kinesis
-        .set_faults(shardkeeper_local::Faults {
-            server_error: 1.0,
-            ..shardkeeper_local::Faults::none()
-        })
+        .set_faults(crate::support::faulty::every_request_fails())
         .unwrap();
     workers[0].step().await.unwrap();
     faulty

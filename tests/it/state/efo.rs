@@ -1,6 +1,8 @@
 //! The enhanced fan-out pool: locking races, release, idle deregistration on the Kinesis server.
 
-use crate::support::common::{create_stream, ctx, stream_arn};
+use crate::support::common::{
+    create_stream, ctx, pool_names, reap_once, register_pool, stream_arn,
+};
 use shardkeeper::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope,
 };
@@ -130,23 +132,13 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     let stream = create_stream(&ctx.aws, 1).await;
     let stream_arn = stream_arn(&ctx.aws, &stream).await;
     let store = ctx.store(&stream);
-    for i in 0..4 {
-        let name = format!("pool-{i}");
-        let out = ctx
-            .aws
-            .kinesis
-            .register_stream_consumer()
-            .stream_arn(&stream_arn)
-            .consumer_name(&name)
-            .send()
-            .await
-            .unwrap();
-        let arn = out.consumer().unwrap().consumer_arn().to_owned();
-        store
-            .register_efo(&EfoName::new(name).unwrap(), &arn)
-            .await
-            .unwrap();
-    }
+    register_pool(
+        &ctx.aws,
+        &store,
+        &stream_arn,
+        (0..4).map(|i| format!("pool-{i}")),
+    )
+    .await;
     let busy = ConsumerId::new("busy").unwrap();
     let held = store.get_or_lock_efo(&busy).await.unwrap().unwrap();
 
@@ -341,31 +333,18 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
     let stream = create_stream(&faulty.direct, 1).await;
     let stream_arn = stream_arn(&faulty.direct, &stream).await;
     let store = ctx.store(&stream);
-    let mut pool = Vec::new();
-    for i in 0..2 {
-        let name = format!("pool-{i}");
-        let out = faulty
-            .direct
-            .kinesis
-            .register_stream_consumer()
-            .stream_arn(&stream_arn)
-            .consumer_name(&name)
-            .send()
-            .await
-            .unwrap();
-        let arn = out.consumer().unwrap().consumer_arn().to_owned();
-        let name = EfoName::new(name).unwrap();
-        store.register_efo(&name, &arn).await.unwrap();
-        pool.push((name, arn));
-    }
+    let pool = register_pool(
+        &faulty.direct,
+        &store,
+        &stream_arn,
+        (0..2).map(|i| format!("pool-{i}")),
+    )
+    .await;
     let (name, arn) = &pool[0];
     // Kinesis fails every request: the retirement is marked, then cut short.
     faulty
         .kinesis
-        .set_faults(shardkeeper_local::Faults {
-            server_error: 1.0,
-            ..shardkeeper_local::Faults::none()
-        })
+        .set_faults(crate::support::faulty::every_request_fails())
         .unwrap();
     let cut = store.remove_idle_efo(&ctx.aws.kinesis, name, arn, 0).await;
     assert!(cut.is_err(), "{cut:?}");
@@ -389,24 +368,9 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
         .kinesis
         .set_faults(shardkeeper_local::Faults::none())
         .unwrap();
-    let snapshot = store.load_group().await.unwrap();
-    let plan = shardkeeper::group::plan_reap(
-        &snapshot,
-        &shardkeeper::group::Ages::default(),
-        store.now(),
-        &shardkeeper::group::ReapConfig::default(),
-    );
-    let report = shardkeeper::group::execute(&store, Some(&ctx.aws.kinesis), &plan, Duration::ZERO)
-        .await
-        .unwrap();
+    let report = reap_once(&store, &ctx.aws.kinesis).await;
     assert_eq!(report.efo_deregistered, vec![name.clone()]);
-    let left: Vec<_> = store
-        .list_efo()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let left = pool_names(&store).await;
     assert_eq!(left, vec![pool[1].0.clone()]);
     let listed = faulty
         .direct

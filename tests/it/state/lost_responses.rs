@@ -156,10 +156,7 @@ async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() 
     assert_eq!(tick.gained, vec![shard.clone()]);
 
     // The table fails past the retries: not a lost lease.
-    let failing = shardkeeper_local::Faults {
-        server_error: 1.0,
-        ..shardkeeper_local::Faults::none()
-    };
+    let failing = crate::support::faulty::every_request_fails();
     faulty.dynamodb.set_faults(failing).unwrap();
     let err = session.complete_shard(&shard, &[]).await.unwrap_err();
     faulty

@@ -310,3 +310,58 @@ pub async fn split_first(aws: &AwsClients, stream: &str) -> aws_sdk_kinesis::typ
     wait_stream_active(aws, stream).await;
     parent
 }
+
+/// Registers enhanced fan-out consumers `names` on the stream and records
+/// each in the group's pool; their names and ARNs.
+pub async fn register_pool(
+    aws: &AwsClients,
+    store: &StateStore,
+    stream_arn: &str,
+    names: impl IntoIterator<Item = String>,
+) -> Vec<(shardkeeper::state::EfoName, String)> {
+    let mut pool = Vec::new();
+    for name in names {
+        let out = aws
+            .kinesis
+            .register_stream_consumer()
+            .stream_arn(stream_arn)
+            .consumer_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let arn = out.consumer().unwrap().consumer_arn().to_owned();
+        let name = shardkeeper::state::EfoName::new(name).unwrap();
+        store.register_efo(&name, &arn).await.unwrap();
+        pool.push((name, arn));
+    }
+    pool
+}
+
+/// The names in the group's EFO pool.
+pub async fn pool_names(store: &StateStore) -> Vec<shardkeeper::state::EfoName> {
+    store
+        .list_efo()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect()
+}
+
+/// One reaper pass by an observer that sees nothing age (only what needs
+/// no timeout: retirements, unregistered holders, state past retention).
+pub async fn reap_once(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+) -> shardkeeper::group::ExecutionReport {
+    let snapshot = store.load_group().await.unwrap();
+    let plan = shardkeeper::group::plan_reap(
+        &snapshot,
+        &shardkeeper::group::Ages::default(),
+        store.now(),
+        &shardkeeper::group::ReapConfig::default(),
+    );
+    shardkeeper::group::execute(store, Some(kinesis), &plan, Duration::ZERO)
+        .await
+        .unwrap()
+}

@@ -111,3 +111,11 @@ impl Drop for Faulty {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Faults that answer every request with the service's internal error.
+pub fn every_request_fails() -> Faults {
+    Faults {
+        server_error: 1.0,
+        ..Faults::none()
+    }
+}
