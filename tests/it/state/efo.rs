@@ -162,20 +162,7 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     let remaining = store.list_efo().await.unwrap();
     assert_eq!(remaining.len(), 1);
     assert_eq!(remaining[0].name, held.name);
-    let listed = ctx
-        .aws
-        .kinesis
-        .list_stream_consumers()
-        .stream_arn(&stream_arn)
-        .send()
-        .await
-        .unwrap();
-    let on_kinesis: BTreeSet<_> = listed
-        .consumers()
-        .iter()
-        .filter(|c| c.consumer_status().as_str() != "DELETING")
-        .map(|c| c.consumer_name().to_owned())
-        .collect();
+    let on_kinesis = kinesis_consumers(&ctx.aws, &stream_arn).await;
     assert_eq!(on_kinesis, BTreeSet::from([held.name.to_string()]));
 
     // With none in use, the last idle one is kept.
@@ -372,20 +359,7 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
     assert_eq!(report.efo_deregistered, vec![name.clone()]);
     let left = pool_names(&store).await;
     assert_eq!(left, vec![pool[1].0.clone()]);
-    let listed = faulty
-        .direct
-        .kinesis
-        .list_stream_consumers()
-        .stream_arn(&stream_arn)
-        .send()
-        .await
-        .unwrap();
-    let on_kinesis: BTreeSet<_> = listed
-        .consumers()
-        .iter()
-        .filter(|c| c.consumer_status().as_str() != "DELETING")
-        .map(|c| c.consumer_name().to_owned())
-        .collect();
+    let on_kinesis = kinesis_consumers(&faulty.direct, &stream_arn).await;
     assert_eq!(on_kinesis, BTreeSet::from([pool[1].0.to_string()]));
 }
 
@@ -422,4 +396,24 @@ async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
         .unwrap();
     assert!(!state.depleted);
     assert_eq!(state.checkpoint, Some(cp));
+}
+
+/// The stream's enhanced fan-out consumers on Kinesis (not being deleted).
+async fn kinesis_consumers(
+    aws: &shardkeeper_local::AwsClients,
+    stream_arn: &str,
+) -> BTreeSet<String> {
+    let listed = aws
+        .kinesis
+        .list_stream_consumers()
+        .stream_arn(stream_arn)
+        .send()
+        .await
+        .unwrap();
+    listed
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer_status().as_str() != "DELETING")
+        .map(|c| c.consumer_name().to_owned())
+        .collect()
 }
