@@ -20,7 +20,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Move a group's checkpoints (all shards, or one).
     Reset(ResetArgs),
-    /// The poison records parked in the state table (oldest first per shard).
+    /// The poison records parked in the state table (oldest first per
+    /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
     /// Run a consumer group on embedded servers and verify what it did.
     Demo(DemoArgs),
@@ -74,6 +75,16 @@ pub struct ParkedArgs {
     /// Print JSON (with each payload, base64) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Put each parked record back on its stream (with its partition key),
+    /// oldest first per shard, and remove it from the parked set once put.
+    /// Records kept only as a prefix (too large to park whole) and records
+    /// of a DynamoDB stream are left and listed.
+    #[arg(long)]
+    pub replay: bool,
+    /// With `--replay`: the Kinesis stream to put the records on instead of
+    /// the one each came from.
+    #[arg(long, requires = "replay")]
+    pub to_stream: Option<String>,
 }
 
 /// `reset`.

@@ -4,7 +4,9 @@ use crate::args::{ParkedArgs, ResetArgs, StatusArgs};
 use crate::error::Error;
 use crate::render;
 use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
-use shardkeeper::state::{Checkpoint, ConsumerId, EfoName, ShardId, ShardScope, StateStore};
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, EfoName, ParkedRecord, ShardId, ShardScope, StateStore,
+};
 use std::time::Duration;
 
 /// The group's status as tables, or as JSON with `--json`.
@@ -30,6 +32,76 @@ pub async fn parked(store: &StateStore, args: &ParkedArgs) -> Result<String, Err
     } else {
         Ok(render::parked(&parked, store.now()))
     }
+}
+
+/// Where a parked record goes back to, or why it cannot.
+fn replay_target<'a>(
+    record: &'a ParkedRecord,
+    to_stream: Option<&'a str>,
+    group_stream: &'a str,
+) -> Result<(&'a str, bool), &'static str> {
+    if record.data_sha256.is_some() {
+        return Err("kept only as a prefix (read it from the stream by its key)");
+    }
+    match (to_stream, record.key.source.as_deref()) {
+        (Some(name), _) => Ok((name, false)),
+        (None, None) => Ok((group_stream, false)),
+        (None, Some(arn)) if arn.contains(":kinesis:") => Ok((arn, true)),
+        (None, Some(_)) => {
+            Err("from a DynamoDB stream (give --to-stream to put it on a Kinesis stream)")
+        }
+    }
+}
+
+/// `parked --replay`: each parked record put back on its stream (or
+/// `--to-stream`) with its partition key, oldest first per shard, then
+/// removed from the parked set. Records that cannot be put back whole are
+/// left, with why. A failed put stops the replay (what was put is removed;
+/// the rest stays parked).
+pub async fn replay_parked(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    args: &ParkedArgs,
+) -> Result<String, Error> {
+    let parked = store.list_parked().await?;
+    let group_stream = store.config().stream.as_str().to_owned();
+    let mut out = String::new();
+    let mut replayed = 0;
+    for record in &parked {
+        let at = format!("{}/{}", record.key.sequence, record.key.sub_sequence);
+        let (stream, by_arn) = match replay_target(record, args.to_stream.as_deref(), &group_stream)
+        {
+            Ok(target) => target,
+            Err(why) => {
+                out.push_str(&format!("left {at}: {why}\n"));
+                continue;
+            }
+        };
+        let put = kinesis
+            .put_record()
+            .partition_key(&record.partition_key)
+            .data(aws_sdk_kinesis::primitives::Blob::new(record.data.clone()));
+        let put = if by_arn {
+            put.stream_arn(stream)
+        } else {
+            put.stream_name(stream)
+        };
+        let sent = put
+            .send()
+            .await
+            .map_err(|e| Error::from(shardkeeper::state::kinesis_error("PutRecord", &e)))?;
+        store.remove_parked(&record.key).await?;
+        replayed += 1;
+        out.push_str(&format!(
+            "replayed {at} to {stream} as {}\n",
+            sent.sequence_number()
+        ));
+    }
+    out.push_str(&format!(
+        "{replayed} of {} parked records replayed\n",
+        parked.len()
+    ));
+    Ok(out)
 }
 
 /// Parses `--to`: `trim-horizon`, `latest`, `at-timestamp=<RFC 3339 or

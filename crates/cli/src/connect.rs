@@ -9,6 +9,15 @@ use shardkeeper::state::{StateStore, StoreConfig};
 /// with no credentials in the environment, dummy static credentials are
 /// used (what local servers accept).
 pub async fn store(target: &Target) -> Result<StateStore, crate::Error> {
+    Ok(clients(target).await?.0)
+}
+
+/// [`store`], and a Kinesis client from the same chains (`--endpoint-url`
+/// applies to both: local servers answer on one URL each, so point it at
+/// the one the command needs).
+pub async fn clients(
+    target: &Target,
+) -> Result<(StateStore, aws_sdk_kinesis::Client), crate::Error> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(profile) = &target.profile {
         loader = loader.profile_name(profile);
@@ -41,8 +50,8 @@ pub async fn store(target: &Target) -> Result<StateStore, crate::Error> {
     }
     let config = loader.load().await;
     let store_config = StoreConfig::new(&target.group, &target.stream)?.table(&target.table)?;
-    Ok(StateStore::new(
-        aws_sdk_dynamodb::Client::new(&config),
-        store_config,
+    Ok((
+        StateStore::new(aws_sdk_dynamodb::Client::new(&config), store_config),
+        aws_sdk_kinesis::Client::new(&config),
     ))
 }

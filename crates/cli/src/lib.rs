@@ -32,6 +32,13 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let store = connect::store(&args.target).await?;
             Ok((commands::status(&store, &args).await?, true))
         }
+        Command::Parked(args) if args.replay => {
+            let (store, kinesis) = connect::clients(&args.target).await?;
+            Ok((
+                commands::replay_parked(&store, &kinesis, &args).await?,
+                true,
+            ))
+        }
         Command::Parked(args) => {
             let store = connect::store(&args.target).await?;
             Ok((commands::parked(&store, &args).await?, true))

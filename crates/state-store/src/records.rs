@@ -137,6 +137,17 @@ impl StateStore {
         Ok(())
     }
 
+    /// Removes a parked record (replayed, or dealt with); `false` if it was
+    /// not parked.
+    pub async fn remove_parked(&self, key: &RecordKey) -> Result<bool> {
+        self.delete_item(
+            &format!("{SK_PARKED}{}", key.suffix()),
+            Some("attribute_exists(pk)"),
+            &Expr::new(),
+        )
+        .await
+    }
+
     /// Every parked record of the group, oldest sequence first per shard.
     pub async fn list_parked(&self) -> Result<Vec<ParkedRecord>> {
         self.query_prefix(SK_PARKED)

@@ -290,6 +290,8 @@ async fn parked_lists_the_parked_records() {
     let args = |json| shardkeeper_cli::args::ParkedArgs {
         target: target.clone(),
         json,
+        replay: false,
+        to_stream: None,
     };
     assert_eq!(
         commands::parked(&store, &args(false)).await.unwrap(),
@@ -329,4 +331,100 @@ async fn parked_lists_the_parked_records() {
     assert_eq!(json[0]["sequence_number"], "4242");
     assert_eq!(json[0]["data"], "eyJpZCI6N30=");
     assert_eq!(json[0]["attempts"], 3);
+}
+
+/// `parked --replay` puts each parked record back on its stream with its
+/// partition key and removes it from the parked set; a record kept only as
+/// a prefix, and one from a DynamoDB stream, are left, each with why.
+#[tokio::test]
+async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
+    let ctx = ctx().await;
+    let stream = crate::support::common::create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let config = store.config();
+    let args = shardkeeper_cli::args::ParkedArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            region: None,
+            profile: None,
+            endpoint_url: None,
+        },
+        json: false,
+        replay: true,
+        to_stream: None,
+    };
+    let parked = |seq: &str, source: Option<&str>, prefix: bool| shardkeeper::state::ParkedRecord {
+        key: shardkeeper::state::RecordKey {
+            source: source.map(str::to_owned),
+            shard_id: Some(shardkeeper::state::ShardId::new("shardId-000000000000").unwrap()),
+            sequence: shardkeeper::state::SequenceNumber::new(seq).unwrap(),
+            sub_sequence: 0,
+        },
+        partition_key: format!("key-{seq}"),
+        data: format!("payload {seq}").into_bytes(),
+        data_size: 9,
+        data_sha256: prefix.then(|| "ab".repeat(32)),
+        error: "rejected".into(),
+        attempts: 3,
+        parked_at: store.now(),
+    };
+    for record in [
+        parked("101", None, false),
+        parked("102", None, true),
+        parked(
+            "103",
+            Some("arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"),
+            false,
+        ),
+    ] {
+        store.park_record(&record, Duration::from_secs(3600)).await.unwrap();
+    }
+    let text = commands::replay_parked(&store, &ctx.aws.kinesis, &args)
+        .await
+        .unwrap();
+    assert!(text.contains("replayed 101/0"), "{text}");
+    assert!(text.contains("left 102/0: kept only as a prefix"), "{text}");
+    assert!(
+        text.contains("left 103/0: from a DynamoDB stream"),
+        "{text}"
+    );
+    assert!(text.contains("1 of 3 parked records replayed"), "{text}");
+    let left: std::collections::BTreeSet<String> = store
+        .list_parked()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.key.sequence.to_string())
+        .collect();
+    assert_eq!(left, ["102".to_owned(), "103".to_owned()].into());
+    // On the stream, with its partition key.
+    let shard = crate::support::common::list_shards(&ctx.aws, &stream).await[0]
+        .shard_id()
+        .to_owned();
+    let iterator = ctx
+        .aws
+        .kinesis
+        .get_shard_iterator()
+        .stream_name(&stream)
+        .shard_id(shard)
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator
+        .unwrap();
+    let records = ctx
+        .aws
+        .kinesis
+        .get_records()
+        .shard_iterator(iterator)
+        .send()
+        .await
+        .unwrap()
+        .records;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].partition_key(), Some("key-101"));
+    assert_eq!(records[0].data().as_ref(), b"payload 101");
 }
