@@ -16,6 +16,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The groups a state table holds, with their consumers, shards and
+    /// parked records (one Scan of the table's keys).
+    Groups(GroupsArgs),
     /// A group's consumers, leases, checkpoints, lag, claims and EFO pool.
     Status(StatusArgs),
     /// Move a group's checkpoints (all shards, or one).
@@ -25,6 +28,26 @@ pub enum Command {
     Parked(ParkedArgs),
     /// Run a consumer group on embedded servers and verify what it did.
     Demo(DemoArgs),
+}
+
+/// Where the AWS services are, and with which credentials.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Connection {
+    /// AWS region (default: the standard region chain).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// A named profile of the shared AWS config and credentials files
+    /// (default: the standard chain, which reads `AWS_PROFILE`).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// DynamoDB endpoint URL (a local server, or a VPC endpoint). Against a
+    /// local server with no credentials configured, dummy ones are used.
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// Kinesis endpoint URL, for the commands that call Kinesis
+    /// (`parked --replay`).
+    #[arg(long)]
+    pub kinesis_endpoint_url: Option<String>,
 }
 
 /// Which group's state, where.
@@ -39,17 +62,23 @@ pub struct Target {
     /// The stream the group consumes.
     #[arg(long, env = "SHARDKEEPER_STREAM")]
     pub stream: String,
-    /// AWS region (default: the standard region chain).
+    /// Where, and with which credentials.
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// `groups`.
+#[derive(Debug, Clone, Args)]
+pub struct GroupsArgs {
+    /// The state table.
+    #[arg(long, env = "SHARDKEEPER_TABLE", default_value = "shardkeeper-state")]
+    pub table: String,
+    /// Where, and with which credentials.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Print JSON instead of a table.
     #[arg(long)]
-    pub region: Option<String>,
-    /// A named profile of the shared AWS config and credentials files
-    /// (default: the standard chain, which reads `AWS_PROFILE`).
-    #[arg(long)]
-    pub profile: Option<String>,
-    /// DynamoDB endpoint URL (a local server, or a VPC endpoint). Against a
-    /// local server with no credentials configured, dummy ones are used.
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
+    pub json: bool,
 }
 
 /// `status`.

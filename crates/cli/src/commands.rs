@@ -1,6 +1,6 @@
-//! `status`, `parked` and `reset`: read the group, decide (pure), write (thin).
+//! `groups`, `status`, `parked` and `reset`: read the group, decide (pure), write (thin).
 
-use crate::args::{ParkedArgs, ResetArgs, StatusArgs};
+use crate::args::{GroupsArgs, ParkedArgs, ResetArgs, StatusArgs};
 use crate::error::Error;
 use crate::render;
 use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
@@ -20,6 +20,21 @@ pub async fn status(store: &StateStore, args: &StatusArgs) -> Result<String, Err
         Ok(serde_json::to_string_pretty(&status).expect("status serializes") + "\n")
     } else {
         Ok(render::status(&status))
+    }
+}
+
+/// The groups of the table as a table, or as JSON with `--json`.
+pub async fn groups(client: &aws_sdk_dynamodb::Client, args: &GroupsArgs) -> Result<String, Error> {
+    let groups = shardkeeper::state::list_groups(
+        client,
+        &args.table,
+        &shardkeeper::state::RetryPolicy::default(),
+    )
+    .await?;
+    if args.json {
+        Ok(serde_json::to_string_pretty(&groups).expect("groups serialize") + "\n")
+    } else {
+        Ok(render::groups(&groups))
     }
 }
 

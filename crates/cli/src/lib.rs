@@ -28,6 +28,10 @@ pub fn ask_on_terminal(question: &str) -> bool {
 /// Runs one command; returns what to print and whether it succeeded.
 pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
     match cli.command {
+        Command::Groups(args) => {
+            let client = connect::dynamodb(&args.conn).await;
+            Ok((commands::groups(&client, &args).await?, true))
+        }
         Command::Status(args) => {
             let store = connect::store(&args.target).await?;
             Ok((commands::status(&store, &args).await?, true))

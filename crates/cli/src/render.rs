@@ -44,6 +44,30 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The groups of a state table, one row each.
+pub fn groups(groups: &[shardkeeper::state::GroupSummary]) -> String {
+    if groups.is_empty() {
+        return "no groups\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.group.clone(),
+                g.stream.clone(),
+                g.consumers.to_string(),
+                g.shards.to_string(),
+                g.parked.to_string(),
+                g.items.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["GROUP", "STREAM", "CONSUMERS", "SHARDS", "PARKED", "ITEMS"],
+        &rows,
+    )
+}
+
 /// Parked records: where each came from, when, after how many attempts,
 /// why, and how much of its payload is kept.
 pub fn parked(records: &[shardkeeper::state::ParkedRecord], now: i64) -> String {

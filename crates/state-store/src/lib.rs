@@ -33,6 +33,7 @@ mod consumer;
 pub mod cost;
 mod efo;
 mod error;
+mod groups;
 mod item;
 mod lease;
 mod model;
@@ -54,6 +55,7 @@ pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};
 pub use consumer::{ClearReport, Heartbeat};
 pub use error::{Result, Service, StateError};
+pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;
 pub use lease::{Released, Renewal, TakeFrom};
 pub use model::{

@@ -16,9 +16,7 @@ fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
             table: config.table.clone(),
             group: config.group.to_string(),
             stream: config.stream.to_string(),
-            region: None,
-            profile: None,
-            endpoint_url: None,
+            conn: Default::default(),
         },
         to: to.to_owned(),
         shard: None,
@@ -283,9 +281,7 @@ async fn parked_lists_the_parked_records() {
         table: config.table.clone(),
         group: config.group.to_string(),
         stream: config.stream.to_string(),
-        region: None,
-        profile: None,
-        endpoint_url: None,
+        conn: Default::default(),
     };
     let args = |json| shardkeeper_cli::args::ParkedArgs {
         target: target.clone(),
@@ -347,9 +343,7 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
             table: config.table.clone(),
             group: config.group.to_string(),
             stream: config.stream.to_string(),
-            region: None,
-            profile: None,
-            endpoint_url: None,
+            conn: Default::default(),
         },
         json: false,
         replay: true,
@@ -427,4 +421,48 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].partition_key(), Some("key-101"));
     assert_eq!(records[0].data().as_ref(), b"payload 101");
+}
+
+/// `groups` lists the groups of the table with their consumers, shards and
+/// parked records.
+#[tokio::test]
+async fn groups_lists_each_group_of_the_table_with_its_counts() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    crate::support::common::seed_shards(&store, 3).await;
+    let me = shardkeeper::state::ConsumerInfo::for_this_process(
+        shardkeeper::state::ConsumerId::new("c1").unwrap(),
+        store.now(),
+    );
+    store.heartbeat(&me).await.unwrap();
+    let args = |json| shardkeeper_cli::args::GroupsArgs {
+        table: ctx.table.clone(),
+        conn: Default::default(),
+        json,
+    };
+    let json: serde_json::Value = serde_json::from_str(
+        &commands::groups(&ctx.aws.dynamodb, &args(true))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let group = store.config().group.to_string();
+    let row = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == group.as_str())
+        .expect("the group is listed");
+    assert_eq!(row["stream"], "orders");
+    assert_eq!(
+        (row["consumers"].as_u64(), row["shards"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let text = commands::groups(&ctx.aws.dynamodb, &args(false))
+        .await
+        .unwrap();
+    assert!(
+        text.contains("CONSUMERS") && text.contains(&group),
+        "{text}"
+    );
 }
