@@ -58,9 +58,12 @@ pub struct ShardRow {
     pub claim: Option<(String, i64)>,
     /// The stored checkpoint.
     pub checkpoint: Option<String>,
-    /// Age in ms of the last checkpointed record (by its arrival time): the
-    /// consumer lag when the shard has newer records, an upper bound otherwise.
-    pub lag_ms: Option<i64>,
+    /// Age in ms of the last checkpointed record (by its arrival time). It
+    /// is the consumer's lag only while the shard has newer records: an
+    /// idle, caught-up shard shows the age of its last record. How far
+    /// behind the tip a worker is comes from its `MillisBehindLatest`
+    /// metric (docs/OPERATIONS.md).
+    pub last_record_age_ms: Option<i64>,
     /// Parent shards.
     pub parents: Vec<String>,
 }
@@ -95,7 +98,7 @@ fn shard_row(scope: String, s: &ShardState, now: EpochMillis) -> ShardRow {
         counter: s.counter,
         claim: s.claim.as_ref().map(|c| (c.by.to_string(), now - c.at)),
         checkpoint: s.checkpoint.as_ref().map(ToString::to_string),
-        lag_ms: s
+        last_record_age_ms: s
             .checkpoint_arrival
             .filter(|_| !s.depleted)
             .map(|t| now - t),

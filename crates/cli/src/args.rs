@@ -19,7 +19,8 @@ pub enum Command {
     /// The groups a state table holds, with their consumers, shards and
     /// parked records (one Scan of the table's keys).
     Groups(GroupsArgs),
-    /// A group's consumers, leases, checkpoints, lag, claims and EFO pool.
+    /// A group's consumers, leases, checkpoints (with the age of the last
+    /// record), claims and EFO pool.
     Status(StatusArgs),
     /// Move a group's checkpoints (all shards, or one).
     Reset(ResetArgs),

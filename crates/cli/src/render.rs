@@ -171,7 +171,7 @@ pub fn status(s: &GroupStatus) -> String {
                     .as_ref()
                     .map(|(by, a)| format!("{by} ({})", age(Some(*a))))
                     .unwrap_or_else(|| "-".to_owned()),
-                age(r.lag_ms),
+                age(r.last_record_age_ms),
                 or_dash(r.checkpoint.as_deref()),
             ]
         })
@@ -186,7 +186,7 @@ pub fn status(s: &GroupStatus) -> String {
             "expires in",
             "counter",
             "claim",
-            "lag",
+            "last record age",
             "checkpoint",
         ],
         &shards,

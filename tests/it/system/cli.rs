@@ -86,7 +86,7 @@ async fn status_shows_consumers_leases_checkpoints_and_claims() {
     assert_eq!(first["claim"][0], "worker-b");
     assert_eq!(json["shards"][1]["owner"], serde_json::Value::Null);
 
-    // The tables, on the test's clock: lag is the age of the checkpointed record.
+    // The tables, on the test's clock: the age of the last checkpointed record.
     let args = shardkeeper_cli::args::StatusArgs {
         target: reset_args(&store, "latest").target,
         json: false,
