@@ -124,14 +124,14 @@ fn main() {
             kinesis: aws.kinesis.clone(),
             config: RebalanceConfig::default(),
             emit_metrics: false,
-            observer: Default::default(),
+            sightings: Default::default(),
         };
         let reaper = Reaper {
             store: store.clone(),
             kinesis: aws.kinesis.clone(),
             config: ReapConfig::default(),
             emit_metrics: false,
-            observer: Default::default(),
+            sightings: Default::default(),
         };
         let scheduled = tokio::spawn(async move {
             loop {

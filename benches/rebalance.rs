@@ -163,7 +163,7 @@ fn main() {
             kinesis: aws.kinesis.clone(),
             config: RebalanceConfig { lease_term: LEASE_TERM, ..RebalanceConfig::default() },
             emit_metrics: false,
-            observer: Default::default(),
+            sightings: Default::default(),
         };
         let mut sim = Sim { aws: aws.clone(), clock: clock.clone(), rebalancer, sessions: Vec::new(), t: 0 };
         let mut phases = Vec::new();

@@ -72,7 +72,7 @@ fn main() {
             kinesis: aws.kinesis.clone(),
             config: RebalanceConfig::default(),
             emit_metrics: false,
-            observer: Default::default(),
+            sightings: Default::default(),
         };
         worker.step().await.unwrap();
         rebalancer.tick().await.unwrap();

@@ -81,7 +81,7 @@ async fn main() -> Result<(), Error> {
                 kinesis: kinesis.clone(),
                 config: RebalanceConfig::default(),
                 emit_metrics: false,
-                observer: Default::default(),
+                sightings: Default::default(),
             };
             let started = Instant::now();
             for i in 0u64.. {

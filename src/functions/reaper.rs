@@ -4,7 +4,7 @@ use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
-use crate::group::{plan_reap, Observer, ReapConfig};
+use crate::group::{plan_reap, ReapConfig, Sightings};
 use crate::metrics::{emit_for, Metric};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -23,7 +23,7 @@ pub struct Reaper {
     /// Write CloudWatch EMF metrics to standard output after each tick.
     pub emit_metrics: bool,
     /// What the reaper has seen of heartbeats and EFO consumers (kept across ticks and invocations).
-    pub observer: Observer,
+    pub sightings: Sightings,
 }
 
 /// What one reaper tick did.
@@ -37,7 +37,9 @@ impl Reaper {
     /// One tick: read the group, plan the clean-up, apply it.
     pub async fn tick(&self) -> Result<ReapTick> {
         let snapshot = self.store.load_group().await?;
-        let ages = self.observer.observe(&snapshot, self.store.monotonic_now());
+        let ages = self
+            .sightings
+            .observe(&snapshot, self.store.monotonic_now());
         let actions = plan_reap(&snapshot, &ages, self.store.now(), &self.config);
         let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;
         let tick = ReapTick { execution };

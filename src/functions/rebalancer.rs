@@ -5,7 +5,7 @@ use crate::config::TickTiming;
 use crate::consumer::{discover_shards, DiscoveryReport};
 use crate::group::ActionKind;
 use crate::group::{
-    available_shards, held_by, live_consumers, plan_rebalance, Observer, RebalanceConfig,
+    available_shards, held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings,
 };
 use crate::group::{execute, ExecutionReport};
 use crate::metrics::{emit_for, Metric};
@@ -27,7 +27,7 @@ pub struct Rebalancer {
     pub emit_metrics: bool,
     /// What the rebalancer has seen of leases, heartbeats and claims (kept
     /// across ticks and invocations).
-    pub observer: Observer,
+    pub sightings: Sightings,
 }
 
 /// What one rebalancer tick saw and did.
@@ -57,7 +57,9 @@ impl Rebalancer {
         if !discovery.created.is_empty() || !discovery.closed.is_empty() {
             snapshot = self.store.load_group().await?;
         }
-        let ages = self.observer.observe(&snapshot, self.store.monotonic_now());
+        let ages = self
+            .sightings
+            .observe(&snapshot, self.store.monotonic_now());
         let term = self.config.lease_term;
         let live = live_consumers(&snapshot, &ages, self.config.heartbeat_timeout);
         let available = available_shards(&snapshot);

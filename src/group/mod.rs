@@ -1,7 +1,7 @@
 //! The group's planners and their executor: pure decisions over a snapshot
 //! of the group (one Query), applied by conditional writes.
 //!
-//! - `observer`: [`Observer`] and [`Ages`], time as the planners see it.
+//! - `sightings`: [`Sightings`] and [`Ages`], time as the planners see it.
 //! - `rebalance`: [`plan_rebalance`], the lease-rebalancer's plan.
 //! - `reap`: [`plan_reap`], the heartbeat-reaper's plan.
 //! - `action`: the [`Action`]s the planners return.
@@ -11,18 +11,18 @@
 
 mod action;
 mod executor;
-mod observer;
 mod reap;
 mod rebalance;
 mod reset;
+mod sightings;
 mod status;
 
 pub use action::{Action, ActionKind};
 pub use executor::{execute, ExecutionReport};
-pub use observer::{Ages, Observer};
 pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{
     available_shards, held_by, live_consumers, plan_rebalance, stranded_children, RebalanceConfig,
 };
 pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
+pub use sightings::{Ages, Sightings};
 pub use status::{ConsumerRow, EfoRow, GroupStatus, ShardRow};

@@ -1,7 +1,7 @@
 //! The heartbeat reaper's planner: pure, no I/O.
 //!
 //! Heartbeat and idle times are [`Ages`], as the reaper observed them (see
-//! the observer module); only the removal of state past the stream's
+//! the sightings module); only the removal of state past the stream's
 //! retention compares a stored time (`updated`, at a scale of hours) with
 //! the reaper's clock.
 //!

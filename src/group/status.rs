@@ -111,7 +111,7 @@ impl GroupStatus {
     pub fn from_snapshot(snapshot: &GroupSnapshot, heartbeat_timeout: Duration) -> Self {
         let now = snapshot.taken_at;
         // One look, for display: stored times against this machine's clock
-        // (the rebalancer judges by observation instead, see `Observer`).
+        // (the rebalancer judges by observation instead, see `Sightings`).
         let limit = duration_millis(heartbeat_timeout);
         let live: BTreeSet<&ConsumerId> = snapshot
             .consumers

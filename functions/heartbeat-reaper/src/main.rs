@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
         kinesis: init.kinesis,
         config: init.config.reap.clone(),
         emit_metrics: true,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     let timing = init.config.timing;
     lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await

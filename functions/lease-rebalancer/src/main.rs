@@ -12,7 +12,7 @@ async fn main() -> Result<(), Error> {
         kinesis: init.kinesis,
         config: init.config.rebalance.clone(),
         emit_metrics: true,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     let timing = init.config.timing;
     lambda_runtime::run(service_fn(|event| {

@@ -332,7 +332,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
             ..ReapConfig::default()
         },
         emit_metrics: true,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     // The reaper's first look: it has seen nothing go silent yet.
     let first = reaper.tick().await.unwrap();
@@ -407,7 +407,7 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
         kinesis: ctx.aws.kinesis.clone(),
         config: ReapConfig::default(),
         emit_metrics: true,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     reaper.tick().await.unwrap(); // its first look at the worker's heartbeat
     ctx.clock.advance(Duration::from_secs(60));

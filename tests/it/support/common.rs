@@ -287,7 +287,7 @@ pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::function
         kinesis: aws.kinesis.clone(),
         config: shardkeeper::group::RebalanceConfig::default(),
         emit_metrics: false,
-        observer: Default::default(),
+        sightings: Default::default(),
     }
 }
 

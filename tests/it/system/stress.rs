@@ -384,7 +384,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             max_moves_per_tick: None,
         },
         emit_metrics: false,
-        observer: Default::default(),
+        sightings: Default::default(),
     });
     let reaper = Arc::new(Reaper {
         store: store.clone(),
@@ -394,7 +394,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             ..ReapConfig::default()
         },
         emit_metrics: false,
-        observer: Default::default(),
+        sightings: Default::default(),
     });
     let rebalancing = ticking(
         Duration::from_millis(250),

@@ -286,7 +286,7 @@ async fn run_on(
             max_moves_per_tick: None,
         },
         emit_metrics: false,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     let reaper = Reaper {
         store: store.clone(),
@@ -296,7 +296,7 @@ async fn run_on(
             ..ReapConfig::default()
         },
         emit_metrics: false,
-        observer: Default::default(),
+        sightings: Default::default(),
     };
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {

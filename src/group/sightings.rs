@@ -64,36 +64,36 @@ impl Ages {
     }
 }
 
-/// An observer's memory: when it first saw each value in its current state.
+/// One observer's sightings: when it first saw each value in its current state.
 /// Clones share the memory (one observer per process).
 #[derive(Debug, Clone, Default)]
-pub struct Observer {
+pub struct Sightings {
     memory: Arc<Mutex<Memory>>,
 }
 
 #[derive(Debug, Default)]
 struct Memory {
-    leases: Sightings<ShardId, (ConsumerId, u64, Option<EpochMillis>)>,
-    heartbeats: Sightings<ConsumerId, (Option<String>, EpochMillis)>,
-    claims: Sightings<ShardId, (ConsumerId, EpochMillis, u64)>,
-    efo_free: Sightings<EfoName, u64>,
+    leases: FirstSeen<ShardId, (ConsumerId, u64, Option<EpochMillis>)>,
+    heartbeats: FirstSeen<ConsumerId, (Option<String>, EpochMillis)>,
+    claims: FirstSeen<ShardId, (ConsumerId, EpochMillis, u64)>,
+    efo_free: FirstSeen<EfoName, u64>,
 }
 
 /// First sightings of one kind of value, by key.
 #[derive(Debug)]
-struct Sightings<K, V> {
+struct FirstSeen<K, V> {
     first_seen: HashMap<K, (V, EpochMillis)>,
 }
 
-impl<K, V> Default for Sightings<K, V> {
+impl<K, V> Default for FirstSeen<K, V> {
     fn default() -> Self {
-        Sightings {
+        FirstSeen {
             first_seen: HashMap::new(),
         }
     }
 }
 
-impl<K: Hash + Eq + Clone + Ord, V: PartialEq> Sightings<K, V> {
+impl<K: Hash + Eq + Clone + Ord, V: PartialEq> FirstSeen<K, V> {
     /// Records the values seen at `at`; returns each one's age. Keys not
     /// seen now are forgotten.
     fn observe(
@@ -117,7 +117,7 @@ impl<K: Hash + Eq + Clone + Ord, V: PartialEq> Sightings<K, V> {
     }
 }
 
-impl Observer {
+impl Sightings {
     /// Looks at `snapshot` at `at` (a reading of this process's monotonic
     /// clock) and returns how long each thing in it has gone unchanged.
     pub fn observe(&self, snapshot: &GroupSnapshot, at: EpochMillis) -> Ages {
@@ -158,21 +158,21 @@ mod tests {
 
     #[test]
     fn a_value_ages_while_unchanged_and_is_young_again_once_it_changes() {
-        let mut sightings: Sightings<ShardId, u64> = Sightings::default();
-        let first = sightings.observe([(id("a"), 1)].into_iter(), 1_000);
+        let mut seen: FirstSeen<ShardId, u64> = FirstSeen::default();
+        let first = seen.observe([(id("a"), 1)].into_iter(), 1_000);
         assert_eq!(first[&id("a")], Duration::ZERO);
-        let later = sightings.observe([(id("a"), 1)].into_iter(), 8_000);
+        let later = seen.observe([(id("a"), 1)].into_iter(), 8_000);
         assert_eq!(later[&id("a")], Duration::from_secs(7));
-        let changed = sightings.observe([(id("a"), 2)].into_iter(), 9_000);
+        let changed = seen.observe([(id("a"), 2)].into_iter(), 9_000);
         assert_eq!(changed[&id("a")], Duration::ZERO);
     }
 
     #[test]
     fn what_is_no_longer_seen_is_forgotten() {
-        let mut sightings: Sightings<ShardId, u64> = Sightings::default();
-        sightings.observe([(id("a"), 1)].into_iter(), 0);
-        sightings.observe(std::iter::empty(), 5_000);
-        let back = sightings.observe([(id("a"), 1)].into_iter(), 20_000);
+        let mut seen: FirstSeen<ShardId, u64> = FirstSeen::default();
+        seen.observe([(id("a"), 1)].into_iter(), 0);
+        seen.observe(std::iter::empty(), 5_000);
+        let back = seen.observe([(id("a"), 1)].into_iter(), 20_000);
         assert_eq!(back[&id("a")], Duration::ZERO);
     }
 }
