@@ -49,8 +49,10 @@ impl Default for RebalanceConfig {
     }
 }
 
-/// The consumers that may hold leases: heartbeat seen within the timeout,
-/// active, not standalone.
+/// The consumers that may hold leases: a heartbeat seen changing less than
+/// the timeout ago, active, not standalone. (With the timeout equal to the
+/// lease term, a consumer is dead by the tick its leases expire, so they are
+/// not given back to it.)
 pub fn live_consumers<'a>(
     snapshot: &'a GroupSnapshot,
     ages: &Ages,
@@ -59,7 +61,7 @@ pub fn live_consumers<'a>(
     snapshot
         .consumers
         .iter()
-        .filter(|c| ages.heartbeat(c.id()) <= heartbeat_timeout && c.active && !c.info.standalone)
+        .filter(|c| ages.heartbeat(c.id()) < heartbeat_timeout && c.active && !c.info.standalone)
         .map(|c| c.id())
         .collect()
 }

@@ -116,7 +116,7 @@ impl GroupStatus {
         let live: BTreeSet<&ConsumerId> = snapshot
             .consumers
             .iter()
-            .filter(|c| now - c.heartbeat <= limit && c.active && !c.info.standalone)
+            .filter(|c| now - c.heartbeat < limit && c.active && !c.info.standalone)
             .map(|c| c.id())
             .collect();
         let consumers = snapshot

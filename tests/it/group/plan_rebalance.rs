@@ -361,7 +361,7 @@ proptest! {
         let live: BTreeSet<&ConsumerId> = snap
             .consumers
             .iter()
-            .filter(|c| NOW - c.heartbeat <= 15_000 && c.active && !c.info.standalone)
+            .filter(|c| NOW - c.heartbeat < 15_000 && c.active && !c.info.standalone)
             .map(|c| c.id())
             .collect();
         let by_id: BTreeMap<&ShardId, _> = snap.shards.iter().map(|s| (&s.shard_id, s)).collect();
@@ -388,7 +388,7 @@ proptest! {
         let live: Vec<String> = state
             .consumers
             .iter()
-            .filter(|c| NOW - c.heartbeat <= 15_000 && c.active && !c.info.standalone)
+            .filter(|c| NOW - c.heartbeat < 15_000 && c.active && !c.info.standalone)
             .map(|c| c.id().to_string())
             .collect();
         let available = shardkeeper::group::available_shards(&state).len();
@@ -408,4 +408,25 @@ proptest! {
         // Converged: planning again changes nothing.
         prop_assert!(plan_rebalance(&state, &ages(&state), &config()).is_empty());
     }
+}
+
+/// With the heartbeat timeout equal to the lease term, a consumer that went
+/// silent is dead by the tick its leases expire: they are not handed back
+/// to it (which would leave them with a dead owner for another round of
+/// claims and forced takes).
+#[test]
+fn leases_expiring_with_their_owners_heartbeat_go_to_the_living() {
+    let cfg = RebalanceConfig {
+        heartbeat_timeout: TERM,
+        ..config()
+    };
+    let snap = snapshot(
+        vec![consumer("alive", 0), consumer("silent", TERM.as_millis() as i64)],
+        vec![leased("s0", "silent", 0), leased("s1", "silent", 0)],
+    );
+    let plan = plan_rebalance(&snap, &ages(&snap), &cfg);
+    assert_eq!(
+        targets(&plan),
+        vec![t("s0", "alive", "assign"), t("s1", "alive", "assign")]
+    );
 }
