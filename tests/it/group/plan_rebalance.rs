@@ -421,7 +421,10 @@ fn leases_expiring_with_their_owners_heartbeat_go_to_the_living() {
         ..config()
     };
     let snap = snapshot(
-        vec![consumer("alive", 0), consumer("silent", TERM.as_millis() as i64)],
+        vec![
+            consumer("alive", 0),
+            consumer("silent", TERM.as_millis() as i64),
+        ],
         vec![leased("s0", "silent", 0), leased("s1", "silent", 0)],
     );
     let plan = plan_rebalance(&snap, &ages(&snap), &cfg);
