@@ -138,11 +138,6 @@ impl Expr {
         self
     }
 
-    /// Whether a value is registered under `:<key>`.
-    pub(crate) fn has_value(&self, key: &str) -> bool {
-        self.values.contains_key(&format!(":{key}"))
-    }
-
     /// Only the placeholders that `texts` use: DynamoDB rejects unused ones.
     pub(crate) fn used_in(&self, texts: &[&str]) -> Expr {
         let used = |placeholder: &str| {

@@ -155,7 +155,7 @@ impl StateStore {
             "{LEASABLE} AND (attribute_not_exists(#owner) OR #expires < :now OR #owner = :me)"
         );
         let expr = self.owner_expr(consumer, None, term);
-        match self.set_owner(shard, expr, &condition).await? {
+        match self.set_owner(shard, expr, None, &condition).await? {
             Ok(lease) => Ok(Some(lease)),
             Err(_) => Ok(None),
         }
@@ -195,7 +195,7 @@ impl StateStore {
             TakeFrom::Claimed { .. } => format!("{LEASABLE} AND #counter = :n AND #claim_by = :me"),
             TakeFrom::Named { .. } => format!("{LEASABLE} AND #counter = :n AND #owner = :me"),
         };
-        let old = match self.set_owner(shard, expr, &condition).await? {
+        let old = match self.set_owner(shard, expr, holder, &condition).await? {
             Ok(lease) => return Ok(Some(lease)),
             Err(old) => old,
         };
@@ -239,14 +239,16 @@ impl StateStore {
     }
 
     /// Makes `:me` the lease holder until `:until` under `condition`, moving
-    /// the counter on; the item as it was when the condition failed.
+    /// the counter on, with `holder` as its holding token (`:holder` in
+    /// `expr`) or none; the item as it was when the condition failed.
     async fn set_owner(
         &self,
         shard: &ShardId,
         expr: Expr,
+        holder: Option<&str>,
         condition: &str,
     ) -> Result<std::result::Result<Lease, Option<RawItem>>> {
-        let (set_holder, remove_holder) = if expr.has_value("holder") {
+        let (set_holder, remove_holder) = if holder.is_some() {
             (", #holder = :holder", "")
         } else {
             ("", ", #holder")

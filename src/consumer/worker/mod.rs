@@ -21,7 +21,7 @@ use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
 use crate::state::{
     Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, SequenceNumber, ShardId,
-    ShardScope, StateError, StateStore,
+    StateError, StateStore,
 };
 use feed::{Batch, Cursor, FetchNotes, Fetched};
 use std::collections::{BTreeMap, BTreeSet};
@@ -402,13 +402,14 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// Reads the shard once and processes what came. Whether anything was read.
     async fn read(&mut self, shard: &ShardId) -> Result<bool> {
-        if matches!(self.mode.scope(), ShardScope::Group) && self.stop_by(shard).is_none() {
+        let stop_by = self.stop_by(shard);
+        if matches!(self.mode, Mode::Group(_)) && stop_by.is_none() {
             // No lease in the session for a shard still being read: nothing
             // of it may be processed.
             self.drop_shard(shard, StopReason::Lost).await;
             return Ok(false);
         }
-        if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
+        if stop_by.is_some_and(|t| Instant::now() >= t) {
             // The window since the last renewal ran out (a slow round of
             // renewals, a long batch): renew this lease alone, right before
             // its read, so the shard is never starved by the others.
