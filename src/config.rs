@@ -6,7 +6,7 @@ use crate::consumer::{EfoPool, MAX_EFO_CONSUMERS};
 use crate::consumer::{InitialPosition, WorkerConfig};
 use crate::group::ReapConfig;
 use crate::group::RebalanceConfig;
-use crate::state::{schema::DEFAULT_TABLE, StateError, StoreConfig};
+use crate::state::{schema::DEFAULT_TABLE, Buckets, StateError, StoreConfig};
 use std::time::Duration;
 
 /// A configuration error: which variable, and what is wrong with it.
@@ -58,6 +58,17 @@ pub const EFO_IDLE_TIMEOUT_SECONDS: &str = "SHARDKEEPER_EFO_IDLE_TIMEOUT_SECONDS
 /// `AT_TIMESTAMP:<epoch ms>`.
 pub const INITIAL_POSITION: &str = "SHARDKEEPER_INITIAL_POSITION";
 
+/// How many buckets (partition keys) a new group's shard items are spread
+/// over: a power of two up to 1024. Unset, the scheduled functions choose
+/// from the stream's open shard count at start, and the processing
+/// functions use [`PROCESSOR_BUCKETS`]. A group laid out already keeps its own.
+pub const BUCKETS: &str = "SHARDKEEPER_BUCKETS";
+
+/// The processing functions' bucket count when [`BUCKETS`] is unset: their
+/// group is never read whole on a schedule, so many buckets cost nothing
+/// but an operator's listing of parked records.
+pub const PROCESSOR_BUCKETS: u16 = 32;
+
 /// The stream's retention in hours (default 24).
 pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 
@@ -87,6 +98,9 @@ pub struct ScheduledConfig {
     pub efo_pool_size: usize,
     /// Where a shard worker starts a shard with no checkpoint.
     pub initial_position: InitialPosition,
+    /// The bucket count a new group is laid out with; `None`: chosen from the
+    /// stream's open shards at start.
+    pub buckets: Option<Buckets>,
 }
 
 /// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
@@ -143,10 +157,39 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     }
 }
 
-/// The state store's table, group and stream from `SHARDKEEPER_TABLE`,
-/// `SHARDKEEPER_GROUP` and `SHARDKEEPER_STREAM` (for the processing functions).
+/// The state store's table, group, stream and buckets from
+/// `SHARDKEEPER_TABLE`, `SHARDKEEPER_GROUP`, `SHARDKEEPER_STREAM` and
+/// `SHARDKEEPER_BUCKETS` (for the processing functions).
 pub fn store_config_from_env() -> Result<StoreConfig, ConfigError> {
-    store_config(&Vars(|k: &str| std::env::var(k).ok()))
+    processor_store_config(|k: &str| std::env::var(k).ok())
+}
+
+/// [`store_config_from_env`] through `lookup` (variable name to value).
+pub fn processor_store_config(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<StoreConfig, ConfigError> {
+    let vars = Vars(lookup);
+    let buckets =
+        buckets(&vars)?.unwrap_or_else(|| Buckets::new(PROCESSOR_BUCKETS).expect("a power of two"));
+    Ok(store_config(&vars)?.buckets(buckets))
+}
+
+/// Reads [`BUCKETS`], if set.
+fn buckets<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Option<Buckets>, ConfigError> {
+    let Some(value) = vars.get(BUCKETS) else {
+        return Ok(None);
+    };
+    let count = value
+        .trim()
+        .parse::<u16>()
+        .map_err(|_| ConfigError::Malformed {
+            var: BUCKETS,
+            value: value.clone(),
+            reason: format!("a power of two from 1 to {}", Buckets::MAX),
+        })?;
+    Buckets::new(count)
+        .map(Some)
+        .map_err(|e| state_error(BUCKETS, value.clone(), e))
 }
 
 fn store_config<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<StoreConfig, ConfigError> {
@@ -232,6 +275,7 @@ impl ScheduledConfig {
                 retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
             },
             initial_position: initial_position(vars.get(INITIAL_POSITION))?,
+            buckets: buckets(&vars)?,
             efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
                 n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
                 n => {

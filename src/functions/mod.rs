@@ -15,19 +15,26 @@ pub use worker::{invocation_consumer_id, worker_metrics, WorkerFunction};
 /// Checks the state table and the stream once and records the stream's
 /// creation time (resetting the state if the stream was re-created): what
 /// the scheduled functions do at init, which also warms both connections.
+/// A new group is laid out over the configured buckets, or as many as the
+/// stream's open shards need.
 pub async fn start_store(
     config: &crate::config::ScheduledConfig,
     dynamodb: aws_sdk_dynamodb::Client,
     kinesis: &aws_sdk_kinesis::Client,
 ) -> Result<crate::state::StateStore, crate::state::StateError> {
-    use crate::state::{kinesis_stream_created, StartOptions, StateStore, TableOptions};
-    let store = StateStore::new(dynamodb, config.store.clone());
-    let created =
-        kinesis_stream_created(kinesis, config.store.stream.as_str(), &config.store.retry).await?;
+    use crate::state::{
+        kinesis_stream_summary, Buckets, SpreadPolicy, StartOptions, StateStore, TableOptions,
+    };
+    let summary =
+        kinesis_stream_summary(kinesis, config.store.stream.as_str(), &config.store.retry).await?;
+    let buckets = config
+        .buckets
+        .unwrap_or_else(|| Buckets::for_shards(summary.open_shards, &SpreadPolicy::default()));
+    let store = StateStore::new(dynamodb, config.store.clone().buckets(buckets));
     store
         .start(&StartOptions {
             table: TableOptions::default(),
-            stream_created: created,
+            stream_created: summary.created,
         })
         .await?;
     Ok(store)

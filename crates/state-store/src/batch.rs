@@ -46,6 +46,16 @@ impl BatchKey {
         )
     }
 
+    /// What spreads the batch's item over the buckets: its shard, or its
+    /// first record's sequence number where the event names no shard.
+    fn spread_by(&self) -> &str {
+        if self.shard.is_empty() {
+            self.first.as_str()
+        } else {
+            &self.shard
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         if self.stream.is_empty() {
             return Err(StateError::validation("stream ARN", "must not be empty"));
@@ -65,7 +75,8 @@ impl StateStore {
     /// to it was completed (handled or parked) by an earlier attempt.
     pub async fn batch_checkpoint(&self, batch: &BatchKey) -> Result<Option<Checkpoint>> {
         batch.validate()?;
-        match self.get_item(&batch.sort_key()).await? {
+        let at = self.spread(batch.spread_by(), batch.sort_key()).await?;
+        match self.get_item(&at).await? {
             Some(item) => stored_checkpoint(&item),
             None => Ok(None),
         }
@@ -88,7 +99,8 @@ impl StateStore {
             .value("shard", s(batch.shard.as_str()))
             .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
         let update = format!("{update}, #shard = :shard, #expires_ttl = :ttl");
-        let req = self.update_req(&batch.sort_key(), &expr, &update, Some(MONOTONIC));
+        let at = self.spread_new(batch.spread_by(), batch.sort_key()).await?;
+        let req = self.update_req(&at, &expr, &update, Some(MONOTONIC));
         match self.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => stale_from(old.as_ref()),

@@ -7,7 +7,7 @@ use crate::item::{n, s, Expr, RawItem};
 use crate::lease::lost;
 use crate::model::{stored_checkpoint, EfoLock, Lease, ShardState};
 use crate::names::ShardId;
-use crate::schema::{attr, efo_sk, ShardScope, PK, SK};
+use crate::schema::{attr, efo_sk, ShardScope};
 use crate::sequence::Checkpoint;
 use crate::shard::ShardSpec;
 use crate::store::StateStore;
@@ -128,7 +128,7 @@ impl StateStore {
             .value("n", n(lease.counter));
         let condition = format!("#owner = :me AND #counter = :n AND {MONOTONIC}");
         let req = self.update_req(
-            &ShardScope::Group.shard_sk(&lease.shard_id),
+            &self.shard_at(&ShardScope::Group, &lease.shard_id).await?,
             &expr,
             &update,
             Some(&condition),
@@ -187,7 +187,8 @@ impl StateStore {
                 .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
             update.push_str(", #expires_ttl = :ttl");
         }
-        let req = self.update_req(&scope.shard_sk(shard), &expr, &update, Some(MONOTONIC));
+        let at = self.shard_at_new(scope, shard).await?;
+        let req = self.update_req(&at, &expr, &update, Some(MONOTONIC));
         match self.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => stale_from(old.as_ref()),
@@ -207,17 +208,12 @@ impl StateStore {
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             StateError::validation("transaction", e.to_string())
         };
-        let key = |sk: String| {
-            [
-                (PK.to_owned(), s(self.partition_key())),
-                (SK.to_owned(), s(sk)),
-            ]
-            .into_iter()
-            .collect::<RawItem>()
-        };
+        let shard_at = self
+            .shard_at_new(&ShardScope::Efo(lock.name.clone()), shard)
+            .await?;
         let check = ConditionCheck::builder()
             .table_name(self.table())
-            .set_key(Some(key(efo_sk(&lock.name))))
+            .set_key(Some(self.home(efo_sk(&lock.name)).key()))
             .condition_expression("#used_by = :me AND #lock_counter = :n")
             .expression_attribute_names("#used_by", attr::USED_BY)
             .expression_attribute_names("#lock_counter", attr::LOCK_COUNTER)
@@ -229,9 +225,7 @@ impl StateStore {
         let expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
         let write = Update::builder()
             .table_name(self.table())
-            .set_key(Some(
-                key(ShardScope::Efo(lock.name.clone()).shard_sk(shard)),
-            ))
+            .set_key(Some(shard_at.key()))
             .update_expression(format!("{update}, #shard = :shard"))
             .condition_expression(MONOTONIC)
             .set_expression_attribute_names(expr.names_opt())
@@ -363,7 +357,12 @@ impl StateStore {
             None => "attribute_exists(pk)",
         };
         let req = self
-            .update_req(&scope.shard_sk(shard), &expr, &update, Some(condition))
+            .update_req(
+                &self.shard_at(scope, shard).await?,
+                &expr,
+                &update,
+                Some(condition),
+            )
             .return_values(ReturnValue::AllOld);
         let previous = match self.conditional_update(req).await? {
             Ok(old) => ShardState::from_item(&old)?,
@@ -412,7 +411,7 @@ impl StateStore {
             }
             update.push_str(" DELETE #pending :parent");
             let req = self.update_req(
-                &scope.shard_sk(&child.shard_id),
+                &self.shard_at(scope, &child.shard_id).await?,
                 &expr,
                 &update,
                 Some("attribute_exists(pk)"),

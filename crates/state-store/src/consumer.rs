@@ -129,7 +129,7 @@ impl StateStore {
         }
         update.push_str(add);
         let req = self
-            .update_req(&consumer_sk(&info.id), &expr, &update, condition)
+            .update_req(&self.home(consumer_sk(&info.id)), &expr, &update, condition)
             .return_values(ReturnValue::AllOld);
         let old = match self.conditional_update(req).await? {
             Ok(old) => old,
@@ -159,7 +159,7 @@ impl StateStore {
     pub async fn notify_assigned(&self, consumer: &ConsumerId) -> Result<bool> {
         let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
         let req = self.update_req(
-            &consumer_sk(consumer),
+            &self.home(consumer_sk(consumer)),
             &expr,
             "ADD #assigned :one",
             Some("attribute_exists(pk)"),
@@ -174,7 +174,7 @@ impl StateStore {
             .names(&[attr::ACTIVE])
             .value("active", AttributeValue::Bool(active));
         let req = self.update_req(
-            &consumer_sk(consumer),
+            &self.home(consumer_sk(consumer)),
             &expr,
             "SET #active = :active",
             Some("attribute_exists(pk)"),
@@ -187,7 +187,7 @@ impl StateStore {
     /// not registered.
     pub async fn deregister_consumer(&self, consumer: &ConsumerId) -> Result<bool> {
         self.delete_item(
-            &consumer_sk(consumer),
+            &self.home(consumer_sk(consumer)),
             Some("attribute_exists(pk)"),
             &Expr::new(),
         )
@@ -196,7 +196,7 @@ impl StateStore {
 
     /// One consumer, if registered.
     pub async fn get_consumer(&self, consumer: &ConsumerId) -> Result<Option<ConsumerState>> {
-        self.get_item(&consumer_sk(consumer))
+        self.get_item(&self.home(consumer_sk(consumer)))
             .await?
             .map(|item| ConsumerState::from_item(consumer.as_str(), &item))
             .transpose()
@@ -204,7 +204,7 @@ impl StateStore {
 
     /// Every registered consumer of the group.
     pub async fn list_consumers(&self) -> Result<Vec<ConsumerState>> {
-        self.query_prefix(SK_CONSUMER)
+        self.query_home(SK_CONSUMER)
             .await?
             .iter()
             .filter_map(|item| sk_suffix(item, SK_CONSUMER).map(|id| (id, item)))
@@ -218,8 +218,12 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::HEARTBEAT])
             .value("seen", n(seen.heartbeat));
-        self.delete_item(&consumer_sk(seen.id()), Some("#heartbeat = :seen"), &expr)
-            .await
+        self.delete_item(
+            &self.home(consumer_sk(seen.id())),
+            Some("#heartbeat = :seen"),
+            &expr,
+        )
+        .await
     }
 
     /// Removes a consumer that missed its heartbeat, if its heartbeat is

@@ -34,7 +34,7 @@ impl StateStore {
             .value("zero", n(0))
             .value("now", n(now));
         let req = self.update_req(
-            &efo_sk(name),
+            &self.home(efo_sk(name)),
             &expr,
             "SET #arn = :arn, #lock_counter = :zero, #released = :now, #updated = :now",
             Some("attribute_not_exists(pk)"),
@@ -44,14 +44,18 @@ impl StateStore {
 
     /// Removes an EFO consumer from the state; `false` if it was not there.
     pub async fn deregister_efo(&self, name: &EfoName) -> Result<bool> {
-        self.delete_item(&efo_sk(name), Some("attribute_exists(pk)"), &Expr::new())
-            .await
+        self.delete_item(
+            &self.home(efo_sk(name)),
+            Some("attribute_exists(pk)"),
+            &Expr::new(),
+        )
+        .await
     }
 
     /// Every EFO consumer of the pool, by name.
     pub async fn list_efo(&self) -> Result<Vec<EfoState>> {
         let mut pool = self
-            .query_prefix(SK_EFO)
+            .query_home(SK_EFO)
             .await?
             .iter()
             .filter_map(|item| sk_suffix(item, SK_EFO).map(|name| (name, item)))
@@ -106,7 +110,7 @@ impl StateStore {
             .value("one", n(1))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &efo_sk(&efo.name),
+            &self.home(efo_sk(&efo.name)),
             &expr,
             "SET #used_by = :me, #updated = :now ADD #lock_counter :one REMOVE #released",
             Some(
@@ -136,7 +140,7 @@ impl StateStore {
             .value("one", n(1))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &efo_sk(&lock.name),
+            &self.home(efo_sk(&lock.name)),
             &expr,
             "SET #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
             Some("#used_by = :me AND #lock_counter = :n"),
@@ -165,7 +169,7 @@ impl StateStore {
             .value("true", AttributeValue::Bool(true))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &efo_sk(&lock.name),
+            &self.home(efo_sk(&lock.name)),
             &expr,
             "SET #retiring = :true, #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
             Some("#used_by = :me AND #lock_counter = :n"),
@@ -231,7 +235,7 @@ impl StateStore {
             .value("n", n(lock_counter))
             .value("true", AttributeValue::Bool(true));
         let mark = self.update_req(
-            &efo_sk(name),
+            &self.home(efo_sk(name)),
             &expr,
             "SET #retiring = :true",
             Some("attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n"),
@@ -256,7 +260,7 @@ impl StateStore {
         }
         // A retried delete whose first attempt was applied finds nothing: done too.
         self.delete_item(
-            &efo_sk(name),
+            &self.home(efo_sk(name)),
             Some("attribute_not_exists(pk) OR (#retiring = :true AND #lock_counter = :n)"),
             &expr,
         )

@@ -51,11 +51,14 @@ pub async fn list_groups(
             else {
                 continue;
             };
-            // Group and stream names cannot hold '#'.
-            let Some((group, stream)) = pk.split_once('#') else {
+            // Group and stream names cannot hold '#'; a bucket key adds
+            // `#<bucket>` to the group's home key.
+            let Some((group, rest)) = pk.split_once('#') else {
                 continue;
             };
-            let row = groups.entry(pk.clone()).or_insert_with(|| GroupSummary {
+            let stream = rest.split_once('#').map_or(rest, |(stream, _)| stream);
+            let home = format!("{group}#{stream}");
+            let row = groups.entry(home).or_insert_with(|| GroupSummary {
                 group: group.to_owned(),
                 stream: stream.to_owned(),
                 ..GroupSummary::default()

@@ -11,7 +11,7 @@ use crate::item::{n, s, Expr, RawItem};
 use crate::model::{Claim, Lease, ShardState};
 use crate::names::{ConsumerId, ShardId};
 use crate::schema::{attr, ShardScope};
-use crate::store::StateStore;
+use crate::store::{At, StateStore};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -131,8 +131,8 @@ fn lease_from(item: &RawItem) -> Result<Lease> {
 }
 
 impl StateStore {
-    fn lease_sk(shard: &ShardId) -> String {
-        ShardScope::Group.shard_sk(shard)
+    async fn lease_at(&self, shard: &ShardId) -> Result<At> {
+        self.shard_at(&ShardScope::Group, shard).await
     }
 
     /// Takes the lease if it is free or expired by this writer's wall clock
@@ -257,7 +257,8 @@ impl StateStore {
             "SET #owner = :me, #expires = :until, #updated = :now{set_holder} \
              ADD #counter :one REMOVE #claim_by, #claim_at{remove_holder}"
         );
-        let req = self.update_req(&Self::lease_sk(shard), &expr, &update, Some(condition));
+        let at = self.lease_at(shard).await?;
+        let req = self.update_req(&at, &expr, &update, Some(condition));
         match self.conditional_update(req).await? {
             Ok(item) => lease_from(&item).map(Ok),
             Err(old) => Ok(Err(old)),
@@ -274,7 +275,7 @@ impl StateStore {
             .value("now", n(now))
             .value("until", n(now + duration_millis(term)));
         let req = self.update_req(
-            &Self::lease_sk(&lease.shard_id),
+            &self.lease_at(&lease.shard_id).await?,
             &expr,
             "SET #expires = :until, #updated = :now",
             Some(FENCE),
@@ -302,7 +303,7 @@ impl StateStore {
     /// lease free, or with the claimant, at the next counter, and reports
     /// what its first attempt did.
     pub async fn release_lease(&self, lease: &Lease, term: Duration) -> Result<Released> {
-        let sk = Self::lease_sk(&lease.shard_id);
+        let at = self.lease_at(&lease.shard_id).await?;
         for _ in 0..4 {
             let now = self.now();
             let expr = lease_names(Expr::new())
@@ -311,7 +312,7 @@ impl StateStore {
                 .value("now", n(now))
                 .value("one", n(1));
             let free = self.update_req(
-                &sk,
+                &at,
                 &expr,
                 "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #holder",
                 Some("#owner = :me AND #counter = :n AND attribute_not_exists(#claim_by)"),
@@ -336,7 +337,7 @@ impl StateStore {
                 .value("by", s(claim.by.as_str()))
                 .value("until", n(now + duration_millis(term)));
             let hand_off = self.update_req(
-                &sk,
+                &at,
                 &expr,
                 "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at, #holder",
                 Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
@@ -375,7 +376,7 @@ impl StateStore {
             .value("n", n(expected_counter))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &Self::lease_sk(shard),
+            &self.lease_at(shard).await?,
             &expr,
             "SET #claim_by = :by, #claim_at = :now, #updated = :now",
             Some("#counter = :n AND attribute_exists(#owner) AND #owner <> :by AND attribute_not_exists(#claim_by)"),
@@ -390,7 +391,7 @@ impl StateStore {
             .value("by", s(claimant.as_str()))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &Self::lease_sk(shard),
+            &self.lease_at(shard).await?,
             &expr,
             "SET #updated = :now REMOVE #claim_by, #claim_at",
             Some("#claim_by = :by"),
@@ -418,7 +419,7 @@ impl StateStore {
             None => "#owner = :me",
         };
         let req = self.update_req(
-            &Self::lease_sk(shard),
+            &self.lease_at(shard).await?,
             &expr,
             "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at, #holder",
             Some(condition),

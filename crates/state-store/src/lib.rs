@@ -27,6 +27,7 @@
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
 mod batch;
+mod buckets;
 mod checkpoint;
 mod clock;
 mod consumer;
@@ -35,6 +36,7 @@ mod efo;
 mod error;
 mod groups;
 mod item;
+mod layout;
 mod lease;
 mod model;
 mod names;
@@ -51,12 +53,14 @@ mod stream;
 mod table;
 
 pub use batch::{BatchKey, SK_BATCH};
+pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};
 pub use consumer::{ClearReport, Heartbeat};
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;
+pub use layout::SK_BUCKETS;
 pub use lease::{Released, Renewal, TakeFrom};
 pub use model::{
     Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
@@ -74,5 +78,5 @@ pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
 pub use shard::{EnsureShard, ShardSpec};
 pub use snapshot::{Assignment, GroupSnapshot};
 pub use store::{StateStore, StoreConfig, StoreStats};
-pub use stream::{kinesis_stream_created, StartOptions, StartReport, StreamInit};
+pub use stream::{kinesis_stream_summary, StartOptions, StartReport, StreamInit, StreamSummary};
 pub use table::{Billing, TableOptions, TableReport};

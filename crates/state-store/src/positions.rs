@@ -97,7 +97,10 @@ impl StateStore {
         if !removes.is_empty() {
             update.push_str(&format!(" REMOVE {}", removes.join(", ")));
         }
-        let req = self.update_req(&position_sk(&position.shard_id), &expr, &update, None);
+        let at = self
+            .spread_new(position.shard_id.as_str(), position_sk(&position.shard_id))
+            .await?;
+        let req = self.update_req(&at, &expr, &update, None);
         self.call_plain("UpdateItem", || req.clone().send()).await?;
         Ok(())
     }
@@ -105,7 +108,7 @@ impl StateStore {
     /// Every saved position, by shard id.
     pub async fn load_positions(&self) -> Result<Vec<StoredShardPosition>> {
         let mut positions = self
-            .query_prefix(SK_DDBPOS)
+            .query_buckets(SK_DDBPOS)
             .await?
             .iter()
             .map(StoredShardPosition::from_item)
@@ -117,7 +120,7 @@ impl StateStore {
     /// Forgets a shard's position (the shard is gone); `true` if there was one.
     pub async fn remove_position(&self, shard: &ShardId) -> Result<bool> {
         self.delete_item(
-            &position_sk(shard),
+            &self.spread(shard.as_str(), position_sk(shard)).await?,
             Some("attribute_exists(pk)"),
             &Expr::new(),
         )

@@ -35,6 +35,14 @@ pub struct RecordKey {
 }
 
 impl RecordKey {
+    /// What spreads the record's items over the buckets: its shard, or its
+    /// sequence number where the event names no shard.
+    fn spread_by(&self) -> &str {
+        self.shard_id
+            .as_ref()
+            .map_or(self.sequence.as_str(), ShardId::as_str)
+    }
+
     fn suffix(&self) -> String {
         let shard = self.shard_id.as_ref().map_or("", ShardId::as_str);
         let record = format!("{}#{}", self.sequence.sortable(), self.sub_sequence);
@@ -81,8 +89,11 @@ impl StateStore {
             .names(&[attr::ATTEMPTS, TTL])
             .value("one", n(1))
             .value("ttl", n(ttl_at(self.now(), ttl)));
+        let at = self
+            .spread_new(key.spread_by(), format!("{SK_ATTEMPTS}{}", key.suffix()))
+            .await?;
         let req = self.update_req(
-            &format!("{SK_ATTEMPTS}{}", key.suffix()),
+            &at,
             &expr,
             "SET #expires_ttl = :ttl ADD #attempts :one",
             None,
@@ -125,8 +136,14 @@ impl StateStore {
             .value("attempts", n(record.attempts))
             .value("now", n(now))
             .value("ttl", n(ttl_at(now, ttl)));
+        let at = self
+            .spread_new(
+                record.key.spread_by(),
+                format!("{SK_PARKED}{}", record.key.suffix()),
+            )
+            .await?;
         let req = self.update_req(
-            &format!("{SK_PARKED}{}", record.key.suffix()),
+            &at,
             &expr,
             "SET #source = :source, #shard = :shard, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
              #error = :error, #attempts = :attempts, #parked = :now, #expires_ttl = :ttl, \
@@ -140,17 +157,16 @@ impl StateStore {
     /// Removes a parked record (replayed, or dealt with); `false` if it was
     /// not parked.
     pub async fn remove_parked(&self, key: &RecordKey) -> Result<bool> {
-        self.delete_item(
-            &format!("{SK_PARKED}{}", key.suffix()),
-            Some("attribute_exists(pk)"),
-            &Expr::new(),
-        )
-        .await
+        let at = self
+            .spread(key.spread_by(), format!("{SK_PARKED}{}", key.suffix()))
+            .await?;
+        self.delete_item(&at, Some("attribute_exists(pk)"), &Expr::new())
+            .await
     }
 
     /// Every parked record of the group, oldest sequence first per shard.
     pub async fn list_parked(&self) -> Result<Vec<ParkedRecord>> {
-        self.query_prefix(SK_PARKED)
+        self.query_buckets(SK_PARKED)
             .await?
             .iter()
             .map(parked_from)

@@ -61,7 +61,7 @@ impl StateStore {
         };
         update.push_str(" ADD #counter :one");
         let req = self.update_req(
-            &scope.shard_sk(&seen.shard_id),
+            &self.shard_at(scope, &seen.shard_id).await?,
             &expr,
             &update,
             Some(&condition),

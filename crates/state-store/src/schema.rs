@@ -18,8 +18,19 @@
 
 use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 
-/// The version of this layout, stored in the `STREAM` item.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The newest layout version this code reads, stored in the `STREAM` item:
+/// 1 for a group under one key, 2 for a group spread over buckets (older
+/// code, which knows no buckets, refuses to start on it).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The layout version of a group with `buckets` buckets.
+pub fn schema_version(buckets: crate::buckets::Buckets) -> u32 {
+    if buckets == crate::buckets::Buckets::ONE {
+        1
+    } else {
+        2
+    }
+}
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shardkeeper-state";
 
@@ -51,6 +62,8 @@ pub mod attr {
     pub const STREAM_CREATED: &str = "stream_created";
     /// Stream: layout version.
     pub const SCHEMA: &str = "schema";
+    /// Layout: how many bucket keys the group's shard items are spread over.
+    pub const BUCKETS: &str = "buckets";
     /// Any: last write time (ms).
     pub const UPDATED: &str = "updated";
     /// Consumer: application name.

@@ -92,10 +92,10 @@ impl StateStore {
     /// Create parents before children (shard discovery walks parents first).
     /// An existing shard that is now closed gets its ending sequence number.
     pub async fn ensure_shard(&self, scope: &ShardScope, spec: &ShardSpec) -> Result<EnsureShard> {
-        let sk = scope.shard_sk(&spec.shard_id);
+        let at = self.shard_at_new(scope, &spec.shard_id).await?;
         let mut pending = Vec::new();
         for parent in &spec.parents {
-            if let Some(item) = self.get_item(&scope.shard_sk(parent)).await? {
+            if let Some(item) = self.get_item(&self.shard_at(scope, parent).await?).await? {
                 if !ShardState::from_item(&item)?.depleted {
                     pending.push(parent.as_str().to_owned());
                 }
@@ -143,7 +143,7 @@ impl StateStore {
             expr = expr.names(&[attr::SEQ_HI]).value("seq_hi", s(seq.as_str()));
         }
         let update = format!("SET {}", sets.join(", "));
-        let req = self.update_req(&sk, &expr, &update, Some("attribute_not_exists(pk)"));
+        let req = self.update_req(&at, &expr, &update, Some("attribute_not_exists(pk)"));
         if self.conditional_update(req).await?.is_ok() {
             return Ok(EnsureShard::Created);
         }
@@ -155,7 +155,7 @@ impl StateStore {
             .value("seq_hi", s(end.as_str()))
             .value("now", n(self.now()));
         let req = self.update_req(
-            &sk,
+            &at,
             &expr,
             "SET #seq_hi = :seq_hi, #updated = :now",
             Some("attribute_exists(pk) AND attribute_not_exists(#seq_hi)"),
@@ -168,7 +168,7 @@ impl StateStore {
 
     /// The state of one shard; [`StateError::NotFound`] if it has none.
     pub async fn get_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<ShardState> {
-        match self.get_item(&scope.shard_sk(shard)).await? {
+        match self.get_item(&self.shard_at(scope, shard).await?).await? {
             Some(item) => ShardState::from_item(&item),
             None => Err(StateError::not_found(format!("shard {shard} ({scope:?})"))),
         }
@@ -177,7 +177,7 @@ impl StateStore {
     /// Every shard of `scope`, in shard id order.
     pub async fn list_shards(&self, scope: &ShardScope) -> Result<Vec<ShardState>> {
         let mut shards = self
-            .query_prefix(&scope.prefix())
+            .query_buckets(&scope.prefix())
             .await?
             .iter()
             .map(ShardState::from_item)
@@ -190,7 +190,7 @@ impl StateStore {
     /// longer exists; `true` if there was state to remove.
     pub async fn remove_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<bool> {
         self.delete_item(
-            &scope.shard_sk(shard),
+            &self.shard_at(scope, shard).await?,
             Some("attribute_exists(pk)"),
             &Expr::new(),
         )
@@ -211,7 +211,7 @@ impl StateStore {
             .value("true", AttributeValue::Bool(true))
             .value("n", n(expected_counter));
         self.delete_item(
-            &scope.shard_sk(shard),
+            &self.shard_at(scope, shard).await?,
             Some("#depleted = :true AND #counter = :n"),
             &expr,
         )
@@ -231,8 +231,12 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::UPDATED])
             .value("seen", n(seen_updated));
-        self.delete_item(&scope.shard_sk(shard), Some("#updated = :seen"), &expr)
-            .await
+        self.delete_item(
+            &self.shard_at(scope, shard).await?,
+            Some("#updated = :seen"),
+            &expr,
+        )
+        .await
     }
 
     /// Clears `parent` from the child's pending parents (the parent was
@@ -252,7 +256,7 @@ impl StateStore {
             )
             .value("now", n(self.now()));
         let req = self.update_req(
-            &scope.shard_sk(child),
+            &self.shard_at(scope, child).await?,
             &expr,
             "SET #updated = :now DELETE #pending :parent",
             Some("attribute_exists(pk)"),

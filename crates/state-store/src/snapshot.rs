@@ -1,7 +1,10 @@
-//! The whole group in one paginated Query, and who is assigned which shards.
+//! The whole group in one read of its home key and its buckets, and who is
+//! assigned which shards.
 
+use crate::buckets::Buckets;
 use crate::clock::EpochMillis;
 use crate::error::Result;
+use crate::layout::SK_BUCKETS;
 use crate::model::{ConsumerState, EfoState, ShardState, StoredShardPosition, StreamState};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{SK_CONSUMER, SK_DDBPOS, SK_EFO, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
@@ -15,6 +18,8 @@ pub struct GroupSnapshot {
     pub taken_at: EpochMillis,
     /// The stream item.
     pub stream: Option<StreamState>,
+    /// How many buckets the group's shard items are spread over.
+    pub buckets: Buckets,
     /// Registered consumers.
     pub consumers: Vec<ConsumerState>,
     /// The EFO consumer pool.
@@ -43,15 +48,20 @@ fn split_scope(rest: &str) -> Option<&str> {
 }
 
 impl StateStore {
-    /// Reads the whole group: one strongly consistent Query, paginated.
+    /// Reads the whole group: one strongly consistent Query (paginated) of
+    /// the home key and of each bucket, several at once.
     pub async fn load_group(&self) -> Result<GroupSnapshot> {
-        let items = self.query_prefix("").await?;
+        let buckets = self.buckets().await?;
+        let items = self.query_all(buckets, "", true).await?;
         let mut snap = GroupSnapshot {
             taken_at: self.now(),
+            buckets,
             ..GroupSnapshot::default()
         };
         for item in &items {
-            if sk_suffix(item, SK_STREAM) == Some("") {
+            if sk_suffix(item, SK_BUCKETS) == Some("") {
+                snap.buckets = self.note_layout(item)?;
+            } else if sk_suffix(item, SK_STREAM) == Some("") {
                 snap.stream = Some(StreamState::from_item(item)?);
             } else if let Some(id) = sk_suffix(item, SK_CONSUMER) {
                 snap.consumers.push(ConsumerState::from_item(id, item)?);

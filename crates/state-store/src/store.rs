@@ -1,5 +1,6 @@
 //! The state store handle: configuration, and the thin request helpers every operation uses.
 
+use crate::buckets::Buckets;
 use crate::clock::{Clock, EpochMillis, SystemClock};
 use crate::error::{Result, Service, StateError};
 use crate::item::{s, Expr, RawItem};
@@ -12,7 +13,7 @@ use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What identifies one consumer group's state: the table, the group and the stream.
@@ -26,6 +27,9 @@ pub struct StoreConfig {
     pub stream: StreamName,
     /// Retries of throttled requests.
     pub retry: RetryPolicy,
+    /// How many buckets a group gets when this store lays it out (its first
+    /// write of a shard item); a group laid out already keeps its own.
+    pub buckets: Buckets,
 }
 
 impl StoreConfig {
@@ -36,6 +40,7 @@ impl StoreConfig {
             group: GroupName::new(group)?,
             stream: StreamName::new(stream)?,
             retry: RetryPolicy::default(),
+            buckets: Buckets::ONE,
         })
     }
 
@@ -59,6 +64,12 @@ impl StoreConfig {
         self.retry = retry;
         self
     }
+
+    /// Sets how many buckets a new group is laid out with (see [`Buckets`]).
+    pub fn buckets(mut self, buckets: Buckets) -> Self {
+        self.buckets = buckets;
+        self
+    }
 }
 
 /// Counters of what the store saw, for metrics.
@@ -74,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     pub(crate) pk: String,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The group's bucket count once read from its layout item (0: not yet).
+    pub(crate) layout: AtomicU16,
     stopped: AtomicBool,
     lost_conditions: AtomicU64,
 }
@@ -105,6 +118,7 @@ impl StateStore {
                 config,
                 pk,
                 clock,
+                layout: AtomicU16::new(0),
                 stopped: AtomicBool::new(false),
                 lost_conditions: AtomicU64::new(0),
             }),
@@ -116,9 +130,28 @@ impl StateStore {
         &self.inner.config
     }
 
-    /// The partition key of this group's items.
+    /// The home key of this group: the partition key of its own items (and
+    /// of every item while it has one bucket).
     pub fn partition_key(&self) -> &str {
         &self.inner.pk
+    }
+
+    /// The partition key of bucket `bucket` of `buckets`: the home key when
+    /// there is one bucket, else `<home key>#<bucket>`.
+    pub fn bucket_key(&self, buckets: Buckets, bucket: u16) -> String {
+        if buckets == Buckets::ONE {
+            self.inner.pk.clone()
+        } else {
+            format!("{}#{bucket}", self.inner.pk)
+        }
+    }
+
+    /// An item under the home key.
+    pub(crate) fn home(&self, sk: impl Into<String>) -> At {
+        At {
+            pk: self.inner.pk.clone(),
+            sk: sk.into(),
+        }
     }
 
     /// The DynamoDB client.
@@ -182,7 +215,7 @@ impl StateStore {
         .await;
         if let Err(CallError::Condition(_)) = &out {
             self.inner.lost_conditions.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(operation, pk = %self.inner.pk, "condition not met");
+            tracing::debug!(operation, group = %self.inner.pk, "condition not met");
         }
         out
     }
@@ -214,7 +247,7 @@ impl StateStore {
     /// An UpdateItem on one item of this group, returning the new item.
     pub(crate) fn update_req(
         &self,
-        sk: &str,
+        at: &At,
         expr: &Expr,
         update: &str,
         condition: Option<&str>,
@@ -223,8 +256,8 @@ impl StateStore {
         self.client()
             .update_item()
             .table_name(self.table())
-            .key(PK, s(&self.inner.pk))
-            .key(SK, s(sk))
+            .key(PK, s(&at.pk))
+            .key(SK, s(&at.sk))
             .update_expression(update)
             .set_condition_expression(condition.map(str::to_owned))
             .set_expression_attribute_names(expr.names_opt())
@@ -250,13 +283,13 @@ impl StateStore {
     }
 
     /// A strongly consistent GetItem of one item of this group.
-    pub(crate) async fn get_item(&self, sk: &str) -> Result<Option<RawItem>> {
+    pub(crate) async fn get_item(&self, at: &At) -> Result<Option<RawItem>> {
         let req = self
             .client()
             .get_item()
             .table_name(self.table())
-            .key(PK, s(&self.inner.pk))
-            .key(SK, s(sk))
+            .key(PK, s(&at.pk))
+            .key(SK, s(&at.sk))
             .consistent_read(true);
         let out = self.call_plain("GetItem", || req.clone().send()).await?;
         Ok(out.item)
@@ -266,7 +299,7 @@ impl StateStore {
     /// `true` if it was deleted (or there was nothing and no condition).
     pub(crate) async fn delete_item(
         &self,
-        sk: &str,
+        at: &At,
         condition: Option<&str>,
         expr: &Expr,
     ) -> Result<bool> {
@@ -275,8 +308,8 @@ impl StateStore {
             .client()
             .delete_item()
             .table_name(self.table())
-            .key(PK, s(&self.inner.pk))
-            .key(SK, s(sk))
+            .key(PK, s(&at.pk))
+            .key(SK, s(&at.sk))
             .set_condition_expression(condition.map(str::to_owned))
             .set_expression_attribute_names(expr.names_opt())
             .set_expression_attribute_values(expr.values_opt());
@@ -287,9 +320,15 @@ impl StateStore {
         }
     }
 
-    /// Every item of this group whose sort key starts with `prefix`
+    /// Every item under the home key whose sort key starts with `prefix`
     /// (strongly consistent, paginated).
-    pub(crate) async fn query_prefix(&self, prefix: &str) -> Result<Vec<RawItem>> {
+    pub(crate) async fn query_home(&self, prefix: &str) -> Result<Vec<RawItem>> {
+        self.query_key(&self.inner.pk, prefix).await
+    }
+
+    /// Every item under partition key `pk` whose sort key starts with
+    /// `prefix` (strongly consistent, paginated).
+    pub(crate) async fn query_key(&self, pk: &str, prefix: &str) -> Result<Vec<RawItem>> {
         let mut items = Vec::new();
         let mut start: Option<RawItem> = None;
         loop {
@@ -299,7 +338,7 @@ impl StateStore {
                 .table_name(self.table())
                 .consistent_read(true)
                 .expression_attribute_names("#pk", PK)
-                .expression_attribute_values(":pk", s(&self.inner.pk))
+                .expression_attribute_values(":pk", s(pk))
                 .set_exclusive_start_key(start.take());
             req = if prefix.is_empty() {
                 req.key_condition_expression("#pk = :pk")
@@ -315,6 +354,22 @@ impl StateStore {
                 _ => return Ok(items),
             }
         }
+    }
+}
+
+/// Where one item lives: its partition key and its sort key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct At {
+    pub(crate) pk: String,
+    pub(crate) sk: String,
+}
+
+impl At {
+    /// The item's key attributes.
+    pub(crate) fn key(&self) -> RawItem {
+        [(PK.to_owned(), s(&self.pk)), (SK.to_owned(), s(&self.sk))]
+            .into_iter()
+            .collect()
     }
 }
 

@@ -3,9 +3,10 @@
 use crate::clock::EpochMillis;
 use crate::error::{Result, Service, StateError};
 use crate::item::{n, Expr, RawItem};
+use crate::layout::SK_BUCKETS;
 use crate::model::StreamState;
 use crate::retry::call_kinesis;
-use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_STREAM};
+use crate::schema::{attr, schema_version, PK, SCHEMA_VERSION, SK, SK_STREAM};
 use crate::store::StateStore;
 use crate::table::{TableOptions, TableReport};
 use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
@@ -59,7 +60,7 @@ impl StateStore {
 
     /// The stream item, if any.
     pub async fn stream_state(&self) -> Result<Option<StreamState>> {
-        self.get_item(SK_STREAM)
+        self.get_item(&self.home(SK_STREAM))
             .await?
             .map(|item| StreamState::from_item(&item))
             .transpose()
@@ -73,6 +74,9 @@ impl StateStore {
     /// of the group is deleted (logged as a warning) and the state starts anew.
     /// Only one of several racing callers performs the reset.
     pub async fn init_stream(&self, stream_created: EpochMillis) -> Result<StreamInit> {
+        // Laid out before the stream item is written: a group whose stream
+        // item came first is one written before buckets existed.
+        let version = schema_version(self.laid_out().await?);
         let mut reset = None;
         for _ in 0..5 {
             match self.stream_state().await? {
@@ -83,6 +87,9 @@ impl StateStore {
                     });
                 }
                 Some(state) if state.stream_created == stream_created => {
+                    if state.schema_version < version {
+                        self.raise_schema(version).await?;
+                    }
                     return Ok(reset.unwrap_or(StreamInit::Existing));
                 }
                 Some(state) => {
@@ -90,7 +97,7 @@ impl StateStore {
                         .names(&[attr::STREAM_CREATED])
                         .value("old", n(state.stream_created));
                     let won = self
-                        .delete_item(SK_STREAM, Some("#stream_created = :old"), &expr)
+                        .delete_item(&self.home(SK_STREAM), Some("#stream_created = :old"), &expr)
                         .await?;
                     if won {
                         let deleted = self.delete_items(false).await?;
@@ -112,10 +119,10 @@ impl StateStore {
                     let expr = Expr::new()
                         .names(&[attr::STREAM_CREATED, attr::SCHEMA, attr::UPDATED])
                         .value("created", n(stream_created))
-                        .value("schema", n(SCHEMA_VERSION))
+                        .value("schema", n(version))
                         .value("now", n(now));
                     let req = self.update_req(
-                        SK_STREAM,
+                        &self.home(SK_STREAM),
                         &expr,
                         "SET #stream_created = :created, #schema = :schema, #updated = :now",
                         Some("attribute_not_exists(pk)"),
@@ -135,19 +142,42 @@ impl StateStore {
         })
     }
 
-    /// Deletes every item of this group on this stream; returns how many.
-    pub async fn delete_all_items(&self) -> Result<usize> {
-        self.delete_items(true).await
+    /// Records that the group's state is of layout `version` now.
+    async fn raise_schema(&self, version: u32) -> Result<()> {
+        let expr = Expr::new().names(&[attr::SCHEMA]).value("v", n(version));
+        let req = self.update_req(
+            &self.home(SK_STREAM),
+            &expr,
+            "SET #schema = :v",
+            Some("attribute_exists(pk) AND #schema < :v"),
+        );
+        self.conditional_update(req).await?.ok();
+        Ok(())
     }
 
-    /// Deletes the group's items, the stream item only if `with_stream` (a
-    /// reset has removed it already, conditionally, and a racing start may
-    /// have written the new one).
-    async fn delete_items(&self, with_stream: bool) -> Result<usize> {
-        let items = self.query_prefix("").await?;
+    /// Deletes every item of this group on this stream, its layout too;
+    /// returns how many.
+    pub async fn delete_all_items(&self) -> Result<usize> {
+        let deleted = self.delete_items(true).await?;
+        self.forget_layout();
+        Ok(deleted)
+    }
+
+    /// Deletes the group's items in every bucket; the stream item and the
+    /// layout only if `everything` (a reset has removed the stream item
+    /// already, conditionally, and a racing start may have written the new
+    /// one; the layout says where the new state goes).
+    async fn delete_items(&self, everything: bool) -> Result<usize> {
+        let buckets = self.buckets().await?;
+        let items = self.query_all(buckets, "", true).await?;
+        let kept = |item: &RawItem| {
+            [SK_STREAM, SK_BUCKETS]
+                .iter()
+                .any(|sk| crate::store::sk_suffix(item, sk) == Some(""))
+        };
         let keys: Vec<RawItem> = items
             .into_iter()
-            .filter(|item| with_stream || crate::store::sk_suffix(item, SK_STREAM) != Some(""))
+            .filter(|item| everything || !kept(item))
             .map(|item| {
                 item.into_iter()
                     .filter(|(k, _)| k == PK || k == SK)
@@ -198,22 +228,36 @@ impl StateStore {
     }
 }
 
-/// The creation time of a Kinesis stream, to pass to [`StateStore::start`].
-pub async fn kinesis_stream_created(
+/// What one DescribeStreamSummary tells of a Kinesis stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// Its creation time, to pass to [`StateStore::start`].
+    pub created: EpochMillis,
+    /// How many shards are open now (what a new group's bucket count is
+    /// chosen from, see [`crate::Buckets::for_shards`]).
+    pub open_shards: usize,
+}
+
+/// The creation time and open shard count of a Kinesis stream.
+pub async fn kinesis_stream_summary(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
     retry: &crate::retry::RetryPolicy,
-) -> Result<EpochMillis> {
+) -> Result<StreamSummary> {
     let req = kinesis.describe_stream_summary().stream_name(stream);
     match call_kinesis(retry, "DescribeStreamSummary", || req.clone().send()).await {
         Ok(out) => {
-            let created = out
+            let summary = out
                 .stream_description_summary()
-                .map(|d| d.stream_creation_timestamp())
                 .ok_or_else(|| StateError::not_found(format!("stream {stream}")))?;
-            created
+            let created = summary
+                .stream_creation_timestamp()
                 .to_millis()
-                .map_err(|e| StateError::validation("stream creation time", e.to_string()))
+                .map_err(|e| StateError::validation("stream creation time", e.to_string()))?;
+            Ok(StreamSummary {
+                created,
+                open_shards: usize::try_from(summary.open_shard_count()).unwrap_or(0),
+            })
         }
         Err(StateError::Sdk {
             code: Some(code), ..

@@ -392,7 +392,8 @@ async fn a_slow_handler_never_outlives_the_lease() {
         shardkeeper::state::StoreConfig::new(&shardkeeper_local::unique_name("g"), &stream)
             .unwrap()
             .table(&ctx.table)
-            .unwrap();
+            .unwrap()
+            .buckets(crate::support::common::test_buckets());
     // The wall clock, as in production: leases expire in real time.
     let store = shardkeeper::StateStore::new(ctx.aws.dynamodb.clone(), config);
     let term = Duration::from_secs(1);

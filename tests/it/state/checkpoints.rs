@@ -159,7 +159,9 @@ async fn a_checkpoint_is_one_request_of_one_write_unit_whatever_the_shard_count(
             .table_name(&ctx.table)
             .key(
                 "pk",
-                aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().into()),
+                aws_sdk_dynamodb::types::AttributeValue::S(
+                    store.key_of(ids[shards - 1].as_str()).await.unwrap(),
+                ),
             )
             .key(
                 "sk",

@@ -2,6 +2,7 @@
 //! positions, EFO locks, a group of 10,000 shards.
 
 mod assignments;
+mod buckets;
 mod checkpoints;
 mod consumers;
 mod efo;

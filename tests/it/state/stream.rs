@@ -2,7 +2,7 @@
 
 use crate::support::common::{ctx, seed_shards, wait_stream_active};
 use shardkeeper::state::{
-    kinesis_stream_created, ConsumerId, ConsumerInfo, RetryPolicy, StartOptions, StreamInit,
+    kinesis_stream_summary, ConsumerId, ConsumerInfo, RetryPolicy, StartOptions, StreamInit,
     TableOptions,
 };
 use std::time::Duration;
@@ -12,9 +12,10 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     let ctx = ctx().await;
     let stream = crate::support::common::create_stream(&ctx.aws, 2).await;
     let retry = RetryPolicy::default();
-    let created = kinesis_stream_created(&ctx.aws.kinesis, &stream, &retry)
+    let created = kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
         .await
-        .unwrap();
+        .unwrap()
+        .created;
     let store = ctx.store(&stream);
     let options = StartOptions {
         table: TableOptions {
@@ -47,7 +48,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
         .unwrap();
     let mut gone = false;
     for _ in 0..200 {
-        if kinesis_stream_created(&ctx.aws.kinesis, &stream, &retry)
+        if kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
             .await
             .is_err()
         {
@@ -72,9 +73,10 @@ async fn state_is_reset_when_the_stream_is_recreated() {
         .await
         .unwrap();
     wait_stream_active(&ctx.aws, &stream).await;
-    let recreated = kinesis_stream_created(&ctx.aws.kinesis, &stream, &retry)
+    let recreated = kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
         .await
-        .unwrap();
+        .unwrap()
+        .created;
     assert_ne!(recreated, created);
 
     // Two starts race on the reset: one resets, both end on the new state.
@@ -102,7 +104,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
 #[tokio::test]
 async fn unknown_stream_is_a_typed_not_found() {
     let ctx = ctx().await;
-    let err = kinesis_stream_created(
+    let err = kinesis_stream_summary(
         &ctx.aws.kinesis,
         "no-such-stream-here",
         &RetryPolicy::default(),
@@ -149,7 +151,7 @@ async fn state_of_a_newer_schema_is_refused_at_start() {
             err,
             shardkeeper::state::StateError::NewerSchema {
                 found: 99,
-                supported: 1
+                supported: shardkeeper::state::schema::SCHEMA_VERSION
             }
         ),
         "{err}"

@@ -1,8 +1,8 @@
 //! Shared set-up: clients for the test servers, one state table per test run, unique groups.
 
 use shardkeeper::state::{
-    ConsumerId, Lease, ManualClock, RetryPolicy, ShardId, ShardScope, ShardSpec, StateStore,
-    StoreConfig, TableOptions,
+    Buckets, ConsumerId, Lease, ManualClock, RetryPolicy, ShardId, ShardScope, ShardSpec,
+    StateStore, StoreConfig, TableOptions,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::sync::Arc;
@@ -66,19 +66,33 @@ impl Ctx {
         self.store_for(&unique_name("g"), stream)
     }
 
-    /// A store for `group` on `stream`, on the manual clock.
+    /// A store for `group` on `stream`, on the manual clock, laying new
+    /// groups out over [`test_buckets`].
     pub fn store_for(&self, group: &str, stream: &str) -> StateStore {
         let config = StoreConfig::new(group, stream)
             .unwrap()
             .table(&self.table)
             .unwrap()
-            .retry(RetryPolicy::default());
+            .retry(RetryPolicy::default())
+            .buckets(test_buckets());
         StateStore::with_clock(
             self.aws.dynamodb.clone(),
             config,
             Arc::new(self.clock.clone()),
         )
     }
+}
+
+/// The bucket count the tests lay their groups out with: 4, so every test
+/// runs on the spread layout, or `SHARDKEEPER_TEST_BUCKETS` (1 runs the
+/// suite on the layout of groups written before buckets existed).
+pub fn test_buckets() -> Buckets {
+    let count = std::env::var("SHARDKEEPER_TEST_BUCKETS")
+        .ok()
+        .map_or(4, |v| {
+            v.parse().expect("SHARDKEEPER_TEST_BUCKETS: a number")
+        });
+    Buckets::new(count).expect("SHARDKEEPER_TEST_BUCKETS: a power of two up to 1024")
 }
 
 /// Creates `count` root shards `shardId-000000000000`... in the group scope.

@@ -368,7 +368,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         StoreConfig::new(&unique_name("stress"), &stream)
             .unwrap()
             .table(&table)
-            .unwrap(),
+            .unwrap()
+            .buckets(crate::support::common::test_buckets()),
     );
     let history = SharedHistory::default();
     let stop_all = Arc::new(AtomicBool::new(false));

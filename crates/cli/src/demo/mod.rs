@@ -12,7 +12,7 @@ use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{GroupStatus, ReapConfig, RebalanceConfig};
 use shardkeeper::state::{
-    kinesis_stream_created, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
+    kinesis_stream_summary, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
     TableOptions,
 };
 use shardkeeper_history::{
@@ -241,7 +241,9 @@ async fn run_on(
         .map_err(|e| err("CreateStream", e))?;
     wait_active(&kinesis).await?;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
-    let created = kinesis_stream_created(&kinesis, STREAM, &store.config().retry).await?;
+    let created = kinesis_stream_summary(&kinesis, STREAM, &store.config().retry)
+        .await?
+        .created;
     store
         .start(&StartOptions {
             table: TableOptions::default(),

@@ -1,0 +1,227 @@
+//! A group's shard items spread over bucket keys: where items land, how the
+//! layout is chosen once, and groups written before buckets existed.
+
+use crate::support::common::{ctx, seed_shards, Ctx};
+use shardkeeper::state::{
+    schema::SCHEMA_VERSION, Buckets, Checkpoint, ConsumerId, ParkedRecord, RecordKey,
+    SequenceNumber, ShardScope, StateStore, StoreConfig,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn store_with(ctx: &Ctx, group: &str, buckets: u16) -> StateStore {
+    let config = StoreConfig::new(group, "orders")
+        .unwrap()
+        .table(&ctx.table)
+        .unwrap()
+        .buckets(Buckets::new(buckets).unwrap());
+    StateStore::with_clock(
+        ctx.aws.dynamodb.clone(),
+        config,
+        Arc::new(ctx.clock.clone()),
+    )
+}
+
+/// Every item of the table under a partition key starting with `home`, by
+/// partition key (read raw, as DynamoDB holds them).
+async fn items_by_key(ctx: &Ctx, home: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut start = None;
+    loop {
+        let out = ctx
+            .aws
+            .dynamodb
+            .scan()
+            .table_name(&ctx.table)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .unwrap();
+        for item in out.items() {
+            let text = |k: &str| item[k].as_s().unwrap().clone();
+            let pk = text("pk");
+            if pk == home || pk.starts_with(&format!("{home}#")) {
+                keys.entry(pk).or_default().insert(text("sk"));
+            }
+        }
+        match out.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return keys,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("spread");
+    let store = store_with(&ctx, &group, 8);
+    store.init_stream(1_000).await.unwrap();
+    let shards = seed_shards(&store, 64).await;
+    let me = ConsumerId::new("w").unwrap();
+    let lease = store
+        .acquire_lease(&shards[5], &me, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoint(&lease, &Checkpoint::after("12345").unwrap(), None)
+        .await
+        .unwrap();
+
+    let home = store.partition_key().to_owned();
+    let keys = items_by_key(&ctx, &home).await;
+    // The home key holds the group's own items; each shard lives in the
+    // bucket its id hashes to, and nowhere else.
+    assert_eq!(
+        keys[&home],
+        BTreeSet::from(["BUCKETS".to_owned(), "STREAM".to_owned()])
+    );
+    let buckets = Buckets::new(8).unwrap();
+    for shard in &shards {
+        let pk = format!("{home}#{}", buckets.of(shard.as_str()));
+        assert!(keys[&pk].contains(&format!("SHARD#{shard}")), "{shard}");
+        assert_eq!(store.key_of(shard.as_str()).await.unwrap(), pk);
+    }
+    assert_eq!(keys.len(), 9, "the home key and 8 buckets: {keys:?}");
+    assert_eq!(keys.values().map(BTreeSet::len).sum::<usize>(), 64 + 2);
+
+    let snapshot = store.load_group().await.unwrap();
+    assert_eq!(snapshot.buckets, buckets);
+    let read: Vec<_> = snapshot.shards.iter().map(|s| s.shard_id.clone()).collect();
+    assert_eq!(read, shards, "every shard, in shard id order");
+    assert_eq!(
+        snapshot.stream.unwrap().schema_version,
+        2,
+        "code that knows no buckets refuses it"
+    );
+    assert_eq!(store.owned_shards(&me).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_layout_is_recorded_once_and_every_process_follows_the_stored_one() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("spread");
+    let first = store_with(&ctx, &group, 16);
+    let shards = seed_shards(&first, 20).await;
+    // A process configured otherwise (another deploy, a different shard
+    // count at its start) reads and writes where the first one laid out.
+    let second = store_with(&ctx, &group, 2);
+    assert_eq!(second.buckets().await.unwrap().count(), 16);
+    let lease = second
+        .acquire_lease(
+            &shards[3],
+            &ConsumerId::new("b").unwrap(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    second
+        .checkpoint(&lease, &Checkpoint::after("7").unwrap(), None)
+        .await
+        .unwrap();
+    let seen = first
+        .get_shard(&ShardScope::Group, &shards[3])
+        .await
+        .unwrap();
+    assert_eq!(seen.checkpoint, Some(Checkpoint::after("7").unwrap()));
+    assert_eq!(first.load_group().await.unwrap().shards.len(), 20);
+    let keys = items_by_key(&ctx, first.partition_key()).await;
+    assert!(keys.len() > 2, "spread over 16 buckets: {keys:?}");
+}
+
+#[tokio::test]
+async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("legacy");
+    // Written as a group of one key is, then its layout item removed: what
+    // code from before buckets leaves behind.
+    let old = store_with(&ctx, &group, 1);
+    old.init_stream(1_000).await.unwrap();
+    let shards = seed_shards(&old, 10).await;
+    ctx.aws
+        .dynamodb
+        .delete_item()
+        .table_name(&ctx.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(old.partition_key().into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("BUCKETS".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    // Upgraded code configured for many buckets finds that state and keeps
+    // the group under its one key.
+    let new = store_with(&ctx, &group, 64);
+    new.init_stream(1_000).await.unwrap();
+    assert_eq!(new.buckets().await.unwrap(), Buckets::ONE);
+    assert_eq!(new.load_group().await.unwrap().shards.len(), 10);
+    new.ensure_shard(
+        &ShardScope::Group,
+        &shardkeeper::state::ShardSpec::new("shardId-000000000099").unwrap(),
+    )
+    .await
+    .unwrap();
+    let keys = items_by_key(&ctx, new.partition_key()).await;
+    assert_eq!(keys.len(), 1, "one key: {keys:?}");
+    assert_eq!(keys[new.partition_key()].len(), 10 + 1 + 2);
+    assert_eq!(
+        new.stream_state().await.unwrap().unwrap().schema_version,
+        1,
+        "still readable by the code before buckets"
+    );
+    assert!(SCHEMA_VERSION >= 2);
+    let _ = shards;
+}
+
+#[tokio::test]
+async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_every_bucket() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("spread");
+    let store = store_with(&ctx, &group, 8);
+    let source = "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000";
+    let mut parked = Vec::new();
+    for i in 0..12u32 {
+        let key = RecordKey {
+            source: Some(source.to_owned()),
+            shard_id: None,
+            sequence: SequenceNumber::new(&format!("{}", 1_000 + i)).unwrap(),
+            sub_sequence: 0,
+        };
+        assert_eq!(
+            store
+                .record_attempt(&key, Duration::from_secs(60))
+                .await
+                .unwrap(),
+            1
+        );
+        let record = ParkedRecord {
+            key: key.clone(),
+            partition_key: format!("k{i}"),
+            data: vec![1, 2, 3],
+            data_size: 3,
+            data_sha256: None,
+            error: "poison".to_owned(),
+            attempts: 3,
+            parked_at: ctx.clock_now(),
+        };
+        store
+            .park_record(&record, Duration::from_secs(60))
+            .await
+            .unwrap();
+        parked.push(record);
+    }
+    let keys = items_by_key(&ctx, store.partition_key()).await;
+    assert!(keys.len() > 4, "spread by sequence number: {keys:?}");
+    let listed = store.list_parked().await.unwrap();
+    assert_eq!(listed, parked, "every bucket, in sequence order");
+    assert!(store.remove_parked(&parked[4].key).await.unwrap());
+    assert_eq!(store.list_parked().await.unwrap().len(), 11);
+}
