@@ -31,15 +31,23 @@ impl StateStore {
         if let Some(known) = self.known_layout() {
             return Ok(known);
         }
-        Ok(self.stored_layout().await?.unwrap_or(Buckets::ONE))
+        // Boxed: the slow path runs about once per store, and every call on
+        // a shard item would otherwise carry its future.
+        Ok(Box::pin(self.stored_layout())
+            .await?
+            .unwrap_or(Buckets::ONE))
     }
 
     /// The group's bucket count, laying the group out first if it has no
     /// layout yet (see the module docs).
     pub(crate) async fn laid_out(&self) -> Result<Buckets> {
-        if let Some(known) = self.known_layout() {
-            return Ok(known);
+        match self.known_layout() {
+            Some(known) => Ok(known),
+            None => Box::pin(self.lay_out()).await,
         }
+    }
+
+    async fn lay_out(&self) -> Result<Buckets> {
         if let Some(stored) = self.stored_layout().await? {
             return Ok(stored);
         }

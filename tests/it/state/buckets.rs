@@ -140,7 +140,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     // code from before buckets leaves behind.
     let old = store_with(&ctx, &group, 1);
     old.init_stream(1_000).await.unwrap();
-    let shards = seed_shards(&old, 10).await;
+    seed_shards(&old, 10).await;
     ctx.aws
         .dynamodb
         .delete_item()
@@ -175,10 +175,8 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     assert_eq!(
         new.stream_state().await.unwrap().unwrap().schema_version,
         1,
-        "still readable by the code before buckets"
+        "still readable by the code before buckets, which reads up to 1 of {SCHEMA_VERSION}"
     );
-    assert!(SCHEMA_VERSION >= 2);
-    let _ = shards;
 }
 
 #[tokio::test]
