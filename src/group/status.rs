@@ -2,7 +2,9 @@
 //! alive, who owns which shard, how far each shard is checkpointed, how old
 //! the last processed record is, open claims, and the EFO pool.
 
-use crate::state::{duration_millis, ConsumerId, EpochMillis, GroupSnapshot, ShardState};
+use crate::state::{
+    duration_millis, Buckets, ConsumerId, EpochMillis, GroupSnapshot, ShardState, SpreadPolicy,
+};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -18,6 +20,12 @@ pub struct GroupStatus {
     pub shards: Vec<ShardRow>,
     /// The EFO consumer pool.
     pub efo: Vec<EfoRow>,
+    /// How many buckets the group's shard items are spread over.
+    pub buckets: u16,
+    /// How many its open shards would be given now (see
+    /// [`Buckets::for_shards`]); more than `buckets` when the stream grew
+    /// since the group was laid out.
+    pub buckets_for_open_shards: u16,
 }
 
 /// One registered consumer.
@@ -163,11 +171,18 @@ impl GroupStatus {
                 idle_ms: e.released.filter(|_| e.used_by.is_none()).map(|r| now - r),
             })
             .collect();
+        let open = snapshot
+            .shards
+            .iter()
+            .filter(|s| !s.depleted && s.ending_sequence.is_none())
+            .count();
         GroupStatus {
             taken_at: now,
             consumers,
             shards,
             efo,
+            buckets: snapshot.buckets.count(),
+            buckets_for_open_shards: Buckets::for_shards(open, &SpreadPolicy::default()).count(),
         }
     }
 }

@@ -27,6 +27,9 @@ pub enum Command {
     /// The poison records parked in the state table (oldest first per
     /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
+    /// Move a group's shard items to another bucket count (partition keys),
+    /// with every function of the group stopped.
+    Spread(SpreadArgs),
     /// Run a consumer group on embedded servers and verify what it did.
     Demo(DemoArgs),
 }
@@ -145,6 +148,28 @@ pub struct ResetArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `spread`.
+#[derive(Debug, Clone, Args)]
+pub struct SpreadArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// The bucket count (a power of two up to 1024; default: what the
+    /// group's open shards need).
+    #[arg(long)]
+    pub buckets: Option<u16>,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Move even while consumers heartbeat (they would keep writing under
+    /// the layout they read).
+    #[arg(long)]
+    pub force: bool,
+    /// A consumer whose heartbeat is older than this counts as stopped.
+    #[arg(long, default_value_t = 10)]
+    pub heartbeat_timeout_seconds: u64,
 }
 
 /// `demo`.

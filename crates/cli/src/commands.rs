@@ -1,11 +1,11 @@
 //! `groups`, `status`, `parked` and `reset`: read the group, decide (pure), write (thin).
 
-use crate::args::{GroupsArgs, ParkedArgs, ResetArgs, StatusArgs};
+use crate::args::{GroupsArgs, ParkedArgs, ResetArgs, SpreadArgs, StatusArgs};
 use crate::error::Error;
 use crate::render;
 use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
 use shardkeeper::state::{
-    Checkpoint, ConsumerId, EfoName, ParkedRecord, ShardId, ShardScope, StateStore,
+    Buckets, Checkpoint, ConsumerId, EfoName, ParkedRecord, ShardId, ShardScope, StateStore,
 };
 use std::time::Duration;
 
@@ -189,4 +189,46 @@ pub async fn reset(
     } else {
         Ok(render::reset(&report))
     }
+}
+
+/// Moves the group's shard items to another bucket count: refuses while a
+/// consumer heartbeats (unless `--force`), asks `confirm` unless `--yes`,
+/// then moves (see `StateStore::respread`).
+pub async fn spread(
+    store: &StateStore,
+    args: &SpreadArgs,
+    confirm: impl FnOnce(&str) -> bool,
+) -> Result<String, Error> {
+    let snapshot = store.load_group().await?;
+    let status = GroupStatus::from_snapshot(
+        &snapshot,
+        Duration::from_secs(args.heartbeat_timeout_seconds),
+    );
+    let limit = (args.heartbeat_timeout_seconds * 1000) as i64;
+    let beating: Vec<&str> = status
+        .consumers
+        .iter()
+        .filter(|c| c.heartbeat_age_ms < limit)
+        .map(|c| c.id.as_str())
+        .collect();
+    if !beating.is_empty() && !args.force {
+        return Err(Error::SpreadRefused(format!(
+            "consumers still heartbeat ({}): stop every function of the group first, or pass --force",
+            beating.join(", ")
+        )));
+    }
+    let to = Buckets::new(args.buckets.unwrap_or(status.buckets_for_open_shards))?;
+    let config = store.config();
+    let question = format!(
+        "move the shard items of group {} on stream {} from {} to {to} buckets?",
+        config.group, config.stream, snapshot.buckets
+    );
+    if !args.yes && !confirm(&question) {
+        return Err(Error::NotConfirmed);
+    }
+    let report = store.respread(to).await?;
+    Ok(format!(
+        "spread over {} buckets (was {}): {} items moved, {} already in place\n",
+        report.to, report.from, report.moved, report.in_place
+    ))
 }

@@ -20,6 +20,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A spread was refused while consumers are live; nothing was written.
+    #[error("spread refused: {0}")]
+    SpreadRefused(String),
     /// The operator did not confirm.
     #[error("not confirmed: nothing was changed")]
     NotConfirmed,

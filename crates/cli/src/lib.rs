@@ -51,6 +51,13 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let store = connect::store(&args.target).await?;
             Ok((commands::reset(&store, &args, ask_on_terminal).await?, true))
         }
+        Command::Spread(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((
+                commands::spread(&store, &args, ask_on_terminal).await?,
+                true,
+            ))
+        }
         Command::Demo(args) => {
             let report = demo::run(&args).await?;
             let passed = report.verification.passed();

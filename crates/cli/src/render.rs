@@ -177,6 +177,13 @@ pub fn status(s: &GroupStatus) -> String {
         })
         .collect();
     let _ = writeln!(out, "\nshards ({})", shards.len());
+    if s.buckets_for_open_shards > s.buckets {
+        let _ = writeln!(
+            out,
+            "spread over {} buckets; its open shards would be given {}: see OPERATIONS.md, \"Spreading a group over more buckets\"",
+            s.buckets, s.buckets_for_open_shards
+        );
+    }
     out.push_str(&table(
         &[
             "scope",

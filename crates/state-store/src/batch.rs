@@ -48,7 +48,7 @@ impl BatchKey {
 
     /// What spreads the batch's item over the buckets: its shard, or its
     /// first record's sequence number where the event names no shard.
-    fn spread_by(&self) -> &str {
+    pub(crate) fn spread_by(&self) -> &str {
         if self.shard.is_empty() {
             self.first.as_str()
         } else {

@@ -75,6 +75,15 @@ pub enum StateError {
         /// The newest this code reads.
         supported: u32,
     },
+    /// The group's shard items are being moved to another bucket count (an
+    /// operator's `spread`): start again once it has finished.
+    #[error("the group's shard items are being moved from {from} to {to} buckets: start again once that has finished")]
+    Respreading {
+        /// The bucket count before.
+        from: u16,
+        /// The bucket count the items are moving to.
+        to: u16,
+    },
     /// Another process took this consumer id over (a newer session's
     /// heartbeat): this one must stop, and leave the leases to it.
     #[error("consumer {consumer} was taken over by another process")]

@@ -160,8 +160,22 @@ impl StateStore {
         Ok(items)
     }
 
-    /// Keeps the layout found in a layout item, and returns it.
+    /// Keeps the layout found in a layout item, and returns it; a layout
+    /// being moved is [`StateError::Respreading`].
     pub(crate) fn note_layout(&self, item: &RawItem) -> Result<Buckets> {
+        let buckets = self.layout_of(item)?;
+        if let Some(to) = ItemReader::new(item).opt_i64(attr::MOVING_TO)? {
+            return Err(StateError::Respreading {
+                from: buckets.count(),
+                to: u16::try_from(to).unwrap_or(u16::MAX),
+            });
+        }
+        self.inner.layout.store(buckets.count(), Ordering::Relaxed);
+        Ok(buckets)
+    }
+
+    /// The bucket count a layout item records.
+    pub(crate) fn layout_of(&self, item: &RawItem) -> Result<Buckets> {
         let count = ItemReader::new(item).u64_or(attr::BUCKETS, 1)?;
         let buckets = u16::try_from(count)
             .ok()
@@ -170,7 +184,6 @@ impl StateStore {
                 key: SK_BUCKETS.to_owned(),
                 reason: format!("bucket count {count} is no power of two up to 1024"),
             })?;
-        self.inner.layout.store(buckets.count(), Ordering::Relaxed);
         Ok(buckets)
     }
 

@@ -43,6 +43,7 @@ mod names;
 mod positions;
 mod records;
 mod reset;
+mod respread;
 mod retry;
 pub mod schema;
 mod sequence;
@@ -69,6 +70,7 @@ pub use model::{
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::ITERATOR_TYPES;
 pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
+pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Retried,
     RetryPolicy,

@@ -37,10 +37,20 @@ pub struct RecordKey {
 impl RecordKey {
     /// What spreads the record's items over the buckets: its shard, or its
     /// sequence number where the event names no shard.
-    fn spread_by(&self) -> &str {
+    pub(crate) fn spread_by(&self) -> &str {
         self.shard_id
             .as_ref()
             .map_or(self.sequence.as_str(), ShardId::as_str)
+    }
+
+    /// The sort key of the record's attempt counter.
+    pub(crate) fn attempts_sk(&self) -> String {
+        format!("{SK_ATTEMPTS}{}", self.suffix())
+    }
+
+    /// The sort key of the record, parked.
+    pub(crate) fn parked_sk(&self) -> String {
+        format!("{SK_PARKED}{}", self.suffix())
     }
 
     fn suffix(&self) -> String {
@@ -89,9 +99,7 @@ impl StateStore {
             .names(&[attr::ATTEMPTS, TTL])
             .value("one", n(1))
             .value("ttl", n(ttl_at(self.now(), ttl)));
-        let at = self
-            .spread_new(key.spread_by(), format!("{SK_ATTEMPTS}{}", key.suffix()))
-            .await?;
+        let at = self.spread_new(key.spread_by(), key.attempts_sk()).await?;
         let req = self.update_req(
             &at,
             &expr,
@@ -137,10 +145,7 @@ impl StateStore {
             .value("now", n(now))
             .value("ttl", n(ttl_at(now, ttl)));
         let at = self
-            .spread_new(
-                record.key.spread_by(),
-                format!("{SK_PARKED}{}", record.key.suffix()),
-            )
+            .spread_new(record.key.spread_by(), record.key.parked_sk())
             .await?;
         let req = self.update_req(
             &at,
@@ -157,9 +162,7 @@ impl StateStore {
     /// Removes a parked record (replayed, or dealt with); `false` if it was
     /// not parked.
     pub async fn remove_parked(&self, key: &RecordKey) -> Result<bool> {
-        let at = self
-            .spread(key.spread_by(), format!("{SK_PARKED}{}", key.suffix()))
-            .await?;
+        let at = self.spread(key.spread_by(), key.parked_sk()).await?;
         self.delete_item(&at, Some("attribute_exists(pk)"), &Expr::new())
             .await
     }

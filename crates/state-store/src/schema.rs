@@ -64,6 +64,8 @@ pub mod attr {
     pub const SCHEMA: &str = "schema";
     /// Layout: how many bucket keys the group's shard items are spread over.
     pub const BUCKETS: &str = "buckets";
+    /// Layout: the bucket count the items are being moved to.
+    pub const MOVING_TO: &str = "moving_to";
     /// Any: last write time (ms).
     pub const UPDATED: &str = "updated";
     /// Consumer: application name.

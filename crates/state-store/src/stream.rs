@@ -143,7 +143,7 @@ impl StateStore {
     }
 
     /// Records that the group's state is of layout `version` now.
-    async fn raise_schema(&self, version: u32) -> Result<()> {
+    pub(crate) async fn raise_schema(&self, version: u32) -> Result<()> {
         let expr = Expr::new().names(&[attr::SCHEMA]).value("v", n(version));
         let req = self.update_req(
             &self.home(SK_STREAM),

@@ -223,3 +223,168 @@ async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_e
     assert!(store.remove_parked(&parked[4].key).await.unwrap());
     assert_eq!(store.list_parked().await.unwrap().len(), 11);
 }
+
+/// Moves an item the way a `respread` cut short had: put under `pk`, deleted
+/// where it was.
+async fn move_raw(ctx: &Ctx, from_pk: &str, sk: &str, to_pk: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue::S;
+    let mut item = ctx
+        .aws
+        .dynamodb
+        .get_item()
+        .table_name(&ctx.table)
+        .key("pk", S(from_pk.into()))
+        .key("sk", S(sk.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    item.insert("pk".into(), S(to_pk.into()));
+    ctx.aws
+        .dynamodb
+        .put_item()
+        .table_name(&ctx.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    ctx.aws
+        .dynamodb
+        .delete_item()
+        .table_name(&ctx.table)
+        .key("pk", S(from_pk.into()))
+        .key("sk", S(sk.into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_group_moved_to_more_buckets_keeps_every_item_lease_and_checkpoint() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("respread");
+    let store = store_with(&ctx, &group, 1);
+    store.init_stream(1_000).await.unwrap();
+    let shards = seed_shards(&store, 40).await;
+    let me = ConsumerId::new("w").unwrap();
+    let lease = store
+        .acquire_lease(&shards[7], &me, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoint(&lease, &Checkpoint::after("99").unwrap(), None)
+        .await
+        .unwrap();
+    let own = ShardScope::Consumer(me.clone());
+    store
+        .checkpoint_unleased(&own, &shards[3], &Checkpoint::after("5").unwrap(), None)
+        .await
+        .unwrap();
+    let before = store.load_group().await.unwrap();
+
+    let report = store.respread(Buckets::new(8).unwrap()).await.unwrap();
+    assert_eq!((report.from.count(), report.to.count()), (1, 8));
+    assert_eq!(report.moved + report.in_place, 41);
+    assert!(report.moved > 30, "{report:?}");
+
+    let keys = items_by_key(&ctx, store.partition_key()).await;
+    assert_eq!(keys.len(), 9, "{keys:?}");
+    let after = store.load_group().await.unwrap();
+    assert_eq!(
+        after.shards, before.shards,
+        "every lease and checkpoint as it was"
+    );
+    assert_eq!(after.own_shards, before.own_shards);
+    assert_eq!(after.buckets.count(), 8);
+    assert_eq!(after.stream.unwrap().schema_version, 2);
+    // The lease taken before the move still fences: its holder renews and
+    // checkpoints it where it is now.
+    store
+        .renew_lease(&lease, Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .checkpoint(&lease, &Checkpoint::after("100").unwrap(), None)
+        .await
+        .unwrap();
+    // A process started afterwards, configured for one bucket, follows.
+    let later = store_with(&ctx, &group, 1);
+    assert_eq!(
+        later
+            .get_shard(&ShardScope::Group, &shards[7])
+            .await
+            .unwrap()
+            .checkpoint,
+        Some(Checkpoint::after("100").unwrap())
+    );
+}
+
+#[tokio::test]
+async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("respread");
+    let store = store_with(&ctx, &group, 1);
+    store.init_stream(1_000).await.unwrap();
+    let shards = seed_shards(&store, 20).await;
+    let home = store.partition_key().to_owned();
+    // A run cut short: the layout marked, five items moved, the rest not.
+    ctx.aws
+        .dynamodb
+        .update_item()
+        .table_name(&ctx.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(home.clone()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("BUCKETS".into()),
+        )
+        .update_expression("SET moving_to = :to")
+        .expression_attribute_values(
+            ":to",
+            aws_sdk_dynamodb::types::AttributeValue::N("8".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let eight = Buckets::new(8).unwrap();
+    for shard in &shards[..5] {
+        let to = store.bucket_key(eight, eight.of(shard.as_str()));
+        move_raw(&ctx, &home, &format!("SHARD#{shard}"), &to).await;
+    }
+
+    // A process starting now is refused, with a clear error.
+    let starting = store_with(&ctx, &group, 1);
+    let err = starting.init_stream(1_000).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            shardkeeper::state::StateError::Respreading { from: 1, to: 8 }
+        ),
+        "{err}"
+    );
+    // Another count is refused too: the move under way must finish first.
+    let err = store.respread(Buckets::new(4).unwrap()).await.unwrap_err();
+    assert!(
+        matches!(err, shardkeeper::state::StateError::Respreading { .. }),
+        "{err}"
+    );
+
+    let report = store.respread(eight).await.unwrap();
+    assert_eq!((report.moved, report.in_place), (15, 5));
+    let started = store_with(&ctx, &group, 1);
+    started.init_stream(1_000).await.unwrap();
+    let read: Vec<_> = started
+        .load_group()
+        .await
+        .unwrap()
+        .shards
+        .into_iter()
+        .map(|s| s.shard_id)
+        .collect();
+    assert_eq!(read, shards);
+    assert_eq!(items_by_key(&ctx, &home).await.len(), 9);
+}

@@ -1,0 +1,286 @@
+//! Scale benchmark of the bucket layout: for groups of 1,000, 10,000 and
+//! 20,000 shards, one checkpoint of every shard (one second at one
+//! checkpoint per shard per second), under one partition key (the layout
+//! before buckets) and spread over the buckets `Buckets::for_shards` chooses,
+//! measured in the same run on the in-process DynamoDB server.
+//!
+//! Reports, per layout:
+//! - the write units a second the busiest partition key is asked for: every
+//!   UpdateItem is seen by an interceptor on the client (its partition and
+//!   sort key), and each costs the write units of its item, sized by
+//!   DynamoDB's rules;
+//! - the group read (`load_group`): its requests, its read units (strongly
+//!   consistent, 4 KB each, counted per key) and its median wall time;
+//! - one checkpoint's requests and write units.
+//!
+//! Run: `cargo bench --bench spread` (a few minutes: it writes about 200,000
+//! items).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use shardkeeper::state::{
+    cost, Buckets, Checkpoint, ConsumerId, Lease, RawItem, ShardScope, ShardSpec, SpreadPolicy,
+    StateStore, StoreConfig, TableOptions,
+};
+use shardkeeper_local::{test_clients, unique_name, AwsClients};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
+const TASKS: usize = 16;
+
+/// The requests a client sends, by operation and by (partition key, sort key).
+#[derive(Debug, Clone, Default)]
+struct KeyCounter {
+    seen: Arc<Mutex<Vec<(String, String, String)>>>,
+}
+
+impl KeyCounter {
+    fn take(&self) -> Vec<(String, String, String)> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+impl Intercept for KeyCounter {
+    fn name(&self) -> &'static str {
+        "KeyCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let operation = cfg
+            .load::<Metadata>()
+            .map(|m| m.name().to_owned())
+            .unwrap_or_default();
+        let body: serde_json::Value = context
+            .request()
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default();
+        let key = |name: &str| {
+            body.pointer(&format!("/Key/{name}/S"))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        self.seen
+            .lock()
+            .unwrap()
+            .push((operation, key("pk"), key("sk")));
+        Ok(())
+    }
+}
+
+struct Layout {
+    name: &'static str,
+    buckets: Buckets,
+    busiest_wcu: u64,
+    keys: usize,
+    read_requests: usize,
+    read_rcu: u64,
+    read_ms: f64,
+    checkpoint_requests: usize,
+    checkpoint_wcu: u64,
+}
+
+/// Every item under `pk`, raw.
+async fn items_under(aws: &AwsClients, table: &str, pk: &str) -> Vec<RawItem> {
+    aws.dynamodb
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await
+        .unwrap()
+}
+
+async fn measure(
+    aws: &AwsClients,
+    table: &str,
+    shards: usize,
+    name: &'static str,
+    buckets: Buckets,
+) -> Layout {
+    let counter = KeyCounter::default();
+    let config = aws
+        .dynamodb
+        .config()
+        .to_builder()
+        .interceptor(counter.clone())
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(config);
+    let store = StateStore::new(
+        client,
+        StoreConfig::new(&unique_name("scale"), "orders")
+            .unwrap()
+            .table(table)
+            .unwrap()
+            .buckets(buckets),
+    );
+    store.init_stream(1_700_000_000_000).await.unwrap();
+    // The group: every shard, leased by one of 16 consumers.
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..TASKS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut leases = Vec::new();
+            for i in (w..shards).step_by(TASKS) {
+                let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
+                store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+                let owner = ConsumerId::new(format!("consumer-{:04}", i % 16)).unwrap();
+                let lease = store
+                    .acquire_lease(&spec.shard_id, &owner, Duration::from_secs(3600))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                leases.push(lease);
+            }
+            leases
+        });
+    }
+    let leases: Vec<Lease> = tasks.join_all().await.into_iter().flatten().collect();
+
+    // One second at one checkpoint per shard per second.
+    counter.take();
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in leases.chunks(leases.len().div_ceil(TASKS)) {
+        let store = store.clone();
+        let chunk = chunk.to_vec();
+        tasks.spawn(async move {
+            for lease in &chunk {
+                let cp = Checkpoint::after_sub(SEQ, 7).unwrap();
+                store
+                    .checkpoint(lease, &cp, Some(1_700_000_000_000))
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+    let writes = counter.take();
+
+    // Each written item's size, by DynamoDB's rules, read raw from each key.
+    let mut sizes: HashMap<(String, String), usize> = HashMap::new();
+    let mut key_bytes: BTreeMap<String, usize> = BTreeMap::new();
+    let home = store.partition_key().to_owned();
+    let mut pks: Vec<String> = (0..buckets.count())
+        .map(|b| store.bucket_key(buckets, b))
+        .collect();
+    if buckets != Buckets::ONE {
+        pks.push(home.clone());
+    }
+    for pk in &pks {
+        for item in items_under(aws, table, pk).await {
+            let size = cost::item_size(&item);
+            let sk = item["sk"].as_s().unwrap().clone();
+            *key_bytes.entry(pk.clone()).or_default() += size;
+            sizes.insert((pk.clone(), sk), size);
+        }
+    }
+    let mut per_key: BTreeMap<String, u64> = BTreeMap::new();
+    for (operation, pk, sk) in &writes {
+        assert_eq!(operation, "UpdateItem");
+        let size = sizes[&(pk.clone(), sk.clone())];
+        *per_key.entry(pk.clone()).or_default() += cost::write_units(size);
+    }
+    assert_eq!(writes.len(), shards, "one request per checkpoint");
+
+    // The group read, timed; its requests and read units.
+    let mut times = Vec::new();
+    let mut read_requests = 0;
+    for _ in 0..5 {
+        counter.take();
+        let started = Instant::now();
+        let snapshot = store.load_group().await.unwrap();
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(snapshot.shards.len(), shards);
+        read_requests = counter.take().len();
+    }
+    times.sort_by(f64::total_cmp);
+    let read_rcu: u64 = key_bytes.values().map(|b| cost::read_units(*b)).sum();
+
+    // One more checkpoint: its requests and write units.
+    counter.take();
+    let lease = &leases[leases.len() / 2];
+    store
+        .checkpoint(
+            lease,
+            &Checkpoint::after_sub(SEQ, 8).unwrap(),
+            Some(1_700_000_000_001),
+        )
+        .await
+        .unwrap();
+    let one = counter.take();
+    let (_, pk, sk) = &one[0];
+    let item = items_under(aws, table, pk)
+        .await
+        .into_iter()
+        .find(|i| i["sk"].as_s().unwrap() == sk)
+        .unwrap();
+
+    Layout {
+        name,
+        buckets,
+        busiest_wcu: per_key.values().copied().max().unwrap_or(0),
+        keys: per_key.len(),
+        read_requests,
+        read_rcu,
+        read_ms: times[times.len() / 2],
+        checkpoint_requests: one.len(),
+        checkpoint_wcu: cost::write_units(cost::item_size(&item)),
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let aws = test_clients().await.expect("servers");
+        let table = unique_name("scale");
+        StateStore::new(
+            aws.dynamodb.clone(),
+            StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),
+        )
+        .ensure_table(&TableOptions::default())
+        .await
+        .unwrap();
+        println!("| shards | layout | buckets | keys written | busiest key, WCU/s | group read: requests | RCU | median ms | checkpoint: requests | WCU |");
+        println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for shards in [1_000, 10_000, 20_000] {
+            let spread = Buckets::for_shards(shards, &SpreadPolicy::default());
+            for (name, buckets) in [("one key (before buckets)", Buckets::ONE), ("spread", spread)] {
+                let l = measure(&aws, &table, shards, name, buckets).await;
+                println!(
+                    "| {shards} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} |",
+                    l.name,
+                    l.buckets,
+                    l.keys,
+                    l.busiest_wcu,
+                    l.read_requests,
+                    l.read_rcu,
+                    l.read_ms,
+                    l.checkpoint_requests,
+                    l.checkpoint_wcu
+                );
+            }
+        }
+    });
+}

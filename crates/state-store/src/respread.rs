@@ -1,0 +1,280 @@
+//! Moving a group's shard items to another bucket count (an operator's
+//! step, with the group's functions stopped).
+//!
+//! 1. The layout item is marked `moving_to`. From then on a store that has
+//!    not read the layout yet refuses to start with
+//!    [`StateError::Respreading`], so no new process writes under either
+//!    layout while items move. (Processes already running keep the layout
+//!    they read: stop them first.)
+//! 2. Every shard item of the old layout is moved in one transaction each:
+//!    the copy is put under its new bucket key and the old one deleted, so
+//!    an item is in exactly one place at any moment.
+//! 3. The layout item records the new count and loses the mark; a spread
+//!    group's stream item is raised to the layout version older code
+//!    refuses.
+//!
+//! Each step can be repeated: a move cut short is finished by running it
+//! again with the same count (items already in place are left).
+
+use crate::batch::SK_BATCH;
+use crate::buckets::Buckets;
+use crate::error::{Result, StateError};
+use crate::item::{n, s, Expr, RawItem};
+use crate::layout::SK_BUCKETS;
+use crate::records::{SK_ATTEMPTS, SK_PARKED};
+use crate::schema::{attr, schema_version, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
+use crate::store::{sk_suffix, At, StateStore};
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem};
+
+/// What [`StateStore::respread`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Respread {
+    /// The bucket count before.
+    pub from: Buckets,
+    /// The bucket count now.
+    pub to: Buckets,
+    /// Items moved to another key.
+    pub moved: usize,
+    /// Items already under their key.
+    pub in_place: usize,
+}
+
+/// The spread key of a shard item, from its sort key: what
+/// [`Buckets::of`] was given when it was written. `None` for an item that is
+/// not about a shard.
+pub(crate) fn spread_key(sk: &str) -> Option<String> {
+    let last = |rest: &str| rest.rsplit('#').next().map(str::to_owned);
+    if let Some(shard) = sk.strip_prefix(SK_SHARD) {
+        return Some(shard.to_owned());
+    }
+    if let Some(rest) = sk
+        .strip_prefix(SK_OWN)
+        .or_else(|| sk.strip_prefix(SK_EFOSHARD))
+    {
+        return last(rest);
+    }
+    if let Some(shard) = sk.strip_prefix(SK_DDBPOS) {
+        return Some(shard.to_owned());
+    }
+    // `BATCH#<arn>#<shard>#<first>`: the shard, or the first record's
+    // sequence number (stored sortable: three digits of length first).
+    if let Some(rest) = sk.strip_prefix(SK_BATCH) {
+        let mut parts = rest.rsplit('#');
+        let first = parts.next()?;
+        let shard = parts.next()?;
+        return Some(if shard.is_empty() {
+            first.get(3..)?.to_owned()
+        } else {
+            shard.to_owned()
+        });
+    }
+    // `RECORD#` / `PARKED#` `[<arn>#]<shard>#<seq>#<sub>`.
+    if let Some(rest) = sk
+        .strip_prefix(SK_ATTEMPTS)
+        .or_else(|| sk.strip_prefix(SK_PARKED))
+    {
+        let mut parts = rest.rsplit('#');
+        let _sub = parts.next()?;
+        let seq = parts.next()?;
+        let shard = parts.next()?;
+        return Some(if shard.is_empty() {
+            seq.get(3..)?.to_owned()
+        } else {
+            shard.to_owned()
+        });
+    }
+    None
+}
+
+impl StateStore {
+    /// Moves the group's shard items to `to` buckets (see the module docs).
+    /// Run it with every function of the group stopped.
+    pub async fn respread(&self, to: Buckets) -> Result<Respread> {
+        let layout = self.home(SK_BUCKETS);
+        let stored = self.get_item(&layout).await?;
+        let from = match &stored {
+            Some(item) => self.layout_of(item)?,
+            None => Buckets::ONE,
+        };
+        let moving_to = stored
+            .as_ref()
+            .and_then(|i| i.get(attr::MOVING_TO))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<u16>().ok());
+        if let Some(other) = moving_to.filter(|m| *m != to.count()) {
+            return Err(StateError::Respreading {
+                from: from.count(),
+                to: other,
+            });
+        }
+        // 1. Mark.
+        let expr = Expr::new()
+            .names(&[attr::BUCKETS, attr::MOVING_TO, attr::UPDATED])
+            .value("from", n(from.count()))
+            .value("to", n(to.count()))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &layout,
+            &expr,
+            "SET #buckets = :from, #moving_to = :to, #updated = :now",
+            Some("attribute_not_exists(pk) OR (#buckets = :from AND (attribute_not_exists(#moving_to) OR #moving_to = :to))"),
+        );
+        if self.conditional_update(req).await?.is_err() {
+            return Err(StateError::Respreading {
+                from: from.count(),
+                to: to.count(),
+            });
+        }
+        // 2. Move: every shard item under the old keys and the new ones (a
+        // run cut short left some in each).
+        let mut items = self.query_all(from, "", true).await?;
+        if to != from {
+            items.extend(self.query_all(to, "", false).await?);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let text = |item: &RawItem, k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        items.retain(|item| seen.insert((text(item, PK), text(item, SK))));
+        let mut report = Respread {
+            from,
+            to,
+            moved: 0,
+            in_place: 0,
+        };
+        for item in items {
+            let (Some(pk), Some(sk)) = (
+                item.get(PK).and_then(|v| v.as_s().ok()),
+                item.get(SK).and_then(|v| v.as_s().ok()),
+            ) else {
+                continue;
+            };
+            let Some(by) = spread_key(sk) else { continue };
+            let target = self.bucket_key(to, to.of(&by));
+            if &target == pk {
+                report.in_place += 1;
+                continue;
+            }
+            self.move_item(&item, &target).await?;
+            report.moved += 1;
+        }
+        // 3. Record the new count.
+        let expr = Expr::new()
+            .names(&[attr::BUCKETS, attr::MOVING_TO, attr::UPDATED])
+            .value("to", n(to.count()))
+            .value("now", n(self.now()));
+        let req = self.update_req(
+            &layout,
+            &expr,
+            "SET #buckets = :to, #updated = :now REMOVE #moving_to",
+            Some("#moving_to = :to"),
+        );
+        self.conditional_update(req).await?.ok();
+        self.forget_layout();
+        if self.stream_state().await?.is_some() {
+            self.raise_schema(schema_version(to)).await?;
+        }
+        Ok(report)
+    }
+
+    /// Puts `item` under `pk` and deletes it where it was, in one transaction.
+    async fn move_item(&self, item: &RawItem, pk: &str) -> Result<()> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            StateError::validation("transaction", e.to_string())
+        };
+        let mut copy = item.clone();
+        copy.insert(PK.to_owned(), s(pk));
+        let old = At {
+            pk: item
+                .get(PK)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default(),
+            sk: sk_suffix(item, "").unwrap_or_default().to_owned(),
+        };
+        let put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(copy))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(build)?;
+        let delete = Delete::builder()
+            .table_name(self.table())
+            .set_key(Some(old.key()))
+            .condition_expression("attribute_exists(pk)")
+            .build()
+            .map_err(build)?;
+        let req = self
+            .client()
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().delete(delete).build());
+        self.call_plain("TransactWriteItems", || req.clone().send())
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::BatchKey;
+    use crate::names::{ConsumerId, EfoName, ShardId};
+    use crate::records::RecordKey;
+    use crate::schema::{position_sk, ShardScope};
+    use crate::sequence::SequenceNumber;
+
+    #[test]
+    fn every_shard_item_is_found_again_by_the_key_it_was_spread_by() {
+        let shard = ShardId::new("shardId-000000000007").unwrap();
+        let seq = SequenceNumber::new("4959033827149025660855969").unwrap();
+        let arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
+        let scopes = [
+            ShardScope::Group,
+            ShardScope::Consumer(ConsumerId::new("c1").unwrap()),
+            ShardScope::Efo(EfoName::new("pool-1").unwrap()),
+        ];
+        for scope in &scopes {
+            assert_eq!(
+                spread_key(&scope.shard_sk(&shard)).as_deref(),
+                Some(shard.as_str())
+            );
+        }
+        assert_eq!(
+            spread_key(&position_sk(&shard)).as_deref(),
+            Some(shard.as_str())
+        );
+        for shard_named in [true, false] {
+            let batch = BatchKey {
+                stream: arn.to_owned(),
+                shard: if shard_named {
+                    shard.to_string()
+                } else {
+                    String::new()
+                },
+                first: seq.clone(),
+            };
+            assert_eq!(
+                spread_key(&batch.sort_key()).as_deref(),
+                Some(batch.spread_by())
+            );
+            for source in [Some(arn.to_owned()), None] {
+                let record = RecordKey {
+                    source,
+                    shard_id: shard_named.then(|| shard.clone()),
+                    sequence: seq.clone(),
+                    sub_sequence: 3,
+                };
+                for sk in [record.attempts_sk(), record.parked_sk()] {
+                    assert_eq!(spread_key(&sk).as_deref(), Some(record.spread_by()), "{sk}");
+                }
+            }
+        }
+        assert_eq!(spread_key("CONSUMER#c1"), None);
+        assert_eq!(spread_key("STREAM"), None);
+        assert_eq!(spread_key(SK_BUCKETS), None);
+    }
+}
