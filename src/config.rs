@@ -417,4 +417,32 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn the_bucket_count_is_a_power_of_two_or_chosen_later() {
+        let base = [(GROUP, "g"), (STREAM, "orders")];
+        assert_eq!(config(&base).unwrap().buckets, None);
+        let set = config(&[base[0], base[1], (BUCKETS, "64")]).unwrap();
+        assert_eq!(set.buckets, Some(Buckets::new(64).unwrap()));
+        for bad in ["0", "48", "2048", "many"] {
+            let err = config(&[base[0], base[1], (BUCKETS, bad)]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Malformed { var: BUCKETS, .. }),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("power of two"), "{err}");
+        }
+        let lookup = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let processors = processor_store_config(lookup(&[(GROUP, "g"), (STREAM, "orders")]));
+        assert_eq!(processors.unwrap().buckets.count(), PROCESSOR_BUCKETS);
+        let chosen =
+            processor_store_config(lookup(&[(GROUP, "g"), (STREAM, "orders"), (BUCKETS, "8")]));
+        assert_eq!(chosen.unwrap().buckets.count(), 8);
+    }
 }

@@ -466,3 +466,68 @@ async fn groups_lists_each_group_of_the_table_with_its_counts() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
+    let ctx = ctx().await;
+    let group = shardkeeper_local::unique_name("g");
+    let config = shardkeeper::state::StoreConfig::new(&group, "orders")
+        .unwrap()
+        .table(&ctx.table)
+        .unwrap();
+    let store = shardkeeper::state::StateStore::with_clock(
+        ctx.aws.dynamodb.clone(),
+        config,
+        std::sync::Arc::new(ctx.clock.clone()),
+    );
+    let shards = seed_shards(&store, 30).await;
+    let held = lease(&store, &shards[0], "worker-a").await;
+    store
+        .heartbeat(&ConsumerInfo::for_this_process(
+            ConsumerId::new("worker-a").unwrap(),
+            store.now(),
+        ))
+        .await
+        .unwrap();
+    let args = |force| shardkeeper_cli::args::SpreadArgs {
+        target: reset_args(&store, "latest").target,
+        buckets: Some(8),
+        yes: true,
+        force,
+        heartbeat_timeout_seconds: 10,
+    };
+    let err = commands::spread(&store, &args(false), |_| true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::SpreadRefused(why) if why.contains("worker-a")),
+        "{err}"
+    );
+    assert_eq!(store.buckets().await.unwrap().count(), 1, "nothing moved");
+
+    // Stopped: its heartbeat is older than the timeout.
+    ctx.clock.advance(Duration::from_secs(11));
+    let out = commands::spread(&store, &args(false), |_| true)
+        .await
+        .unwrap();
+    assert!(
+        out.contains("spread over 8 buckets (was 1): 30 items moved"),
+        "{out}"
+    );
+    let snapshot = store.load_group().await.unwrap();
+    assert_eq!(snapshot.buckets.count(), 8);
+    assert_eq!(snapshot.shards.len(), 30);
+    assert_eq!(
+        store.get_lease_owner(&shards[0]).await.unwrap(),
+        Some(held.owner)
+    );
+    let bad = shardkeeper_cli::args::SpreadArgs {
+        buckets: Some(3),
+        ..args(true)
+    };
+    let err = commands::spread(&store, &bad, |_| true).await.unwrap_err();
+    assert!(
+        matches!(err, Error::State(StateError::Validation { .. })),
+        "{err}"
+    );
+}
