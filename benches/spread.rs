@@ -6,8 +6,8 @@
 //!
 //! Reports, per layout:
 //! - the write units a second the busiest partition key is asked for: every
-//!   UpdateItem is seen by an interceptor on the client (its partition and
-//!   sort key), and each costs the write units of its item, sized by
+//!   UpdateItem is kept by the request counter on the client (its partition
+//!   and sort key), and each costs the write units of its item, sized by
 //!   DynamoDB's rules;
 //! - the group read (`load_group`): its requests, its read units (strongly
 //!   consistent, 4 KB each, counted per key) and its median wall time;
@@ -17,69 +17,34 @@
 //! items).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
 use shardkeeper::state::{
     cost, Buckets, Checkpoint, ConsumerId, Lease, RawItem, ShardScope, ShardSpec, SpreadPolicy,
     StateStore, StoreConfig, TableOptions,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
 const TASKS: usize = 16;
 
-/// The requests a client sends, by operation and by (partition key, sort key).
-#[derive(Debug, Clone, Default)]
-struct KeyCounter {
-    seen: Arc<Mutex<Vec<(String, String, String)>>>,
-}
-
-impl KeyCounter {
-    fn take(&self) -> Vec<(String, String, String)> {
-        std::mem::take(&mut *self.seen.lock().unwrap())
-    }
-}
-
-impl Intercept for KeyCounter {
-    fn name(&self) -> &'static str {
-        "KeyCounter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let operation = cfg
-            .load::<Metadata>()
-            .map(|m| m.name().to_owned())
-            .unwrap_or_default();
-        let body: serde_json::Value = context
-            .request()
-            .body()
-            .bytes()
-            .and_then(|b| serde_json::from_slice(b).ok())
-            .unwrap_or_default();
-        let key = |name: &str| {
-            body.pointer(&format!("/Key/{name}/S"))
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        self.seen
-            .lock()
-            .unwrap()
-            .push((operation, key("pk"), key("sk")));
-        Ok(())
-    }
+/// The requests the client sent since the last call, as (operation,
+/// partition key, sort key), from the servers' request counter's log.
+fn take_keys(aws: &AwsClients) -> Vec<(String, String, String)> {
+    aws.dynamodb_requests
+        .take_log()
+        .into_iter()
+        .map(|r| {
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            let key = |name: &str| {
+                body.pointer(&format!("/Key/{name}/S"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (r.operation, key("pk"), key("sk"))
+        })
+        .collect()
 }
 
 struct Layout {
@@ -116,16 +81,8 @@ async fn measure(
     name: &'static str,
     buckets: Buckets,
 ) -> Layout {
-    let counter = KeyCounter::default();
-    let config = aws
-        .dynamodb
-        .config()
-        .to_builder()
-        .interceptor(counter.clone())
-        .build();
-    let client = aws_sdk_dynamodb::Client::from_conf(config);
     let store = StateStore::new(
-        client,
+        aws.dynamodb.clone(),
         StoreConfig::new(&unique_name("scale"), "orders")
             .unwrap()
             .table(table)
@@ -156,7 +113,7 @@ async fn measure(
     let leases: Vec<Lease> = tasks.join_all().await.into_iter().flatten().collect();
 
     // One second at one checkpoint per shard per second.
-    counter.take();
+    take_keys(aws);
     let mut tasks = tokio::task::JoinSet::new();
     for chunk in leases.chunks(leases.len().div_ceil(TASKS)) {
         let store = store.clone();
@@ -172,7 +129,7 @@ async fn measure(
         });
     }
     tasks.join_all().await;
-    let writes = counter.take();
+    let writes = take_keys(aws);
 
     // Each written item's size, by DynamoDB's rules, read raw from each key.
     let mut sizes: HashMap<(String, String), usize> = HashMap::new();
@@ -204,18 +161,18 @@ async fn measure(
     let mut times = Vec::new();
     let mut read_requests = 0;
     for _ in 0..5 {
-        counter.take();
+        take_keys(aws);
         let started = Instant::now();
         let snapshot = store.load_group().await.unwrap();
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         assert_eq!(snapshot.shards.len(), shards);
-        read_requests = counter.take().len();
+        read_requests = take_keys(aws).len();
     }
     times.sort_by(f64::total_cmp);
     let read_rcu: u64 = key_bytes.values().map(|b| cost::read_units(*b)).sum();
 
     // One more checkpoint: its requests and write units.
-    counter.take();
+    take_keys(aws);
     let lease = &leases[leases.len() / 2];
     store
         .checkpoint(
@@ -225,7 +182,7 @@ async fn measure(
         )
         .await
         .unwrap();
-    let one = counter.take();
+    let one = take_keys(aws);
     let (_, pk, sk) = &one[0];
     let item = items_under(aws, table, pk)
         .await
@@ -262,6 +219,7 @@ fn main() {
         .ensure_table(&TableOptions::default())
         .await
         .unwrap();
+        aws.dynamodb_requests.start_log();
         println!("| shards | layout | buckets | keys written | busiest key, WCU/s | group read: requests | RCU | median ms | checkpoint: requests | WCU |");
         println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for shards in [1_000, 10_000, 20_000] {

@@ -10,10 +10,21 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Counts every HTTP request (retries included) a client sends, by operation
-/// name, and the bytes of their bodies. Clones share the counts.
+/// name, and the bytes of their bodies; and, while a log is kept, keeps each
+/// request's operation and body. Clones share the counts and the log.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, OperationCount>>>,
+    log: Arc<Mutex<Option<Vec<LoggedRequest>>>>,
+}
+
+/// One request of a kept log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedRequest {
+    /// The operation name.
+    pub operation: String,
+    /// The request body (JSON for DynamoDB and Kinesis).
+    pub body: Vec<u8>,
 }
 
 /// Requests and request body bytes of one operation.
@@ -39,6 +50,23 @@ impl RequestCounter {
     /// Requests sent in all.
     pub fn total(&self) -> u64 {
         self.snapshot().values().map(|c| c.requests).sum()
+    }
+
+    /// Keeps every request from now on (an empty log if one was kept).
+    pub fn start_log(&self) {
+        if let Ok(mut log) = self.log.lock() {
+            *log = Some(Vec::new());
+        }
+    }
+
+    /// The requests kept since [`RequestCounter::start_log`] (or the last
+    /// take), and keeps logging.
+    pub fn take_log(&self) -> Vec<LoggedRequest> {
+        self.log
+            .lock()
+            .ok()
+            .and_then(|mut log| log.as_mut().map(std::mem::take))
+            .unwrap_or_default()
     }
 
     /// Sets every count back to zero.
@@ -87,12 +115,16 @@ impl Intercept for RequestCounter {
             .load::<Metadata>()
             .map(|m| m.name().to_owned())
             .unwrap_or_else(|| "unknown".to_owned());
-        let bytes = context
-            .request()
-            .body()
-            .bytes()
-            .map(|b| b.len() as u64)
-            .unwrap_or(0);
+        let body = context.request().body().bytes().unwrap_or_default();
+        let bytes = body.len() as u64;
+        if let Ok(mut log) = self.log.lock() {
+            if let Some(log) = log.as_mut() {
+                log.push(LoggedRequest {
+                    operation: operation.clone(),
+                    body: body.to_vec(),
+                });
+            }
+        }
         if let Ok(mut m) = self.counts.lock() {
             let entry = m.entry(operation).or_default();
             entry.requests += 1;

@@ -33,7 +33,7 @@ pub use clients::{
     shared_servers, test_clients, test_endpoints, AwsClients, Endpoints, DYNAMODB_ENDPOINT_VAR,
     KINESIS_ENDPOINT_VAR, REAL_AWS_VAR,
 };
-pub use counter::{OperationCount, RequestCounter};
+pub use counter::{LoggedRequest, OperationCount, RequestCounter};
 pub use fault_plan::{FaultCounts, Faults};
 pub use fault_proxy::FaultProxy;
 pub use faults::{AwsService, FailingEndpoint};
