@@ -44,6 +44,22 @@ impl Mode {
         }
     }
 
+    /// Reports how busy the handler was (a group consumer's heartbeat carries it).
+    pub(crate) fn set_busy(&mut self, per_mille: u16) {
+        if let Mode::Group(s) = self {
+            s.set_busy(per_mille);
+        }
+    }
+
+    /// Starts leaving: a group consumer hands its leases to others (see
+    /// [`ConsumerSession::drain`]); a standalone one reads on to the end.
+    pub(crate) async fn drain(&mut self) -> Result<()> {
+        match self {
+            Mode::Group(s) => s.drain().await,
+            Mode::Standalone(_) => Ok(()),
+        }
+    }
+
     /// Renews the lease on `shard` alone (nothing to do standalone).
     pub(crate) async fn renew_one(&mut self, shard: &ShardId) -> Result<()> {
         match self {

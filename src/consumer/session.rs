@@ -95,6 +95,24 @@ impl ConsumerSession {
         self.lease_term
     }
 
+    /// Reports at the next heartbeats how busy the handler was (thousandths
+    /// of the time since the last heartbeat): the rebalancer sizes a fleet of
+    /// workers by it.
+    pub fn set_busy(&mut self, per_mille: u16) {
+        self.info.busy = Some(per_mille.min(1000));
+    }
+
+    /// Starts leaving the group while still reading: the consumer is marked
+    /// inactive, so the rebalancer gives it nothing more and moves its leases
+    /// to active consumers by claims, each honoured (checkpoint, then
+    /// hand-off to the claimant) at this session's next renewal. What is left
+    /// at the end is released by [`ConsumerSession::leave`].
+    pub async fn drain(&mut self) -> Result<()> {
+        self.holding.heartbeat(&self.store, &self.info).await?;
+        self.store.set_consumer_active(self.id(), false).await?;
+        Ok(())
+    }
+
     fn forget(&mut self, shard: &ShardId) {
         self.leases.remove(shard);
         self.renewed_at.remove(shard);

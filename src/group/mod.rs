@@ -4,6 +4,7 @@
 //! - `sightings`: [`Sightings`] and [`Ages`], time as the planners see it.
 //! - `rebalance`: [`plan_rebalance`], the lease-rebalancer's plan.
 //! - `reap`: [`plan_reap`], the heartbeat-reaper's plan.
+//! - `fleet`: [`plan_fleet`], how many shard workers to start.
 //! - `action`: the [`Action`]s the planners return.
 //! - `executor`: [`execute`], which applies them.
 //! - `reset`: [`plan_reset`] and [`apply_reset`], the operator's reset.
@@ -11,6 +12,7 @@
 
 mod action;
 mod executor;
+mod fleet;
 mod reap;
 mod rebalance;
 mod reset;
@@ -19,6 +21,7 @@ mod status;
 
 pub use action::{Action, ActionKind};
 pub use executor::{execute, ExecutionReport};
+pub use fleet::{plan_fleet, time_left, FleetConfig, FleetPlan, Starts};
 pub use reap::{plan_reap, ReapConfig};
 pub use rebalance::{
     available_shards, held_by, live_consumers, plan_rebalance, stranded_children, RebalanceConfig,

@@ -32,6 +32,8 @@ impl ConsumerInfo {
             pid: std::process::id(),
             started,
             standalone: false,
+            ends: None,
+            busy: None,
         }
     }
 }
@@ -118,6 +120,15 @@ impl StateStore {
         let mut update = "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
                  #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)"
             .to_owned();
+        for (name, value) in [
+            (attr::ENDS, info.ends),
+            (attr::BUSY, info.busy.map(i64::from)),
+        ] {
+            if let Some(value) = value {
+                expr = expr.names(&[name]).value(name, n(value));
+                update.push_str(&format!(", #{name} = :{name}"));
+            }
+        }
         let add = ", #incarnation = if_not_exists(#incarnation, :fresh)";
         let mut condition = None;
         if let Some((token, take_over)) = token {

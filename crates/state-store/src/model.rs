@@ -16,7 +16,8 @@ pub struct StreamState {
     pub schema_version: u32,
 }
 
-/// Who a consumer is: written at registration and refreshed by each heartbeat.
+/// Who a consumer is and how its run goes: written at registration and
+/// refreshed by each heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerInfo {
     /// The consumer's unique id.
@@ -33,6 +34,13 @@ pub struct ConsumerInfo {
     pub started: EpochMillis,
     /// True for the standalone modes (reads every shard, is given no leases).
     pub standalone: bool,
+    /// When its run ends, by its own clock (a Lambda invocation's deadline);
+    /// `None`: no end is planned. An observer reads it against the heartbeat
+    /// time written beside it, so clocks that differ do not matter.
+    pub ends: Option<EpochMillis>,
+    /// How busy its handler was since its last heartbeat, in thousandths of
+    /// the time (`None`: not measured).
+    pub busy: Option<u16>,
 }
 
 /// A registered consumer of the group.
@@ -218,6 +226,8 @@ impl ConsumerState {
                 pid: r.u64_or(attr::PID, 0)? as u32,
                 started: r.i64_or(attr::STARTED, 0)?,
                 standalone: r.bool_or(attr::STANDALONE, false)?,
+                ends: r.opt_i64(attr::ENDS)?,
+                busy: r.opt_i64(attr::BUSY)?.map(|b| b.clamp(0, 1000) as u16),
             },
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,

@@ -88,6 +88,10 @@ pub mod attr {
     pub const STANDALONE: &str = "standalone";
     /// Consumer: the token of the process holding the id now.
     pub const TOKEN: &str = "token";
+    /// Consumer: when its run ends (ms, its own clock).
+    pub const ENDS: &str = "ends";
+    /// Consumer: thousandths of the time its handler was busy since its last heartbeat.
+    pub const BUSY: &str = "busy";
     /// Consumer: the registration's identity, drawn when the item is created.
     pub const INCARNATION: &str = "incarnation";
     /// EFO: consumer ARN.

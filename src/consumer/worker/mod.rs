@@ -49,6 +49,14 @@ pub struct ShardWorker<H> {
     observer: Option<Observer>,
     efo_lock: Option<EfoLock>,
     efo_recheck: bool,
+    /// Time spent processing since `busy_since` (reported as the handler's
+    /// load at each renewal).
+    busy: Duration,
+    busy_since: Instant,
+    /// From when the consumer hands its leases to others (see
+    /// [`ShardWorker::drain_at`]), and whether it has started to.
+    drain_at: Option<Instant>,
+    draining: bool,
 }
 
 impl<H: RecordHandler> ShardWorker<H> {
@@ -102,7 +110,22 @@ impl<H: RecordHandler> ShardWorker<H> {
             observer: None,
             efo_lock: None,
             efo_recheck: false,
+            busy: Duration::ZERO,
+            busy_since: Instant::now(),
+            drain_at: None,
+            draining: false,
         }
+    }
+
+    /// From `at` on, the consumer leaves while it still reads: it is marked
+    /// inactive, the rebalancer moves its leases to active consumers by
+    /// claims, and it honours each at its next renewal (checkpoint, then
+    /// hand-off), so its shards go to readers already running instead of
+    /// waiting for its end. Set it some renewals and rebalancer ticks before
+    /// the deadline given to [`ShardWorker::run_until`].
+    pub fn drain_at(mut self, at: Instant) -> Self {
+        self.drain_at = Some(at);
+        self
     }
 
     /// Reports every lease and checkpoint event to `observer`.
@@ -341,6 +364,16 @@ impl<H: RecordHandler> ShardWorker<H> {
         if efo && (self.efo_lock.is_none() || self.efo_recheck) {
             self.lock_efo().await?;
         }
+        let elapsed = self.busy_since.elapsed().max(Duration::from_millis(1));
+        let per_mille = (self.busy.as_micros() * 1000 / elapsed.as_micros()).min(1000) as u16;
+        self.mode.set_busy(per_mille);
+        self.busy = Duration::ZERO;
+        self.busy_since = Instant::now();
+        if !self.draining && self.drain_at.is_some_and(|at| Instant::now() >= at) {
+            self.mode.drain().await?;
+            self.draining = true;
+            tracing::info!(consumer = %self.mode.id(), "draining: its leases go to the consumers that stay");
+        }
         let positions = self.positions();
         let tick = self
             .mode
@@ -483,6 +516,13 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 
     async fn process(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
+        let started = Instant::now();
+        let out = self.process_batch(shard, batch).await;
+        self.busy += started.elapsed();
+        out
+    }
+
+    async fn process_batch(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
         let shard_arc: Arc<str> = shard.as_str().into();
         let items = batch.records.iter().map(|r| {
             let base = StreamRecord {

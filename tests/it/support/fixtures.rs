@@ -71,6 +71,8 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
             pid: 1,
             started: 0,
             standalone: false,
+            ends: None,
+            busy: None,
         },
         heartbeat: NOW - age_ms,
         active: true,

@@ -1,0 +1,154 @@
+//! The size of a fleet of shard workers whose runs end (Lambda invocations):
+//! how many the group wants, how many stay long enough, how many to start
+//! now. Pure, no I/O; the rebalancer starts them.
+//!
+//! - A worker is counted as **staying** while it is live (see
+//!   [`live_consumers`]) and its run ends more than [`FleetConfig::lead`]
+//!   from now. Its end is read as the time left at its last heartbeat (its
+//!   `ends` minus its heartbeat time, both on its own clock) less how long
+//!   that heartbeat has been seen unchanged, so clocks that differ do not
+//!   matter.
+//! - The group **wants** enough workers for its open shards
+//!   ([`FleetConfig::shards_per_worker`]) and for its load (the handlers'
+//!   busy time reported by every heartbeating worker, over
+//!   [`FleetConfig::target_busy`]), no more than one per open shard, within
+//!   [`FleetConfig::min_workers`] and [`FleetConfig::max_workers`].
+//! - Workers started and not registered yet count as **starting** until
+//!   they register or [`FleetConfig::start_timeout`] passes.
+//! - The plan starts `wanted - staying - starting` workers. So a worker's
+//!   replacement runs before it drains, and a fleet larger than wanted
+//!   shrinks as runs end (each hands its shards to the workers that stay).
+
+use crate::group::{live_consumers, Ages};
+use crate::state::{ConsumerId, EpochMillis, GroupSnapshot};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// How a fleet is sized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The fewest workers kept running (default 1).
+    pub min_workers: usize,
+    /// The most workers kept running (default 64).
+    pub max_workers: usize,
+    /// The most open shards one worker is planned for (default 32).
+    pub shards_per_worker: usize,
+    /// The handler load one worker is planned for, in thousandths of its
+    /// time (default 700).
+    pub target_busy: u32,
+    /// A worker whose run ends sooner than this no longer counts as staying,
+    /// so its replacement starts (default 60 s: a worker's drain, a start
+    /// and two rebalancer ticks, with room).
+    pub lead: Duration,
+    /// A start not registered within this is given up (default 30 s).
+    pub start_timeout: Duration,
+    /// The heartbeat timeout: a consumer silent this long is not live.
+    pub heartbeat_timeout: Duration,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            min_workers: 1,
+            max_workers: 64,
+            shards_per_worker: 32,
+            target_busy: 700,
+            lead: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(30),
+            heartbeat_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What [`plan_fleet`] decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FleetPlan {
+    /// Workers the group wants.
+    pub wanted: usize,
+    /// Live workers whose runs end later than the lead.
+    pub staying: usize,
+    /// Workers started and not registered yet.
+    pub starting: usize,
+    /// Workers to start now.
+    pub start: usize,
+}
+
+/// Time left in `consumer`'s run as observed, `None` when no end is planned.
+pub fn time_left(snapshot: &GroupSnapshot, ages: &Ages, consumer: &ConsumerId) -> Option<Duration> {
+    let state = snapshot.consumers.iter().find(|c| c.id() == consumer)?;
+    let ends = state.info.ends?;
+    let at_beat = Duration::from_millis(ends.saturating_sub(state.heartbeat).max(0) as u64);
+    Some(at_beat.saturating_sub(ages.heartbeat(consumer)))
+}
+
+/// How many workers to start (see the module docs).
+pub fn plan_fleet(
+    snapshot: &GroupSnapshot,
+    ages: &Ages,
+    open_shards: usize,
+    starting: usize,
+    config: &FleetConfig,
+) -> FleetPlan {
+    let live = live_consumers(snapshot, ages, config.heartbeat_timeout);
+    let staying = live
+        .iter()
+        .filter(|c| time_left(snapshot, ages, c).is_none_or(|left| left > config.lead))
+        .count();
+    let busy: u32 = snapshot
+        .consumers
+        .iter()
+        .filter(|c| !c.info.standalone && ages.heartbeat(c.id()) < config.heartbeat_timeout)
+        .filter_map(|c| c.info.busy.map(u32::from))
+        .sum();
+    let by_shards = open_shards.div_ceil(config.shards_per_worker.max(1));
+    let by_load = busy.div_ceil(config.target_busy.max(1)) as usize;
+    let wanted = by_shards.max(by_load).min(open_shards).clamp(
+        config.min_workers,
+        config.max_workers.max(config.min_workers),
+    );
+    FleetPlan {
+        wanted,
+        staying,
+        starting,
+        start: wanted.saturating_sub(staying + starting),
+    }
+}
+
+/// The rebalancer's memory of the workers it started: each start counts as
+/// starting until a consumer it has not seen before registers, or the start
+/// times out.
+#[derive(Debug, Clone, Default)]
+pub struct Starts {
+    pending: VecDeque<EpochMillis>,
+    seen: BTreeSet<ConsumerId>,
+    primed: bool,
+}
+
+impl Starts {
+    /// Notes the consumers of `snapshot` (at `now`, a monotonic reading in
+    /// ms): each one not seen before ends the oldest pending start; starts
+    /// older than `timeout` are given up. Returns how many are starting.
+    pub fn observe(
+        &mut self,
+        snapshot: &GroupSnapshot,
+        now: EpochMillis,
+        timeout: Duration,
+    ) -> usize {
+        for consumer in &snapshot.consumers {
+            if self.seen.insert(consumer.id().clone()) && self.primed {
+                self.pending.pop_front();
+            }
+        }
+        self.primed = true;
+        let present: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
+        self.seen.retain(|c| present.contains(c));
+        let oldest = now - timeout.as_millis() as EpochMillis;
+        self.pending.retain(|at| *at > oldest);
+        self.pending.len()
+    }
+
+    /// Notes `count` workers started at `now`.
+    pub fn started(&mut self, count: usize, now: EpochMillis) {
+        self.pending.extend(std::iter::repeat_n(now, count));
+    }
+}
