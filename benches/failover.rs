@@ -125,6 +125,7 @@ fn main() {
             config: RebalanceConfig::default(),
             emit_metrics: false,
             sightings: Default::default(),
+            fleet: None,
         };
         let reaper = Reaper {
             store: store.clone(),

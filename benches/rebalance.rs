@@ -164,6 +164,7 @@ fn main() {
             config: RebalanceConfig { lease_term: LEASE_TERM, ..RebalanceConfig::default() },
             emit_metrics: false,
             sightings: Default::default(),
+            fleet: None,
         };
         let mut sim = Sim { aws: aws.clone(), clock: clock.clone(), rebalancer, sessions: Vec::new(), t: 0 };
         let mut phases = Vec::new();

@@ -73,6 +73,7 @@ fn main() {
             config: RebalanceConfig::default(),
             emit_metrics: false,
             sightings: Default::default(),
+            fleet: None,
         };
         worker.step().await.unwrap();
         rebalancer.tick().await.unwrap();

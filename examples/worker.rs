@@ -82,6 +82,7 @@ async fn main() -> Result<(), Error> {
                 config: RebalanceConfig::default(),
                 emit_metrics: false,
                 sightings: Default::default(),
+                fleet: None,
             };
             let started = Instant::now();
             for i in 0u64.. {

@@ -4,8 +4,8 @@
 
 use crate::consumer::{EfoPool, MAX_EFO_CONSUMERS};
 use crate::consumer::{InitialPosition, WorkerConfig};
-use crate::group::ReapConfig;
 use crate::group::RebalanceConfig;
+use crate::group::{FleetConfig, ReapConfig};
 use crate::state::{schema::DEFAULT_TABLE, Buckets, StateError, StoreConfig};
 use std::time::Duration;
 
@@ -69,6 +69,19 @@ pub const BUCKETS: &str = "SHARDKEEPER_BUCKETS";
 /// but an operator's listing of parked records.
 pub const PROCESSOR_BUCKETS: u16 = 32;
 
+/// Seconds before its end a shard-worker invocation starts handing its
+/// leases to the workers that stay (default 15).
+pub const DRAIN_SECONDS: &str = "SHARDKEEPER_DRAIN_SECONDS";
+/// The shard-worker function the rebalancer starts workers of (name or
+/// ARN); unset: it starts none (the workers are started otherwise).
+pub const WORKER_FUNCTION: &str = "SHARDKEEPER_WORKER_FUNCTION";
+/// The fewest shard workers the rebalancer keeps running (default 1).
+pub const MIN_WORKERS: &str = "SHARDKEEPER_MIN_WORKERS";
+/// The most shard workers the rebalancer keeps running (default 64).
+pub const MAX_WORKERS: &str = "SHARDKEEPER_MAX_WORKERS";
+/// The most open shards one shard worker is planned for (default 32).
+pub const SHARDS_PER_WORKER: &str = "SHARDKEEPER_SHARDS_PER_WORKER";
+
 /// The stream's retention in hours (default 24).
 pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 
@@ -101,6 +114,12 @@ pub struct ScheduledConfig {
     /// The bucket count a new group is laid out with; `None`: chosen from the
     /// stream's open shards at start.
     pub buckets: Option<Buckets>,
+    /// How long before its end a shard-worker invocation drains.
+    pub drain: Duration,
+    /// The shard-worker function the rebalancer starts workers of.
+    pub worker_function: Option<String>,
+    /// How the rebalancer sizes the fleet of shard workers.
+    pub fleet: FleetConfig,
 }
 
 /// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
@@ -256,6 +275,7 @@ impl ScheduledConfig {
         let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
         let lease_term = secs(vars.positive(LEASE_TERM_SECONDS, 10)?);
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
+        let drain = secs(vars.number(DRAIN_SECONDS, 15)?);
         Ok(ScheduledConfig {
             store,
             timing: TickTiming {
@@ -276,6 +296,17 @@ impl ScheduledConfig {
             },
             initial_position: initial_position(vars.get(INITIAL_POSITION))?,
             buckets: buckets(&vars)?,
+            drain,
+            worker_function: vars.get(WORKER_FUNCTION),
+            fleet: FleetConfig {
+                min_workers: vars.number(MIN_WORKERS, 1)? as usize,
+                max_workers: vars.positive(MAX_WORKERS, 64)? as usize,
+                shards_per_worker: vars.positive(SHARDS_PER_WORKER, 32)? as usize,
+                // The drain, a start, and room for ticks and a slow start.
+                lead: drain + Duration::from_secs(45),
+                heartbeat_timeout,
+                ..FleetConfig::default()
+            },
             efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
                 n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
                 n => {

@@ -2,11 +2,13 @@
 //! the loop that runs ticks until the Lambda deadline, and their handlers.
 //! The binaries in `functions/` only build clients and call these.
 
+mod fleet;
 mod reaper;
 mod rebalancer;
 mod ticker;
 mod worker;
 
+pub use fleet::{Fleet, FleetTick, LambdaStarter, StartWorkers, Started, TaskStarter};
 pub use reaper::{handle_reap, ReapTick, Reaper};
 pub use rebalancer::{handle_rebalance, RebalanceTick, Rebalancer};
 pub use ticker::{run_ticks, InvocationSummary, TickLoop};
@@ -49,6 +51,8 @@ pub struct ScheduledInit {
     pub store: crate::state::StateStore,
     /// Kinesis, from the standard credential and region chains.
     pub kinesis: aws_sdk_kinesis::Client,
+    /// The AWS configuration the clients were made from.
+    pub aws: aws_config::SdkConfig,
 }
 
 /// The init of a scheduled function: logging, configuration from the
@@ -63,6 +67,7 @@ pub async fn init_scheduled() -> Result<ScheduledInit, lambda_runtime::Error> {
         config,
         store,
         kinesis,
+        aws,
     })
 }
 

@@ -1,5 +1,6 @@
 //! The lease-rebalancer: discover shards, plan, apply; one tick at a time.
 
+use super::fleet::{Fleet, FleetTick};
 use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::consumer::{discover_shards, DiscoveryReport};
@@ -28,6 +29,8 @@ pub struct Rebalancer {
     /// What the rebalancer has seen of leases, heartbeats and claims (kept
     /// across ticks and invocations).
     pub sightings: Sightings,
+    /// The fleet of shard workers it keeps running, if it keeps one.
+    pub fleet: Option<Fleet>,
 }
 
 /// What one rebalancer tick saw and did.
@@ -47,6 +50,8 @@ pub struct RebalanceTick {
     pub execution: ExecutionReport,
     /// Actions the planner produced.
     pub actions_planned: usize,
+    /// The fleet of shard workers, when the rebalancer keeps one.
+    pub fleet: Option<FleetTick>,
 }
 
 impl Rebalancer {
@@ -74,6 +79,14 @@ impl Rebalancer {
         }
         let actions = plan_rebalance(&snapshot, &ages, &self.config);
         let execution = execute(&self.store, None, &actions, term).await?;
+        let fleet = match &self.fleet {
+            Some(fleet) => Some(
+                fleet
+                    .tick(&self.store, &snapshot, &ages, available.len())
+                    .await,
+            ),
+            None => None,
+        };
         let tick = RebalanceTick {
             discovery,
             live_consumers: live.len(),
@@ -82,6 +95,7 @@ impl Rebalancer {
             leases_per_consumer,
             execution,
             actions_planned: actions.len(),
+            fleet,
         };
         if self.emit_metrics {
             tick.emit_metrics(&self.store);
@@ -98,29 +112,38 @@ impl RebalanceTick {
 
     fn emit_metrics(&self, store: &StateStore) {
         let per = self.leases_per_consumer.values();
+        let fleet = self.fleet.iter().flat_map(|f| {
+            [
+                Metric::count("WorkersWanted", f.plan.wanted as f64),
+                Metric::count("WorkersStaying", f.plan.staying as f64),
+                Metric::count("WorkersStarted", f.started as f64),
+            ]
+        });
         emit_for(
             store,
-            &[
-                Metric::count("LiveConsumers", self.live_consumers as f64),
-                Metric::count("AvailableShards", self.available_shards as f64),
-                Metric::count("UnownedShards", self.unowned_shards as f64),
-                Metric::count(
-                    "MaxLeasesPerConsumer",
-                    per.clone().max().copied().unwrap_or(0) as f64,
-                ),
-                Metric::count(
-                    "MinLeasesPerConsumer",
-                    per.min().copied().unwrap_or(0) as f64,
-                ),
-                Metric::count(
-                    "Assignments",
-                    self.execution.applied(ActionKind::Assign) as f64,
-                ),
-                Metric::count("Claims", self.execution.applied(ActionKind::Claim) as f64),
-                Metric::count("Moves", self.moves() as f64),
-                Metric::count("NewShards", self.discovery.created.len() as f64),
-                Metric::count("LostConditions", self.execution.lost_total() as f64),
-            ],
+            &fleet
+                .chain([
+                    Metric::count("LiveConsumers", self.live_consumers as f64),
+                    Metric::count("AvailableShards", self.available_shards as f64),
+                    Metric::count("UnownedShards", self.unowned_shards as f64),
+                    Metric::count(
+                        "MaxLeasesPerConsumer",
+                        per.clone().max().copied().unwrap_or(0) as f64,
+                    ),
+                    Metric::count(
+                        "MinLeasesPerConsumer",
+                        per.min().copied().unwrap_or(0) as f64,
+                    ),
+                    Metric::count(
+                        "Assignments",
+                        self.execution.applied(ActionKind::Assign) as f64,
+                    ),
+                    Metric::count("Claims", self.execution.applied(ActionKind::Claim) as f64),
+                    Metric::count("Moves", self.moves() as f64),
+                    Metric::count("NewShards", self.discovery.created.len() as f64),
+                    Metric::count("LostConditions", self.execution.lost_total() as f64),
+                ])
+                .collect::<Vec<_>>(),
         );
     }
 }

@@ -1,13 +1,14 @@
-//! The shard-worker function: each scheduled invocation is one consumer
-//! instance that reads the shards it is given until its deadline, then
-//! releases them (checkpointed) so the next invocation takes over at once.
+//! The shard-worker function: each invocation is one consumer instance
+//! that reads the shards it is given until its deadline. Its heartbeats say
+//! when it ends, so the rebalancer starts its replacement in time; some
+//! time before the end it drains (its leases handed to the workers that
+//! stay, at its renewals), and what is left at the end is released.
 
 use crate::consumer::ConsumerSession;
 use crate::consumer::{ShardWorker, WorkerConfig, WorkerReport};
 use crate::metrics::Metric;
 use crate::processing::RecordHandler;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
-use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,6 +24,10 @@ pub struct WorkerFunction<F> {
     pub config: WorkerConfig,
     /// Time kept free before the deadline.
     pub margin: Duration,
+    /// How long before its end (the deadline less the margin) the consumer
+    /// starts handing its leases to the workers that stay (see
+    /// [`ShardWorker::drain_at`]).
+    pub drain: Duration,
     /// Makes the record handler of one invocation.
     pub handler: F,
     /// Write the invocation's report as CloudWatch metrics (EMF) at its end.
@@ -49,29 +54,35 @@ where
     F: Fn() -> H,
     H: RecordHandler,
 {
-    /// The Lambda handler: one consumer instance until the deadline minus the margin.
+    /// The Lambda handler: one consumer instance until the deadline minus
+    /// the margin, draining for the last [`WorkerFunction::drain`] of it.
+    /// The payload is not read (a schedule's event, or the rebalancer's
+    /// empty one).
     pub async fn handle(
         &self,
-        event: LambdaEvent<EventBridgeEvent>,
+        event: LambdaEvent<serde_json::Value>,
     ) -> Result<WorkerReport, lambda_runtime::Error> {
         let id = invocation_consumer_id(&event.context.request_id)?;
-        let info = ConsumerInfo::for_this_process(id, self.store.now());
-        let session = ConsumerSession::new(self.store.clone(), info, self.lease_term);
-        let mut worker = ShardWorker::new(
-            session,
-            self.store.clone(),
-            self.kinesis.clone(),
-            (self.handler)(),
-            self.config.clone(),
-        );
         let left = event
             .context
             .deadline()
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
             .saturating_sub(self.margin);
+        let mut info = ConsumerInfo::for_this_process(id, self.store.now());
+        info.ends = Some(self.store.now() + crate::state::duration_millis(left));
+        let session = ConsumerSession::new(self.store.clone(), info, self.lease_term);
+        let started = Instant::now();
+        let mut worker = ShardWorker::new(
+            session,
+            self.store.clone(),
+            self.kinesis.clone(),
+            (self.handler)(),
+            self.config.clone(),
+        )
+        .drain_at(started + left.saturating_sub(self.drain));
         let report = worker
-            .run_until(Some(Instant::now() + left), || false)
+            .run_until(Some(started + left), || false)
             .await?
             .clone();
         tracing::info!(
@@ -100,6 +111,8 @@ pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
         Metric::count("Checkpoints", report.checkpoints as f64),
         Metric::count("ShardsCompleted", report.shards_completed as f64),
         Metric::count("LeasesLost", report.leases_lost as f64),
+        Metric::count("LeasesHandedOff", report.handed_off as f64),
+        Metric::count("LeasesHeldAtStop", report.held_at_stop as f64),
         Metric::count("Polls", report.polls as f64),
         Metric::count("Subscriptions", report.subscriptions as f64),
         Metric::count("ReadsThrottled", report.throttled as f64),

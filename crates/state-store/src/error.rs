@@ -131,6 +131,8 @@ pub enum Service {
     DynamoDb,
     /// Amazon Kinesis Data Streams.
     Kinesis,
+    /// AWS Lambda (starting shard workers).
+    Lambda,
 }
 
 impl fmt::Display for Service {
@@ -138,6 +140,7 @@ impl fmt::Display for Service {
         f.write_str(match self {
             Service::DynamoDb => "DynamoDB",
             Service::Kinesis => "Kinesis",
+            Service::Lambda => "Lambda",
         })
     }
 }

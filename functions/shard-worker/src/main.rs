@@ -19,6 +19,7 @@ async fn main() -> Result<(), Error> {
         lease_term: init.config.lease_term,
         config: init.config.worker_config(),
         margin: init.config.timing.margin,
+        drain: init.config.drain,
         handler: || {
             |record: StreamRecord| async move {
                 let value: serde_json::Value = serde_json::from_slice(&record.data)?;

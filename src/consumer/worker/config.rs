@@ -98,6 +98,12 @@ pub struct WorkerReport {
     pub shards_completed: u64,
     /// Leases lost (the shard stopped at once).
     pub leases_lost: u64,
+    /// Leases handed to a claimant at a renewal (a rebalance, or this
+    /// worker's drain).
+    pub handed_off: u64,
+    /// Shards still held when the run stopped, released (or checkpointed,
+    /// without [`WorkerConfig::release_on_stop`]) then.
+    pub held_at_stop: u64,
     /// Expired iterators refreshed at the checkpoint.
     pub iterators_refreshed: u64,
     /// Throttled reads backed off.

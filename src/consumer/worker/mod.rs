@@ -160,8 +160,10 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
         self.pending.remove(shard);
         if self.cursors.remove(shard).is_some() {
-            if why == StopReason::Lost {
-                self.report.leases_lost += 1;
+            match why {
+                StopReason::Lost => self.report.leases_lost += 1,
+                StopReason::HandedOff => self.report.handed_off += 1,
+                _ => {}
             }
             self.stopped(shard, why);
             self.handler.lease_lost(shard).await;
@@ -230,6 +232,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             }
         }
         self.handler.shutdown_requested().await;
+        self.report.held_at_stop = self.cursors.len() as u64;
         let mut attempt = 0;
         loop {
             attempt += 1;

@@ -173,6 +173,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
             ..WorkerConfig::default()
         },
         margin: Duration::from_millis(300),
+        drain: Duration::ZERO,
         emit_metrics: false,
         handler: move || {
             let sink = sink.clone();
@@ -203,7 +204,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    let event: aws_lambda_events::event::eventbridge::EventBridgeEvent =
+    let event: serde_json::Value =
         serde_json::from_str(include_str!("../../../events/scheduled.json")).unwrap();
     let mut context = crate::support::common::lambda_context(Duration::from_secs(4));
     context.request_id = "5f1c2e3a-8b9d-4e6f-a1b2-c3d4e5f6a7b8".to_owned();

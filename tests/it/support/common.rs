@@ -302,6 +302,7 @@ pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::function
         config: shardkeeper::group::RebalanceConfig::default(),
         emit_metrics: false,
         sightings: Default::default(),
+        fleet: None,
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod cli;
 mod fault_proxy;
+mod fleet;
 mod history;
 mod local;
 mod outage;

@@ -386,6 +386,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         },
         emit_metrics: false,
         sightings: Default::default(),
+        fleet: None,
     });
     let reaper = Arc::new(Reaper {
         store: store.clone(),

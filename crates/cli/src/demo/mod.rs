@@ -289,6 +289,7 @@ async fn run_on(
         },
         emit_metrics: false,
         sightings: Default::default(),
+        fleet: None,
     };
     let reaper = Reaper {
         store: store.clone(),
