@@ -87,7 +87,11 @@ fn every_function_has_its_variables_and_permissions() {
             [
                 &state[..],
                 &scheduled_state[..],
-                &["kinesis:DescribeStreamSummary", "kinesis:ListShards"],
+                &[
+                    "kinesis:DescribeStreamSummary",
+                    "kinesis:ListShards",
+                    "lambda:InvokeFunction",
+                ],
             ]
             .concat(),
         ),
@@ -186,6 +190,16 @@ fn every_function_has_its_variables_and_permissions() {
         t["Resources"]["LeaseRebalancer"]["Properties"]["ReservedConcurrentExecutions"],
         1
     );
+    // The rebalancer starts the shard workers: it names their function, and
+    // nothing else starts them (no schedule: a schedule's invocations would
+    // come on top of the fleet's).
+    let rebalancer = &t["Resources"]["LeaseRebalancer"]["Properties"];
+    let names = &rebalancer["Environment"]["Variables"][shardkeeper::config::WORKER_FUNCTION];
+    assert!(
+        matches!(names, Value::Tagged(v) if v.tag == "Ref" && v.value == "ShardWorker"),
+        "{names:?}"
+    );
+    assert!(t["Resources"]["ShardWorker"]["Properties"]["Events"].is_null());
     // The pool size reaches the shard workers, within the Kinesis limit.
     let size = &t["Parameters"]["EfoPoolSize"];
     assert_eq!(
