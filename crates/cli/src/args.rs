@@ -58,13 +58,18 @@ pub struct Connection {
 #[derive(Debug, Clone, Args)]
 pub struct Target {
     /// The state table.
-    #[arg(long, env = "SHARDKEEPER_TABLE", default_value = "shardkeeper-state")]
+    #[arg(
+        long,
+        visible_alias = "table-name",
+        env = "SHARDKEEPER_TABLE",
+        default_value = "shardkeeper-state"
+    )]
     pub table: String,
     /// The consumer group.
-    #[arg(long, env = "SHARDKEEPER_GROUP")]
+    #[arg(long, visible_alias = "group-name", env = "SHARDKEEPER_GROUP")]
     pub group: String,
     /// The stream the group consumes.
-    #[arg(long, env = "SHARDKEEPER_STREAM")]
+    #[arg(long, visible_alias = "stream-name", env = "SHARDKEEPER_STREAM")]
     pub stream: String,
     /// Where, and with which credentials.
     #[command(flatten)]
@@ -75,7 +80,12 @@ pub struct Target {
 #[derive(Debug, Clone, Args)]
 pub struct GroupsArgs {
     /// The state table.
-    #[arg(long, env = "SHARDKEEPER_TABLE", default_value = "shardkeeper-state")]
+    #[arg(
+        long,
+        visible_alias = "table-name",
+        env = "SHARDKEEPER_TABLE",
+        default_value = "shardkeeper-state"
+    )]
     pub table: String,
     /// Where, and with which credentials.
     #[command(flatten)]

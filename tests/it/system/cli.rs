@@ -531,3 +531,35 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
         "{err}"
     );
 }
+
+#[test]
+fn table_and_stream_take_the_names_the_aws_cli_uses_too() {
+    let parse = |argv: &[&str]| match Cli::try_parse_from(argv).unwrap().command {
+        shardkeeper_cli::Command::Status(args) => args.target,
+        other => panic!("{other:?}"),
+    };
+    let short = parse(&[
+        "shardkeeper",
+        "status",
+        "--table",
+        "t",
+        "--group",
+        "g",
+        "--stream",
+        "s",
+    ]);
+    let long = parse(&[
+        "shardkeeper",
+        "status",
+        "--table-name",
+        "t",
+        "--group-name",
+        "g",
+        "--stream-name",
+        "s",
+    ]);
+    assert_eq!(
+        (short.table, short.group, short.stream),
+        (long.table, long.group, long.stream)
+    );
+}
