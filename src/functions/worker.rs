@@ -5,7 +5,7 @@
 //! stay, at its renewals), and what is left at the end is released.
 
 use crate::consumer::ConsumerSession;
-use crate::consumer::{ShardWorker, WorkerConfig, WorkerReport};
+use crate::consumer::{Observer, ShardWorker, WorkerConfig, WorkerReport};
 use crate::metrics::Metric;
 use crate::processing::RecordHandler;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
@@ -32,6 +32,9 @@ pub struct WorkerFunction<F> {
     pub handler: F,
     /// Write the invocation's report as CloudWatch metrics (EMF) at its end.
     pub emit_metrics: bool,
+    /// Receives every invocation's lease and checkpoint events (see
+    /// [`ShardWorker::with_observer`]).
+    pub observer: Option<Observer>,
 }
 
 /// The consumer id of one invocation: the request id (letters, digits, `-`).
@@ -81,6 +84,9 @@ where
             self.config.clone(),
         )
         .drain_at(started + left.saturating_sub(self.drain));
+        if let Some(observer) = &self.observer {
+            worker = worker.with_observer(observer.clone());
+        }
         let report = worker
             .run_until(Some(started + left), || false)
             .await?

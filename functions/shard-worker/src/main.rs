@@ -28,6 +28,7 @@ async fn main() -> Result<(), Error> {
             }
         },
         emit_metrics: true,
+        observer: None,
     };
     lambda_runtime::run(service_fn(|event| function.handle(event))).await
 }

@@ -175,6 +175,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
         margin: Duration::from_millis(300),
         drain: Duration::ZERO,
         emit_metrics: false,
+        observer: None,
         handler: move || {
             let sink = sink.clone();
             move |record: StreamRecord| {

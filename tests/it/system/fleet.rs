@@ -52,6 +52,7 @@ async fn a_fleet_of_short_lived_workers_hands_every_shard_to_a_running_worker() 
         margin: Duration::from_millis(200),
         drain: DRAIN,
         emit_metrics: false,
+        observer: None,
         handler: move || {
             let sink = sink.clone();
             move |record: StreamRecord| {
