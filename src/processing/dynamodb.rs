@@ -1,7 +1,7 @@
 //! DynamoDB Streams events: `DynamoDbEvent` in, typed changes to the
 //! handler, `DynamoDbEventResponse` out.
 
-use crate::processing::kinesis::RawEvent;
+use crate::processing::kinesis::{share, RawEvent};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
@@ -92,6 +92,10 @@ impl EventSource for DynamoDbStreams {
         let event: RawEvent<'_> = serde_json::from_str(event_json)
             .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let mut stream: Option<String> = None;
+        // The stream ARN, shared by the records that repeat it, and the
+        // shard id: the event does not name the shard.
+        let mut arn: Option<Arc<str>> = None;
+        let no_shard: Arc<str> = Arc::from("");
         let mut units = Vec::with_capacity(event.records.len());
         for (index, raw) in event.records.iter().enumerate() {
             // Only what the processor needs; the handler decodes the images
@@ -108,17 +112,17 @@ impl EventSource for DynamoDbStreams {
                     })?;
                     let item = id.dynamodb.sequence_number;
                     let error = RecordError::Malformed { index, error };
-                    units.push((item.clone(), Unit::Unreadable(item, error)));
+                    units.push((Arc::from(item.as_str()), Unit::Unreadable(item, error)));
                     continue;
                 }
             };
             if stream.is_none() {
                 stream = rec.event_source_arn.as_deref().map(str::to_owned);
             }
-            let seq = rec.dynamodb.sequence_number;
+            let seq: Arc<str> = Arc::from(rec.dynamodb.sequence_number.as_ref());
             let record = StreamRecord {
-                shard_id: Arc::from(""),
-                sequence_number: seq.as_ref().into(),
+                shard_id: no_shard.clone(),
+                sequence_number: seq.clone(),
                 sub_sequence: 0,
                 aggregated: false,
                 partition_key: rec.dynamodb.keys.map_or("{}", RawValue::get).into(),
@@ -129,9 +133,12 @@ impl EventSource for DynamoDbStreams {
                     .dynamodb
                     .created
                     .map(|secs| (secs * 1000.0).round() as i64),
-                event_source_arn: rec.event_source_arn.as_deref().map(Arc::from),
+                event_source_arn: rec
+                    .event_source_arn
+                    .as_deref()
+                    .map(|value| share(&mut arn, value)),
             };
-            units.push((seq.into_owned(), Unit::Records(vec![record])));
+            units.push((seq, Unit::Record(record)));
         }
         Ok(EventUnits {
             stream,
