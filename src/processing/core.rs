@@ -251,23 +251,18 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 batch.report.not_attempted += 1 + items.len() as u64;
                 break;
             }
-            let records = match unit.into_records() {
-                Ok(records) => records,
-                Err(unit) => {
-                    if batch.out_of_time() {
-                        batch.deadline(&item);
-                    } else {
-                        self.unit(batch, &item, unit).await?;
-                    }
-                    continue;
+            if !unit.is_ready() {
+                if batch.out_of_time() {
+                    batch.deadline(&item);
+                } else {
+                    self.unit(batch, &item, unit).await?;
                 }
-            };
+                continue;
+            }
             let mut run = Vec::new();
-            batch.keep_new(&item, records, &mut run).await?;
+            batch.keep_new(&item, unit, &mut run).await?;
             while let Some((item, unit)) = items.next_if(|(_, unit)| unit.is_ready()) {
-                if let Ok(records) = unit.into_records() {
-                    batch.keep_new(&item, records, &mut run).await?;
-                }
+                batch.keep_new(&item, unit, &mut run).await?;
             }
             self.run_of_records(batch, run).await?;
         }
@@ -502,21 +497,40 @@ impl<S: CheckpointSink> Batch<'_, S> {
         self.fail(item, error);
     }
 
-    /// Adds the records of a unit that the stored position does not cover
-    /// to `run` (the others are counted as duplicates).
+    /// Adds the records of a ready unit that the stored position does not
+    /// cover to `run` (the others are counted as duplicates). A unit that
+    /// is not ready has none.
     async fn keep_new(
         &mut self,
         item: &Arc<str>,
-        records: Vec<StreamRecord>,
+        unit: Unit,
         run: &mut Vec<Pending>,
     ) -> Result<()> {
-        for record in records {
-            check_sequence(&record.sequence_number)?;
-            if self.covered(&record).await? {
-                self.report.duplicates_skipped += 1;
-            } else {
-                run.push((item.clone(), record));
+        match unit {
+            Unit::Record(record) => self.keep_if_new(item, record, run).await,
+            Unit::Records(records) => {
+                for record in records {
+                    self.keep_if_new(item, record, run).await?;
+                }
+                Ok(())
             }
+            Unit::Broken(..) | Unit::Unreadable(..) => Ok(()),
+        }
+    }
+
+    /// Adds `record` to `run` unless the stored position covers it (then it
+    /// is counted as a duplicate).
+    async fn keep_if_new(
+        &mut self,
+        item: &Arc<str>,
+        record: StreamRecord,
+        run: &mut Vec<Pending>,
+    ) -> Result<()> {
+        check_sequence(&record.sequence_number)?;
+        if self.covered(&record).await? {
+            self.report.duplicates_skipped += 1;
+        } else {
+            run.push((item.clone(), record));
         }
         Ok(())
     }

@@ -30,16 +30,6 @@ impl Unit {
         matches!(self, Unit::Record(_) | Unit::Records(_))
     }
 
-    /// The user records of a ready unit, in order; the unit itself if it is
-    /// not ready.
-    pub fn into_records(self) -> Result<Vec<StreamRecord>, Unit> {
-        match self {
-            Unit::Record(record) => Ok(vec![record]),
-            Unit::Records(records) => Ok(records),
-            other => Err(other),
-        }
-    }
-
     /// The unit of one Kinesis record: `base` describes it (its `data` is
     /// replaced), `data` is its payload, de-aggregated if it is a KPL
     /// aggregate (user records share the payload's buffer; nothing is
