@@ -112,6 +112,19 @@ pub(crate) fn nested_fields<'a, const N: usize, const M: usize>(
     inner: &str,
     inner_names: [&str; M],
 ) -> Option<(Spans<'a, N>, Option<Spans<'a, M>>)> {
+    nested_fields_reading(text, names, inner, inner_names, |_, _| None)
+}
+
+/// As [`nested_fields`]; `read(key, at)` may read a field's value of the
+/// inner object itself (where the scanner finds it, instead of skipping
+/// it) and say where it ends (`None`: the scanner skips it).
+pub(crate) fn nested_fields_reading<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    names: [&str; N],
+    inner: &str,
+    inner_names: [&str; M],
+    mut read: impl FnMut(&str, usize) -> Option<usize>,
+) -> Option<(Spans<'a, N>, Option<Spans<'a, M>>)> {
     let b = text.as_bytes();
     let mut nested = None;
     let mut twice = false;
@@ -120,7 +133,7 @@ pub(crate) fn nested_fields<'a, const N: usize, const M: usize>(
             return None;
         }
         twice |= nested.is_some();
-        let (found, end) = object::<false, M>(text, i, inner_names, |_, _| None)?;
+        let (found, end) = object::<false, M>(text, i, inner_names, &mut read)?;
         nested = Some(found);
         Some(end)
     })?;
@@ -216,7 +229,8 @@ pub(crate) fn optional_number(value: Option<&str>) -> Option<Option<f64>> {
     }
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+/// Where the text after `i` has no more JSON whitespace.
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
         i += 1;
     }
