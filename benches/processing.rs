@@ -557,8 +557,13 @@ fn main() {
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();
-    // `--no-run` builds, `--list` lists: measure the resident set only in a real run.
-    if std::env::args().any(|a| a == "--bench") && !std::env::args().any(|a| a == "--list") {
+    // `--no-run` builds, `--list` lists, `--profile-time` runs the paths
+    // for a profiler: measure the resident set and the ratios only in a
+    // real run.
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--bench")
+        && !args.iter().any(|a| a == "--list" || a == "--profile-time")
+    {
         report_rss();
         report_ratios();
     }

@@ -9,6 +9,9 @@
 //!
 //! An input is read as a stream record, as an event, and wrapped as the
 //! only record of an event, so that a seed of either shape reaches all three.
+//! The processor reads an event's records with a scanner that checks the
+//! JSON in the same pass: an event that is not valid JSON (as `serde_json`
+//! reads it) must fail whole.
 
 #![no_main]
 
@@ -127,7 +130,11 @@ fn event(text: &str) {
         ..ProcessingOptions::default()
     };
     let processor = DynamoDbProcessor::new(handler).with_options(options);
-    let Ok(report) = block_on(processor.process(text, None)) else {
+    let result = block_on(processor.process(text, None));
+    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+        assert!(result.is_err(), "an event that is not JSON was processed");
+    }
+    let Ok(report) = result else {
         return;
     };
     assert_eq!(report.processed, handled.load(Ordering::Relaxed));

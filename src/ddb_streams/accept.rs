@@ -131,8 +131,8 @@ impl<C: StreamsClient> StreamReader<C> {
         let mut first_failure = None;
         for shard in batch.shards {
             let items = shard.records.iter().map(|r| {
-                let unit = Unit::Records(vec![r.to_stream_record(&arn)]);
-                (r.sequence_number.to_string(), unit)
+                let record = r.to_stream_record(&arn);
+                (record.sequence_number.clone(), Unit::Record(record))
             });
             let mut sink = ReaderCheckpoints {
                 reader: self,

@@ -3,7 +3,7 @@
 //! the self-managed reader.
 
 use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
-use crate::processing::image::from_image_json;
+use crate::processing::image::{from_image_json, image_at};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
@@ -125,31 +125,79 @@ impl<T: DeserializeOwned> Change<T> {
     /// that does not decode is a [`RecordError::Payload`] naming the record
     /// and the image.
     pub fn from_event_json(record_json: &str) -> Result<Self, RecordError> {
-        let record = match RecordFields::scan(record_json) {
-            Some(record) => record,
-            None => serde_json::from_str::<RecordText<'_>>(record_json)
-                .map(RecordFields::from)
-                .map_err(|e| RecordError::Malformed {
-                    index: 0,
-                    error: e.to_string(),
-                })?,
+        // The old and new images, decoded where the scanner finds them
+        // (each image is read once, not skipped first and decoded after).
+        let mut decoded: [Option<Result<T, String>>; 2] = [None, None];
+        let b = record_json.as_bytes();
+        let scanned = RecordFields::scan(record_json, |key, at| {
+            let slot = match key {
+                "OldImage" => 0,
+                "NewImage" => 1,
+                _ => return None,
+            };
+            // An empty image is no image: left to the scanner.
+            let empty = b.get(scan::skip_ws(b, at + 1)) == Some(&b'}');
+            if b.get(at) != Some(&b'{') || empty {
+                return None;
+            }
+            match image_at::<T>(&record_json[at..]) {
+                Ok((value, len)) => {
+                    decoded[slot] = Some(Ok(value));
+                    Some(at + len)
+                }
+                Err(e) => {
+                    decoded[slot] = Some(Err(e.to_string()));
+                    None
+                }
+            }
+        });
+        let [old, new] = decoded;
+        let (record, old, new) = match scanned {
+            Some(record) => {
+                let image = |decoded: Option<Result<T, String>>, text| match decoded {
+                    Some(result) => Some(Image::Decoded(result)),
+                    None => present(text).map(Image::Text),
+                };
+                let (old, new) = (image(old, record.old), image(new, record.new));
+                (record, old, new)
+            }
+            None => {
+                let record = serde_json::from_str::<RecordText<'_>>(record_json)
+                    .map(RecordFields::from)
+                    .map_err(|e| RecordError::Malformed {
+                        index: 0,
+                        error: e.to_string(),
+                    })?;
+                let (old, new) = (present(record.old), present(record.new));
+                (record, old.map(Image::Text), new.map(Image::Text))
+            }
         };
         decide(
             ChangeParts {
                 event_name: &record.event_name,
                 sequence_number: record.sequence_number.as_deref().unwrap_or(""),
                 view: record.view.as_deref(),
-                keys: present(record.keys),
-                old: present(record.old),
-                new: present(record.new),
+                keys: present(record.keys).map(Image::Text),
+                old,
+                new,
                 expired: record.expired,
             },
-            |image: &str, which, seq| {
-                from_image_json(image)
-                    .map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
+            |image: Image<'_, T>, which, seq| {
+                let decoded = match image {
+                    Image::Text(text) => from_image_json(text).map_err(|e| e.to_string()),
+                    Image::Decoded(result) => result,
+                };
+                decoded.map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
             },
         )
     }
+}
+
+/// An image of a record's text: the text, or what it decoded to where the
+/// scanner decoded it.
+enum Image<'a, T> {
+    Text(&'a str),
+    Decoded(Result<T, String>),
 }
 
 /// The change `parts` describe, each image decoded by `decode(image, which,
@@ -270,8 +318,13 @@ impl<'a> RecordFields<'a> {
     /// the record as it must (then serde's error is the record's). The text
     /// outside the images is not validated here: the processor validated
     /// the event it came from, and each image is validated as it decodes.
-    fn scan(record: &'a str) -> Option<RecordFields<'a>> {
-        let ([name, identity], dynamodb) = scan::nested_fields(
+    /// `read(key, at)` may read a field of the `dynamodb` object where it
+    /// is found (see [`scan::nested_fields_reading`]).
+    fn scan(
+        record: &'a str,
+        read: impl FnMut(&str, usize) -> Option<usize>,
+    ) -> Option<RecordFields<'a>> {
+        let ([name, identity], dynamodb) = scan::nested_fields_reading(
             record,
             ["eventName", "userIdentity"],
             "dynamodb",
@@ -282,6 +335,7 @@ impl<'a> RecordFields<'a> {
                 "OldImage",
                 "NewImage",
             ],
+            read,
         )?;
         let expired = match identity {
             None | Some("null") => false,
@@ -420,6 +474,49 @@ mod tests {
             let by_values = Change::<Value>::from_record(&parsed);
             assert_eq!(Change::<Value>::from_event_json(&text), by_values, "{text}");
         }
+    }
+
+    /// Images decoded where the scanner finds them fail as images decoded
+    /// after: the old image's error first, whatever the order in the text,
+    /// and an empty image is no image.
+    #[test]
+    fn images_decoded_in_place_fail_as_before() {
+        #[derive(Debug, Deserialize, PartialEq)]
+        struct Typed {
+            n: u32,
+        }
+        let bad = json!({ "n": { "S": "two" } });
+        let good = json!({ "n": { "N": "2" } });
+        let text = |old: &Value, new: &Value| {
+            // NewImage before OldImage, as in Lambda's events.
+            format!(
+                r#"{{"eventName": "MODIFY", "dynamodb": {{"Keys": {{}}, "NewImage": {new}, "OldImage": {old}, "SequenceNumber": "9", "StreamViewType": "NEW_AND_OLD_IMAGES"}}}}"#
+            )
+        };
+        let error =
+            |old: &Value, new: &Value| match Change::<Typed>::from_event_json(&text(old, new))
+                .unwrap_err()
+            {
+                RecordError::Payload {
+                    sequence_number,
+                    error,
+                    ..
+                } => {
+                    assert_eq!(sequence_number, "9");
+                    error
+                }
+                other => panic!("{other:?}"),
+            };
+        assert!(error(&bad, &bad).starts_with("old image: "));
+        assert!(error(&good, &bad).starts_with("new image: "));
+        assert!(error(&bad, &good).starts_with("old image: "));
+        assert_eq!(
+            Change::<Typed>::from_event_json(&text(&json!({}), &good)),
+            Ok(Change::Modify {
+                old: None,
+                new: Typed { n: 2 }
+            })
+        );
     }
 
     #[test]

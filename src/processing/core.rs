@@ -22,8 +22,12 @@ use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
 use crate::processing::unit::Unit;
-use crate::state::{Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateStore};
+use crate::state::{
+    Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateStore, MAX_SEQUENCE_DIGITS,
+};
 use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 /// Where a mode keeps its positions (what is already done, and what a batch
@@ -81,20 +85,26 @@ pub struct Core<'p, H> {
     options: &'p ProcessingOptions,
 }
 
-/// One record waiting in a run for a batched handler: its item identifier,
-/// the record, its parsed sequence number.
-type Pending = (String, StreamRecord, SequenceNumber);
+/// One record waiting in a run for a batched handler: its item identifier
+/// and the record.
+type Pending = (Arc<str>, StreamRecord);
 
 /// The core's view of one batch in progress.
 struct Batch<'s, S> {
     sink: &'s mut S,
     stop_by: Option<Instant>,
     stored: Option<Option<Checkpoint>>,
-    progress: Option<Checkpoint>,
+    /// The last record done (its sequence number, checked, and its
+    /// sub-sequence number): the progress, made a checkpoint when committed.
+    progress: Option<(Arc<str>, u64)>,
     /// Progress not committed yet.
     dirty: bool,
     since_commit: u64,
     last_commit: Instant,
+    /// The instant read last, when nothing was awaited since (the next
+    /// check of the stop-by instant takes it instead of reading the clock
+    /// again).
+    clock: Option<Instant>,
     report: BatchReport,
     failed: bool,
 }
@@ -111,10 +121,29 @@ fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
 }
 
 /// Awaits `work`, giving up at `stop_by`; `None` if it did not finish.
+/// Work that is done at its first poll (most handlers) needs no timer.
 async fn bounded<T>(stop_by: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+    if let Poll::Ready(done) = first {
+        return Some(done);
+    }
     match stop_by {
         None => Some(work.await),
         Some(t) => tokio::time::timeout_at(t.into(), work).await.ok(),
+    }
+}
+
+/// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
+/// accepts) without making one; the error is `SequenceNumber::new`'s.
+fn check_sequence(sequence: &str) -> Result<()> {
+    let plain = !sequence.is_empty()
+        && sequence.len() <= MAX_SEQUENCE_DIGITS
+        && sequence.bytes().all(|b| b.is_ascii_digit());
+    if plain {
+        Ok(())
+    } else {
+        SequenceNumber::new(sequence).map(drop)
     }
 }
 
@@ -145,7 +174,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     /// failing, or a sequence number that is not one.
     pub async fn run<S: CheckpointSink>(
         &self,
-        items: impl IntoIterator<Item = (String, Unit)>,
+        items: impl IntoIterator<Item = (Arc<str>, Unit)>,
         stop_by: Option<Instant>,
         sink: &mut S,
     ) -> Result<BatchReport> {
@@ -157,6 +186,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             dirty: false,
             since_commit: 0,
             last_commit: Instant::now(),
+            clock: None,
             report: BatchReport::default(),
             failed: false,
         };
@@ -190,7 +220,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     async fn run_records<S: CheckpointSink>(
         &self,
         batch: &mut Batch<'_, S>,
-        items: Vec<(String, Unit)>,
+        items: Vec<(Arc<str>, Unit)>,
     ) -> Result<()> {
         let total = items.len();
         for (index, (item, unit)) in items.into_iter().enumerate() {
@@ -213,7 +243,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
     async fn run_batched<S: CheckpointSink>(
         &self,
         batch: &mut Batch<'_, S>,
-        items: Vec<(String, Unit)>,
+        items: Vec<(Arc<str>, Unit)>,
     ) -> Result<()> {
         let mut items = items.into_iter().peekable();
         while let Some((item, unit)) = items.next() {
@@ -221,20 +251,18 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 batch.report.not_attempted += 1 + items.len() as u64;
                 break;
             }
-            let Unit::Records(records) = unit else {
+            if !unit.is_ready() {
                 if batch.out_of_time() {
                     batch.deadline(&item);
                 } else {
                     self.unit(batch, &item, unit).await?;
                 }
                 continue;
-            };
+            }
             let mut run = Vec::new();
-            batch.keep_new(&item, records, &mut run).await?;
-            while let Some((item, Unit::Records(records))) =
-                items.next_if(|(_, unit)| matches!(unit, Unit::Records(_)))
-            {
-                batch.keep_new(&item, records, &mut run).await?;
+            batch.keep_new(&item, unit, &mut run).await?;
+            while let Some((item, unit)) = items.next_if(|(_, unit)| unit.is_ready()) {
+                batch.keep_new(&item, unit, &mut run).await?;
             }
             self.run_of_records(batch, run).await?;
         }
@@ -259,17 +287,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 }
                 return Ok(());
             }
-            let records = run.iter().map(|(_, r, _)| r.clone()).collect();
+            let records = run.iter().map(|(_, r)| r.clone()).collect();
             let Some(results) = bounded(batch.stop_by, self.handler.handle_batch(records)).await
             else {
                 // Given up at the stop-by instant: none of the run counts.
-                let (item, record, _) = &run[0];
+                let (item, record) = &run[0];
                 batch.failed = true;
                 batch.fail(item, RecordError::timeout(record));
                 return Ok(());
             };
             if results.is_empty() {
-                let (item, record, _) = &run[0];
+                let (item, record) = &run[0];
                 let error = RecordError::Handler {
                     sequence_number: record.sequence_number.to_string(),
                     sub_sequence: record.sub_sequence,
@@ -280,20 +308,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 return Ok(());
             }
             let mut answered = 0;
-            for (result, (item, record, sequence)) in results.into_iter().zip(&run) {
+            for (result, (item, record)) in results.into_iter().zip(&run) {
                 answered += 1;
                 match result {
                     Ok(()) => {
                         batch.report.processed += 1;
                         batch.arrived(record);
-                        batch.advance(sequence.clone(), record.sub_sequence);
+                        batch.advance(record);
                     }
                     Err(e) => {
                         let error = to_record_error(e, record);
-                        if !self
-                            .failed_record(batch, item, record, sequence, error)
-                            .await?
-                        {
+                        if !self.failed_record(batch, item, record, error).await? {
                             batch.failed = true;
                             if self.stopped(batch) {
                                 break;
@@ -320,54 +345,64 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 batch.fail(&item, error);
             }
             Unit::Broken(record, error) => {
-                let sequence = SequenceNumber::new(&record.sequence_number)?;
-                if !self
-                    .failed_record(batch, item, &record, &sequence, error)
-                    .await?
-                {
+                check_sequence(&record.sequence_number)?;
+                if !self.failed_record(batch, item, &record, error).await? {
                     batch.failed = true;
                 }
             }
+            Unit::Record(record) => {
+                self.record(batch, item, record).await?;
+            }
             Unit::Records(records) => {
                 for record in records {
-                    let sequence = SequenceNumber::new(&record.sequence_number)?;
-                    if batch.covered(&sequence, record.sub_sequence).await? {
-                        batch.report.duplicates_skipped += 1;
-                        continue;
-                    }
-                    if batch.out_of_time() || batch.sink.halted() {
-                        // Inside an aggregate: its item is read again, and
-                        // the checkpoint resumes after the last user record.
-                        batch.deadline(item);
-                        return Ok(());
-                    }
-                    let handled = bounded(batch.stop_by, self.handler.handle(record.clone())).await;
-                    let result = match handled {
-                        Some(result) => result.map_err(|e| to_record_error(e, &record)),
-                        None => Err(RecordError::timeout(&record)),
-                    };
-                    match result {
-                        Ok(()) => {
-                            batch.report.processed += 1;
-                            batch.arrived(&record);
-                            batch.advance(sequence, record.sub_sequence);
-                            batch.maybe_commit(self.options).await?;
-                        }
-                        Err(error) => {
-                            if !self
-                                .failed_record(batch, item, &record, &sequence, error)
-                                .await?
-                            {
-                                batch.failed = true;
-                                return Ok(());
-                            }
-                            batch.maybe_commit(self.options).await?;
-                        }
+                    if !self.record(batch, item, record).await? {
+                        break;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Handles one user record of `item`'s unit; `false` if the unit ends
+    /// here (out of time, halted, or a failure that is not parked).
+    async fn record<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        item: &str,
+        record: StreamRecord,
+    ) -> Result<bool> {
+        check_sequence(&record.sequence_number)?;
+        if batch.covered(&record).await? {
+            batch.report.duplicates_skipped += 1;
+            return Ok(true);
+        }
+        if batch.out_of_time() || batch.sink.halted() {
+            // Inside an aggregate: its item is read again, and
+            // the checkpoint resumes after the last user record.
+            batch.deadline(item);
+            return Ok(false);
+        }
+        let handled = bounded(batch.stop_by, self.handler.handle(record.clone())).await;
+        let result = match handled {
+            Some(result) => result.map_err(|e| to_record_error(e, &record)),
+            None => Err(RecordError::timeout(&record)),
+        };
+        match result {
+            Ok(()) => {
+                batch.report.processed += 1;
+                batch.arrived(&record);
+                batch.advance(&record);
+            }
+            Err(error) => {
+                if !self.failed_record(batch, item, &record, error).await? {
+                    batch.failed = true;
+                    return Ok(false);
+                }
+            }
+        }
+        batch.maybe_commit(self.options).await?;
+        Ok(true)
     }
 
     /// A record failed: count the attempt; park it once it has failed
@@ -379,11 +414,11 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         batch: &mut Batch<'_, S>,
         item: &str,
         record: &StreamRecord,
-        sequence: &SequenceNumber,
         error: RecordError,
     ) -> Result<bool> {
         if let Some(store) = self.store {
-            let key = batch.sink.record_key(record, sequence)?;
+            let sequence = SequenceNumber::new(&record.sequence_number)?;
+            let key = batch.sink.record_key(record, &sequence)?;
             let attempts = store
                 .record_attempt(&key, self.options.attempts_ttl)
                 .await?;
@@ -408,7 +443,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                             "poison record parked; the shard moves on"
                         );
                         batch.report.parked += 1;
-                        batch.advance(sequence.clone(), record.sub_sequence);
+                        batch.advance(record);
                         return Ok(true);
                     }
                     Ok(false) => {}
@@ -432,15 +467,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
 /// The items the records of `run` belong to, each once (a KPL aggregate's
 /// user records share one).
 fn distinct_items(run: &[Pending]) -> Vec<&str> {
-    let mut items: Vec<&str> = run.iter().map(|(item, _, _)| item.as_str()).collect();
+    let mut items: Vec<&str> = run.iter().map(|(item, _)| &**item).collect();
     items.dedup();
     items
 }
 
 impl<S: CheckpointSink> Batch<'_, S> {
     /// True if no user record may start now: the stop-by instant is past.
-    fn out_of_time(&self) -> bool {
-        self.stop_by.is_some_and(|t| Instant::now() >= t)
+    fn out_of_time(&mut self) -> bool {
+        let clock = self.clock.take();
+        self.stop_by
+            .is_some_and(|t| clock.unwrap_or_else(Instant::now) >= t)
     }
 
     /// Notes the arrival time of a handled record (for the age metric).
@@ -460,21 +497,40 @@ impl<S: CheckpointSink> Batch<'_, S> {
         self.fail(item, error);
     }
 
-    /// Adds the records of a unit that the stored position does not cover
-    /// to `run` (the others are counted as duplicates).
+    /// Adds the records of a ready unit that the stored position does not
+    /// cover to `run` (the others are counted as duplicates). A unit that
+    /// is not ready has none.
     async fn keep_new(
         &mut self,
-        item: &str,
-        records: Vec<StreamRecord>,
+        item: &Arc<str>,
+        unit: Unit,
         run: &mut Vec<Pending>,
     ) -> Result<()> {
-        for record in records {
-            let sequence = SequenceNumber::new(&record.sequence_number)?;
-            if self.covered(&sequence, record.sub_sequence).await? {
-                self.report.duplicates_skipped += 1;
-            } else {
-                run.push((item.to_owned(), record, sequence));
+        match unit {
+            Unit::Record(record) => self.keep_if_new(item, record, run).await,
+            Unit::Records(records) => {
+                for record in records {
+                    self.keep_if_new(item, record, run).await?;
+                }
+                Ok(())
             }
+            Unit::Broken(..) | Unit::Unreadable(..) => Ok(()),
+        }
+    }
+
+    /// Adds `record` to `run` unless the stored position covers it (then it
+    /// is counted as a duplicate).
+    async fn keep_if_new(
+        &mut self,
+        item: &Arc<str>,
+        record: StreamRecord,
+        run: &mut Vec<Pending>,
+    ) -> Result<()> {
+        check_sequence(&record.sequence_number)?;
+        if self.covered(&record).await? {
+            self.report.duplicates_skipped += 1;
+        } else {
+            run.push((item.clone(), record));
         }
         Ok(())
     }
@@ -487,34 +543,38 @@ impl<S: CheckpointSink> Batch<'_, S> {
         });
     }
 
-    /// True if the stored position covers the record.
-    async fn covered(&mut self, sequence: &SequenceNumber, sub_sequence: u64) -> Result<bool> {
+    /// True if the stored position covers the record (its sequence number
+    /// checked).
+    async fn covered(&mut self, record: &StreamRecord) -> Result<bool> {
         if self.stored.is_none() {
+            self.clock = None;
             self.stored = Some(self.sink.stored().await?);
         }
-        Ok(self
-            .stored
-            .as_ref()
-            .and_then(Option::as_ref)
-            .is_some_and(|cp| cp.covers(sequence, sub_sequence)))
+        match self.stored.as_ref().and_then(Option::as_ref) {
+            None => Ok(false),
+            Some(cp) => {
+                let sequence = SequenceNumber::new(&record.sequence_number)?;
+                Ok(cp.covers(&sequence, record.sub_sequence))
+            }
+        }
     }
 
     /// Moves the progress past a record, unless a failure came first (then
     /// nothing after it may be checkpointed).
-    fn advance(&mut self, sequence: SequenceNumber, sub_sequence: u64) {
+    fn advance(&mut self, record: &StreamRecord) {
         if !self.failed {
-            self.progress = Some(Checkpoint::After {
-                sequence,
-                sub_sequence,
-            });
+            self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
             self.dirty = true;
             self.since_commit += 1;
         }
     }
 
-    /// Commits the progress when enough time or records have gone by.
+    /// Commits the progress when enough time or records have gone by. The
+    /// clock read here is the next check of the stop-by instant's.
     async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
-        let due = self.last_commit.elapsed() >= options.checkpoint_every
+        let now = Instant::now();
+        self.clock = Some(now);
+        let due = now.saturating_duration_since(self.last_commit) >= options.checkpoint_every
             || options
                 .checkpoint_records
                 .is_some_and(|n| self.since_commit >= n);
@@ -529,14 +589,20 @@ impl<S: CheckpointSink> Batch<'_, S> {
         if !self.dirty || self.sink.halted() {
             return Ok(());
         }
-        if let Some(cp) = &self.progress {
-            if self.sink.commit(cp).await? {
+        if let Some((sequence, sub_sequence)) = &self.progress {
+            let cp = Checkpoint::After {
+                sequence: SequenceNumber::new(sequence)?,
+                sub_sequence: *sub_sequence,
+            };
+            self.clock = None;
+            if self.sink.commit(&cp).await? {
                 self.report.checkpoints += 1;
             }
         }
         self.dirty = false;
         self.since_commit = 0;
         self.last_commit = Instant::now();
+        self.clock = Some(self.last_commit);
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! DynamoDB Streams events: `DynamoDbEvent` in, typed changes to the
 //! handler, `DynamoDbEventResponse` out.
 
-use crate::processing::kinesis::RawEvent;
+use crate::processing::kinesis::{share, RawEvent};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
@@ -49,17 +49,27 @@ struct ChangeFields<'a> {
     keys: Option<&'a RawValue>,
 }
 
+/// The fields of a record the processor reads, and those of its `dynamodb`
+/// object.
+const RECORD_FIELDS: [&str; 1] = ["eventSourceARN"];
+const CHANGE_FIELDS: [&str; 3] = ["SequenceNumber", "ApproximateCreationDateTime", "Keys"];
+
 impl<'a> ChangeRef<'a> {
     /// The fields found by the scanner (the event is already validated), or
     /// `None` where only serde reads the record as it must (then serde's
     /// error is the record's).
     fn scan(record: &'a str) -> Option<ChangeRef<'a>> {
-        let ([arn], dynamodb) = scan::nested_fields(
-            record,
-            ["eventSourceARN"],
-            "dynamodb",
-            ["SequenceNumber", "ApproximateCreationDateTime", "Keys"],
-        )?;
+        let (fields, dynamodb) =
+            scan::nested_fields(record, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS)?;
+        ChangeRef::from_spans(fields, dynamodb)
+    }
+
+    /// The fields whose spans the scanner found, or `None` as for
+    /// [`ChangeRef::scan`].
+    fn from_spans(
+        [arn]: scan::Spans<'a, 1>,
+        dynamodb: Option<scan::Spans<'a, 3>>,
+    ) -> Option<ChangeRef<'a>> {
         let [seq, created, keys] = dynamodb?;
         let keys = match keys {
             None | Some("null") => None,
@@ -89,49 +99,73 @@ impl EventSource for DynamoDbStreams {
         let event_json =
             std::str::from_utf8(event).map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let body = event;
-        let event: RawEvent<'_> = serde_json::from_str(event_json)
-            .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
+        // Each record's text and, where the scanner reads them plainly, its
+        // fields: in one pass that also checks the event is valid JSON, or
+        // else validated by serde first and then scanned record by record.
+        let records: Vec<(&str, Option<ChangeRef<'_>>)> =
+            match scan::event_records(event_json, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS) {
+                Some(records) => records
+                    .into_iter()
+                    .map(|(text, fields, dynamodb)| (text, ChangeRef::from_spans(fields, dynamodb)))
+                    .collect(),
+                None => {
+                    let event: RawEvent<'_> = serde_json::from_str(event_json)
+                        .map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
+                    event
+                        .records
+                        .iter()
+                        .map(|raw| (raw.get(), ChangeRef::scan(raw.get())))
+                        .collect()
+                }
+            };
         let mut stream: Option<String> = None;
-        let mut units = Vec::with_capacity(event.records.len());
-        for (index, raw) in event.records.iter().enumerate() {
+        // The stream ARN, shared by the records that repeat it, and the
+        // shard id: the event does not name the shard.
+        let mut arn: Option<Arc<str>> = None;
+        let no_shard: Arc<str> = Arc::from("");
+        let mut units = Vec::with_capacity(records.len());
+        for (index, (text, scanned)) in records.into_iter().enumerate() {
             // Only what the processor needs; the handler decodes the images
             // (one full parse per record).
-            let parsed = match ChangeRef::scan(raw.get()) {
+            let parsed = match scanned {
                 Some(rec) => Ok(rec),
-                None => serde_json::from_str::<ChangeRef<'_>>(raw.get()).map_err(|e| e.to_string()),
+                None => serde_json::from_str::<ChangeRef<'_>>(text).map_err(|e| e.to_string()),
             };
             let rec = match parsed {
                 Ok(rec) => rec,
                 Err(error) => {
-                    let id: RecordId = serde_json::from_str(raw.get()).map_err(|_| {
+                    let id: RecordId = serde_json::from_str(text).map_err(|_| {
                         format!("record {index} is malformed and has no sequence number: {error}")
                     })?;
                     let item = id.dynamodb.sequence_number;
                     let error = RecordError::Malformed { index, error };
-                    units.push((item.clone(), Unit::Unreadable(item, error)));
+                    units.push((Arc::from(item.as_str()), Unit::Unreadable(item, error)));
                     continue;
                 }
             };
             if stream.is_none() {
                 stream = rec.event_source_arn.as_deref().map(str::to_owned);
             }
-            let seq = rec.dynamodb.sequence_number;
+            let seq: Arc<str> = Arc::from(rec.dynamodb.sequence_number.as_ref());
             let record = StreamRecord {
-                shard_id: Arc::from(""),
-                sequence_number: seq.as_ref().into(),
+                shard_id: no_shard.clone(),
+                sequence_number: seq.clone(),
                 sub_sequence: 0,
                 aggregated: false,
                 partition_key: rec.dynamodb.keys.map_or("{}", RawValue::get).into(),
                 explicit_hash_key: None,
                 // The record's text, a slice of the event (not a copy).
-                data: body.slice_ref(raw.get().as_bytes()),
+                data: body.slice_ref(text.as_bytes()),
                 approximate_arrival: rec
                     .dynamodb
                     .created
                     .map(|secs| (secs * 1000.0).round() as i64),
-                event_source_arn: rec.event_source_arn.as_deref().map(Arc::from),
+                event_source_arn: rec
+                    .event_source_arn
+                    .as_deref()
+                    .map(|value| share(&mut arn, value)),
             };
-            units.push((seq.into_owned(), Unit::Records(vec![record])));
+            units.push((seq, Unit::Record(record)));
         }
         Ok(EventUnits {
             stream,

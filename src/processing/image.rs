@@ -24,6 +24,27 @@ pub fn from_image_json<'de, T: de::Deserialize<'de>>(text: &'de str) -> serde_js
     Ok(value)
 }
 
+/// Decodes the image at the start of `text` (what follows it is not
+/// read) into `T`, as [`from_image_json`] does, and says where the image
+/// ends: for a scanner that decodes an image where it finds it, instead of
+/// skipping it first.
+pub(crate) fn image_at<T: de::DeserializeOwned>(text: &str) -> serde_json::Result<(T, usize)> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<ImageOf<T>>();
+    match values.next() {
+        Some(value) => value.map(|ImageOf(value)| (value, values.byte_offset())),
+        None => Err(serde_json::Error::custom("no image")),
+    }
+}
+
+/// A `T` read from an image.
+struct ImageOf<T>(T);
+
+impl<'de, T: de::Deserialize<'de>> de::Deserialize<'de> for ImageOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(Item(d)).map(ImageOf)
+    }
+}
+
 /// A map of attribute values (an image, or an `M` attribute's value).
 struct Item<D>(D);
 

@@ -16,7 +16,8 @@
 //! - Event source mappings: `processor` (the Lambda handler), `runtime`
 //!   (the processor on the Lambda runtime API, each event read once from
 //!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
-//!   `scan` (the fields of validated event text, found without parsing).
+//!   `scan` (the fields of event text found without parsing, and a DynamoDB
+//!   Streams event's records found in the pass that checks its JSON).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]

@@ -4,6 +4,7 @@
 use crate::processing::outcome::BatchReport;
 use crate::processing::unit::Unit;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// One kind of event-source-mapping event.
 pub trait EventSource: Send + Sync + 'static {
@@ -30,6 +31,7 @@ pub struct EventUnits {
     /// The shard (Kinesis: from `eventID`; DynamoDB Streams events do not
     /// name it).
     pub shard: Option<String>,
-    /// Each record's item identifier and its unit.
-    pub items: Vec<(String, Unit)>,
+    /// Each record's item identifier (shared with its record's sequence
+    /// number where they are the same text) and its unit.
+    pub items: Vec<(Arc<str>, Unit)>,
 }

@@ -8,17 +8,28 @@ use bytes::Bytes;
 /// One record of a batch, as a mode reads it for the [`crate::processing::Core`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unit {
-    /// User records ready for the handler: one, or the user records of a KPL
+    /// One user record ready for the handler (a plain record: the common
+    /// case, held without a vector).
+    Record(StreamRecord),
+    /// User records ready for the handler: the user records of a KPL
     /// aggregate, in order.
     Records(Vec<StreamRecord>),
     /// A record that cannot be handled: it fails, and counts toward parking.
-    Broken(StreamRecord, RecordError),
+    /// (Boxed: broken records are rare, and every unit is the size of the
+    /// largest kind.)
+    Broken(Box<StreamRecord>, RecordError),
     /// A record so malformed that only its item identifier is known: it
     /// fails, and cannot be parked.
     Unreadable(String, RecordError),
 }
 
 impl Unit {
+    /// True for user records ready for the handler ([`Unit::Record`],
+    /// [`Unit::Records`]).
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Unit::Record(_) | Unit::Records(_))
+    }
+
     /// The unit of one Kinesis record: `base` describes it (its `data` is
     /// replaced), `data` is its payload, de-aggregated if it is a KPL
     /// aggregate (user records share the payload's buffer; nothing is
@@ -44,21 +55,21 @@ impl Unit {
             })
             .map_err(|e| e.to_string());
         match users {
-            Ok(None) => Unit::Records(vec![StreamRecord { data, ..base }]),
+            Ok(None) => Unit::Record(StreamRecord { data, ..base }),
             Ok(Some(records)) if !records.is_empty() => Unit::Records(records),
             Ok(Some(_)) => {
                 let error = RecordError::Aggregate {
                     sequence_number: base.sequence_number.to_string(),
                     error: "the aggregate holds no user records".to_owned(),
                 };
-                Unit::Broken(StreamRecord { data, ..base }, error)
+                Unit::Broken(Box::new(StreamRecord { data, ..base }), error)
             }
             Err(error) => {
                 let error = RecordError::Aggregate {
                     sequence_number: base.sequence_number.to_string(),
                     error,
                 };
-                Unit::Broken(StreamRecord { data, ..base }, error)
+                Unit::Broken(Box::new(StreamRecord { data, ..base }), error)
             }
         }
     }

@@ -94,9 +94,10 @@ where
         let mut failure: Option<(String, RecordError)> = None;
         'records: for (item, unit) in Kinesis::units_of(event_json)?.items {
             let records = match unit {
+                Unit::Record(record) => vec![record],
                 Unit::Records(records) => records,
                 Unit::Broken(_, error) | Unit::Unreadable(_, error) => {
-                    failure = Some((item, error));
+                    failure = Some((item.to_string(), error));
                     break;
                 }
             };

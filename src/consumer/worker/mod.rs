@@ -528,9 +528,10 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn process_batch(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
         let shard_arc: Arc<str> = shard.as_str().into();
         let items = batch.records.iter().map(|r| {
+            let sequence_number: Arc<str> = r.sequence_number.as_str().into();
             let base = StreamRecord {
                 shard_id: shard_arc.clone(),
-                sequence_number: r.sequence_number.as_str().into(),
+                sequence_number: sequence_number.clone(),
                 sub_sequence: 0,
                 aggregated: false,
                 partition_key: r.partition_key.as_str().into(),
@@ -539,10 +540,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 approximate_arrival: r.arrival,
                 event_source_arn: None,
             };
-            (
-                r.sequence_number.clone(),
-                Unit::kinesis(base, r.data.clone()),
-            )
+            (sequence_number, Unit::kinesis(base, r.data.clone()))
         });
         let cursor = self.cursors.get_mut(shard).expect("cursor");
         // A shard with nothing processed (started at TRIM_HORIZON, LATEST
