@@ -121,7 +121,6 @@ pub fn plan_fleet(
 pub struct Starts {
     pending: VecDeque<EpochMillis>,
     seen: BTreeSet<ConsumerId>,
-    primed: bool,
 }
 
 impl Starts {
@@ -135,11 +134,10 @@ impl Starts {
         timeout: Duration,
     ) -> usize {
         for consumer in &snapshot.consumers {
-            if self.seen.insert(consumer.id().clone()) && self.primed {
+            if self.seen.insert(consumer.id().clone()) {
                 self.pending.pop_front();
             }
         }
-        self.primed = true;
         let present: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
         self.seen.retain(|c| present.contains(c));
         let oldest = now - timeout.as_millis() as EpochMillis;
