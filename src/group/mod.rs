@@ -1,5 +1,5 @@
 //! The group's planners and their executor: pure decisions over a snapshot
-//! of the group (one Query), applied by conditional writes.
+//! of the group (one read of its keys), applied by conditional writes.
 //!
 //! - `sightings`: [`Sightings`] and [`Ages`], time as the planners see it.
 //! - `rebalance`: [`plan_rebalance`], the lease-rebalancer's plan.
