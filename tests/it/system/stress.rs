@@ -449,7 +449,9 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             break;
         }
         assert!(
-            pinned.elapsed() < Duration::from_secs(60),
+            // A bound only so a broken run ends: 256 shards over 8
+            // buckets through faults took 77 s.
+            pinned.elapsed() < Duration::from_secs(300),
             "every shard's LATEST start stored"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
