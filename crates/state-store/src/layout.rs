@@ -164,10 +164,10 @@ impl StateStore {
     /// being moved is [`StateError::Respreading`].
     pub(crate) fn note_layout(&self, item: &RawItem) -> Result<Buckets> {
         let buckets = self.layout_of(item)?;
-        if let Some(to) = ItemReader::new(item).opt_i64(attr::MOVING_TO)? {
+        if let Some(to) = moving_to(item)? {
             return Err(StateError::Respreading {
                 from: buckets.count(),
-                to: u16::try_from(to).unwrap_or(u16::MAX),
+                to,
             });
         }
         self.inner.layout.store(buckets.count(), Ordering::Relaxed);
@@ -239,6 +239,13 @@ impl StateStore {
         }
         Ok(false)
     }
+}
+
+/// The bucket count a layout item says its items are moving to, if any.
+pub(crate) fn moving_to(item: &RawItem) -> Result<Option<u16>> {
+    Ok(ItemReader::new(item)
+        .opt_i64(attr::MOVING_TO)?
+        .map(|to| u16::try_from(to).unwrap_or(u16::MAX)))
 }
 
 fn sort_key(item: &RawItem) -> &str {

@@ -20,7 +20,7 @@ use crate::batch::SK_BATCH;
 use crate::buckets::Buckets;
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
-use crate::layout::SK_BUCKETS;
+use crate::layout::{moving_to, SK_BUCKETS};
 use crate::records::{SK_ATTEMPTS, SK_PARKED};
 use crate::schema::{attr, schema_version, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
 use crate::store::{sk_suffix, At, StateStore};
@@ -96,12 +96,8 @@ impl StateStore {
             Some(item) => self.layout_of(item)?,
             None => Buckets::ONE,
         };
-        let moving_to = stored
-            .as_ref()
-            .and_then(|i| i.get(attr::MOVING_TO))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse::<u16>().ok());
-        if let Some(other) = moving_to.filter(|m| *m != to.count()) {
+        let moving = stored.as_ref().map(moving_to).transpose()?.flatten();
+        if let Some(other) = moving.filter(|m| *m != to.count()) {
             return Err(StateError::Respreading {
                 from: from.count(),
                 to: other,
