@@ -89,7 +89,7 @@ async fn measure(
             .unwrap()
             .buckets(buckets),
     );
-    store.init_stream(1_700_000_000_000).await.unwrap();
+    store.init_stream(1_700_000_000_000, None).await.unwrap();
     // The group: every shard, leased by one of 16 consumers.
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..TASKS {

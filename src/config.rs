@@ -6,7 +6,7 @@ use crate::consumer::{EfoPool, MAX_EFO_CONSUMERS};
 use crate::consumer::{InitialPosition, WorkerConfig};
 use crate::group::RebalanceConfig;
 use crate::group::{FleetConfig, ReapConfig};
-use crate::state::{schema::DEFAULT_TABLE, Buckets, StateError, StoreConfig};
+use crate::state::{schema::DEFAULT_TABLE, Buckets, StateError, StoreConfig, StreamArn};
 use std::time::Duration;
 
 /// A configuration error: which variable, and what is wrong with it.
@@ -35,7 +35,8 @@ pub enum ConfigError {
 pub const TABLE: &str = "SHARDKEEPER_TABLE";
 /// Consumer group (required).
 pub const GROUP: &str = "SHARDKEEPER_GROUP";
-/// Kinesis stream name (required).
+/// The Kinesis stream (required): its name, or its ARN for a stream another
+/// account shares (the ARN's region must be the function's `AWS_REGION`).
 pub const STREAM: &str = "SHARDKEEPER_STREAM";
 /// Seconds between ticks within one invocation (default 5).
 pub const TICK_SECONDS: &str = "SHARDKEEPER_TICK_SECONDS";
@@ -214,6 +215,20 @@ fn buckets<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Option<Bucke
 fn store_config<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<StoreConfig, ConfigError> {
     let group = vars.required(GROUP)?;
     let stream = vars.required(STREAM)?;
+    if let Ok(arn) = StreamArn::new(&stream) {
+        // Kinesis answers for its own region only (an ARN of another region
+        // is sent to the client's region, which has no such stream).
+        if let Some(region) = vars.get("AWS_REGION").filter(|r| r != arn.region()) {
+            return Err(ConfigError::Malformed {
+                var: STREAM,
+                value: stream.clone(),
+                reason: format!(
+                    "the stream is in {}, these functions in {region}: deploy them in the stream's region",
+                    arn.region()
+                ),
+            });
+        }
+    }
     let table = vars.get(TABLE).unwrap_or_else(|| DEFAULT_TABLE.to_owned());
     StoreConfig::new(&group, &stream)
         .map_err(|e| match e {
@@ -445,6 +460,41 @@ mod tests {
         let err = config(&[(GROUP, "g"), (STREAM, "bad stream")]).unwrap_err();
         assert!(
             matches!(err, ConfigError::Malformed { var: STREAM, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_stream_is_a_name_or_an_arn_of_the_functions_region() {
+        let arn = "arn:aws:kinesis:eu-west-1:210987654321:stream/orders";
+        let by_arn = config(&[(GROUP, "g"), (STREAM, arn), ("AWS_REGION", "eu-west-1")]).unwrap();
+        assert_eq!(by_arn.store.stream.arn().map(|a| a.as_str()), Some(arn));
+        assert_eq!(by_arn.store.stream.name().as_str(), "orders");
+        let by_name = config(&[(GROUP, "g"), (STREAM, "orders")]).unwrap();
+        assert_eq!(by_name.store.stream.arn(), None);
+        assert_eq!(
+            by_name.store.stream.name(),
+            by_arn.store.stream.name(),
+            "one state for both"
+        );
+        let elsewhere = config(&[(GROUP, "g"), (STREAM, arn), ("AWS_REGION", "us-east-1")]);
+        match elsewhere.unwrap_err() {
+            ConfigError::Malformed { var, reason, .. } => {
+                assert_eq!(var, STREAM);
+                assert!(
+                    reason.contains("eu-west-1") && reason.contains("us-east-1"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other}"),
+        }
+        let err = config(&[
+            (GROUP, "g"),
+            (STREAM, "arn:aws:kinesis:eu-west-1:42:stream/orders"),
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Malformed { var: STREAM, reason, .. } if reason.contains("12 digits")),
             "{err}"
         );
     }

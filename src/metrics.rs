@@ -62,7 +62,7 @@ pub fn emit_for(store: &crate::state::StateStore, metrics: &[Metric]) {
         store.now(),
         &[
             ("Group", config.group.as_str()),
-            ("Stream", config.stream.as_str()),
+            ("Stream", config.stream.name().as_str()),
         ],
         metrics,
     );

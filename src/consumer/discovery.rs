@@ -1,8 +1,8 @@
 //! Shard discovery: the stream's shards into the state, parents first.
 
 use crate::state::{
-    EnsureShard, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec, ShardState,
-    StateStore,
+    EnsureShard, ForStream, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec,
+    ShardState, StateStore, StreamAddress,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,7 +23,7 @@ pub struct DiscoveryReport {
 /// (which AWS accepts and which servers that fail on `NextToken` also serve).
 pub async fn list_stream_shards(
     kinesis: &aws_sdk_kinesis::Client,
-    stream: &str,
+    stream: &StreamAddress,
     retry: &RetryPolicy,
 ) -> Result<(Vec<ShardSpec>, usize)> {
     let mut specs = Vec::new();
@@ -32,7 +32,7 @@ pub async fn list_stream_shards(
     loop {
         let req = kinesis
             .list_shards()
-            .stream_name(stream)
+            .for_stream(stream)
             .set_exclusive_start_shard_id(start.clone());
         let out = crate::state::call_kinesis(retry, "ListShards", || req.clone().send()).await?;
         pages += 1;
@@ -100,8 +100,8 @@ pub async fn discover_shards_in(
     scope: &ShardScope,
     known_shards: &[ShardState],
 ) -> Result<DiscoveryReport> {
-    let stream = store.config().stream.as_str().to_owned();
-    let (specs, pages) = list_stream_shards(kinesis, &stream, &store.config().retry).await?;
+    let config = store.config();
+    let (specs, pages) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
     let known: BTreeMap<&ShardId, bool> = known_shards
         .iter()
         .map(|s| (&s.shard_id, s.ending_sequence.is_some()))

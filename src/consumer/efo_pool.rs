@@ -9,7 +9,8 @@
 //! deregistered, one is kept).
 
 use crate::state::{
-    call_kinesis, kinesis_error, ConsumerId, EfoLock, EfoName, Result, StateError, StateStore,
+    call_kinesis, kinesis_error, ConsumerId, EfoLock, EfoName, ForStream, Result, StateError,
+    StateStore,
 };
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::time::{Duration, Instant};
@@ -72,11 +73,14 @@ impl EfoPool {
     }
 }
 
-/// The stream's ARN (EFO calls take ARNs, not names).
+/// The stream's ARN (EFO calls take ARNs, not names): the configured one,
+/// or the one Kinesis describes for the stream's name.
 pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -> Result<String> {
-    let req = kinesis
-        .describe_stream_summary()
-        .stream_name(store.config().stream.as_str());
+    let stream = &store.config().stream;
+    if let Some(arn) = stream.arn() {
+        return Ok(arn.as_str().to_owned());
+    }
+    let req = kinesis.describe_stream_summary().for_stream(stream);
     let out = call_kinesis(&store.config().retry, "DescribeStreamSummary", || {
         req.clone().send()
     })

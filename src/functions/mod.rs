@@ -28,7 +28,7 @@ pub async fn start_store(
         kinesis_stream_summary, Buckets, SpreadPolicy, StartOptions, StateStore, TableOptions,
     };
     let summary =
-        kinesis_stream_summary(kinesis, config.store.stream.as_str(), &config.store.retry).await?;
+        kinesis_stream_summary(kinesis, &config.store.stream, &config.store.retry).await?;
     let buckets = config
         .buckets
         .unwrap_or_else(|| Buckets::for_shards(summary.open_shards, &SpreadPolicy::default()));
@@ -37,6 +37,7 @@ pub async fn start_store(
         .start(&StartOptions {
             table: TableOptions::default(),
             stream_created: summary.created,
+            stream_arn: Some(summary.arn),
         })
         .await?;
     Ok(store)

@@ -1,5 +1,6 @@
 //! How a processor treats failures.
 
+use crate::state::StreamAddress;
 use std::time::Duration;
 
 /// What a failure does to the rest of the batch.
@@ -32,8 +33,8 @@ pub enum Parking {
     DeadLetterStream {
         /// Kinesis client.
         client: aws_sdk_kinesis::Client,
-        /// Dead-letter stream name.
-        stream: String,
+        /// The dead-letter stream (a name, or an ARN for one of another account).
+        stream: StreamAddress,
     },
 }
 

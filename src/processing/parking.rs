@@ -10,7 +10,7 @@
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
-use crate::state::{call_kinesis, ParkedRecord, RecordKey, Result, StateStore};
+use crate::state::{call_kinesis, ForStream, ParkedRecord, RecordKey, Result, StateStore};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
@@ -125,7 +125,7 @@ pub(crate) async fn park(
             let body = envelope(key, record, error, attempts).to_string();
             let req = client
                 .put_record()
-                .stream_name(stream)
+                .for_stream(stream)
                 .partition_key(dead_letter_partition_key(record))
                 .data(aws_sdk_kinesis::primitives::Blob::new(body));
             let retry = store.map(|s| s.config().retry).unwrap_or_default();

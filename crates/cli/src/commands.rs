@@ -5,7 +5,8 @@ use crate::error::Error;
 use crate::render;
 use shardkeeper::group::{apply_reset, plan_reset, GroupStatus};
 use shardkeeper::state::{
-    Buckets, Checkpoint, ConsumerId, EfoName, ParkedRecord, ShardId, ShardScope, StateStore,
+    Buckets, Checkpoint, ConsumerId, EfoName, ForStream, ParkedRecord, ShardId, ShardScope,
+    StateStore, StreamAddress,
 };
 use std::time::Duration;
 
@@ -49,22 +50,21 @@ pub async fn parked(store: &StateStore, args: &ParkedArgs) -> Result<String, Err
     }
 }
 
-/// Where a parked record goes back to, or why it cannot.
-fn replay_target<'a>(
-    record: &'a ParkedRecord,
-    to_stream: Option<&'a str>,
-    group_stream: &'a str,
-) -> Result<(&'a str, bool), &'static str> {
+/// Where a parked record goes back to (`--to-stream`, else the Kinesis
+/// stream it came from, else the group's), or why it cannot.
+fn replay_target(
+    record: &ParkedRecord,
+    to_stream: Option<&StreamAddress>,
+    group_stream: &StreamAddress,
+) -> Result<StreamAddress, &'static str> {
     if record.data_sha256.is_some() {
         return Err("kept only as a prefix (read it from the stream by its key)");
     }
     match (to_stream, record.key.source.as_deref()) {
-        (Some(name), _) => Ok((name, false)),
-        (None, None) => Ok((group_stream, false)),
-        (None, Some(arn)) if arn.contains(":kinesis:") => Ok((arn, true)),
-        (None, Some(_)) => {
-            Err("from a DynamoDB stream (give --to-stream to put it on a Kinesis stream)")
-        }
+        (Some(stream), _) => Ok(stream.clone()),
+        (None, None) => Ok(group_stream.clone()),
+        (None, Some(arn)) => StreamAddress::parse(arn)
+            .map_err(|_| "from a DynamoDB stream (give --to-stream to put it on a Kinesis stream)"),
     }
 }
 
@@ -79,29 +79,28 @@ pub async fn replay_parked(
     args: &ParkedArgs,
 ) -> Result<String, Error> {
     let parked = store.list_parked().await?;
-    let group_stream = store.config().stream.as_str().to_owned();
+    let to_stream = args
+        .to_stream
+        .as_deref()
+        .map(StreamAddress::parse)
+        .transpose()?;
+    let group_stream = &store.config().stream;
     let mut out = String::new();
     let mut replayed = 0;
     for record in &parked {
         let at = format!("{}/{}", record.key.sequence, record.key.sub_sequence);
-        let (stream, by_arn) = match replay_target(record, args.to_stream.as_deref(), &group_stream)
-        {
+        let stream = match replay_target(record, to_stream.as_ref(), group_stream) {
             Ok(target) => target,
             Err(why) => {
                 out.push_str(&format!("left {at}: {why}\n"));
                 continue;
             }
         };
-        let put = kinesis
+        let sent = kinesis
             .put_record()
+            .for_stream(&stream)
             .partition_key(&record.partition_key)
-            .data(aws_sdk_kinesis::primitives::Blob::new(record.data.clone()));
-        let put = if by_arn {
-            put.stream_arn(stream)
-        } else {
-            put.stream_name(stream)
-        };
-        let sent = put
+            .data(aws_sdk_kinesis::primitives::Blob::new(record.data.clone()))
             .send()
             .await
             .map_err(|e| Error::from(shardkeeper::state::kinesis_error("PutRecord", &e)))?;

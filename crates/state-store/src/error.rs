@@ -84,6 +84,16 @@ pub enum StateError {
         /// The bucket count the items are moving to.
         to: u16,
     },
+    /// The group's state on this table belongs to another stream of the same
+    /// name (another account or region): it is left alone. Give this stream
+    /// its own group (or table).
+    #[error("the group's state belongs to stream {recorded}, not {found}: give this stream a group of its own")]
+    OtherStream {
+        /// The ARN the state was recorded for.
+        recorded: String,
+        /// The ARN of the stream this process reads.
+        found: String,
+    },
     /// Another process took this consumer id over (a newer session's
     /// heartbeat): this one must stop, and leave the leases to it.
     #[error("consumer {consumer} was taken over by another process")]

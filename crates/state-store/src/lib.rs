@@ -13,7 +13,7 @@
 //!
 //! # async fn demo(client: aws_sdk_dynamodb::Client) -> shardkeeper_state::Result<()> {
 //! let store = StateStore::new(client, StoreConfig::new("billing", "orders")?);
-//! store.start(&StartOptions { table: TableOptions::default(), stream_created: 1_700_000_000_000 }).await?;
+//! store.start(&StartOptions { table: TableOptions::default(), stream_created: 1_700_000_000_000, stream_arn: None }).await?;
 //! let me = ConsumerId::new("worker-1")?;
 //! store.heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
 //! store.ensure_shard(&ShardScope::Group, &ShardSpec::new("shardId-000000000000")?).await?;
@@ -51,6 +51,7 @@ mod shard;
 mod snapshot;
 mod store;
 mod stream;
+mod stream_address;
 mod table;
 
 pub use batch::{BatchKey, SK_BATCH};
@@ -81,4 +82,5 @@ pub use shard::{EnsureShard, ShardSpec};
 pub use snapshot::{Assignment, GroupSnapshot};
 pub use store::{StateStore, StoreConfig, StoreStats};
 pub use stream::{kinesis_stream_summary, StartOptions, StartReport, StreamInit, StreamSummary};
+pub use stream_address::{ForStream, StreamAddress, StreamArn};
 pub use table::{Billing, TableOptions, TableReport};

@@ -14,6 +14,9 @@ pub struct StreamState {
     pub stream_created: EpochMillis,
     /// The layout version that wrote the state.
     pub schema_version: u32,
+    /// The ARN of the stream the state belongs to (`None`: recorded before
+    /// ARNs were).
+    pub stream_arn: Option<String>,
 }
 
 /// Who a consumer is and how its run goes: written at registration and
@@ -210,6 +213,7 @@ impl StreamState {
         Ok(StreamState {
             stream_created: r.i64_or(attr::STREAM_CREATED, 0)?,
             schema_version: r.u64_or(attr::SCHEMA, 0)? as u32,
+            stream_arn: r.opt_s(attr::STREAM_ARN)?.map(str::to_owned),
         })
     }
 }

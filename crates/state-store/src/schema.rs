@@ -141,7 +141,8 @@ pub mod attr {
     pub const HOLDER: &str = "holder";
     /// Shard: closed and fully processed.
     pub const DEPLETED: &str = "depleted";
-    /// DynamoDB Streams position: stream ARN.
+    /// Stream: the ARN of the stream the state belongs to; DynamoDB Streams
+    /// position: the ARN of the stream read.
     pub const STREAM_ARN: &str = "stream_arn";
     /// DynamoDB Streams position: iterator type.
     pub const ITERATOR: &str = "iterator";

@@ -4,9 +4,10 @@ use crate::buckets::Buckets;
 use crate::clock::{Clock, EpochMillis, SystemClock};
 use crate::error::{Result, Service, StateError};
 use crate::item::{s, Expr, RawItem};
-use crate::names::{GroupName, StreamName};
+use crate::names::GroupName;
 use crate::retry::{with_retries, CallError, RetryPolicy};
 use crate::schema::{self, PK, SK};
+use crate::stream_address::StreamAddress;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -23,8 +24,8 @@ pub struct StoreConfig {
     pub table: String,
     /// The consumer group.
     pub group: GroupName,
-    /// The stream the group consumes.
-    pub stream: StreamName,
+    /// The stream the group consumes (its state is keyed by the stream's name).
+    pub stream: StreamAddress,
     /// Retries of throttled requests.
     pub retry: RetryPolicy,
     /// How many buckets a group gets when this store lays it out (its first
@@ -33,12 +34,14 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// A configuration for `group` on `stream` in the default table, validating the names.
+    /// A configuration for `group` on `stream` (a stream name, or a stream
+    /// ARN for a stream of another account) in the default table, validating
+    /// both.
     pub fn new(group: &str, stream: &str) -> Result<Self> {
         Ok(StoreConfig {
             table: schema::DEFAULT_TABLE.to_owned(),
             group: GroupName::new(group)?,
-            stream: StreamName::new(stream)?,
+            stream: StreamAddress::parse(stream)?,
             retry: RetryPolicy::default(),
             buckets: Buckets::ONE,
         })
@@ -111,7 +114,7 @@ impl StateStore {
         config: StoreConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let pk = schema::partition_key(&config.group, &config.stream);
+        let pk = schema::partition_key(&config.group, config.stream.name());
         StateStore {
             inner: Arc::new(Inner {
                 client,

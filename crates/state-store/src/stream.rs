@@ -2,12 +2,13 @@
 
 use crate::clock::EpochMillis;
 use crate::error::{Result, Service, StateError};
-use crate::item::{n, Expr, RawItem};
+use crate::item::{n, s, Expr, RawItem};
 use crate::layout::SK_BUCKETS;
 use crate::model::StreamState;
 use crate::retry::call_kinesis;
 use crate::schema::{attr, schema_version, PK, SCHEMA_VERSION, SK, SK_STREAM};
 use crate::store::StateStore;
+use crate::stream_address::{ForStream, StreamAddress};
 use crate::table::{TableOptions, TableReport};
 use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
 use std::collections::HashMap;
@@ -34,8 +35,12 @@ pub enum StreamInit {
 pub struct StartOptions {
     /// How to create and check the table.
     pub table: TableOptions,
-    /// The stream's creation time (see [`kinesis_stream_created`]).
+    /// The stream's creation time (see [`kinesis_stream_summary`]).
     pub stream_created: EpochMillis,
+    /// The stream's ARN (see [`kinesis_stream_summary`]), recorded with the
+    /// state so a same-named stream of another account or region is never
+    /// taken for it; `None` if not known.
+    pub stream_arn: Option<String>,
 }
 
 /// What [`StateStore::start`] did.
@@ -54,7 +59,9 @@ impl StateStore {
     /// schema, tagged) and the stream state (reset if the stream was re-created).
     pub async fn start(&self, options: &StartOptions) -> Result<StartReport> {
         let table = self.ensure_table(&options.table).await?;
-        let stream = self.init_stream(options.stream_created).await?;
+        let stream = self
+            .init_stream(options.stream_created, options.stream_arn.as_deref())
+            .await?;
         Ok(StartReport { table, stream })
     }
 
@@ -66,14 +73,20 @@ impl StateStore {
             .transpose()
     }
 
-    /// Records the stream's creation time. State written by a newer layout
-    /// ([`crate::schema::SCHEMA_VERSION`]) is refused with
+    /// Records the stream's creation time and ARN. State written by a newer
+    /// layout ([`crate::schema::SCHEMA_VERSION`]) is refused with
     /// [`StateError::NewerSchema`]: upgrade every function of the group.
-    /// If the stored state was recorded for
-    /// another creation time, the stream was deleted and re-created: every item
-    /// of the group is deleted (logged as a warning) and the state starts anew.
+    /// State recorded for another stream ARN (a stream of the same name in
+    /// another account or region) is refused with [`StateError::OtherStream`]
+    /// and left as it is. If the stored state was recorded for another
+    /// creation time, the stream was deleted and re-created: every item of
+    /// the group is deleted (logged as a warning) and the state starts anew.
     /// Only one of several racing callers performs the reset.
-    pub async fn init_stream(&self, stream_created: EpochMillis) -> Result<StreamInit> {
+    pub async fn init_stream(
+        &self,
+        stream_created: EpochMillis,
+        stream_arn: Option<&str>,
+    ) -> Result<StreamInit> {
         // Laid out before the stream item is written: a group whose stream
         // item came first is one written before buckets existed.
         let version = schema_version(self.laid_out().await?);
@@ -86,9 +99,21 @@ impl StateStore {
                         supported: SCHEMA_VERSION,
                     });
                 }
+                Some(StreamState {
+                    stream_arn: Some(recorded),
+                    ..
+                }) if stream_arn.is_some_and(|found| found != recorded) => {
+                    return Err(StateError::OtherStream {
+                        recorded,
+                        found: stream_arn.unwrap_or_default().to_owned(),
+                    });
+                }
                 Some(state) if state.stream_created == stream_created => {
                     if state.schema_version < version {
                         self.raise_schema(version).await?;
+                    }
+                    if let (None, Some(arn)) = (&state.stream_arn, stream_arn) {
+                        self.record_stream_arn(arn).await?;
                     }
                     return Ok(reset.unwrap_or(StreamInit::Existing));
                 }
@@ -116,15 +141,22 @@ impl StateStore {
                 }
                 None => {
                     let now = self.now();
-                    let expr = Expr::new()
+                    let mut expr = Expr::new()
                         .names(&[attr::STREAM_CREATED, attr::SCHEMA, attr::UPDATED])
                         .value("created", n(stream_created))
                         .value("schema", n(version))
                         .value("now", n(now));
+                    let mut set =
+                        "SET #stream_created = :created, #schema = :schema, #updated = :now"
+                            .to_owned();
+                    if let Some(arn) = stream_arn {
+                        expr = expr.names(&[attr::STREAM_ARN]).value("arn", s(arn));
+                        set.push_str(", #stream_arn = :arn");
+                    }
                     let req = self.update_req(
                         &self.home(SK_STREAM),
                         &expr,
-                        "SET #stream_created = :created, #schema = :schema, #updated = :now",
+                        &set,
                         Some("attribute_not_exists(pk)"),
                     );
                     if self.conditional_update(req).await?.is_ok() {
@@ -140,6 +172,19 @@ impl StateStore {
             code: None,
             message: "the stream item kept changing under concurrent starts".to_owned(),
         })
+    }
+
+    /// Records the stream ARN on a stream item from before ARNs were.
+    async fn record_stream_arn(&self, arn: &str) -> Result<()> {
+        let expr = Expr::new().names(&[attr::STREAM_ARN]).value("arn", s(arn));
+        let req = self.update_req(
+            &self.home(SK_STREAM),
+            &expr,
+            "SET #stream_arn = :arn",
+            Some("attribute_exists(pk) AND attribute_not_exists(#stream_arn)"),
+        );
+        self.conditional_update(req).await?.ok();
+        Ok(())
     }
 
     /// Records that the group's state is of layout `version` now.
@@ -229,22 +274,24 @@ impl StateStore {
 }
 
 /// What one DescribeStreamSummary tells of a Kinesis stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSummary {
     /// Its creation time, to pass to [`StateStore::start`].
     pub created: EpochMillis,
     /// How many shards are open now (what a new group's bucket count is
     /// chosen from, see [`crate::Buckets::for_shards`]).
     pub open_shards: usize,
+    /// The stream's ARN, to pass to [`StateStore::start`].
+    pub arn: String,
 }
 
-/// The creation time and open shard count of a Kinesis stream.
+/// The creation time, open shard count and ARN of a Kinesis stream.
 pub async fn kinesis_stream_summary(
     kinesis: &aws_sdk_kinesis::Client,
-    stream: &str,
+    stream: &StreamAddress,
     retry: &crate::retry::RetryPolicy,
 ) -> Result<StreamSummary> {
-    let req = kinesis.describe_stream_summary().stream_name(stream);
+    let req = kinesis.describe_stream_summary().for_stream(stream);
     match call_kinesis(retry, "DescribeStreamSummary", || req.clone().send()).await {
         Ok(out) => {
             let summary = out
@@ -257,6 +304,7 @@ pub async fn kinesis_stream_summary(
             Ok(StreamSummary {
                 created,
                 open_shards: usize::try_from(summary.open_shard_count()).unwrap_or(0),
+                arn: summary.stream_arn().to_owned(),
             })
         }
         Err(StateError::Sdk {

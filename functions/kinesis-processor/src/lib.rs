@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::processing::{
     json, KinesisProcessor, Parking, ProcessingOptions, RecordHandler, StreamRecord,
 };
-use shardkeeper::state::StateStore;
+use shardkeeper::state::{StateStore, StreamAddress};
 use std::time::Duration;
 
 /// An order event as producers write it.
@@ -74,7 +74,7 @@ pub struct Settings {
     /// Failed attempts before a record is parked.
     pub max_attempts: u32,
     /// A dead-letter stream for parked records (else they go to the state table).
-    pub dead_letter_stream: Option<String>,
+    pub dead_letter_stream: Option<StreamAddress>,
 }
 
 /// The processor: typed orders, de-duplicated through `store`.

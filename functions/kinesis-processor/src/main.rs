@@ -1,13 +1,13 @@
 //! kinesis-processor: the Lambda binary. Configuration: `ORDERS_TABLE`,
 //! `SHARDKEEPER_TABLE` (default `shardkeeper-state`), `SHARDKEEPER_GROUP`,
 //! `SHARDKEEPER_STREAM`, `SHARDKEEPER_MAX_ATTEMPTS` (default 3),
-//! `SHARDKEEPER_DEAD_LETTER_STREAM` (optional).
+//! `SHARDKEEPER_DEAD_LETTER_STREAM` (optional; a stream name or ARN).
 
 use kinesis_processor::{processor, OrderWriter, Settings};
 use lambda_runtime::Error;
 use shardkeeper::config::{optional_var, required_var, store_config_from_env};
 use shardkeeper::functions::init_tracing;
-use shardkeeper::state::StateStore;
+use shardkeeper::state::{StateStore, StreamAddress};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -23,7 +23,10 @@ async fn main() -> Result<(), Error> {
     let settings = Settings {
         orders_table,
         max_attempts,
-        dead_letter_stream: optional_var("SHARDKEEPER_DEAD_LETTER_STREAM")?,
+        dead_letter_stream: optional_var("SHARDKEEPER_DEAD_LETTER_STREAM")?
+            .map(|s| StreamAddress::parse(&s))
+            .transpose()
+            .map_err(|e| format!("SHARDKEEPER_DEAD_LETTER_STREAM: {e}"))?,
     };
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);

@@ -7,7 +7,7 @@ mod sdk;
 
 pub use sdk::SdkReads;
 
-use crate::state::{EpochMillis, ShardId, StateError};
+use crate::state::{EpochMillis, ShardId, StateError, StreamAddress};
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
@@ -130,13 +130,18 @@ pub trait KinesisReads: Send + Sync + std::fmt::Debug {
     /// A shard iterator at `start`.
     fn shard_iterator<'a>(
         &'a self,
-        stream: &'a str,
+        stream: &'a StreamAddress,
         shard: &'a ShardId,
         start: &'a IteratorStart,
     ) -> ReadFuture<'a, String>;
 
-    /// One GetRecords with `iterator`, at most `limit` records.
-    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ReadFuture<'a, RecordsPage>;
+    /// One GetRecords of `stream` with `iterator`, at most `limit` records.
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a StreamAddress,
+        iterator: &'a str,
+        limit: i32,
+    ) -> ReadFuture<'a, RecordsPage>;
 
     /// A SubscribeToShard subscription of the enhanced fan-out consumer
     /// `consumer_arn` to `shard`, from `start`.

@@ -5,7 +5,8 @@ use super::{
     SubscriptionEvent,
 };
 use crate::state::{
-    call_kinesis, is_throttling_code, kinesis_error, RetryPolicy, ShardId, StateError,
+    call_kinesis, is_throttling_code, kinesis_error, ForStream, RetryPolicy, ShardId, StateError,
+    StreamAddress,
 };
 use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
 use aws_sdk_kinesis::types::{
@@ -100,7 +101,7 @@ fn iterator_type(start: &IteratorStart) -> (ShardIteratorType, Option<&str>, Opt
 impl KinesisReads for SdkReads {
     fn shard_iterator<'a>(
         &'a self,
-        stream: &'a str,
+        stream: &'a StreamAddress,
         shard: &'a ShardId,
         start: &'a IteratorStart,
     ) -> ReadFuture<'a, String> {
@@ -109,7 +110,7 @@ impl KinesisReads for SdkReads {
             let req = self
                 .client
                 .get_shard_iterator()
-                .stream_name(stream)
+                .for_stream(stream)
                 .shard_id(shard.as_str())
                 .shard_iterator_type(kind)
                 .set_starting_sequence_number(sequence.map(str::to_owned))
@@ -124,11 +125,17 @@ impl KinesisReads for SdkReads {
         })
     }
 
-    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ReadFuture<'a, RecordsPage> {
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a StreamAddress,
+        iterator: &'a str,
+        limit: i32,
+    ) -> ReadFuture<'a, RecordsPage> {
         Box::pin(async move {
             let out = self
                 .client
                 .get_records()
+                .for_stream(stream)
                 .shard_iterator(iterator)
                 .limit(limit)
                 .customize()

@@ -7,7 +7,7 @@ use super::config::{InitialPosition, WorkerConfig};
 use crate::consumer::reads::{
     IteratorStart, KinesisReads, ReadError, ReadRecord, SubscriptionEvent,
 };
-use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::state::{Checkpoint, EpochMillis, ShardId, StreamAddress};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -264,7 +264,7 @@ impl Cursor {
     pub async fn fetch(
         &mut self,
         reads: &dyn KinesisReads,
-        stream: &str,
+        stream: &StreamAddress,
         shard: &ShardId,
         consumer_arn: Option<&str>,
         config: &WorkerConfig,
@@ -382,7 +382,7 @@ impl Cursor {
 
     async fn poll(
         reads: &dyn KinesisReads,
-        stream: &str,
+        stream: &StreamAddress,
         shard: &ShardId,
         iterator: Option<String>,
         start: &IteratorStart,
@@ -395,7 +395,9 @@ impl Cursor {
                 None => reads.shard_iterator(stream, shard, start).await?,
             };
             notes.polled = true;
-            reads.get_records(&iterator, config.max_records).await
+            reads
+                .get_records(stream, &iterator, config.max_records)
+                .await
         };
         match page.await {
             Ok(page) => Ok(Fetched::Batch(Batch {

@@ -466,7 +466,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(false);
         };
         let mut notes = FetchNotes::default();
-        let stream = self.store.config().stream.as_str();
+        let stream = &self.store.config().stream;
         let arn = self.efo_lock.as_ref().map(|l| l.arn.as_str());
         let fetched = cursor
             .fetch(&*self.reads, stream, shard, arn, &self.config, &mut notes)
@@ -650,9 +650,8 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// The shard is read to its end: deplete it so its children become leasable.
     async fn complete(&mut self, shard: &ShardId) -> Result<()> {
-        let stream = self.store.config().stream.as_str().to_owned();
-        let (specs, _) =
-            list_stream_shards(&self.kinesis, &stream, &self.store.config().retry).await?;
+        let config = self.store.config();
+        let (specs, _) = list_stream_shards(&self.kinesis, &config.stream, &config.retry).await?;
         let children: Vec<_> = specs
             .into_iter()
             .filter(|s| s.parents.contains(shard))

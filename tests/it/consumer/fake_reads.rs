@@ -13,7 +13,7 @@ use shardkeeper::consumer::reads::{
 use shardkeeper::consumer::EfoPool;
 use shardkeeper::consumer::StandaloneSession;
 use shardkeeper::consumer::{ShardWorker, WorkerConfig};
-use shardkeeper::state::{ConsumerId, ConsumerInfo, ShardId, StateError};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, ShardId, StateError, StreamAddress};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,7 +81,7 @@ impl Shard {
 impl KinesisReads for FakeReads {
     fn shard_iterator<'a>(
         &'a self,
-        _stream: &'a str,
+        _stream: &'a StreamAddress,
         _shard: &'a ShardId,
         start: &'a IteratorStart,
     ) -> ReadFuture<'a, String> {
@@ -89,7 +89,12 @@ impl KinesisReads for FakeReads {
         Box::pin(async move { Ok(format!("it-{i}")) })
     }
 
-    fn get_records<'a>(&'a self, iterator: &'a str, limit: i32) -> ReadFuture<'a, RecordsPage> {
+    fn get_records<'a>(
+        &'a self,
+        _stream: &'a StreamAddress,
+        iterator: &'a str,
+        limit: i32,
+    ) -> ReadFuture<'a, RecordsPage> {
         let mut shard = self.0.lock().unwrap();
         let answer = if shard.throttle > 0 {
             shard.throttle -= 1;

@@ -12,7 +12,7 @@ use shardkeeper::kpl;
 use shardkeeper::processing::{
     json, FailureMode, KinesisProcessor, Parking, ProcessingOptions, RecordError, StreamRecord,
 };
-use shardkeeper::state::{BatchKey, SequenceNumber, ShardId, ShardScope};
+use shardkeeper::state::{BatchKey, SequenceNumber, ShardId, ShardScope, StreamAddress};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -245,7 +245,7 @@ async fn poison_records_can_go_to_a_dead_letter_stream() {
         1,
         Parking::DeadLetterStream {
             client: ctx.aws.kinesis.clone(),
-            stream: dlq.clone(),
+            stream: StreamAddress::parse(&dlq).unwrap(),
         },
     );
     let processor = KinesisProcessor::new(recording(Arc::default(), Arc::new(Mutex::new(vec![1]))))
@@ -555,7 +555,7 @@ async fn a_failed_park_reports_its_record_and_keeps_the_prefix() {
         1,
         Parking::DeadLetterStream {
             client: ctx.aws.kinesis.clone(),
-            stream: "no-such-dead-letter-stream".to_owned(),
+            stream: StreamAddress::parse("no-such-dead-letter-stream").unwrap(),
         },
     );
     let seen: Seen = Arc::default();

@@ -57,7 +57,7 @@ async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole()
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("spread");
     let store = store_with(&ctx, &group, 8);
-    store.init_stream(1_000).await.unwrap();
+    store.init_stream(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 64).await;
     let me = ConsumerId::new("w").unwrap();
     let lease = store
@@ -139,7 +139,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     // Written as a group of one key is, then its layout item removed: what
     // code from before buckets leaves behind.
     let old = store_with(&ctx, &group, 1);
-    old.init_stream(1_000).await.unwrap();
+    old.init_stream(1_000, None).await.unwrap();
     seed_shards(&old, 10).await;
     ctx.aws
         .dynamodb
@@ -160,7 +160,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     // Upgraded code configured for many buckets finds that state and keeps
     // the group under its one key.
     let new = store_with(&ctx, &group, 64);
-    new.init_stream(1_000).await.unwrap();
+    new.init_stream(1_000, None).await.unwrap();
     assert_eq!(new.buckets().await.unwrap(), Buckets::ONE);
     assert_eq!(new.load_group().await.unwrap().shards.len(), 10);
     new.ensure_shard(
@@ -265,7 +265,7 @@ async fn a_group_moved_to_more_buckets_keeps_every_item_lease_and_checkpoint() {
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("respread");
     let store = store_with(&ctx, &group, 1);
-    store.init_stream(1_000).await.unwrap();
+    store.init_stream(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 40).await;
     let me = ConsumerId::new("w").unwrap();
     let lease = store
@@ -326,7 +326,7 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("respread");
     let store = store_with(&ctx, &group, 1);
-    store.init_stream(1_000).await.unwrap();
+    store.init_stream(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 20).await;
     let home = store.partition_key().to_owned();
     // A run cut short: the layout marked, five items moved, the rest not.
@@ -358,7 +358,7 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
 
     // A process starting now is refused, with a clear error.
     let starting = store_with(&ctx, &group, 1);
-    let err = starting.init_stream(1_000).await.unwrap_err();
+    let err = starting.init_stream(1_000, None).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -376,7 +376,7 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
     let report = store.respread(eight).await.unwrap();
     assert_eq!((report.moved, report.in_place), (15, 5));
     let started = store_with(&ctx, &group, 1);
-    started.init_stream(1_000).await.unwrap();
+    started.init_stream(1_000, None).await.unwrap();
     let read: Vec<_> = started
         .load_group()
         .await

@@ -2,8 +2,8 @@
 
 use crate::support::common::{ctx, seed_shards, wait_stream_active};
 use shardkeeper::state::{
-    kinesis_stream_summary, ConsumerId, ConsumerInfo, RetryPolicy, StartOptions, StreamInit,
-    TableOptions,
+    kinesis_stream_summary, ConsumerId, ConsumerInfo, RetryPolicy, StartOptions, StateError,
+    StreamAddress, StreamInit, TableOptions,
 };
 use std::time::Duration;
 
@@ -12,10 +12,11 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     let ctx = ctx().await;
     let stream = crate::support::common::create_stream(&ctx.aws, 2).await;
     let retry = RetryPolicy::default();
-    let created = kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
+    let address = StreamAddress::parse(&stream).unwrap();
+    let summary = kinesis_stream_summary(&ctx.aws.kinesis, &address, &retry)
         .await
-        .unwrap()
-        .created;
+        .unwrap();
+    let created = summary.created;
     let store = ctx.store(&stream);
     let options = StartOptions {
         table: TableOptions {
@@ -23,6 +24,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
             ..TableOptions::default()
         },
         stream_created: created,
+        stream_arn: Some(summary.arn.clone()),
     };
     let report = store.start(&options).await.unwrap();
     assert_eq!(report.stream, StreamInit::Created);
@@ -48,7 +50,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
         .unwrap();
     let mut gone = false;
     for _ in 0..200 {
-        if kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
+        if kinesis_stream_summary(&ctx.aws.kinesis, &address, &retry)
             .await
             .is_err()
         {
@@ -73,15 +75,20 @@ async fn state_is_reset_when_the_stream_is_recreated() {
         .await
         .unwrap();
     wait_stream_active(&ctx.aws, &stream).await;
-    let recreated = kinesis_stream_summary(&ctx.aws.kinesis, &stream, &retry)
+    let again = kinesis_stream_summary(&ctx.aws.kinesis, &address, &retry)
         .await
-        .unwrap()
-        .created;
+        .unwrap();
+    let recreated = again.created;
     assert_ne!(recreated, created);
+    assert_eq!(again.arn, summary.arn, "a re-created stream has its ARN");
 
     // Two starts race on the reset: one resets, both end on the new state.
     let other = store.clone();
-    let (a, b) = tokio::join!(store.init_stream(recreated), other.init_stream(recreated));
+    let arn = Some(again.arn.as_str());
+    let (a, b) = tokio::join!(
+        store.init_stream(recreated, arn),
+        other.init_stream(recreated, arn)
+    );
     let outcomes = [a.unwrap(), b.unwrap()];
     let resets: Vec<_> = outcomes
         .iter()
@@ -106,7 +113,7 @@ async fn unknown_stream_is_a_typed_not_found() {
     let ctx = ctx().await;
     let err = kinesis_stream_summary(
         &ctx.aws.kinesis,
-        "no-such-stream-here",
+        &StreamAddress::parse("no-such-stream-here").unwrap(),
         &RetryPolicy::default(),
     )
     .await
@@ -123,7 +130,7 @@ async fn unknown_stream_is_a_typed_not_found() {
 async fn state_of_a_newer_schema_is_refused_at_start() {
     let ctx = ctx().await;
     let store = ctx.store("schema-check");
-    store.init_stream(1_000).await.unwrap();
+    store.init_stream(1_000, None).await.unwrap();
     ctx.aws
         .dynamodb
         .update_item()
@@ -145,7 +152,7 @@ async fn state_of_a_newer_schema_is_refused_at_start() {
         .send()
         .await
         .unwrap();
-    let err = store.init_stream(1_000).await.unwrap_err();
+    let err = store.init_stream(1_000, None).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -157,4 +164,56 @@ async fn state_of_a_newer_schema_is_refused_at_start() {
         "{err}"
     );
     assert!(err.to_string().contains("upgrade every function"), "{err}");
+}
+
+/// A stream of the same name in another account or region (another ARN)
+/// never takes the group's state for its own. With another creation time
+/// too, it would otherwise be taken for a re-created stream and the state
+/// deleted: it is refused instead, and the state kept.
+#[tokio::test]
+async fn state_of_a_same_named_stream_elsewhere_is_refused_and_kept() {
+    let ctx = ctx().await;
+    let ours = "arn:aws:kinesis:eu-west-1:111111111111:stream/arn-check";
+    let theirs = "arn:aws:kinesis:eu-west-1:222222222222:stream/arn-check";
+    let store = ctx.store("arn-check");
+    assert_eq!(
+        store.init_stream(1_000, Some(ours)).await.unwrap(),
+        StreamInit::Created
+    );
+    seed_shards(&store, 2).await;
+    let err = store.init_stream(2_000, Some(theirs)).await.unwrap_err();
+    match &err {
+        StateError::OtherStream { recorded, found } => {
+            assert_eq!((recorded.as_str(), found.as_str()), (ours, theirs));
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("a group of its own"), "{err}");
+    let snapshot = store.load_group().await.unwrap();
+    let kept = snapshot.stream.unwrap();
+    assert_eq!(
+        (kept.stream_created, kept.stream_arn.as_deref()),
+        (1_000, Some(ours))
+    );
+    assert_eq!(snapshot.shards.len(), 2, "nothing deleted");
+    // A start that does not know the ARN (a processor) goes on as before.
+    assert_eq!(
+        store.init_stream(1_000, None).await.unwrap(),
+        StreamInit::Existing
+    );
+
+    // State recorded before ARNs were gets the ARN of its next start, and
+    // is then told apart in the same way.
+    let older = ctx.store("arn-later");
+    older.init_stream(1_000, None).await.unwrap();
+    assert_eq!(
+        older.init_stream(1_000, Some(ours)).await.unwrap(),
+        StreamInit::Existing
+    );
+    let recorded = older.stream_state().await.unwrap().unwrap().stream_arn;
+    assert_eq!(recorded.as_deref(), Some(ours));
+    assert!(matches!(
+        older.init_stream(1_000, Some(theirs)).await.unwrap_err(),
+        StateError::OtherStream { .. }
+    ));
 }

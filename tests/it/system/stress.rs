@@ -621,10 +621,13 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     let _ = rebalancing.await;
     let _ = reaping.await;
 
-    let (specs, _) =
-        shardkeeper::consumer::list_stream_shards(&direct.kinesis, &stream, &store.config().retry)
-            .await
-            .unwrap();
+    let (specs, _) = shardkeeper::consumer::list_stream_shards(
+        &direct.kinesis,
+        &store.config().stream,
+        &store.config().retry,
+    )
+    .await
+    .unwrap();
     // Every task has ended: the history is complete.
     let mut history = std::mem::take(&mut *history.lock().unwrap());
     history.parents = specs

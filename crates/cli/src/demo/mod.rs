@@ -241,13 +241,13 @@ async fn run_on(
         .map_err(|e| err("CreateStream", e))?;
     wait_active(&kinesis).await?;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
-    let created = kinesis_stream_summary(&kinesis, STREAM, &store.config().retry)
-        .await?
-        .created;
+    let summary =
+        kinesis_stream_summary(&kinesis, &store.config().stream, &store.config().retry).await?;
     store
         .start(&StartOptions {
             table: TableOptions::default(),
-            stream_created: created,
+            stream_created: summary.created,
+            stream_arn: Some(summary.arn),
         })
         .await?;
     say(
@@ -390,8 +390,12 @@ async fn run_on(
     let _ = rebalancing.await;
     let _ = reaping.await;
     outcome?;
-    let (shards, _) =
-        shardkeeper::consumer::list_stream_shards(&kinesis, STREAM, &store.config().retry).await?;
+    let (shards, _) = shardkeeper::consumer::list_stream_shards(
+        &kinesis,
+        &store.config().stream,
+        &store.config().retry,
+    )
+    .await?;
     let mut history = history.lock().expect("history");
     history.parents = shards
         .into_iter()
