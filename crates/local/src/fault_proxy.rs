@@ -3,8 +3,9 @@
 //! rates, decided per request from a seeded generator.
 
 use crate::fault_plan::{decide, Counters, Fate};
-use crate::faults::{error_response, AwsService};
-use crate::{FaultCounts, Faults, LocalError};
+use crate::faults::{error_answer, error_response, AwsService};
+use crate::other_account::{Addressed, OtherAccount};
+use crate::{FaultCounts, Faults, LocalError, SharedStreamCounts};
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
@@ -67,6 +68,7 @@ impl FaultProxy {
             lose_next: AtomicU64::new(0),
             skip_before_losing: AtomicU64::new(0),
             counts: Counters::default(),
+            other_account: Mutex::new(None),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
         tracing::debug!(%local, %upstream, ?service, seed, "fault proxy started");
@@ -139,6 +141,25 @@ impl FaultProxy {
     pub fn counts(&self) -> FaultCounts {
         self.shared.counts.snapshot()
     }
+
+    /// From the next request on, the Kinesis stream `stream_arn` is one that
+    /// another account shares: requests naming it by name are answered
+    /// `ResourceNotFoundException`, as Kinesis answers a name it looks up in
+    /// the caller's own account, and requests naming it by ARN reach it.
+    pub fn share_from_other_account(&self, stream_arn: &str) -> Result<(), LocalError> {
+        let other = OtherAccount::new(stream_arn)?;
+        *lock(&self.shared.other_account) = Some(Arc::new(other));
+        Ok(())
+    }
+
+    /// What the proxy saw of the stream shared by
+    /// [`FaultProxy::share_from_other_account`] (zeros if none).
+    pub fn shared_stream_counts(&self) -> SharedStreamCounts {
+        lock(&self.shared.other_account)
+            .as_ref()
+            .map(|o| o.counts())
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -157,6 +178,7 @@ struct Shared {
     lose_next: AtomicU64,
     skip_before_losing: AtomicU64,
     counts: Counters,
+    other_account: Mutex<Option<Arc<OtherAccount>>>,
 }
 
 impl Shared {
@@ -250,6 +272,40 @@ enum NoAnswer {
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, NoAnswer> {
     let service = shared.service;
+    let other_account = lock(&shared.other_account).clone();
+    let req = match other_account {
+        Some(other) if service == AwsService::Kinesis => {
+            let target = req
+                .headers()
+                .get("x-amz-target")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let (mut parts, body) = req.into_parts();
+            let body = axum::body::to_bytes(Body::new(body), usize::MAX)
+                .await
+                .map_err(|e| NoAnswer::Upstream(e.to_string()))?;
+            match other.address(&target, &body) {
+                Addressed::NotFound(message) => {
+                    let code = "ResourceNotFoundException";
+                    return Ok(error_answer(
+                        service,
+                        StatusCode::BAD_REQUEST,
+                        code,
+                        &message,
+                    ));
+                }
+                Addressed::Forward(None) => Request::from_parts(parts, Body::from(body)),
+                Addressed::Forward(Some(rewritten)) => {
+                    parts
+                        .headers
+                        .insert(axum::http::header::CONTENT_LENGTH, rewritten.len().into());
+                    Request::from_parts(parts, Body::from(rewritten))
+                }
+            }
+        }
+        _ => req.map(Body::new),
+    };
     match shared.fate() {
         Fate::Forward(delay) => {
             if let Some(delay) = delay {
@@ -294,12 +350,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 }
 
 /// Reads the request to its end, as a server does before it answers.
-async fn read_body(req: Request<Incoming>) {
-    let _ = axum::body::to_bytes(Body::new(req.into_body()), usize::MAX).await;
+async fn read_body(req: Request<Body>) {
+    let _ = axum::body::to_bytes(req.into_body(), usize::MAX).await;
 }
 
 /// Sends `req` upstream on a connection of its own and streams the answer back.
-async fn forward(upstream: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, NoAnswer> {
+async fn forward(upstream: SocketAddr, req: Request<Body>) -> Result<Response<Body>, NoAnswer> {
     let failed = |e: &dyn std::fmt::Display| NoAnswer::Upstream(e.to_string());
     let stream = TcpStream::connect(upstream).await.map_err(|e| failed(&e))?;
     let _ = stream.set_nodelay(true);

@@ -90,10 +90,26 @@ pub(crate) fn error_response(
     status: StatusCode,
     error_type: &str,
 ) -> Response<Body> {
-    let body = format!(
-        r#"{{"__type":"{}{error_type}","message":"injected {error_type}"}}"#,
-        service.type_prefix()
-    );
+    error_answer(
+        service,
+        status,
+        error_type,
+        &format!("injected {error_type}"),
+    )
+}
+
+/// An AWS JSON error answer of `service` with `message`.
+pub(crate) fn error_answer(
+    service: AwsService,
+    status: StatusCode,
+    error_type: &str,
+    message: &str,
+) -> Response<Body> {
+    let body = serde_json::json!({
+        "__type": format!("{}{error_type}", service.type_prefix()),
+        "message": message,
+    })
+    .to_string();
     let mut resp = (status, body).into_response();
     let headers = resp.headers_mut();
     headers.insert(

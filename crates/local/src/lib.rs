@@ -26,6 +26,7 @@ mod fault_plan;
 mod fault_proxy;
 mod faults;
 mod names;
+mod other_account;
 mod server_thread;
 mod servers;
 
@@ -38,6 +39,7 @@ pub use fault_plan::{FaultCounts, Faults};
 pub use fault_proxy::FaultProxy;
 pub use faults::{AwsService, FailingEndpoint};
 pub use names::unique_name;
+pub use other_account::SharedStreamCounts;
 pub use servers::{LocalOptions, LocalServers};
 
 /// Errors of starting the local servers.

@@ -8,5 +8,6 @@ mod history;
 mod local;
 mod outage;
 mod readme;
+mod shared_stream;
 mod stress;
 mod template;
