@@ -214,6 +214,51 @@ fn every_function_has_its_variables_and_permissions() {
     );
 }
 
+/// Every permission and event source on an existing stream follows the
+/// stream the functions are given: an ARN is made from `ExistingStreamName`
+/// only where `ExistingStreamArn` is empty (a stream shared by another
+/// account is granted by its own ARN), and the functions are given that ARN.
+#[test]
+fn an_existing_stream_is_granted_by_its_arn_when_given_one() {
+    fn walk(v: &Value, arn_given_else: bool, found: &mut usize) {
+        match v {
+            Value::Tagged(t) if t.tag == "If" => {
+                let seq = t.value.as_sequence().unwrap();
+                let on_arn = seq[0].as_str() == Some("StreamByArn");
+                walk(&seq[1], false, found);
+                walk(&seq[2], on_arn, found);
+            }
+            Value::Tagged(t) if t.tag == "Sub" => {
+                let text = t.value.as_str().unwrap_or_default();
+                if text.contains("stream/${ExistingStreamName}") {
+                    assert!(arn_given_else, "{text} without the ARN beside it");
+                    *found += 1;
+                }
+            }
+            Value::Tagged(t) => walk(&t.value, false, found),
+            Value::Sequence(items) => items.iter().for_each(|i| walk(i, false, found)),
+            Value::Mapping(m) => m.values().for_each(|i| walk(i, false, found)),
+            _ => {}
+        }
+    }
+    let t = template();
+    let mut found = 0;
+    walk(&t["Resources"], false, &mut found);
+    assert!(found >= 7, "the stream's ARN, made from its name: {found}");
+    let given = serde_yaml::to_string(
+        &t["Globals"]["Function"]["Environment"]["Variables"][shardkeeper::config::STREAM],
+    )
+    .unwrap();
+    assert!(given.contains("ExistingStreamArn"), "{given}");
+    let pattern = t["Parameters"]["ExistingStreamArn"]["AllowedPattern"]
+        .as_str()
+        .unwrap();
+    assert!(
+        pattern.contains("kinesis") && pattern.contains("[0-9]{12}"),
+        "{pattern}"
+    );
+}
+
 /// What `sam build` needs of each function (it was run: docs/DEPLOY.md):
 /// SAM's cargo-lambda builder runs `cargo lambda build --bin <Binary>` in the
 /// function's `CodeUri`, so that directory must be the package with that
