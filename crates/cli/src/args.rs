@@ -68,7 +68,8 @@ pub struct Target {
     /// The consumer group.
     #[arg(long, visible_alias = "group-name", env = "SHARDKEEPER_GROUP")]
     pub group: String,
-    /// The stream the group consumes.
+    /// The stream the group consumes: its name, or its ARN (a stream another
+    /// account shares).
     #[arg(long, visible_alias = "stream-name", env = "SHARDKEEPER_STREAM")]
     pub stream: String,
     /// Where, and with which credentials.
@@ -124,8 +125,8 @@ pub struct ParkedArgs {
     /// of a DynamoDB stream are left and listed.
     #[arg(long)]
     pub replay: bool,
-    /// With `--replay`: the Kinesis stream to put the records on instead of
-    /// the one each came from.
+    /// With `--replay`: the Kinesis stream (name or ARN) to put the records
+    /// on instead of the one each came from.
     #[arg(long, requires = "replay")]
     pub to_stream: Option<String>,
 }
