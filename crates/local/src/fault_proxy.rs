@@ -275,33 +275,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let other_account = lock(&shared.other_account).clone();
     let req = match other_account {
         Some(other) if service == AwsService::Kinesis => {
-            let target = req
-                .headers()
-                .get("x-amz-target")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let (mut parts, body) = req.into_parts();
-            let body = axum::body::to_bytes(Body::new(body), usize::MAX)
-                .await
-                .map_err(|e| NoAnswer::Upstream(e.to_string()))?;
-            match other.address(&target, &body) {
-                Addressed::NotFound(message) => {
-                    let code = "ResourceNotFoundException";
-                    return Ok(error_answer(
-                        service,
-                        StatusCode::BAD_REQUEST,
-                        code,
-                        &message,
-                    ));
-                }
-                Addressed::Forward(None) => Request::from_parts(parts, Body::from(body)),
-                Addressed::Forward(Some(rewritten)) => {
-                    parts
-                        .headers
-                        .insert(axum::http::header::CONTENT_LENGTH, rewritten.len().into());
-                    Request::from_parts(parts, Body::from(rewritten))
-                }
+            match as_shared_stream(&other, req).await? {
+                Ok(req) => req,
+                Err(not_found) => return Ok(not_found),
             }
         }
         _ => req.map(Body::new),
@@ -317,12 +293,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             })
         }
         Fate::Throttle => {
-            let target = req
-                .headers()
-                .get("x-amz-target")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let target = target(&req);
             read_body(req).await;
             let code = service.throttling_error(&target);
             Ok(error_response(service, StatusCode::BAD_REQUEST, code))
@@ -347,6 +318,45 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Err(NoAnswer::Dropped)
         }
     }
+}
+
+/// The operation a request calls, from its `x-amz-target` header (for
+/// example `Kinesis_20131202.PutRecord`).
+fn target<B>(req: &Request<B>) -> String {
+    req.headers()
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `req` as Kinesis answers it for a caller of another account than the
+/// stream's (see [`OtherAccount`]): the request to forward (rewritten when
+/// its ARN is written as the name), or the not-found answer.
+async fn as_shared_stream(
+    other: &OtherAccount,
+    req: Request<Incoming>,
+) -> Result<Result<Request<Body>, Response<Body>>, NoAnswer> {
+    let target = target(&req);
+    let (mut parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(Body::new(body), usize::MAX)
+        .await
+        .map_err(|e| NoAnswer::Upstream(e.to_string()))?;
+    Ok(match other.address(&target, &body) {
+        Addressed::NotFound(message) => Err(error_answer(
+            AwsService::Kinesis,
+            StatusCode::BAD_REQUEST,
+            "ResourceNotFoundException",
+            &message,
+        )),
+        Addressed::Forward(None) => Ok(Request::from_parts(parts, Body::from(body))),
+        Addressed::Forward(Some(rewritten)) => {
+            parts
+                .headers
+                .insert(axum::http::header::CONTENT_LENGTH, rewritten.len().into());
+            Ok(Request::from_parts(parts, Body::from(rewritten)))
+        }
+    })
 }
 
 /// Reads the request to its end, as a server does before it answers.
