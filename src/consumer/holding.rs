@@ -3,7 +3,8 @@
 //! still runs) the newer takes the id over and the older learns it must
 //! stop.
 
-use crate::state::{ConsumerInfo, Heartbeat, Result, StateStore};
+use crate::state::{ConsumerInfo, Heartbeat, Result, ShardId, StateStore};
+use std::collections::BTreeSet;
 
 /// The token of this process's session under its consumer id.
 #[derive(Debug)]
@@ -35,12 +36,16 @@ impl Holding {
     /// is reported as a registration, even when the registering heartbeat's
     /// answer was lost and its retry found the item there: the consumer was
     /// removed by the reaper meanwhile, so its leases are read again.
+    /// `acked`: given shards looked at since the last heartbeat.
     pub(crate) async fn heartbeat(
         &mut self,
         store: &StateStore,
         info: &ConsumerInfo,
+        acked: &BTreeSet<ShardId>,
     ) -> Result<Heartbeat> {
-        let mut beat = store.heartbeat_as(info, &self.token, !self.taken).await?;
+        let mut beat = store
+            .heartbeat_as(info, &self.token, !self.taken, acked)
+            .await?;
         self.taken = true;
         if self
             .incarnation

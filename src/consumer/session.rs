@@ -4,9 +4,9 @@
 use crate::consumer::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
-    Released, Result, ShardId, ShardSpec, StateError, StateStore, TakeFrom,
+    Released, Result, ShardId, ShardScope, ShardSpec, StateError, StateStore, TakeFrom,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// What one session tick changed.
@@ -23,17 +23,21 @@ pub struct SessionTick {
     pub handed_off: Vec<(ShardId, Option<ConsumerId>)>,
 }
 
-/// How often a session reads every shard to find its leases even though its
-/// assignment counter did not move (a safety net for a lost notification).
-pub const FULL_SCAN_EVERY: u32 = 10;
+/// How often a session reads every shard to find its leases even though no
+/// give was left unnamed (a safety net for a give whose notification was
+/// lost: such a lease also runs out unrenewed and is given again).
+pub const FULL_SCAN_EVERY: u32 = 100;
 
 /// The leases one consumer holds, kept current by [`ConsumerSession::tick`].
 ///
-/// A tick costs one heartbeat and one renewal per held lease. The session
-/// reads the group's shards to pick up new leases only when its assignment
-/// counter moved (the rebalancer and hand-offs move it), and every
-/// [`FULL_SCAN_EVERY`] ticks, so a consumer does not read every shard of a
-/// large stream on every tick.
+/// A tick costs one heartbeat and one renewal per held lease. Givers (the
+/// rebalancer, hand-offs) move the consumer's assignment counter and name
+/// the shards given beside it; the heartbeat returns both at no extra cost.
+/// The session reads only the named shards it does not hold (one GetItem
+/// each), and acknowledges them at its next heartbeat. It reads every shard
+/// of the group when it registers, when a give was not named (code from
+/// before names, or names at their bound), and every [`FULL_SCAN_EVERY`]
+/// ticks, so a consumer does not read every shard of a large stream.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
@@ -44,7 +48,11 @@ pub struct ConsumerSession {
     /// on this process's monotonic clock: the lease holds until at least
     /// that instant plus the term, whatever the machines' wall clocks say.
     renewed_at: BTreeMap<ShardId, Instant>,
-    assignments: Option<u64>,
+    /// The assignment counter and its named moves at the last pickup that
+    /// went through (`None`: none yet, or the last one failed).
+    assignments: Option<(u64, u64)>,
+    /// Given shards looked at, to acknowledge at the next heartbeat.
+    acking: BTreeSet<ShardId>,
     ticks_since_scan: u32,
     holding: Holding,
     /// Changes made by a tick that failed before it could report them
@@ -62,6 +70,7 @@ impl ConsumerSession {
             leases: BTreeMap::new(),
             renewed_at: BTreeMap::new(),
             assignments: None,
+            acking: BTreeSet::new(),
             ticks_since_scan: 0,
             holding: Holding::new(),
             owed: SessionTick::default(),
@@ -108,9 +117,25 @@ impl ConsumerSession {
     /// hand-off to the claimant) at this session's next renewal. What is left
     /// at the end is released by [`ConsumerSession::leave`].
     pub async fn drain(&mut self) -> Result<()> {
-        self.holding.heartbeat(&self.store, &self.info).await?;
+        self.beat().await?;
         self.store.set_consumer_active(self.id(), false).await?;
         Ok(())
+    }
+
+    /// Heartbeats, acknowledging the given shards looked at since the last.
+    async fn beat(&mut self) -> Result<crate::state::Heartbeat> {
+        let acked = std::mem::take(&mut self.acking);
+        match self
+            .holding
+            .heartbeat(&self.store, &self.info, &acked)
+            .await
+        {
+            Ok(beat) => Ok(beat),
+            Err(e) => {
+                self.acking = acked;
+                Err(e)
+            }
+        }
     }
 
     fn forget(&mut self, shard: &ShardId) {
@@ -171,7 +196,7 @@ impl ConsumerSession {
         tick: &mut SessionTick,
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
-        let beat = self.holding.heartbeat(&self.store, &self.info).await?;
+        let beat = self.beat().await?;
         tick.registered |= beat.registered;
         let held: Vec<Lease> = self.leases.values().cloned().collect();
         for lease in held {
@@ -202,14 +227,32 @@ impl ConsumerSession {
             }
         }
         self.ticks_since_scan += 1;
-        let scan = beat.registered
-            || self.assignments != Some(beat.assignments)
-            || self.ticks_since_scan >= FULL_SCAN_EVERY;
-        if !scan {
+        let now = (beat.assignments, beat.named);
+        let unnamed = match self.assignments {
+            // More moves of the counter than named ones: a give not named.
+            Some((assigned, named)) => now.0.wrapping_sub(assigned) != now.1.wrapping_sub(named),
+            None => true,
+        };
+        let full = beat.registered || unnamed || self.ticks_since_scan >= FULL_SCAN_EVERY;
+        // A named shard held already needs no read (given again after it
+        // was lost, it is not held: a renewal above found it lost).
+        let named: Vec<ShardId> = beat
+            .given
+            .iter()
+            .filter(|s| !self.leases.contains_key(*s))
+            .cloned()
+            .collect();
+        if !full && named.is_empty() {
+            self.acking.extend(beat.given);
+            self.assignments = Some(now);
             return Ok(());
         }
-        let owned = self.store.owned_shards(self.id()).await?;
-        // Only a scan that went through counts: a failed one is made again.
+        let owned = if full {
+            self.store.owned_shards(self.id()).await?
+        } else {
+            self.given_to_me(&named).await?
+        };
+        // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
         for shard in owned {
             if self.leases.contains_key(&shard.shard_id) {
@@ -241,9 +284,29 @@ impl ConsumerSession {
                 tick.gained.push(shard.shard_id);
             }
         }
-        self.assignments = Some(beat.assignments);
-        self.ticks_since_scan = 0;
+        self.acking.extend(beat.given);
+        self.assignments = Some(now);
+        if full {
+            self.ticks_since_scan = 0;
+        }
         Ok(())
+    }
+
+    /// The shards of `named` that this consumer owns now (one read each;
+    /// a shard given away again, or gone, is left).
+    async fn given_to_me(&self, named: &[ShardId]) -> Result<Vec<crate::state::ShardState>> {
+        let mut owned = Vec::new();
+        for shard in named {
+            match self.store.get_shard(&ShardScope::Group, shard).await {
+                Ok(state) if !state.depleted && state.owner.as_ref() == Some(self.id()) => {
+                    owned.push(state)
+                }
+                Ok(_) => {}
+                Err(StateError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(owned)
     }
 
     async fn hand_over(
@@ -320,7 +383,7 @@ impl ConsumerSession {
     ) -> Result<Vec<ShardId>> {
         // A process superseded under its id leaves nothing: the id, and the
         // leases in its name, are the newer process's now.
-        self.holding.heartbeat(&self.store, &self.info).await?;
+        self.beat().await?;
         self.store.set_consumer_active(self.id(), false).await?;
         let mut released = self.release_all(progress).await?;
         self.store.deregister_consumer(self.id()).await?;

@@ -88,7 +88,11 @@ impl StandaloneSession {
     /// first), and returns the shards that became readable: not depleted,
     /// every parent depleted. One ListShards and one Query per tick.
     pub async fn tick(&mut self) -> Result<SessionTick> {
-        let beat = self.holding.heartbeat(&self.store, &self.info).await?;
+        // A standalone consumer is given nothing: nothing to acknowledge.
+        let beat = self
+            .holding
+            .heartbeat(&self.store, &self.info, &Default::default())
+            .await?;
         if let Efo::Locked(None) = self.efo {
             return Ok(SessionTick {
                 registered: beat.registered,

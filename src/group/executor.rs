@@ -8,7 +8,7 @@
 
 use crate::group::{Action, ActionKind};
 use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore, TakeFrom};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What an execution did.
@@ -69,7 +69,7 @@ pub async fn execute(
     lease_term: Duration,
 ) -> Result<ExecutionReport> {
     let mut report = ExecutionReport::default();
-    let mut notify: BTreeSet<&ConsumerId> = BTreeSet::new();
+    let mut notify: BTreeMap<&ConsumerId, Vec<ShardId>> = BTreeMap::new();
     let group = ShardScope::Group;
     for action in actions {
         let applied = match action {
@@ -143,8 +143,8 @@ pub async fn execute(
         };
         report.count(action.kind(), applied);
     }
-    for consumer in notify {
-        store.notify_assigned(consumer).await?;
+    for (consumer, shards) in notify {
+        store.notify_assigned(consumer, &shards).await?;
     }
     Ok(report)
 }
@@ -157,19 +157,20 @@ struct Take<'a> {
     holder: Option<&'a str>,
 }
 
-/// Gives the lease to `take.to`; remembers to tell it once, after all actions.
+/// Gives the lease to `take.to`; remembers to tell it once, after all
+/// actions, with the shards it was given.
 async fn give<'a>(
     store: &StateStore,
     take: Take<'a>,
     lease_term: Duration,
-    notify: &mut BTreeSet<&'a ConsumerId>,
+    notify: &mut BTreeMap<&'a ConsumerId, Vec<ShardId>>,
 ) -> Result<bool> {
     let taken = store
         .take_lease(take.shard, take.to, take.from, take.holder, lease_term)
         .await?
         .is_some();
     if taken {
-        notify.insert(take.to);
+        notify.entry(take.to).or_default().push(take.shard.clone());
     }
     Ok(taken)
 }

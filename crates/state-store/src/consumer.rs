@@ -38,6 +38,15 @@ impl ConsumerInfo {
     }
 }
 
+/// How many given shards may wait unacknowledged on a consumer's item (see
+/// [`StateStore::notify_assigned`]): far under DynamoDB's 400 KB an item.
+pub const MAX_GIVEN: usize = 1000;
+
+/// A string set of shard ids.
+fn shard_set<'a>(shards: impl Iterator<Item = &'a ShardId>) -> AttributeValue {
+    AttributeValue::Ss(shards.map(|s| s.as_str().to_owned()).collect())
+}
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
@@ -47,6 +56,15 @@ pub struct Heartbeat {
     /// The consumer's assignment counter: it moves each time another party
     /// gives the consumer a lease.
     pub assignments: u64,
+    /// How many of the moves of `assignments` named the shards given: while
+    /// both moved alike, every shard given since is in `given`; when
+    /// `assignments` moved more, a giver named none (code from before names
+    /// were kept, or names at their bound) and the consumer reads every shard.
+    pub named: u64,
+    /// The shards named as given to the consumer since it last acknowledged
+    /// them (see [`StateStore::notify_assigned`]), as the item was before
+    /// this heartbeat removed the acknowledged ones.
+    pub given: BTreeSet<ShardId>,
     /// The registration's identity: drawn by the heartbeat that created the
     /// consumer's item and kept by every later one. A process that sees it
     /// change between two of its heartbeats knows the consumer was removed
@@ -73,7 +91,7 @@ impl StateStore {
     /// it a lease (see [`StateStore::notify_assigned`]), so a consumer learns
     /// of new leases without reading every shard.
     pub async fn heartbeat(&self, info: &ConsumerInfo) -> Result<Heartbeat> {
-        self.beat(info, None).await
+        self.beat(info, None, &BTreeSet::new()).await
     }
 
     /// [`StateStore::heartbeat`] by one process holding the consumer id,
@@ -83,17 +101,24 @@ impl StateStore {
     /// stored token is this one (or none, after the reaper removed the
     /// consumer); once a newer process took the id over it fails with
     /// [`StateError::Superseded`], so two processes with one id never both
-    /// carry on.
+    /// carry on. The shards in `acked` (given shards the process has looked
+    /// at) are removed from the consumer's given shards.
     pub async fn heartbeat_as(
         &self,
         info: &ConsumerInfo,
         token: &str,
         take_over: bool,
+        acked: &BTreeSet<ShardId>,
     ) -> Result<Heartbeat> {
-        self.beat(info, Some((token, take_over))).await
+        self.beat(info, Some((token, take_over)), acked).await
     }
 
-    async fn beat(&self, info: &ConsumerInfo, token: Option<(&str, bool)>) -> Result<Heartbeat> {
+    async fn beat(
+        &self,
+        info: &ConsumerInfo,
+        token: Option<(&str, bool)>,
+        acked: &BTreeSet<ShardId>,
+    ) -> Result<Heartbeat> {
         let now = self.now();
         let fresh = format!("{:016x}", fastrand::u64(..));
         let mut expr = Expr::new()
@@ -139,6 +164,12 @@ impl StateStore {
             }
         }
         update.push_str(add);
+        if !acked.is_empty() {
+            expr = expr
+                .names(&[attr::GIVEN])
+                .value("acked", shard_set(acked.iter()));
+            update.push_str(" DELETE #given :acked");
+        }
         let req = self
             .update_req(&self.home(consumer_sk(&info.id)), &expr, &update, condition)
             .return_values(ReturnValue::AllOld);
@@ -158,19 +189,52 @@ impl StateStore {
             Some(_) => ItemReader::new(&old).s(attr::INCARNATION)?.to_owned(),
             None => fresh,
         };
+        let given = match old.get(attr::GIVEN) {
+            Some(AttributeValue::Ss(ids)) => ids
+                .iter()
+                .map(ShardId::new)
+                .collect::<Result<BTreeSet<_>>>()?,
+            _ => BTreeSet::new(),
+        };
+        let reader = ItemReader::new(&old);
         Ok(Heartbeat {
             registered,
-            assignments: ItemReader::new(&old).u64_or(attr::ASSIGNED, 0)?,
+            assignments: reader.u64_or(attr::ASSIGNED, 0)?,
+            named: reader.u64_or(attr::NAMED, 0)?,
+            given,
             incarnation,
         })
     }
 
-    /// Tells a consumer that it was given a lease (moves its assignment
-    /// counter, which its next heartbeat sees); `false` if it is not registered.
-    pub async fn notify_assigned(&self, consumer: &ConsumerId) -> Result<bool> {
+    /// Tells a consumer that it was given the leases of `shards`: moves its
+    /// assignment counter and names the shards beside it, both of which its
+    /// next heartbeat sees, so it reads those shards instead of every one.
+    /// While [`MAX_GIVEN`] names wait unacknowledged (a consumer that does not
+    /// acknowledge them, as code from before them), only the counter moves.
+    /// `false` if the consumer is not registered.
+    pub async fn notify_assigned(&self, consumer: &ConsumerId, shards: &[ShardId]) -> Result<bool> {
+        let at = self.home(consumer_sk(consumer));
+        if !shards.is_empty() {
+            let expr = Expr::new()
+                .names(&[attr::ASSIGNED, attr::NAMED, attr::GIVEN])
+                .value("one", n(1))
+                .value("shards", shard_set(shards.iter()))
+                .value("max", n(MAX_GIVEN));
+            let req = self.update_req(
+                &at,
+                &expr,
+                "ADD #assigned :one, #named :one, #given :shards",
+                Some("attribute_exists(pk) AND (attribute_not_exists(#given) OR size(#given) < :max)"),
+            );
+            match self.conditional_update(req).await? {
+                Ok(_) => return Ok(true),
+                Err(None) => return Ok(false),
+                Err(Some(_)) => {} // at the bound: the counter alone
+            }
+        }
         let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
         let req = self.update_req(
-            &self.home(consumer_sk(consumer)),
+            &at,
             &expr,
             "ADD #assigned :one",
             Some("attribute_exists(pk)"),

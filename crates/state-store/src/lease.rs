@@ -354,7 +354,8 @@ impl StateStore {
             };
             if handed {
                 tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
-                self.notify_assigned(&claim.by).await?;
+                self.notify_assigned(&claim.by, std::slice::from_ref(&lease.shard_id))
+                    .await?;
                 return Ok(Released::HandedOff(claim.by));
             }
         }

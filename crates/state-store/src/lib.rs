@@ -58,7 +58,7 @@ pub use batch::{BatchKey, SK_BATCH};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};
-pub use consumer::{ClearReport, Heartbeat};
+pub use consumer::{ClearReport, Heartbeat, MAX_GIVEN};
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;

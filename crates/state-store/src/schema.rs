@@ -84,6 +84,12 @@ pub mod attr {
     pub const ACTIVE: &str = "active";
     /// Consumer: assignment counter, moved when another party gives it a lease.
     pub const ASSIGNED: &str = "assigned";
+    /// Consumer: the shards given to it since it last acknowledged them
+    /// (SS), beside its assignment counter.
+    pub const GIVEN: &str = "given";
+    /// Consumer: how many of the moves of its assignment counter named the
+    /// shards given (moved with the counter, in the same update).
+    pub const NAMED: &str = "named";
     /// Consumer: whether it reads every shard on its own.
     pub const STANDALONE: &str = "standalone";
     /// Consumer: the token of the process holding the id now.

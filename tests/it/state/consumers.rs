@@ -26,13 +26,15 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
         Heartbeat {
             registered: false,
             assignments: 0,
+            named: 0,
+            given: Default::default(),
             incarnation: beat.incarnation.clone(),
         }
     );
-    assert!(store.notify_assigned(&me.id).await.unwrap());
+    assert!(store.notify_assigned(&me.id, &[]).await.unwrap());
     assert_eq!(store.heartbeat(&me).await.unwrap().assignments, 1);
     assert!(!store
-        .notify_assigned(&ConsumerId::new("nobody").unwrap())
+        .notify_assigned(&ConsumerId::new("nobody").unwrap(), &[])
         .await
         .unwrap());
     let state = store.get_consumer(&me.id).await.unwrap().unwrap();

@@ -126,16 +126,25 @@ async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
 async fn a_retried_heartbeat_that_registered_still_reports_the_registration() {
     let (faulty, store) = setup("lost-beat").await;
     let me = ConsumerInfo::for_this_process(cid("a"), store.now());
-    let first = store.heartbeat_as(&me, "token-a", true).await.unwrap();
+    let first = store
+        .heartbeat_as(&me, "token-a", true, &Default::default())
+        .await
+        .unwrap();
     assert!(first.registered);
     // The reaper removes the consumer; its next heartbeat re-registers it,
     // but the answer is lost and the retry finds the consumer registered.
     assert!(store.deregister_consumer(&me.id).await.unwrap());
     faulty.dynamodb.lose_next_responses(1);
-    let beat = store.heartbeat_as(&me, "token-a", false).await.unwrap();
+    let beat = store
+        .heartbeat_as(&me, "token-a", false, &Default::default())
+        .await
+        .unwrap();
     // The registration's identity shows what happened.
     assert_ne!(beat.incarnation, first.incarnation, "{beat:?}");
-    let again = store.heartbeat_as(&me, "token-a", false).await.unwrap();
+    let again = store
+        .heartbeat_as(&me, "token-a", false, &Default::default())
+        .await
+        .unwrap();
     assert_eq!(again.incarnation, beat.incarnation);
 }
 
@@ -151,7 +160,10 @@ async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() 
         .await
         .unwrap()
         .unwrap();
-    assert!(store.notify_assigned(&cid("a")).await.unwrap());
+    assert!(store
+        .notify_assigned(&cid("a"), std::slice::from_ref(&shard))
+        .await
+        .unwrap());
     let tick = session.tick(|_| None).await.unwrap();
     assert_eq!(tick.gained, vec![shard.clone()]);
 

@@ -1,0 +1,152 @@
+//! How a consumer learns of the leases it was given: the givers (the
+//! rebalancer's executor, a hand-off) name the shards beside the consumer's
+//! assignment counter, and the session reads those shards, not the group.
+
+use crate::support::common::{create_stream, ctx, rebalancer, seed_shards};
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, ConsumerInfo, ShardId, StateStore, TakeFrom, MAX_GIVEN,
+};
+use shardkeeper_local::RequestCounter;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const TERM: Duration = Duration::from_secs(10);
+
+fn session(store: &StateStore, name: &str) -> ConsumerSession {
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    ConsumerSession::new(store.clone(), info, TERM)
+}
+
+fn no_progress(_: &ShardId) -> Option<(Checkpoint, Option<i64>)> {
+    None
+}
+
+/// Requests of `operation` since `before`.
+fn sent(
+    counter: &RequestCounter,
+    before: &BTreeMap<String, shardkeeper_local::OperationCount>,
+    operation: &str,
+) -> u64 {
+    counter
+        .since(before)
+        .get(operation)
+        .map_or(0, |c| c.requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_leases_are_read_by_name_not_by_reading_the_group() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 40).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let counter = &ctx.aws.dynamodb_requests;
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap(); // registers: reads the group once
+
+    // The rebalancer gives a every shard, naming them.
+    rebalancer.tick().await.unwrap();
+    let before = counter.snapshot();
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained.len(), 40);
+    assert_eq!(sent(counter, &before, "Query"), 0, "the group is not read");
+    assert_eq!(sent(counter, &before, "GetItem"), 40, "one read per shard");
+
+    // The next heartbeat acknowledges them; a quiet tick reads nothing.
+    let before = counter.snapshot();
+    let tick = a.tick(no_progress).await.unwrap();
+    assert!(tick.gained.is_empty() && tick.lost.is_empty(), "{tick:?}");
+    assert_eq!(sent(counter, &before, "Query"), 0);
+    assert_eq!(sent(counter, &before, "GetItem"), 0);
+    let item = ctx
+        .aws
+        .dynamodb
+        .get_item()
+        .table_name(&ctx.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().to_owned()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("CONSUMER#a".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert!(!item.contains_key("given"), "acknowledged: {item:?}");
+
+    // A newcomer: the rebalancer claims half of a's shards; a hands each
+    // over at its next tick, naming it to b; b reads those alone.
+    let mut b = session(&store, "b");
+    b.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    let handed = a.tick(no_progress).await.unwrap().handed_off;
+    assert_eq!(handed.len(), 20, "{handed:?}");
+    let before = counter.snapshot();
+    let tick = b.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained.len(), 20, "{tick:?}");
+    assert_eq!(sent(counter, &before, "Query"), 0);
+    assert_eq!(sent(counter, &before, "GetItem"), 20);
+}
+
+/// A give whose shards are not named (a giver from before names were
+/// kept) still moves the counter: the consumer then reads every shard.
+#[tokio::test]
+async fn a_give_left_unnamed_is_found_by_reading_the_group() {
+    let ctx = ctx().await;
+    let store = ctx.store("pickup-unnamed");
+    let shards = seed_shards(&store, 3).await;
+    let counter = &ctx.aws.dynamodb_requests;
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    let me = ConsumerId::new("a").unwrap();
+    store
+        .take_lease(
+            &shards[1],
+            &me,
+            &TakeFrom::Stale {
+                counter: 0,
+                expires: None,
+            },
+            None,
+            TERM,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.notify_assigned(&me, &[]).await.unwrap());
+    let before = counter.snapshot();
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained, vec![shards[1].clone()]);
+    assert!(sent(counter, &before, "Query") > 0, "the group was read");
+}
+
+/// Names wait on the consumer's item only up to a bound (a consumer that
+/// never acknowledges them, as code from before them, must not grow its
+/// item without end): past it the counter moves alone, and its named
+/// moves do not, so the consumer knows to read every shard.
+#[tokio::test]
+async fn names_stop_at_their_bound_and_the_counter_still_moves() {
+    let ctx = ctx().await;
+    let store = ctx.store("pickup-bound");
+    let me = ConsumerInfo::for_this_process(ConsumerId::new("old").unwrap(), store.now());
+    store.heartbeat(&me).await.unwrap();
+    let names: Vec<ShardId> = (0..MAX_GIVEN)
+        .map(|i| ShardId::new(format!("shardId-{i:012}")).unwrap())
+        .collect();
+    for chunk in names.chunks(250) {
+        assert!(store.notify_assigned(&me.id, chunk).await.unwrap());
+    }
+    let one_more = ShardId::new("shardId-999999999999").unwrap();
+    assert!(store
+        .notify_assigned(&me.id, std::slice::from_ref(&one_more))
+        .await
+        .unwrap());
+    let beat = store.heartbeat(&me).await.unwrap();
+    assert_eq!(beat.given.len(), MAX_GIVEN);
+    assert!(!beat.given.contains(&one_more));
+    assert_eq!((beat.assignments, beat.named), (5, 4));
+}
