@@ -11,15 +11,19 @@
 //!   DynamoDB's rules;
 //! - the group read (`load_group`): its requests, its read units (strongly
 //!   consistent, 4 KB each, counted per key) and its median wall time;
-//! - one checkpoint's requests and write units.
+//! - one checkpoint's requests and write units;
+//! - a consumer's pickup of the 16 shards given to it (named beside its
+//!   assignment counter, as the rebalancer gives them): its reads and their
+//!   read units, against the group read it was before names.
 //!
 //! Run: `cargo bench --bench spread` (a few minutes: it writes about 200,000
 //! items).
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::state::{
-    cost, Buckets, Checkpoint, ConsumerId, Lease, RawItem, ShardScope, ShardSpec, SpreadPolicy,
-    StateStore, StoreConfig, TableOptions,
+    cost, Buckets, Checkpoint, ConsumerId, ConsumerInfo, Lease, RawItem, ShardId, ShardScope,
+    ShardSpec, SpreadPolicy, StateStore, StoreConfig, TableOptions, TakeFrom,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +31,8 @@ use std::time::{Duration, Instant};
 
 const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
 const TASKS: usize = 16;
+/// Shards left free, then given to one newcomer.
+const GIVEN: usize = 16;
 
 /// The requests the client sent since the last call, as (operation,
 /// partition key, sort key), from the servers' request counter's log.
@@ -57,6 +63,8 @@ struct Layout {
     read_ms: f64,
     checkpoint_requests: usize,
     checkpoint_wcu: u64,
+    pickup_requests: usize,
+    pickup_rcu: u64,
 }
 
 /// Every item under `pk`, raw.
@@ -99,6 +107,9 @@ async fn measure(
             for i in (w..shards).step_by(TASKS) {
                 let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
                 store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+                if i < GIVEN {
+                    continue; // given to the newcomer below
+                }
                 let owner = ConsumerId::new(format!("consumer-{:04}", i % 16)).unwrap();
                 let lease = store
                     .acquire_lease(&spec.shard_id, &owner, Duration::from_secs(3600))
@@ -155,7 +166,7 @@ async fn measure(
         let size = sizes[&(pk.clone(), sk.clone())];
         *per_key.entry(pk.clone()).or_default() += cost::write_units(size);
     }
-    assert_eq!(writes.len(), shards, "one request per checkpoint");
+    assert_eq!(writes.len(), shards - GIVEN, "one request per checkpoint");
 
     // The group read, timed; its requests and read units.
     let mut times = Vec::new();
@@ -190,6 +201,48 @@ async fn measure(
         .find(|i| i["sk"].as_s().unwrap() == sk)
         .unwrap();
 
+    // A newcomer registers (reading the group once), then is given the
+    // free shards as the rebalancer gives them; its next tick picks them up.
+    let newcomer = ConsumerId::new("newcomer").unwrap();
+    let info = ConsumerInfo::for_this_process(newcomer.clone(), store.now());
+    let mut session = ConsumerSession::new(store.clone(), info, Duration::from_secs(3600));
+    session.tick(|_| None).await.unwrap();
+    let given: Vec<ShardId> = (0..GIVEN)
+        .map(|i| ShardId::new(format!("shardId-{i:012}")).unwrap())
+        .collect();
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+    };
+    for shard in &given {
+        store
+            .take_lease(shard, &newcomer, &free, None, Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    store.notify_assigned(&newcomer, &given).await.unwrap();
+    take_keys(aws);
+    let tick = session.tick(|_| None).await.unwrap();
+    assert_eq!(tick.gained.len(), GIVEN);
+    let mut pickup_requests = 0;
+    let mut pickup_rcu = 0;
+    for (operation, pk, sk) in take_keys(aws) {
+        match operation.as_str() {
+            "GetItem" => {
+                let item = items_under(aws, table, &pk)
+                    .await
+                    .into_iter()
+                    .find(|i| i["sk"].as_s().unwrap() == &sk)
+                    .unwrap();
+                pickup_requests += 1;
+                pickup_rcu += cost::read_units(cost::item_size(&item));
+            }
+            "Query" => panic!("the pickup read the group"),
+            _ => {}
+        }
+    }
+
     Layout {
         name,
         buckets,
@@ -200,6 +253,8 @@ async fn measure(
         read_ms: times[times.len() / 2],
         checkpoint_requests: one.len(),
         checkpoint_wcu: cost::write_units(cost::item_size(&item)),
+        pickup_requests,
+        pickup_rcu,
     }
 }
 
@@ -220,14 +275,14 @@ fn main() {
         .await
         .unwrap();
         aws.dynamodb_requests.start_log();
-        println!("| shards | layout | buckets | keys written | busiest key, WCU/s | group read: requests | RCU | median ms | checkpoint: requests | WCU |");
-        println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!("| shards | layout | buckets | keys written | busiest key, WCU/s | group read: requests | RCU | median ms | checkpoint: requests | WCU | pickup of {GIVEN} given: requests | RCU |");
+        println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for shards in [1_000, 10_000, 20_000] {
             let spread = Buckets::for_shards(shards, &SpreadPolicy::default());
             for (name, buckets) in [("one key (before buckets)", Buckets::ONE), ("spread", spread)] {
                 let l = measure(&aws, &table, shards, name, buckets).await;
                 println!(
-                    "| {shards} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} |",
+                    "| {shards} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
                     l.name,
                     l.buckets,
                     l.keys,
@@ -236,7 +291,9 @@ fn main() {
                     l.read_rcu,
                     l.read_ms,
                     l.checkpoint_requests,
-                    l.checkpoint_wcu
+                    l.checkpoint_wcu,
+                    l.pickup_requests,
+                    l.pickup_rcu
                 );
             }
         }
