@@ -136,6 +136,10 @@ impl StateStore {
         if with_home && buckets != Buckets::ONE {
             keys.push(self.partition_key().to_owned());
         }
+        if let [pk] = keys.as_slice() {
+            // One key (a group from before buckets): no task to spawn.
+            return self.query_key(pk, prefix).await;
+        }
         let mut items = Vec::new();
         let mut running = tokio::task::JoinSet::new();
         let mut keys = keys.into_iter();
