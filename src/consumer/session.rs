@@ -28,6 +28,9 @@ pub struct SessionTick {
 /// lost: such a lease also runs out unrenewed and is given again).
 pub const FULL_SCAN_EVERY: u32 = 100;
 
+/// How many shards given by name a session reads at once.
+const GIVEN_READS_AT_ONCE: usize = 16;
+
 /// The leases one consumer holds, kept current by [`ConsumerSession::tick`].
 ///
 /// A tick costs one heartbeat and one renewal per held lease. Givers (the
@@ -292,20 +295,34 @@ impl ConsumerSession {
         Ok(())
     }
 
-    /// The shards of `named` that this consumer owns now (one read each;
-    /// a shard given away again, or gone, is left).
+    /// The shards of `named` that this consumer owns now, in shard order
+    /// (one read each, [`GIVEN_READS_AT_ONCE`] at a time; a shard given away
+    /// again, or gone, is left).
     async fn given_to_me(&self, named: &[ShardId]) -> Result<Vec<crate::state::ShardState>> {
         let mut owned = Vec::new();
-        for shard in named {
-            match self.store.get_shard(&ShardScope::Group, shard).await {
-                Ok(state) if !state.depleted && state.owner.as_ref() == Some(self.id()) => {
-                    owned.push(state)
+        for chunk in named.chunks(GIVEN_READS_AT_ONCE) {
+            let mut reads = tokio::task::JoinSet::new();
+            for shard in chunk {
+                let (store, shard) = (self.store.clone(), shard.clone());
+                reads.spawn(async move { store.get_shard(&ShardScope::Group, &shard).await });
+            }
+            while let Some(read) = reads.join_next().await {
+                let read = read.map_err(|e| StateError::Sdk {
+                    service: crate::state::Service::DynamoDb,
+                    operation: "GetItem",
+                    code: None,
+                    message: format!("a read of a given shard stopped: {e}"),
+                })?;
+                match read {
+                    Ok(state) if !state.depleted && state.owner.as_ref() == Some(self.id()) => {
+                        owned.push(state)
+                    }
+                    Ok(_) | Err(StateError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
                 }
-                Ok(_) => {}
-                Err(StateError::NotFound { .. }) => {}
-                Err(e) => return Err(e),
             }
         }
+        owned.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         Ok(owned)
     }
 
