@@ -3,8 +3,8 @@
 //! through lambda_runtime's service with the scheduled-event fixture.
 
 use crate::support::common::{
-    create_stream, ctx, lambda_context, list_shards, split_first, stream_arn, wait_stream_active,
-    Ctx,
+    create_stream, ctx, lambda_context, list_shards, register_pool, split_first, stream_arn,
+    wait_stream_active, Ctx,
 };
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{LambdaEvent, Service};
@@ -13,7 +13,7 @@ use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::{handle_reap, handle_rebalance, Reaper, Rebalancer};
 use shardkeeper::group::ReapConfig;
 use shardkeeper::state::{
-    Checkpoint, ConsumerId, ConsumerInfo, EfoName, ShardId, ShardScope, ShardSpec, StateStore,
+    Checkpoint, ConsumerId, ConsumerInfo, ShardId, ShardScope, ShardSpec, StateStore,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -299,24 +299,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let arn = stream_arn(&ctx.aws, &stream).await;
-    for i in 0..3 {
-        let out = ctx
-            .aws
-            .kinesis
-            .register_stream_consumer()
-            .stream_arn(&arn)
-            .consumer_name(format!("pool-{i}"))
-            .send()
-            .await
-            .unwrap();
-        store
-            .register_efo(
-                &EfoName::new(format!("pool-{i}")).unwrap(),
-                out.consumer().unwrap().consumer_arn(),
-            )
-            .await
-            .unwrap();
-    }
+    register_pool(&ctx.aws, &store, &arn, (0..3).map(|i| format!("pool-{i}"))).await;
     let mut dead = session(&store, "dead");
     dead.tick(no_progress).await.unwrap();
     store

@@ -326,8 +326,10 @@ pub async fn split_first(aws: &AwsClients, stream: &str) -> aws_sdk_kinesis::typ
     parent
 }
 
-/// Registers enhanced fan-out consumers `names` on the stream and records
-/// each in the group's pool; their names and ARNs.
+/// Registers enhanced fan-out consumers `names` on the stream, waits until
+/// each is ACTIVE (a server may keep a new consumer CREATING for a while,
+/// as Kinesis does), and records each in the group's pool; their names and
+/// ARNs.
 pub async fn register_pool(
     aws: &AwsClients,
     store: &StateStore,
@@ -336,15 +338,7 @@ pub async fn register_pool(
 ) -> Vec<(shardkeeper::state::EfoName, String)> {
     let mut pool = Vec::new();
     for name in names {
-        let out = aws
-            .kinesis
-            .register_stream_consumer()
-            .stream_arn(stream_arn)
-            .consumer_name(&name)
-            .send()
-            .await
-            .unwrap();
-        let arn = out.consumer().unwrap().consumer_arn().to_owned();
+        let arn = active_efo_consumer(aws, stream_arn, &name).await;
         let name = shardkeeper::state::EfoName::new(name).unwrap();
         store.register_efo(&name, &arn).await.unwrap();
         pool.push((name, arn));

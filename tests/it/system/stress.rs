@@ -25,14 +25,16 @@
 //! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
 //! SHARDKEEPER_STRESS_SHARDS=256 cargo test --test it stress -- --nocapture`
 //! (`SHARDKEEPER_STRESS_SEED` repeats a run's choices;
-//! `SHARDKEEPER_STRESS_FAULTS` sets the fault rate of the second run and
-//! `SHARDKEEPER_STRESS_RESTARTS` how often DynamoDB restarts in it).
+//! `SHARDKEEPER_STRESS_FAULTS` sets the fault rate of the second run,
+//! `SHARDKEEPER_STRESS_RESTARTS` how often DynamoDB restarts in it, and
+//! `SHARDKEEPER_STRESS_EFO` the size of an enhanced fan-out pool the
+//! workers read through, 0 for polling).
 
 use crate::support::common::{create_stream, ctx, list_shards};
 use crate::support::faulty::Faulty;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::WorkerEvent;
-use shardkeeper::consumer::{InitialPosition, ShardWorker, WorkerConfig};
+use shardkeeper::consumer::{EfoPool, InitialPosition, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::processing::{RecordHandler, StreamRecord};
@@ -74,6 +76,8 @@ struct Stress {
     fault_rate: f64,
     /// DynamoDB restarts in the run with faults, spread over it.
     restarts: u32,
+    /// The enhanced fan-out pool the workers read through (0: they poll).
+    efo: usize,
 }
 
 impl Stress {
@@ -95,6 +99,7 @@ impl Stress {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0.05),
             restarts: var("SHARDKEEPER_STRESS_RESTARTS", 1) as u32,
+            efo: var("SHARDKEEPER_STRESS_EFO", 0) as usize,
         }
     }
 
@@ -150,6 +155,8 @@ struct Spawner<'a> {
     lease_term: Duration,
     /// While set, the handler takes 10 ms a record.
     slow: Arc<AtomicBool>,
+    /// The enhanced fan-out pool the workers read through (0: they poll).
+    efo: usize,
 }
 
 impl Spawner<'_> {
@@ -192,6 +199,10 @@ fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>
         min_poll_interval: Duration::from_millis(100),
         idle_poll_interval: Duration::from_millis(200),
         max_records: 200,
+        enhanced_fan_out: (with.efo > 0).then(|| EfoPool {
+            poll_interval: Duration::from_millis(20),
+            ..EfoPool::new("stress", with.efo)
+        }),
         ..WorkerConfig::default()
     };
     let mut worker = ShardWorker::new(
@@ -423,6 +434,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         history: &history,
         lease_term,
         slow: Arc::new(AtomicBool::new(false)),
+        efo: cfg.efo,
     };
     let mut generation = 0;
     let mut next_id = || {
