@@ -653,8 +653,15 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         .filter(|(_, e)| matches!(e, WorkerEvent::Gained { .. }))
         .count();
     let counts = faulty.as_deref().map(Faulty::counts).unwrap_or_default();
+    let reads = system.kinesis_requests.snapshot();
+    let sent = |operation: &str| reads.get(operation).map_or(0, |c| c.requests);
+    let (polls, subscriptions) = (sent("GetRecords"), sent("SubscribeToShard"));
+    if cfg.efo > 0 {
+        assert!(subscriptions > 0, "the workers read through the pool");
+    }
     println!(
         "stress run: {:.1}s, {} consumers ({} started in all), {} shards at the start, {} at the end, \
+         reads: {polls} GetRecords, {subscriptions} SubscribeToShard, \
          {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
          {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks, \
          {slow_phases} slow phases, {doubles} second processes under a live id ({superseded} \
