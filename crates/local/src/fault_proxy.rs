@@ -312,9 +312,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Err(NoAnswer::Dropped)
         }
         Fate::LoseResponse => {
-            // Applied upstream (the whole answer is read), never delivered.
+            // Applied upstream (the server has answered: its status and
+            // headers are here), never delivered. The body is not awaited:
+            // an event stream's (SubscribeToShard) lasts minutes.
             let resp = forward(shared.upstream, req).await?;
-            let _ = axum::body::to_bytes(resp.into_body(), usize::MAX).await;
+            drop(resp);
             Err(NoAnswer::Dropped)
         }
     }

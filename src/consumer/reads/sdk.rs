@@ -15,6 +15,10 @@ use aws_sdk_kinesis::types::{
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::DateTime;
 
+/// How long a SubscribeToShard may take to answer (its events then stream
+/// for up to 5 minutes).
+const SUBSCRIBE_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Reads through an `aws_sdk_kinesis::Client`. GetShardIterator is retried
 /// by the project's policy; GetRecords is sent once, with the SDK's own
 /// retries turned off (the worker backs off the one shard that is throttled
@@ -168,14 +172,28 @@ impl KinesisReads for SdkReads {
                 .set_timestamp(timestamp)
                 .build()
                 .map_err(|e| StateError::validation("starting position", e.to_string()))?;
-            let out = self
+            let subscribing = self
                 .client
                 .subscribe_to_shard()
                 .consumer_arn(consumer_arn)
                 .shard_id(shard.as_str())
                 .starting_position(position)
-                .send()
+                .send();
+            // An answer that never comes (a connection that hangs) must not
+            // hold the worker: the shard backs off and subscribes again.
+            let out = tokio::time::timeout(SUBSCRIBE_ANSWER_WITHIN, subscribing)
                 .await
+                .map_err(|_| {
+                    ReadError::Failed(StateError::Sdk {
+                        service: crate::state::Service::Kinesis,
+                        operation: "SubscribeToShard",
+                        code: None,
+                        message: format!(
+                            "no answer within {} s",
+                            SUBSCRIBE_ANSWER_WITHIN.as_secs()
+                        ),
+                    })
+                })?
                 .map_err(|e| classify("SubscribeToShard", &e))?;
             Ok(Box::new(SdkSubscription(out.event_stream)) as Box<dyn Subscription>)
         })

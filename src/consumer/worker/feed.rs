@@ -158,8 +158,9 @@ fn backoff() -> Instant {
     Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
 }
 
-/// When to subscribe again after a refused (one still open) or throttled
-/// subscription; any other error comes back.
+/// When to subscribe again after a refused (one still open), throttled or
+/// transiently failed (500, no answer) subscription; the shard backs off
+/// alone, as a poll does. Any other error comes back.
 fn retry_subscription_at(
     e: ReadError,
     shard: &ShardId,
@@ -173,6 +174,11 @@ fn retry_subscription_at(
         }
         ReadError::Throttled(_) => {
             notes.throttled = true;
+            Ok(backoff())
+        }
+        ReadError::Failed(e) if e.is_transient() => {
+            tracing::debug!(%shard, error = %e, "subscription failed: the shard backs off");
+            notes.failed = true;
             Ok(backoff())
         }
         e => Err(e),
