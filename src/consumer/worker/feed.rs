@@ -158,9 +158,8 @@ fn backoff() -> Instant {
     Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
 }
 
-/// When to subscribe again after a refused (one still open), throttled or
-/// transiently failed (500, no answer) subscription; the shard backs off
-/// alone, as a poll does. Any other error comes back.
+/// When to subscribe again after a refused (one still open) or throttled
+/// subscription; any other error comes back.
 fn retry_subscription_at(
     e: ReadError,
     shard: &ShardId,
@@ -174,11 +173,6 @@ fn retry_subscription_at(
         }
         ReadError::Throttled(_) => {
             notes.throttled = true;
-            Ok(backoff())
-        }
-        ReadError::Failed(e) if e.is_transient() => {
-            tracing::debug!(%shard, error = %e, "subscription failed: the shard backs off");
-            notes.failed = true;
             Ok(backoff())
         }
         e => Err(e),
@@ -343,6 +337,13 @@ impl Cursor {
                                 opened_at,
                             );
                             *events = Some(pump(subscription, config.subscription_lifetime));
+                        }
+                        Err(ReadError::Failed(e)) if e.is_transient() => {
+                            // A 500, or no answer in time: the shard backs
+                            // off alone and subscribes again, as a poll does.
+                            tracing::debug!(%shard, error = %e, "subscribing failed: the shard backs off");
+                            notes.failed = true;
+                            self.next_poll = backoff();
                         }
                         Err(e) => self.next_poll = retry_subscription_at(e, shard, notes)?,
                     }

@@ -223,3 +223,41 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
     let names = crate::support::common::pool_names(&store).await;
     assert_eq!(names, vec![second.name]);
 }
+
+/// A SubscribeToShard whose answer never comes (a connection that hangs)
+/// gives up after a bound, as a transient failure the shard backs off from,
+/// instead of holding the worker. The endpoint here accepts connections and
+/// never answers, which no server shows on purpose.
+#[tokio::test]
+async fn a_subscription_that_is_never_answered_fails_transiently() {
+    use shardkeeper::consumer::reads::{IteratorStart, KinesisReads, ReadError, SdkReads};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            open.push(conn); // read nothing, answer nothing
+        }
+    });
+    let aws = AwsClients::connect(&Endpoints {
+        dynamodb: Some(url.clone()),
+        kinesis: Some(url),
+        dummy_credentials: true,
+    })
+    .await;
+    let reads = SdkReads::new(aws.kinesis.clone(), Default::default());
+    let shard = shardkeeper::state::ShardId::new("shardId-000000000000").unwrap();
+    let consumer = "arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1";
+    let err = match reads
+        .subscribe(consumer, &shard, &IteratorStart::TrimHorizon)
+        .await
+    {
+        Ok(_) => panic!("a subscription from an endpoint that never answers"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(&err, ReadError::Failed(e) if e.is_transient()),
+        "{err}"
+    );
+    held.abort();
+}

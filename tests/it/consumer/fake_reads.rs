@@ -28,6 +28,9 @@ struct Shard {
     throttle: u32,
     /// Subscriptions to refuse as duplicates before serving.
     refuse: u32,
+    /// Subscriptions to fail transiently (a 500, or no answer in time)
+    /// before serving.
+    fail_subscriptions: u32,
     /// GetRecords calls still to fail with this AWS error code.
     fail: Vec<&'static str>,
     /// At the end of the closed shard, a subscription fails the way an
@@ -141,6 +144,14 @@ impl KinesisReads for FakeReads {
         } else if shard.refuse > 0 {
             shard.refuse -= 1;
             Err(ReadError::SubscriptionInUse("refused".into()))
+        } else if shard.fail_subscriptions > 0 {
+            shard.fail_subscriptions -= 1;
+            Err(ReadError::Failed(StateError::Sdk {
+                service: shardkeeper::state::Service::Kinesis,
+                operation: "SubscribeToShard",
+                code: None,
+                message: "no answer within 10 s".into(),
+            }))
         } else {
             let open = Arc::new(AtomicBool::new(true));
             shard.open = Some(open.clone());
@@ -332,6 +343,26 @@ async fn a_refused_subscription_is_retried_and_subscriptions_never_overlap() {
     assert_eq!(report.polls, 0, "read by subscription only: {report:?}");
     assert_eq!(fake.0.lock().unwrap().overlapping, 0);
     assert_eq!(report.millis_behind_latest, Some(7));
+}
+
+/// A subscription that fails transiently (an internal error, or no answer
+/// in time) backs its shard off and subscribes again, as a failed poll
+/// does; the worker's step goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_that_fails_transiently_is_made_again_without_failing_the_worker() {
+    let ctx = ctx().await;
+    let fake = FakeReads::default();
+    {
+        let mut shard = fake.0.lock().unwrap();
+        shard.records = records(3, 10);
+        shard.fail_subscriptions = 2;
+    }
+    let log: Log = Arc::default();
+    let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
+    run(&mut w, |w| w.report().processed == 30).await;
+    crate::support::consume::check(&log, 3, 10);
+    assert_eq!(fake.0.lock().unwrap().fail_subscriptions, 0);
+    assert_eq!(w.report().polls, 0, "{:?}", w.report());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
