@@ -9,10 +9,9 @@
 //! deregistered, one is kept).
 
 use crate::state::{
-    call_kinesis, kinesis_error, ConsumerId, EfoLock, EfoName, ForStream, Result, StateError,
+    call_kinesis, ConsumerId, EfoLock, EfoName, ForStream, Result, RetryPolicy, StateError,
     StateStore,
 };
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::time::{Duration, Instant};
 
 /// Kinesis allows at most this many registered consumers per stream.
@@ -91,44 +90,44 @@ pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -
 }
 
 /// Registers `name` with Kinesis (or adopts it if it exists) and waits
-/// until it is ACTIVE; returns its ARN.
+/// until it is ACTIVE; returns its ARN. Each call is retried by `retry` when
+/// throttled (Kinesis limits these calls per stream and account).
 async fn register_active(
     kinesis: &aws_sdk_kinesis::Client,
+    retry: &RetryPolicy,
     stream_arn: &str,
     name: &str,
     pool: &EfoPool,
 ) -> Result<String> {
-    let arn = match kinesis
+    let register = kinesis
         .register_stream_consumer()
         .stream_arn(stream_arn)
-        .consumer_name(name)
-        .send()
-        .await
+        .consumer_name(name);
+    let arn = match call_kinesis(retry, "RegisterStreamConsumer", || register.clone().send()).await
     {
         Ok(out) => out
             .consumer()
             .map(|c| c.consumer_arn().to_owned())
             .ok_or_else(|| StateError::not_found("registered consumer"))?,
-        Err(e) if e.code() == Some("ResourceInUseException") => kinesis
-            .describe_stream_consumer()
-            .stream_arn(stream_arn)
-            .consumer_name(name)
-            .send()
-            .await
-            .map_err(|e| kinesis_error("DescribeStreamConsumer", &e))?
-            .consumer_description()
-            .map(|c| c.consumer_arn().to_owned())
-            .ok_or_else(|| StateError::not_found("described consumer"))?,
-        Err(e) => return Err(kinesis_error("RegisterStreamConsumer", &e)),
+        Err(StateError::Sdk {
+            code: Some(code), ..
+        }) if code == "ResourceInUseException" => {
+            let describe = kinesis
+                .describe_stream_consumer()
+                .stream_arn(stream_arn)
+                .consumer_name(name);
+            call_kinesis(retry, "DescribeStreamConsumer", || describe.clone().send())
+                .await?
+                .consumer_description()
+                .map(|c| c.consumer_arn().to_owned())
+                .ok_or_else(|| StateError::not_found("described consumer"))?
+        }
+        Err(e) => return Err(e),
     };
     let started = Instant::now();
+    let describe = kinesis.describe_stream_consumer().consumer_arn(&arn);
     loop {
-        let out = kinesis
-            .describe_stream_consumer()
-            .consumer_arn(&arn)
-            .send()
-            .await
-            .map_err(|e| kinesis_error("DescribeStreamConsumer", &e))?;
+        let out = call_kinesis(retry, "DescribeStreamConsumer", || describe.clone().send()).await?;
         let status = out
             .consumer_description()
             .map(|c| c.consumer_status().as_str().to_owned());
@@ -177,7 +176,7 @@ pub async fn lock_or_grow(
                 arn
             }
         };
-        let arn = register_active(kinesis, &stream_arn, &name, pool).await?;
+        let arn = register_active(kinesis, &store.config().retry, &stream_arn, &name, pool).await?;
         if store.register_efo(&EfoName::new(&name)?, &arn).await? {
             tracing::info!(efo = %name, %consumer, "registered an enhanced fan-out consumer for the pool");
         }
