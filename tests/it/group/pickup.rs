@@ -2,7 +2,7 @@
 //! rebalancer's executor, a hand-off) name the shards beside the consumer's
 //! assignment counter, and the session reads those shards, not the group.
 
-use crate::support::common::{create_stream, ctx, rebalancer, seed_shards};
+use crate::support::common::{create_stream, ctx, raw_item, rebalancer, seed_shards};
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, ShardId, StateStore, TakeFrom, MAX_GIVEN,
@@ -58,23 +58,8 @@ async fn given_leases_are_read_by_name_not_by_reading_the_group() {
     assert!(tick.gained.is_empty() && tick.lost.is_empty(), "{tick:?}");
     assert_eq!(sent(counter, &before, "Query"), 0);
     assert_eq!(sent(counter, &before, "GetItem"), 0);
-    let item = ctx
-        .aws
-        .dynamodb
-        .get_item()
-        .table_name(&ctx.table)
-        .key(
-            "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().to_owned()),
-        )
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S("CONSUMER#a".into()),
-        )
-        .send()
+    let item = raw_item(&ctx, store.partition_key(), "CONSUMER#a")
         .await
-        .unwrap()
-        .item
         .unwrap();
     assert!(!item.contains_key("given"), "acknowledged: {item:?}");
 

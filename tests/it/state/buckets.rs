@@ -228,17 +228,8 @@ async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_e
 /// where it was.
 async fn move_raw(ctx: &Ctx, from_pk: &str, sk: &str, to_pk: &str) {
     use aws_sdk_dynamodb::types::AttributeValue::S;
-    let mut item = ctx
-        .aws
-        .dynamodb
-        .get_item()
-        .table_name(&ctx.table)
-        .key("pk", S(from_pk.into()))
-        .key("sk", S(sk.into()))
-        .send()
+    let mut item = crate::support::common::raw_item(ctx, from_pk, sk)
         .await
-        .unwrap()
-        .item
         .unwrap();
     item.insert("pk".into(), S(to_pk.into()));
     ctx.aws

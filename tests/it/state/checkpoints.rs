@@ -152,25 +152,10 @@ async fn a_checkpoint_is_one_request_of_one_write_unit_whatever_the_shard_count(
         let sent = ctx.aws.dynamodb_requests.since(&before);
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert_eq!(sent["UpdateItem"].requests, 1, "{shards} shards: {sent:?}");
-        let item = ctx
-            .aws
-            .dynamodb
-            .get_item()
-            .table_name(&ctx.table)
-            .key(
-                "pk",
-                aws_sdk_dynamodb::types::AttributeValue::S(
-                    store.key_of(ids[shards - 1].as_str()).await.unwrap(),
-                ),
-            )
-            .key(
-                "sk",
-                aws_sdk_dynamodb::types::AttributeValue::S(format!("SHARD#{}", ids[shards - 1])),
-            )
-            .send()
+        let pk = store.key_of(ids[shards - 1].as_str()).await.unwrap();
+        let sk = format!("SHARD#{}", ids[shards - 1]);
+        let item = crate::support::common::raw_item(&ctx, &pk, &sk)
             .await
-            .unwrap()
-            .item
             .unwrap();
         let size = cost::item_size(&item);
         assert_eq!(

@@ -374,3 +374,19 @@ pub async fn reap_once(
         .await
         .unwrap()
 }
+
+/// The item at (`pk`, `sk`) of the test's table, raw, read around the
+/// store (`None` if there is none).
+pub async fn raw_item(ctx: &Ctx, pk: &str, sk: &str) -> Option<shardkeeper::state::RawItem> {
+    use aws_sdk_dynamodb::types::AttributeValue::S;
+    ctx.aws
+        .dynamodb
+        .get_item()
+        .table_name(&ctx.table)
+        .key("pk", S(pk.into()))
+        .key("sk", S(sk.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+}
