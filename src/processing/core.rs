@@ -23,7 +23,8 @@ use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
 use crate::processing::unit::Unit;
 use crate::state::{
-    Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateStore, MAX_SEQUENCE_DIGITS,
+    Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateError, StateStore,
+    MAX_SEQUENCE_DIGITS,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -44,6 +45,21 @@ pub trait CheckpointSink: Send {
     /// ends the batch.
     fn commit(&mut self, checkpoint: &Checkpoint) -> impl Future<Output = Result<bool>> + Send;
 
+    /// A state-store error of the sink's reads and writes, or of counting a
+    /// record's attempts. `Err` ends the batch with it (the default); a
+    /// sink that can go on without its state notes it and returns `Ok`,
+    /// and from then on ([`CheckpointSink::degraded`]) the core neither
+    /// commits nor counts attempts in this batch.
+    fn unavailable(&mut self, error: StateError) -> Result<()> {
+        Err(error)
+    }
+
+    /// `true` once the sink goes on without its state (see
+    /// [`CheckpointSink::unavailable`]).
+    fn degraded(&self) -> bool {
+        false
+    }
+
     /// `true` once the sink can take no more checkpoints (a lease was lost):
     /// the core starts nothing more of the batch.
     fn halted(&self) -> bool {
@@ -53,12 +69,11 @@ pub trait CheckpointSink: Send {
     /// The key a record's attempts and parked copy are kept under. By
     /// default the record's shard (for modes whose group names the stream).
     fn record_key(&self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<RecordKey> {
-        Ok(RecordKey {
-            source: None,
-            shard_id: Some(ShardId::new(&*record.shard_id)?),
-            sequence: sequence.clone(),
-            sub_sequence: record.sub_sequence,
-        })
+        Ok(RecordKey::in_shard(
+            ShardId::new(&*record.shard_id)?,
+            sequence.clone(),
+            record.sub_sequence,
+        ))
     }
 }
 
@@ -416,13 +431,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         record: &StreamRecord,
         error: RecordError,
     ) -> Result<bool> {
-        if let Some(store) = self.store {
+        if let Some(store) = self.store.filter(|_| !batch.sink.degraded()) {
             let sequence = SequenceNumber::new(&record.sequence_number)?;
             let key = batch.sink.record_key(record, &sequence)?;
-            let attempts = store
-                .record_attempt(&key, self.options.attempts_ttl)
-                .await?;
-            if attempts >= self.options.max_attempts {
+            let attempts = match store.record_attempt(&key, self.options.attempts_ttl).await {
+                Ok(attempts) => attempts,
+                Err(e) => {
+                    batch.unavailable(e)?;
+                    0
+                }
+            };
+            if attempts >= self.options.max_attempts && !batch.sink.degraded() {
                 match park(
                     &self.options.parking,
                     Some(store),
@@ -548,7 +567,14 @@ impl<S: CheckpointSink> Batch<'_, S> {
     async fn covered(&mut self, record: &StreamRecord) -> Result<bool> {
         if self.stored.is_none() {
             self.clock = None;
-            self.stored = Some(self.sink.stored().await?);
+            let stored = match self.sink.stored().await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.unavailable(e)?;
+                    None
+                }
+            };
+            self.stored = Some(stored);
         }
         match self.stored.as_ref().and_then(Option::as_ref) {
             None => Ok(false),
@@ -584,9 +610,18 @@ impl<S: CheckpointSink> Batch<'_, S> {
         Ok(())
     }
 
+    /// The sink's state failed: the batch ends with the error, or goes on
+    /// without it (counted) where the sink allows.
+    fn unavailable(&mut self, error: StateError) -> Result<()> {
+        self.sink.unavailable(error)?;
+        self.report.state_errors += 1;
+        self.report.deduplication_off = true;
+        Ok(())
+    }
+
     /// Commits the progress not committed yet.
     async fn commit(&mut self) -> Result<()> {
-        if !self.dirty || self.sink.halted() {
+        if !self.dirty || self.sink.halted() || self.sink.degraded() {
             return Ok(());
         }
         if let Some((sequence, sub_sequence)) = &self.progress {
@@ -595,8 +630,10 @@ impl<S: CheckpointSink> Batch<'_, S> {
                 sub_sequence: *sub_sequence,
             };
             self.clock = None;
-            if self.sink.commit(&cp).await? {
-                self.report.checkpoints += 1;
+            match self.sink.commit(&cp).await {
+                Ok(true) => self.report.checkpoints += 1,
+                Ok(false) => {}
+                Err(e) => self.unavailable(e)?,
             }
         }
         self.dirty = false;

@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 /// DynamoDB Streams events (see [`crate::processing::DynamoDbProcessor`]).
 ///
-/// The event does not say which stream shard a batch came from; batches are
-/// keyed by the stream ARN and their first record's sequence number (what a
-/// whole-batch retry starts from again), and attempts and parked records by
-/// each record's sequence number in its stream.
+/// The event does not say which stream shard a batch came from, and
+/// DynamoDB Streams sequence numbers are ordered only within a shard: a
+/// batch's progress is keyed by its first record's event id and sequence
+/// number (what a whole-batch retry starts from again), and attempts and
+/// parked records by each record's event id.
 #[derive(Debug, Clone, Copy)]
 pub struct DynamoDbStreams;
 
@@ -34,6 +35,8 @@ struct RecordId {
 struct ChangeRef<'a> {
     #[serde(rename = "eventSourceARN", borrow, default)]
     event_source_arn: Option<Cow<'a, str>>,
+    #[serde(rename = "eventID", borrow, default)]
+    event_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     dynamodb: ChangeFields<'a>,
 }
@@ -51,7 +54,7 @@ struct ChangeFields<'a> {
 
 /// The fields of a record the processor reads, and those of its `dynamodb`
 /// object.
-const RECORD_FIELDS: [&str; 1] = ["eventSourceARN"];
+const RECORD_FIELDS: [&str; 2] = ["eventSourceARN", "eventID"];
 const CHANGE_FIELDS: [&str; 3] = ["SequenceNumber", "ApproximateCreationDateTime", "Keys"];
 
 impl<'a> ChangeRef<'a> {
@@ -67,7 +70,7 @@ impl<'a> ChangeRef<'a> {
     /// The fields whose spans the scanner found, or `None` as for
     /// [`ChangeRef::scan`].
     fn from_spans(
-        [arn]: scan::Spans<'a, 1>,
+        [arn, event_id]: scan::Spans<'a, 2>,
         dynamodb: Option<scan::Spans<'a, 3>>,
     ) -> Option<ChangeRef<'a>> {
         let [seq, created, keys] = dynamodb?;
@@ -77,6 +80,7 @@ impl<'a> ChangeRef<'a> {
         };
         Some(ChangeRef {
             event_source_arn: scan::optional_string(arn)?,
+            event_id: scan::optional_string(event_id)?,
             dynamodb: ChangeFields {
                 sequence_number: scan::string(seq?)?,
                 created: scan::optional_number(created)?,
@@ -124,6 +128,7 @@ impl EventSource for DynamoDbStreams {
         let mut arn: Option<Arc<str>> = None;
         let no_shard: Arc<str> = Arc::from("");
         let mut units = Vec::with_capacity(records.len());
+        let mut event_ids = Vec::with_capacity(records.len());
         for (index, (text, scanned)) in records.into_iter().enumerate() {
             // Only what the processor needs; the handler decodes the images
             // (one full parse per record).
@@ -147,6 +152,9 @@ impl EventSource for DynamoDbStreams {
                 stream = rec.event_source_arn.as_deref().map(str::to_owned);
             }
             let seq: Arc<str> = Arc::from(rec.dynamodb.sequence_number.as_ref());
+            if let Some(id) = rec.event_id.as_deref() {
+                event_ids.push((seq.clone(), Arc::from(id)));
+            }
             let record = StreamRecord {
                 shard_id: no_shard.clone(),
                 sequence_number: seq.clone(),
@@ -171,6 +179,7 @@ impl EventSource for DynamoDbStreams {
             stream,
             shard: None,
             items: units,
+            event_ids,
         })
     }
 

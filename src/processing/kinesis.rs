@@ -170,6 +170,8 @@ struct PayloadRef<'a> {
 struct Shared {
     shard: Option<Arc<str>>,
     arn: Option<Arc<str>>,
+    /// A record's `eventID` named no shard.
+    unnamed_shard: bool,
 }
 
 impl Reader {
@@ -177,8 +179,14 @@ impl Reader {
     fn into_units(self) -> EventUnits {
         EventUnits {
             stream: self.shared.arn.as_deref().map(str::to_owned),
-            shard: self.shared.shard.as_deref().map(str::to_owned),
+            shard: self
+                .shared
+                .shard
+                .as_deref()
+                .filter(|_| !self.shared.unnamed_shard)
+                .map(str::to_owned),
             items: self.items,
+            event_ids: Vec::new(),
         }
     }
 }
@@ -239,7 +247,10 @@ fn unit(
         .as_deref()
         .and_then(|id| id.split_once(':'))
         .map(|(shard, _)| shard)
-        .unwrap_or(UNKNOWN_SHARD);
+        .unwrap_or_else(|| {
+            shared.unnamed_shard = true;
+            UNKNOWN_SHARD
+        });
     let base = StreamRecord {
         shard_id: share(&mut shared.shard, shard),
         sequence_number,

@@ -43,6 +43,7 @@
 //! # }
 //! ```
 
+mod batch_progress;
 mod change;
 mod core;
 mod dynamodb;
@@ -52,6 +53,7 @@ mod kinesis;
 mod options;
 mod outcome;
 mod parking;
+mod prefix;
 mod processor;
 mod record;
 mod runtime;

@@ -61,6 +61,12 @@ pub struct ProcessingOptions {
     /// How long an event-source-mapped batch's checkpoint lives: a retry of
     /// the batch later than this repeats its records (never skips one).
     pub checkpoint_ttl: Duration,
+    /// Whose progress, attempts and parked records an event source
+    /// mapping's batches are (`None`: the invoked function's name, from the
+    /// invocation context). Two consumers of one stream never share them;
+    /// give each of two mappings of one function on one stream a name of
+    /// its own. At most 256 bytes, no `#`.
+    pub consumer: Option<String>,
 }
 
 impl Default for ProcessingOptions {
@@ -74,6 +80,7 @@ impl Default for ProcessingOptions {
             checkpoint_every: Duration::from_secs(1),
             checkpoint_records: None,
             checkpoint_ttl: Duration::from_secs(2 * 24 * 3600),
+            consumer: None,
         }
     }
 }

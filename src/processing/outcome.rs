@@ -108,4 +108,11 @@ pub struct BatchReport {
     pub park_failures: u64,
     /// The arrival time (ms) of the newest record handled, when known.
     pub newest_arrival: Option<i64>,
+    /// State-store operations that failed and were passed over: the batch
+    /// went on without them instead of failing.
+    pub state_errors: u64,
+    /// True if the batch, or a part of it, ran without de-duplication (the
+    /// state table failed, or the event names no stream): a retry may
+    /// repeat its records.
+    pub deduplication_off: bool,
 }

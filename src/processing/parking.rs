@@ -76,7 +76,9 @@ pub(crate) fn envelope(
     let (data, sha256) = bounded_data(&record.data, MAX_ENVELOPE_DATA);
     serde_json::json!({
         "source": record.event_source_arn.as_deref().or(key.source.as_deref()),
+        "consumer": key.consumer,
         "shard_id": key.shard_id.as_ref().map(|s| s.as_str()),
+        "event_id": key.event_id,
         "sequence_number": record.sequence_number,
         "sub_sequence": record.sub_sequence,
         "partition_key": record.partition_key,
@@ -167,8 +169,10 @@ mod tests {
     #[test]
     fn an_envelope_keeps_a_bounded_payload() {
         let key = RecordKey {
+            consumer: Some("orders-fn".into()),
             source: Some("arn:stream".into()),
             shard_id: None,
+            event_id: Some("c4ca4238".into()),
             sequence: crate::state::SequenceNumber::new("1").unwrap(),
             sub_sequence: 0,
         };

@@ -1,18 +1,17 @@
 //! The batch processor, generic over the event source.
 
 use crate::metrics::Metric;
-use crate::processing::core::{CheckpointSink, Core, NoCheckpoints};
+use crate::processing::batch_progress::BatchProgressSink;
+use crate::processing::core::{Core, NoCheckpoints};
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
 use crate::processing::options::ProcessingOptions;
 use crate::processing::outcome::BatchReport;
-use crate::processing::record::StreamRecord;
+use crate::processing::prefix::Identities;
 use crate::processing::source::EventSource;
-use crate::state::{
-    BatchKey, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult, SequenceNumber,
-    ShardId, StateStore,
-};
+use crate::processing::source::EventUnits;
+use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
@@ -114,22 +113,29 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// The Lambda handler over the invocation body as the runtime received
     /// it (bytes, read once here): processes the event until the context's
     /// deadline, logs one summary line and writes its metrics (EMF), and
-    /// returns the batch item failures.
+    /// returns the batch item failures. The batch's progress is kept as the
+    /// invoked function's (see [`ProcessingOptions::consumer`]).
     pub async fn handle_bytes(
         &self,
         body: Bytes,
         context: &lambda_runtime::Context,
     ) -> Result<S::Response, lambda_runtime::Error> {
         let started = SystemTime::now();
-        let report = self.process_bytes(body, Some(context.deadline())).await?;
+        let function = Some(context.env_config.function_name.as_str());
+        let report = self
+            .run_event(body, Some(context.deadline()), function)
+            .await?;
         summarize(&context.request_id, started, &report);
         Ok(S::response(&report))
     }
 
     /// Processes one event (its JSON text) and says what happened. The error
     /// is for what cannot be reported per record: an event of another kind, a
-    /// malformed record whose sequence number cannot be found, a state store
-    /// failure. Copies the text once; [`BatchProcessor::process_bytes`]
+    /// malformed record whose sequence number cannot be found, a consumer
+    /// name that cannot key the state table. Without an invocation context
+    /// the progress is kept as [`ProcessingOptions::consumer`] says, else as
+    /// the function's named by `AWS_LAMBDA_FUNCTION_NAME`, else as
+    /// `"local"`'s. Copies the text once; [`BatchProcessor::process_bytes`]
     /// takes the runtime's buffer as it is.
     pub async fn process(
         &self,
@@ -148,39 +154,106 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         event: Bytes,
         deadline: Option<SystemTime>,
     ) -> Result<BatchReport, lambda_runtime::Error> {
+        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
+        self.run_event(event, deadline, function.as_deref()).await
+    }
+
+    /// Processes one event of `function` (the invoked function's name, if
+    /// known) until `deadline`.
+    async fn run_event(
+        &self,
+        event: Bytes,
+        deadline: Option<SystemTime>,
+        function: Option<&str>,
+    ) -> Result<BatchReport, lambda_runtime::Error> {
         let units = S::units(&event)?;
         let inner = &*self.inner;
-        let core = Core::new(&inner.handler, inner.store.as_ref(), &inner.options);
         let stop_by = deadline.map(|d| stop_by(d, inner.options.deadline_margin));
-        let batch = units
-            .items
-            .first()
-            .and_then(|(first, _)| SequenceNumber::new(first).ok())
-            .map(|first| BatchKey {
-                stream: units.stream.clone().unwrap_or_else(|| UNKNOWN.to_owned()),
-                shard: units.shard.clone().unwrap_or_default(),
-                first,
-            });
-        let report = match (&inner.store, batch) {
-            (Some(store), Some(batch)) => {
-                let mut sink = EsmCheckpoints {
-                    store,
-                    batch,
-                    ttl: inner.options.checkpoint_ttl,
-                    committed: None,
-                };
-                let report = core.run(units.items, stop_by, &mut sink).await?;
-                sink.carry_over(&report).await?;
-                report
-            }
-            _ => core.run(units.items, stop_by, &mut NoCheckpoints).await?,
+        let Some(store) = &inner.store else {
+            let core = Core::new(&inner.handler, None, &inner.options);
+            return Ok(core.run(units.items, stop_by, &mut NoCheckpoints).await?);
         };
+        let consumer = consumer_of(&inner.options, function);
+        let batch = match batch_key(&units, consumer) {
+            Ok(batch) => batch,
+            Err(
+                e @ StateError::Validation {
+                    field: "consumer", ..
+                },
+            ) => return Err(e.into()),
+            Err(why) => {
+                tracing::warn!(
+                    %why,
+                    "the batch cannot be keyed in the state table: it runs without \
+                     de-duplication, attempt counts or parking (a retry may repeat records)"
+                );
+                let core = Core::new(&inner.handler, None, &inner.options);
+                let mut report = core.run(units.items, stop_by, &mut NoCheckpoints).await?;
+                report.deduplication_off = true;
+                return Ok(report);
+            }
+        };
+        let core = Core::new(&inner.handler, Some(store), &inner.options);
+        let identities = Identities::of(&units.items);
+        let mut sink = BatchProgressSink::new(
+            store,
+            batch,
+            identities,
+            units.event_ids,
+            inner.options.checkpoint_ttl,
+        );
+        let mut report = core.run(units.items, stop_by, &mut sink).await?;
+        sink.carry_over(&mut report).await;
         Ok(report)
     }
 }
 
-/// The stream of an event that does not name its source.
-const UNKNOWN: &str = "unknown";
+/// Whose progress a batch is: the configured consumer, else the invoked
+/// function's name, else `"local"`.
+fn consumer_of<'a>(options: &'a ProcessingOptions, function: Option<&'a str>) -> &'a str {
+    options
+        .consumer
+        .as_deref()
+        .or(function.filter(|f| !f.is_empty()))
+        .unwrap_or(LOCAL)
+}
+
+/// The consumer of a process that is not a Lambda function.
+const LOCAL: &str = "local";
+
+/// The key of the batch of `units` as `consumer`'s; an error says why the
+/// batch cannot be keyed (no stream ARN, no shard nor event ids, a first
+/// record that is not a sequence number, a part a key cannot hold).
+fn batch_key(units: &EventUnits, consumer: &str) -> Result<BatchKey, StateError> {
+    let stream = units.stream.clone().ok_or_else(|| {
+        StateError::validation("stream ARN", "the event's records have no eventSourceARN")
+    })?;
+    let (first_item, _) = units
+        .items
+        .first()
+        .ok_or_else(|| StateError::validation("batch", "the event has no records"))?;
+    let first_event_id = match &units.shard {
+        Some(_) => None,
+        None if units.event_ids.len() == units.items.len() => {
+            Some(units.event_ids[0].1.to_string())
+        }
+        None => {
+            return Err(StateError::validation(
+                "event id",
+                "the event names no shard and a record has no eventID",
+            ))
+        }
+    };
+    let key = BatchKey {
+        consumer: consumer.to_owned(),
+        stream,
+        shard: units.shard.clone(),
+        first_event_id,
+        first: SequenceNumber::new(first_item)?,
+    };
+    key.validate()?;
+    Ok(key)
+}
 
 /// The one stop-by instant of an invocation: the deadline minus the margin,
 /// or, with less time than the margin left, half of what is left (so at
@@ -211,6 +284,8 @@ fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
         park_failures = report.park_failures,
         not_attempted = report.not_attempted,
         checkpoints = report.checkpoints,
+        state_errors = report.state_errors,
+        deduplication_off = report.deduplication_off,
         "batch done"
     );
     let now = started
@@ -235,6 +310,11 @@ fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
         Metric::count("ParkFailures", report.park_failures as f64),
         Metric::count("RecordsNotAttempted", report.not_attempted as f64),
         Metric::count("Checkpoints", report.checkpoints as f64),
+        Metric::count("StateStoreErrors", report.state_errors as f64),
+        Metric::count(
+            "DeduplicationOff",
+            f64::from(u8::from(report.deduplication_off)),
+        ),
     ];
     if let Some(arrival) = report.newest_arrival {
         metrics.push(Metric {
@@ -252,77 +332,6 @@ fn function_name() -> &'static str {
     NAME.get_or_init(|| {
         std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".to_owned())
     })
-}
-
-/// The checkpoints of event-source-mapped batches: one item per batch,
-/// keyed by its stream, shard and first record (never a lease item; see
-/// [`BatchKey`]); attempts and parked records keyed by the stream too.
-struct EsmCheckpoints<'a> {
-    store: &'a StateStore,
-    batch: BatchKey,
-    ttl: Duration,
-    /// The last progress committed.
-    committed: Option<Checkpoint>,
-}
-
-impl EsmCheckpoints<'_> {
-    /// After a failure inside a KPL aggregate the progress ends within the
-    /// failed record, and Lambda's next batch starts at that record (the
-    /// lowest reported item identifier, under `ReportBatchItemFailures`):
-    /// the progress is stored under that batch's key too, so the retry
-    /// resumes inside the aggregate instead of repeating its first user
-    /// records.
-    async fn carry_over(&self, report: &BatchReport) -> StateResult<()> {
-        let Some(Checkpoint::After { sequence, .. }) = &self.committed else {
-            return Ok(());
-        };
-        let lowest = report
-            .failures
-            .iter()
-            .filter_map(|f| SequenceNumber::new(&f.item_identifier).ok())
-            .min();
-        if lowest.as_ref() != Some(sequence) {
-            return Ok(());
-        }
-        let next = BatchKey {
-            first: sequence.clone(),
-            ..self.batch.clone()
-        };
-        let cp = self.committed.as_ref().expect("checked");
-        self.store.checkpoint_batch(&next, cp, self.ttl).await?;
-        Ok(())
-    }
-}
-
-impl CheckpointSink for EsmCheckpoints<'_> {
-    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
-        self.store.batch_checkpoint(&self.batch).await
-    }
-
-    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
-        let outcome = self
-            .store
-            .checkpoint_batch(&self.batch, checkpoint, self.ttl)
-            .await?;
-        self.committed = Some(checkpoint.clone());
-        Ok(outcome == CheckpointOutcome::Stored)
-    }
-
-    fn record_key(
-        &self,
-        record: &StreamRecord,
-        sequence: &SequenceNumber,
-    ) -> StateResult<RecordKey> {
-        let shard = (!record.shard_id.is_empty())
-            .then(|| ShardId::new(&*record.shard_id))
-            .transpose()?;
-        Ok(RecordKey {
-            source: Some(self.batch.stream.clone()),
-            shard_id: shard,
-            sequence: sequence.clone(),
-            sub_sequence: record.sub_sequence,
-        })
-    }
 }
 
 impl<H: RecordHandler, S: EventSource> lambda_runtime::tower::Service<LambdaEvent<Box<RawValue>>>
@@ -359,6 +368,13 @@ mod tests {
             ..BatchReport::default()
         };
         let metrics = batch_metrics(&report, 4_500);
+        assert_eq!(
+            metrics
+                .iter()
+                .find(|m| m.name == "StateStoreErrors")
+                .map(|m| m.value),
+            Some(0.0)
+        );
         let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
         assert_eq!(value("RecordsProcessed"), Some(5.0));
         assert_eq!(value("DuplicatesSkipped"), Some(2.0));

@@ -34,4 +34,8 @@ pub struct EventUnits {
     /// Each record's item identifier (shared with its record's sequence
     /// number where they are the same text) and its unit.
     pub items: Vec<(Arc<str>, Unit)>,
+    /// Where the event names no shard (DynamoDB Streams): each record's
+    /// sequence number and event id, for those that have one (a record's
+    /// event id is what names it in its stream then).
+    pub event_ids: Vec<(Arc<str>, Arc<str>)>,
 }

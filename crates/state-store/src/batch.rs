@@ -1,14 +1,17 @@
-//! Checkpoints of event-source-mapped batches: one item per batch, keyed by
-//! the stream, the shard and the batch's first record, in a sort-key family
-//! of their own (never a lease item).
+//! Progress of event-source-mapped batches: one item per batch, keyed by
+//! the consumer (the function the mapping invokes), the stream, where the
+//! batch is (its shard, or its first record's event id where the event
+//! names no shard) and its first record, in a sort-key family of its own
+//! (never a lease item).
 //!
 //! Lambda retries a batch from the same first record (after a timeout, a
-//! crash, or as the first half of a bisection) and builds each batch as a
-//! contiguous run of one shard's records (with a parallelization factor
-//! above 1, of the records of one concurrent batcher of the shard). So the
-//! progress stored under a batch's first record covers only records that
-//! batch completed, whatever runs in parallel beside it: a retry skips
-//! those and nothing else.
+//! crash, or as the first half of a bisection), but a batch that starts at
+//! the same record may hold other records than the one before it (the
+//! parallelization factor, the batch size or the filter changed between
+//! the attempts). So the progress says which records it covers: digests of
+//! prefixes of the batch that stored it, each with its length. A batch
+//! skips the longest prefix of its own whose digest is stored, and nothing
+//! else; the digests themselves are computed by the processor.
 
 use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONIC};
 use crate::error::{Result, StateError};
@@ -17,93 +20,271 @@ use crate::model::stored_checkpoint;
 use crate::schema::{attr, TTL};
 use crate::sequence::{Checkpoint, SequenceNumber};
 use crate::store::StateStore;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
 use std::time::Duration;
 
-/// Sort-key prefix of batch checkpoints.
+/// Sort-key prefix of batch progress items.
 pub const SK_BATCH: &str = "BATCH#";
 
-/// Which event-source-mapped batch: its stream (the event source ARN), its
-/// shard (empty when the event does not name it, as for DynamoDB Streams)
-/// and its first record.
+/// The longest consumer name, stream ARN piece or event id a key takes.
+const MAX_PART: usize = 256;
+
+/// Which event-source-mapped batch: whose (the consumer), of which stream,
+/// where in it, and its first record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BatchKey {
+    /// The consumer whose progress it is: by default the name of the
+    /// function the mapping invokes. Two functions (or two mappings given
+    /// two names) on one stream never share progress.
+    pub consumer: String,
     /// The stream's ARN, as the event gives it.
     pub stream: String,
-    /// The shard id, or empty.
-    pub shard: String,
+    /// The shard id (Kinesis), or `None` where the event does not name it
+    /// (DynamoDB Streams).
+    pub shard: Option<String>,
+    /// The event id of the batch's first record, where the event names no
+    /// shard: DynamoDB Streams sequence numbers are ordered only within a
+    /// shard, and a table has many shards, while an event id is unique.
+    pub first_event_id: Option<String>,
     /// The sequence number of the batch's first record.
     pub first: SequenceNumber,
 }
 
 impl BatchKey {
-    /// The item's sort key.
+    /// The item's sort key: `BATCH#<consumer>#<stream>#<place>#<first>`,
+    /// the place being the shard or the first record's event id.
     pub fn sort_key(&self) -> String {
         format!(
-            "{SK_BATCH}{}#{}#{}",
+            "{SK_BATCH}{}#{}#{}#{}",
+            self.consumer,
             self.stream,
-            self.shard,
+            self.spread_by(),
             self.first.sortable()
         )
     }
 
     /// What spreads the batch's item over the buckets: its shard, or its
-    /// first record's sequence number where the event names no shard.
+    /// first record's event id.
     pub(crate) fn spread_by(&self) -> &str {
-        if self.shard.is_empty() {
-            self.first.as_str()
-        } else {
-            &self.shard
-        }
+        self.shard
+            .as_deref()
+            .or(self.first_event_id.as_deref())
+            .unwrap_or("")
     }
 
-    fn validate(&self) -> Result<()> {
-        if self.stream.is_empty() {
-            return Err(StateError::validation("stream ARN", "must not be empty"));
-        }
-        if self.sort_key().len() > 1024 {
-            return Err(StateError::validation(
+    /// Checks that every part can go into a key: a consumer, stream ARN,
+    /// shard or event id that is empty, holds `#` or a control character,
+    /// or is over 256 bytes is a [`StateError::Validation`] naming it.
+    pub fn validate(&self) -> Result<()> {
+        key_part("consumer", &self.consumer)?;
+        key_part("stream ARN", &self.stream)?;
+        match (&self.shard, &self.first_event_id) {
+            (Some(shard), _) => key_part("shard", shard),
+            (None, Some(id)) => key_part("event id", id),
+            (None, None) => Err(StateError::validation(
                 "batch key",
-                "stream ARN and shard id are longer than a sort key allows",
-            ));
+                "names neither a shard nor its first record's event id",
+            )),
         }
-        Ok(())
+    }
+}
+
+/// Checks one part of an event-source-mapped key: not empty, no `#` (the
+/// separator), no control characters, at most 256 bytes.
+pub(crate) fn key_part(field: &'static str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(StateError::validation(field, "must not be empty"));
+    }
+    if value.len() > MAX_PART {
+        return Err(StateError::validation(
+            field,
+            format!("is {} bytes long; at most {MAX_PART}", value.len()),
+        ));
+    }
+    if value.chars().any(|c| c == '#' || c.is_control()) {
+        return Err(StateError::validation(
+            field,
+            format!("{value:?} holds '#' or a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// A digest of a prefix of a batch: its first `records` user records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PrefixDigest {
+    /// How many user records the prefix holds.
+    pub records: u32,
+    /// Their digest.
+    pub digest: [u8; 16],
+}
+
+/// What a batch completed, as stored: every record of the batch that
+/// stored it up to `checkpoint` was handled or parked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchProgress {
+    /// The last record done.
+    pub checkpoint: Checkpoint,
+    /// Digests of prefixes of the batch that stored it, each within the
+    /// records done, shortest first.
+    pub prefixes: Vec<PrefixDigest>,
+    /// The digest of the whole batch that stored it: a batch of the same
+    /// contents never moves the progress backwards, one of other contents
+    /// replaces it.
+    pub content: [u8; 16],
+}
+
+impl BatchProgress {
+    /// Progress up to `checkpoint`, described by `prefixes`, of a batch
+    /// whose whole digest is `content`.
+    pub fn new(checkpoint: Checkpoint, prefixes: Vec<PrefixDigest>, content: [u8; 16]) -> Self {
+        BatchProgress {
+            checkpoint,
+            prefixes,
+            content,
+        }
+    }
+}
+
+/// One digest entry's size in the stored attribute: the length (4 bytes,
+/// big-endian), then the digest.
+const ENTRY: usize = 4 + 16;
+
+fn encode_prefixes(prefixes: &[PrefixDigest]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(prefixes.len() * ENTRY);
+    for p in prefixes {
+        bytes.extend_from_slice(&p.records.to_be_bytes());
+        bytes.extend_from_slice(&p.digest);
+    }
+    bytes
+}
+
+fn decode_prefixes(bytes: &[u8]) -> Result<Vec<PrefixDigest>> {
+    if bytes.len() % ENTRY != 0 {
+        return Err(StateError::validation(
+            "prefixes",
+            format!("{} bytes is not a whole number of entries", bytes.len()),
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(ENTRY)
+        .map(|entry| PrefixDigest {
+            records: u32::from_be_bytes(entry[..4].try_into().expect("4 bytes")),
+            digest: entry[4..].try_into().expect("16 bytes"),
+        })
+        .collect())
+}
+
+fn binary(item: &crate::item::RawItem, name: &str) -> Option<Vec<u8>> {
+    match item.get(name) {
+        Some(AttributeValue::B(b)) => Some(b.as_ref().to_vec()),
+        _ => None,
     }
 }
 
 impl StateStore {
-    /// The progress stored for `batch`, if any: every record of the batch up
-    /// to it was completed (handled or parked) by an earlier attempt.
-    pub async fn batch_checkpoint(&self, batch: &BatchKey) -> Result<Option<Checkpoint>> {
+    /// The progress stored for `batch`, if any. An item stored before
+    /// progress carried digests reads with none (it covers nothing).
+    pub async fn batch_progress(&self, batch: &BatchKey) -> Result<Option<BatchProgress>> {
         batch.validate()?;
         let at = self.spread(batch.spread_by(), batch.sort_key()).await?;
-        match self.get_item(&at).await? {
-            Some(item) => stored_checkpoint(&item),
-            None => Ok(None),
-        }
+        let Some(item) = self.get_item(&at).await? else {
+            return Ok(None);
+        };
+        let Some(checkpoint) = stored_checkpoint(&item)? else {
+            return Ok(None);
+        };
+        let prefixes = match binary(&item, attr::PREFIXES) {
+            Some(bytes) => decode_prefixes(&bytes)?,
+            None => Vec::new(),
+        };
+        let content = binary(&item, attr::CONTENT)
+            .and_then(|c| <[u8; 16]>::try_from(c.as_slice()).ok())
+            .unwrap_or_default();
+        Ok(Some(BatchProgress {
+            checkpoint,
+            prefixes,
+            content,
+        }))
     }
 
-    /// Stores the progress of `batch` (monotonic: never moves it backwards;
-    /// one UpdateItem of one small item). The item expires by TTL after
-    /// `ttl`: a retry later than that repeats the batch's records, never
-    /// skips one.
-    pub async fn checkpoint_batch(
+    /// Stores the progress of `batch`: one UpdateItem of one small item. A
+    /// batch of the same contents never moves it backwards (a late write
+    /// of an earlier attempt is [`CheckpointOutcome::Stale`]); a batch of
+    /// other contents replaces it. The item expires by TTL after `ttl`: a
+    /// retry later than that repeats the batch's records, never skips one.
+    pub async fn store_batch_progress(
         &self,
         batch: &BatchKey,
-        cp: &Checkpoint,
+        progress: &BatchProgress,
         ttl: Duration,
     ) -> Result<CheckpointOutcome> {
         batch.validate()?;
-        let (expr, update) = checkpoint_expr(cp, None, self.now());
+        let (expr, update) = checkpoint_expr(&progress.checkpoint, None, self.now());
         let expr = expr
-            .names(&[attr::SHARD, TTL])
-            .value("shard", s(batch.shard.as_str()))
+            .names(&[attr::SHARD, attr::PREFIXES, attr::CONTENT, TTL])
+            .value("shard", s(batch.shard.as_deref().unwrap_or("")))
+            .value(
+                "prefixes",
+                AttributeValue::B(Blob::new(encode_prefixes(&progress.prefixes))),
+            )
+            .value("content", AttributeValue::B(Blob::new(progress.content)))
             .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
-        let update = format!("{update}, #shard = :shard, #expires_ttl = :ttl");
+        let update = format!(
+            "{update}, #shard = :shard, #prefixes = :prefixes, #content = :content, #expires_ttl = :ttl"
+        );
+        let condition =
+            format!("attribute_not_exists(#content) OR #content <> :content OR {MONOTONIC}");
         let at = self.spread_new(batch.spread_by(), batch.sort_key()).await?;
-        let req = self.update_req(&at, &expr, &update, Some(MONOTONIC));
+        let req = self.update_req(&at, &expr, &update, Some(&condition));
         match self.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => stale_from(old.as_ref()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_round_trip_and_a_torn_value_is_an_error() {
+        let prefixes = vec![
+            PrefixDigest {
+                records: 1,
+                digest: [7; 16],
+            },
+            PrefixDigest {
+                records: 70_000,
+                digest: [9; 16],
+            },
+        ];
+        let bytes = encode_prefixes(&prefixes);
+        assert_eq!(decode_prefixes(&bytes).unwrap(), prefixes);
+        assert!(decode_prefixes(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn key_parts_refuse_the_separator_and_empty_names() {
+        let key = |consumer: &str, shard: Option<&str>, event: Option<&str>| BatchKey {
+            consumer: consumer.to_owned(),
+            stream: "arn:aws:kinesis:us-east-1:123456789012:stream/s".to_owned(),
+            shard: shard.map(str::to_owned),
+            first_event_id: event.map(str::to_owned),
+            first: SequenceNumber::new("42").unwrap(),
+        };
+        assert!(key("orders", Some("shardId-0"), None).validate().is_ok());
+        assert!(key("orders", None, Some("c4ca4238")).validate().is_ok());
+        assert!(key("", Some("shardId-0"), None).validate().is_err());
+        assert!(key("a#b", Some("shardId-0"), None).validate().is_err());
+        assert!(key("orders", None, None).validate().is_err());
+        assert!(key("orders", None, Some("x#y")).validate().is_err());
+        let k = key("orders", None, Some("c4ca4238"));
+        assert!(k
+            .sort_key()
+            .ends_with(&format!("#c4ca4238#{}", k.first.sortable())));
     }
 }

@@ -54,7 +54,7 @@ mod stream;
 mod stream_address;
 mod table;
 
-pub use batch::{BatchKey, SK_BATCH};
+pub use batch::{BatchKey, BatchProgress, PrefixDigest, SK_BATCH};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};

@@ -1,6 +1,7 @@
 //! Per-record state for event-source-mapped processing: attempts of failing
 //! records, and parked (poison) records set aside so a shard can move on.
 
+use crate::batch::key_part;
 use crate::clock::EpochMillis;
 use crate::error::Result;
 use crate::item::{n, s, Expr, ItemReader, RawItem};
@@ -17,17 +18,24 @@ pub const SK_ATTEMPTS: &str = "RECORD#";
 /// Sort-key prefix of parked records.
 pub const SK_PARKED: &str = "PARKED#";
 
-/// Which user record: its stream (for event-source-mapped records, whose
-/// function may read several), shard, sequence number and sub-sequence
-/// number.
+/// Which user record. A self-managed consumer's records are named by their
+/// shard (its group names the stream); an event-source-mapped record by
+/// its consumer (the function), its stream, and its shard or, where the
+/// event names no shard (DynamoDB Streams), its event id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecordKey {
+    /// The consumer of an event-source-mapped record (by default the
+    /// function's name), `None` for a self-managed consumer.
+    pub consumer: Option<String>,
     /// The event source ARN of an event-source-mapped record (`None` for a
     /// self-managed consumer, whose group names its stream).
     pub source: Option<String>,
     /// The shard (`None` when the event does not name it, as for DynamoDB
-    /// Streams, whose sequence numbers identify a record in its stream).
+    /// Streams).
     pub shard_id: Option<ShardId>,
+    /// The record's event id, where the event names no shard: DynamoDB
+    /// Streams sequence numbers are ordered only within a shard.
+    pub event_id: Option<String>,
     /// The (aggregated) record's sequence number.
     pub sequence: SequenceNumber,
     /// The user record's position in its aggregate (0 if not aggregated).
@@ -35,12 +43,26 @@ pub struct RecordKey {
 }
 
 impl RecordKey {
+    /// The key of a self-managed consumer's record.
+    pub fn in_shard(shard_id: ShardId, sequence: SequenceNumber, sub_sequence: u64) -> Self {
+        RecordKey {
+            consumer: None,
+            source: None,
+            shard_id: Some(shard_id),
+            event_id: None,
+            sequence,
+            sub_sequence,
+        }
+    }
+
     /// What spreads the record's items over the buckets: its shard, or its
-    /// sequence number where the event names no shard.
+    /// event id, or (items written before event ids) its sequence number.
     pub(crate) fn spread_by(&self) -> &str {
         self.shard_id
             .as_ref()
-            .map_or(self.sequence.as_str(), ShardId::as_str)
+            .map(ShardId::as_str)
+            .or(self.event_id.as_deref())
+            .unwrap_or(self.sequence.as_str())
     }
 
     /// The sort key of the record's attempt counter.
@@ -54,12 +76,32 @@ impl RecordKey {
     }
 
     fn suffix(&self) -> String {
-        let shard = self.shard_id.as_ref().map_or("", ShardId::as_str);
+        let place = self
+            .shard_id
+            .as_ref()
+            .map(ShardId::as_str)
+            .or(self.event_id.as_deref())
+            .unwrap_or("");
         let record = format!("{}#{}", self.sequence.sortable(), self.sub_sequence);
-        match &self.source {
-            Some(source) => format!("{source}#{shard}#{record}"),
-            None => format!("{shard}#{record}"),
+        match (&self.consumer, &self.source) {
+            (Some(consumer), Some(source)) => format!("{consumer}#{source}#{place}#{record}"),
+            (None, Some(source)) => format!("{source}#{place}#{record}"),
+            _ => format!("{place}#{record}"),
         }
+    }
+
+    /// Checks the parts that go into a key (see [`crate::BatchKey`]).
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(consumer) = &self.consumer {
+            key_part("consumer", consumer)?;
+        }
+        if let Some(source) = &self.source {
+            key_part("stream ARN", source)?;
+        }
+        if let Some(id) = &self.event_id {
+            key_part("event id", id)?;
+        }
+        Ok(())
     }
 }
 
@@ -95,6 +137,7 @@ impl StateStore {
     /// Counts one more failed attempt of a record and returns the count.
     /// The counter expires by TTL after `ttl`.
     pub async fn record_attempt(&self, key: &RecordKey, ttl: Duration) -> Result<u32> {
+        key.validate()?;
         let expr = Expr::new()
             .names(&[attr::ATTEMPTS, TTL])
             .value("one", n(1))
@@ -113,11 +156,14 @@ impl StateStore {
 
     /// Stores a parked record (kept for `ttl`).
     pub async fn park_record(&self, record: &ParkedRecord, ttl: Duration) -> Result<()> {
+        record.key.validate()?;
         let now = self.now();
         let expr = Expr::new()
             .names(&[
+                attr::CONSUMER,
                 attr::SOURCE,
                 attr::SHARD,
+                attr::EVENT_ID,
                 attr::SEQ,
                 attr::SUB,
                 attr::PARTITION_KEY,
@@ -129,7 +175,9 @@ impl StateStore {
                 attr::DATA_SHA256,
                 TTL,
             ])
+            .value("consumer", s(record.key.consumer.as_deref().unwrap_or("")))
             .value("source", s(record.key.source.as_deref().unwrap_or("")))
+            .value("event_id", s(record.key.event_id.as_deref().unwrap_or("")))
             .value(
                 "shard",
                 s(record.key.shard_id.as_ref().map_or("", ShardId::as_str)),
@@ -150,7 +198,7 @@ impl StateStore {
         let req = self.update_req(
             &at,
             &expr,
-            "SET #source = :source, #shard = :shard, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
+            "SET #consumer = :consumer, #source = :source, #shard = :shard, #event_id = :event_id, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
              #error = :error, #attempts = :attempts, #parked = :now, #expires_ttl = :ttl, \
              #data_size = :size, #data_sha256 = :sha",
             None,
@@ -185,6 +233,14 @@ fn parked_from(item: &RawItem) -> Result<ParkedRecord> {
     };
     Ok(ParkedRecord {
         key: RecordKey {
+            consumer: r
+                .opt_s(attr::CONSUMER)?
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+            event_id: r
+                .opt_s(attr::EVENT_ID)?
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
             source: r
                 .opt_s(attr::SOURCE)?
                 .filter(|v| !v.is_empty())

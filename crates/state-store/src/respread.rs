@@ -56,7 +56,8 @@ pub(crate) fn spread_key(sk: &str) -> Option<String> {
     if let Some(shard) = sk.strip_prefix(SK_DDBPOS) {
         return Some(shard.to_owned());
     }
-    // `BATCH#<arn>#<shard>#<first>`: the shard, or the first record's
+    // `BATCH#[<consumer>#]<arn>#<place>#<first>`: the place (a shard or an
+    // event id), or, in an item written before places, the first record's
     // sequence number (stored sortable: three digits of length first).
     if let Some(rest) = sk.strip_prefix(SK_BATCH) {
         let mut parts = rest.rsplit('#');
@@ -68,7 +69,7 @@ pub(crate) fn spread_key(sk: &str) -> Option<String> {
             shard.to_owned()
         });
     }
-    // `RECORD#` / `PARKED#` `[<arn>#]<shard>#<seq>#<sub>`.
+    // `RECORD#` / `PARKED#` `[[<consumer>#]<arn>#]<place>#<seq>#<sub>`.
     if let Some(rest) = sk
         .strip_prefix(SK_ATTEMPTS)
         .or_else(|| sk.strip_prefix(SK_PARKED))
@@ -245,22 +246,26 @@ mod tests {
         );
         for shard_named in [true, false] {
             let batch = BatchKey {
+                consumer: "orders-fn".to_owned(),
                 stream: arn.to_owned(),
-                shard: if shard_named {
-                    shard.to_string()
-                } else {
-                    String::new()
-                },
+                shard: shard_named.then(|| shard.to_string()),
+                first_event_id: (!shard_named).then(|| "c4ca4238a0b9".to_owned()),
                 first: seq.clone(),
             };
             assert_eq!(
                 spread_key(&batch.sort_key()).as_deref(),
                 Some(batch.spread_by())
             );
-            for source in [Some(arn.to_owned()), None] {
+            for (consumer, source) in [
+                (Some("orders-fn".to_owned()), Some(arn.to_owned())),
+                (None, Some(arn.to_owned())),
+                (None, None),
+            ] {
                 let record = RecordKey {
+                    consumer,
                     source,
                     shard_id: shard_named.then(|| shard.clone()),
+                    event_id: (!shard_named).then(|| "c4ca4238a0b9".to_owned()),
                     sequence: seq.clone(),
                     sub_sequence: 3,
                 };
@@ -269,6 +274,16 @@ mod tests {
                 }
             }
         }
+        // Items written before consumers and event ids: a DynamoDB Streams
+        // record or batch spread by its sequence number.
+        assert_eq!(
+            spread_key(&format!("BATCH#{arn}##{}", seq.sortable())).as_deref(),
+            Some(seq.as_str())
+        );
+        assert_eq!(
+            spread_key(&format!("RECORD#{arn}##{}#0", seq.sortable())).as_deref(),
+            Some(seq.as_str())
+        );
         assert_eq!(spread_key("CONSUMER#c1"), None);
         assert_eq!(spread_key("STREAM"), None);
         assert_eq!(spread_key(SK_BUCKETS), None);

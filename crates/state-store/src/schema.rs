@@ -12,9 +12,14 @@
 //! | `OWN#<consumer>#<shard>` | a shard checkpoint of a standalone consumer |
 //! | `EFOSHARD#<efo>#<shard>` | a shard checkpoint of a standalone EFO consumer |
 //! | `DDBPOS#<shard>` | a DynamoDB Streams shard position |
-//! | `BATCH#<stream ARN>#<shard>#<first seq>` | the progress of one event-source-mapped batch (expires by TTL) |
-//! | `RECORD#[<stream ARN>#]<shard>#<seq>#<sub>` | failed attempts of a record (expires by TTL) |
-//! | `PARKED#[<stream ARN>#]<shard>#<seq>#<sub>` | a parked poison record (expires by TTL) |
+//! | `BATCH#<consumer>#<stream ARN>#<place>#<first seq>` | the progress of one event-source-mapped batch (expires by TTL) |
+//! | `RECORD#<shard>#<seq>#<sub>` | failed attempts of a record of a self-managed consumer (expires by TTL) |
+//! | `RECORD#<consumer>#<stream ARN>#<place>#<seq>#<sub>` | failed attempts of an event-source-mapped record (expires by TTL) |
+//! | `PARKED#` and the same keys as `RECORD#` | a parked poison record (expires by TTL) |
+//!
+//! The place of an event-source-mapped record is its shard (Kinesis), or
+//! its event id where the event names no shard (DynamoDB Streams); that of
+//! a batch is its first record's.
 
 use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 
@@ -158,6 +163,14 @@ pub mod attr {
     pub const PARENT: &str = "parent";
     /// Record: failed attempts.
     pub const ATTEMPTS: &str = "attempts";
+    /// Batch progress: digests of prefixes of the batch that stored it.
+    pub const PREFIXES: &str = "prefixes";
+    /// Batch progress: the digest of the whole batch that stored it.
+    pub const CONTENT: &str = "content";
+    /// An event-source-mapped record: the consumer (function) whose it is.
+    pub const CONSUMER: &str = "consumer";
+    /// A DynamoDB Streams record: its event id.
+    pub const EVENT_ID: &str = "event_id";
     /// Parked record: sub-sequence number.
     pub const SUB: &str = "sub";
     /// Parked record: partition key.

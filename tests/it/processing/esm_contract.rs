@@ -1,15 +1,26 @@
 //! Event-source-mapped processing driven as Lambda drives it (the emulator
 //! in `support::lambda_esm`): random schedules of batch sizes,
-//! parallelization factors 1 to 10, bisection, invocations killed part-way
-//! and poison records, each checked against the contract; and the scope of
-//! ESM checkpoints (apart from leases, per stream).
+//! parallelization factors 1 to 10, bisection, invocations killed part-way,
+//! poison records, and mappings re-formed between attempts, for Kinesis and
+//! for DynamoDB Streams over several shards, each checked against the
+//! contract; and the scope of ESM progress (apart from leases, per
+//! consumer, per stream, per DynamoDB Streams shard).
 
-use crate::support::common::{create_stream, ctx, stream_arn, Ctx};
-use crate::support::esm::{kinesis_event, read_shard};
-use crate::support::lambda_esm::{self, Completions, EsmConfig, EsmRecord};
+use crate::esm_invoke;
+use crate::support::common::{create_stream, create_stream_table, ctx, stream_arn, Ctx};
+use crate::support::esm::{
+    dynamodb_event_record, kinesis_event_record, read_shard, read_table_stream,
+};
+use crate::support::lambda_esm::{self, function_context, Completions, EsmConfig, EsmRecord};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
+use lambda_runtime::LambdaEvent;
 use serde::Deserialize;
-use shardkeeper::processing::{json, Parking, ProcessingOptions, RecordHandler, StreamRecord};
+use serde_json::value::RawValue;
+use shardkeeper::processing::{
+    changes, json, Change, DynamoDbProcessor, Parking, ProcessingOptions, RecordHandler,
+    StreamRecord,
+};
 use shardkeeper::state::{Checkpoint, ConsumerId, ShardId, ShardScope, ShardSpec};
 use shardkeeper::KinesisProcessor;
 use std::collections::BTreeSet;
@@ -51,9 +62,11 @@ async fn records(
         .await
         .into_iter()
         .map(|r| EsmRecord {
+            id: r.sequence_number().to_owned(),
+            shard: shard.clone(),
             sequence: r.sequence_number().to_owned(),
             key: r.partition_key().unwrap_or_default().to_owned(),
-            record: r,
+            event_record: kinesis_event_record(&arn, &shard, &r),
         })
         .collect();
     (arn, shard, records)
@@ -86,39 +99,45 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The property run: every schedule keeps the contract. The default is a
-/// short run for CI; `SHARDKEEPER_ESM_SCHEDULES` (and `SHARDKEEPER_ESM_SEED`,
-/// the first seed) set a longer one (docs/RELIABILITY.md).
+/// The seeds of a property run: a short run for CI by default;
+/// `SHARDKEEPER_ESM_SCHEDULES` (and `SHARDKEEPER_ESM_SEED`, the first seed)
+/// set a longer one (docs/RELIABILITY.md).
+fn seeds() -> std::ops::Range<u64> {
+    let first = env_u64("SHARDKEEPER_ESM_SEED", 1);
+    first..first + env_u64("SHARDKEEPER_ESM_SCHEDULES", 10)
+}
+
+/// The processing options of a property run: parking after two attempts,
+/// and checkpoints after every few records or by time only.
+fn property_options(seed: u64) -> ProcessingOptions {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
+    ProcessingOptions {
+        max_attempts: 2,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        checkpoint_records: rng.bool().then(|| rng.u64(1..=4)),
+        ..ProcessingOptions::default()
+    }
+}
+
+/// The property run over Kinesis: every schedule keeps the contract, with
+/// the mapping re-formed between attempts in half of them (a batch then may
+/// start at the same record as one before it and hold other records).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
     let ctx = ctx().await;
-    let (arn, shard, records) = records(&ctx, 48, 6, Some(13)).await;
-    let first = env_u64("SHARDKEEPER_ESM_SEED", 1);
-    let schedules = env_u64("SHARDKEEPER_ESM_SCHEDULES", 10);
-    for seed in first..first + schedules {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        let config = EsmConfig {
-            batch_size: rng.usize(1..=10),
-            parallelization: rng.usize(1..=10),
-            bisect: rng.bool(),
-            max_retries: 20,
-            kill_chance: 0.3,
-            seed,
-        };
-        let options = ProcessingOptions {
-            max_attempts: 2,
-            parking: Parking::StateTable {
-                ttl: Duration::from_secs(3600),
-            },
-            checkpoint_records: rng.bool().then(|| rng.u64(1..=4)),
-            ..ProcessingOptions::default()
-        };
+    let (_, _, records) = records(&ctx, 48, 6, Some(13)).await;
+    for seed in seeds() {
+        let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
+        let config = EsmConfig::drawn(seed, 0.3, reform);
+        let options = property_options(seed);
         let completions: Completions = Arc::default();
         let store = ctx.store("esm-schedules");
         let processor = KinesisProcessor::new(handler(completions.clone()))
             .with_store(store.clone())
             .with_options(options.clone());
-        let run = lambda_esm::run(&processor, &arn, &shard, &records, &config).await;
+        let run = lambda_esm::run(esm_invoke!(processor), "orders", &records, &config).await;
         let parked: BTreeSet<String> = store
             .list_parked()
             .await
@@ -129,13 +148,136 @@ async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
         let problems = lambda_esm::check(&records, &completions.lock().unwrap(), &parked, &run);
         assert!(
             problems.is_empty(),
-            "seed {seed}: {config:?}, {:?} checkpoint records: {problems:#?}",
-            options.checkpoint_records
+            "seed {seed}: {config:?}, {:?} checkpoint records, {} re-forms: {problems:#?}",
+            options.checkpoint_records,
+            run.reforms
         );
-        assert_eq!(
-            parked.len(),
-            3,
-            "seed {seed}: the poison records are parked"
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Item {
+    id: String,
+    n: u32,
+    poison: bool,
+}
+
+/// The event id of a DynamoDB Streams record as the handler receives it.
+fn event_id(record: &StreamRecord) -> String {
+    let value: serde_json::Value = serde_json::from_slice(&record.data).unwrap();
+    value["eventID"].as_str().unwrap().to_owned()
+}
+
+/// A table whose stream holds `count` changes of `keys` items (every
+/// `poison_every`-th one poison), spread over `shards` shards whose
+/// sequence numbers overlap. A table has many stream shards, and AWS
+/// orders sequence numbers only within one ("sequence numbers ... are
+/// unique within a shard", DynamoDB developer guide, "DynamoDB Streams");
+/// the embedded server's stream has one shard, so the records it returned
+/// are dealt to `shards` shards by item (each item's changes stay in one
+/// shard, in order) and renumbered per shard from the same first number.
+async fn table_records(
+    ctx: &Ctx,
+    count: u32,
+    keys: u32,
+    shards: u32,
+    poison_every: u32,
+) -> Vec<EsmRecord> {
+    let (table, arn) = create_stream_table(&ctx.aws).await;
+    for n in 0..count {
+        ctx.aws
+            .dynamodb
+            .put_item()
+            .table_name(&table)
+            .item("id", AttributeValue::S(format!("k{}", n % keys)))
+            .item("n", AttributeValue::N(n.to_string()))
+            .item(
+                "poison",
+                AttributeValue::Bool(n % poison_every == poison_every - 1),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut next = vec![0u64; shards as usize];
+    read_table_stream(ctx, &arn)
+        .await
+        .iter()
+        .map(|r| {
+            let mut event_record = dynamodb_event_record(&arn, r);
+            let key = event_record["dynamodb"]["Keys"]["id"]["S"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let shard = key[1..].parse::<usize>().unwrap() % shards as usize;
+            next[shard] += 1;
+            let sequence = format!("{}", 100_000_000_000_000_000_000u128 + next[shard] as u128);
+            event_record["dynamodb"]["SequenceNumber"] = sequence.clone().into();
+            EsmRecord {
+                id: r.event_id().unwrap().to_owned(),
+                shard: format!("shard-{shard}"),
+                sequence,
+                key,
+                event_record,
+            }
+        })
+        .collect()
+}
+
+/// A typed changes handler that may be killed before each record, fails
+/// poison changes, and notes every completion by event id.
+fn change_handler(completions: Completions) -> impl RecordHandler {
+    changes(move |change: Change<Item>, record: StreamRecord| {
+        let completions = completions.clone();
+        async move {
+            lambda_esm::kill_point().await;
+            tokio::task::yield_now().await;
+            let item = match change {
+                Change::Insert { new } | Change::Modify { new, .. } => new,
+                Change::Remove { .. } => return Err("no removes here".to_owned()),
+            };
+            if item.poison {
+                return Err(format!("poison change {} of {}", item.n, item.id));
+            }
+            completions
+                .lock()
+                .unwrap()
+                .push((item.id.clone(), event_id(&record)));
+            Ok(())
+        }
+    })
+}
+
+/// The property run over DynamoDB Streams: three shards whose batches
+/// start at the same sequence numbers, every schedule with re-forms in
+/// half of them, each keeping the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lambda_schedule_skips_a_dynamodb_change_on_any_shard() {
+    let ctx = ctx().await;
+    let records = table_records(&ctx, 45, 6, 3, 11).await;
+    for seed in seeds() {
+        let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
+        let config = EsmConfig::drawn(seed, 0.3, reform);
+        let options = property_options(seed);
+        let completions: Completions = Arc::default();
+        let store = ctx.store("esm-table-schedules");
+        let processor = DynamoDbProcessor::new(change_handler(completions.clone()))
+            .with_store(store.clone())
+            .with_options(options.clone());
+        let run = lambda_esm::run(esm_invoke!(processor), "projector", &records, &config).await;
+        let parked: BTreeSet<String> = store
+            .list_parked()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.key.event_id.expect("parked by event id"))
+            .collect();
+        let problems = lambda_esm::check(&records, &completions.lock().unwrap(), &parked, &run);
+        assert!(
+            problems.is_empty(),
+            "seed {seed}: {config:?}, {:?} checkpoint records, {} re-forms: {problems:#?}",
+            options.checkpoint_records,
+            run.reforms
         );
     }
 }
@@ -147,7 +289,7 @@ async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_lane_is_never_skipped_at_parallelization_above_one() {
     let ctx = ctx().await;
-    let (arn, shard, records) = records(&ctx, 12, 4, None).await;
+    let (_, _, records) = records(&ctx, 12, 4, None).await;
     let completions: Completions = Arc::default();
     let fail_once: Arc<Mutex<BTreeSet<String>>> =
         Arc::new(Mutex::new([records[0].sequence.clone()].into()));
@@ -175,9 +317,10 @@ async fn a_lagging_lane_is_never_skipped_at_parallelization_above_one() {
         bisect: false,
         max_retries: 5,
         kill_chance: 0.0,
+        reform_chance: 0.0,
         seed: 7,
     };
-    let run = lambda_esm::run(&processor, &arn, &shard, &records, &config).await;
+    let run = lambda_esm::run(esm_invoke!(processor), "orders", &records, &config).await;
     let problems = lambda_esm::check(
         &records,
         &completions.lock().unwrap(),
@@ -195,19 +338,226 @@ async fn a_lagging_lane_is_never_skipped_at_parallelization_above_one() {
     );
 }
 
+/// Invokes `processor` as Lambda invokes `function` with `records`, and
+/// returns the batch item failures.
+async fn invoke_as<H: RecordHandler>(
+    processor: &KinesisProcessor<H>,
+    function: &str,
+    records: &[EsmRecord],
+) -> Vec<String> {
+    let event = serde_json::json!({
+        "Records": records.iter().map(|r| r.event_record.clone()).collect::<Vec<_>>()
+    });
+    let payload = RawValue::from_string(event.to_string()).unwrap();
+    let context = function_context(function, Duration::from_secs(60));
+    processor
+        .handle(LambdaEvent::new(payload, context))
+        .await
+        .unwrap()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier.unwrap_or_default())
+        .collect()
+}
+
+/// Two functions, each with its own event source mapping on one stream,
+/// given the same group ("process the same data with multiple Lambda
+/// functions", Lambda developer guide): each runs every record, and one's
+/// failures never count towards the other's parking.
+#[tokio::test]
+async fn two_functions_on_one_stream_each_run_every_record() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 20, 4, None).await;
+    let store = ctx.store("esm-two-functions");
+    let options = ProcessingOptions {
+        max_attempts: 2,
+        parking: Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+        ..ProcessingOptions::default()
+    };
+    let archive: Completions = Arc::default();
+    let archiver = KinesisProcessor::new(handler(archive.clone()))
+        .with_store(store.clone())
+        .with_options(options.clone());
+    assert!(invoke_as(&archiver, "archiver", &records).await.is_empty());
+    assert_eq!(archive.lock().unwrap().len(), 20);
+
+    // The second function fails the first record once, then runs the batch.
+    let notify: Completions = Arc::default();
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let notifier = {
+        let (notify, failed_once) = (notify.clone(), failed_once.clone());
+        KinesisProcessor::new(json(move |_: Message, record: StreamRecord| {
+            let (notify, failed_once) = (notify.clone(), failed_once.clone());
+            async move {
+                if !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err("the mail server is down".to_owned());
+                }
+                notify.lock().unwrap().push((
+                    record.partition_key.to_string(),
+                    record.sequence_number.to_string(),
+                ));
+                Ok(())
+            }
+        }))
+        .with_store(store.clone())
+        .with_options(options)
+    };
+    let failures = invoke_as(&notifier, "notifier", &records).await;
+    assert_eq!(failures, vec![records[0].sequence.clone()]);
+    assert!(invoke_as(&notifier, "notifier", &records).await.is_empty());
+    assert_eq!(notify.lock().unwrap().len(), 20, "every record, not 0");
+    assert!(store.list_parked().await.unwrap().is_empty());
+
+    // A retry of each function's batch is still de-duplicated for it.
+    assert!(invoke_as(&archiver, "archiver", &records).await.is_empty());
+    assert_eq!(archive.lock().unwrap().len(), 20);
+}
+
+/// The consumer is configurable: two mappings of one function on one
+/// stream, given two names, keep apart; the same name shares progress.
+#[tokio::test]
+async fn a_configured_consumer_keeps_two_mappings_of_one_function_apart() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 6, 2, None).await;
+    let store = ctx.store("esm-configured");
+    let completions: Completions = Arc::default();
+    let named = |name: &str| {
+        KinesisProcessor::new(handler(completions.clone()))
+            .with_store(store.clone())
+            .with_options(ProcessingOptions {
+                consumer: Some(name.to_owned()),
+                ..ProcessingOptions::default()
+            })
+    };
+    let (live, replay) = (named("live"), named("replay"));
+    invoke_as(&live, "orders", &records).await;
+    invoke_as(&replay, "orders", &records).await;
+    assert_eq!(completions.lock().unwrap().len(), 12);
+    invoke_as(&named("live"), "another-function", &records).await;
+    assert_eq!(completions.lock().unwrap().len(), 12);
+    // A name that cannot key the table is refused, loudly.
+    let bad = named("live#2");
+    let event = serde_json::json!({ "Records": [records[0].event_record.clone()] });
+    let error = bad.process(&event.to_string(), None).await.unwrap_err();
+    assert!(error.to_string().contains("consumer"), "{error}");
+}
+
+/// A batch re-formed from the same first record with other records (the
+/// parallelization factor lowered from 2 to 1 while a lane was being
+/// retried) skips only what a batch holding it completed: the records of
+/// the other lane between them run.
+#[tokio::test]
+async fn a_re_formed_batch_skips_only_records_a_batch_holding_them_did() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 6, 2, None).await;
+    let store = ctx.store("esm-re-formed");
+    let completions: Completions = Arc::default();
+    let processor = KinesisProcessor::new(handler(completions.clone()))
+        .with_store(store)
+        .with_options(ProcessingOptions {
+            checkpoint_records: Some(1),
+            ..ProcessingOptions::default()
+        });
+    // Lane of key k0: records 0, 2, 4; its invocation completed them and
+    // was killed before it returned (so Lambda sends them again).
+    let lane: Vec<EsmRecord> = records.iter().step_by(2).cloned().collect();
+    invoke_as(&processor, "orders", &lane).await;
+    assert_eq!(completions.lock().unwrap().len(), 3);
+    // Lambda's own retry of the same batch is de-duplicated.
+    assert!(invoke_as(&processor, "orders", &lane).await.is_empty());
+    assert_eq!(completions.lock().unwrap().len(), 3);
+    // The mapping now has one lane: the batch starts at record 0 again,
+    // with the other lane's records between; none of them is skipped.
+    assert!(invoke_as(&processor, "orders", &records).await.is_empty());
+    let ran: BTreeSet<String> = completions
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    for r in &records {
+        assert!(
+            ran.contains(&r.sequence),
+            "record {} was skipped",
+            r.sequence
+        );
+    }
+}
+
+/// The event of `records` as one batch.
+fn kinesis_lane_event(records: &[EsmRecord]) -> String {
+    serde_json::json!({
+        "Records": records.iter().map(|r| r.event_record.clone()).collect::<Vec<_>>()
+    })
+    .to_string()
+}
+
+/// Two DynamoDB Streams shards whose batches start at the same sequence
+/// number hold other records: the second batch runs whole.
+#[tokio::test]
+async fn dynamodb_batches_of_two_shards_from_one_sequence_number_are_other_records() {
+    let ctx = ctx().await;
+    let records = table_records(&ctx, 8, 2, 2, 1_000).await;
+    let (a, b): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.shard == "shard-0");
+    assert_eq!(a[0].sequence, b[0].sequence, "the shards' numbers overlap");
+    let completions: Completions = Arc::default();
+    let processor = DynamoDbProcessor::new(change_handler(completions.clone()))
+        .with_store(ctx.store("esm-table-shards"));
+    for shard in [&a, &b] {
+        let report = processor
+            .process(&kinesis_lane_event(shard), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.processed, report.duplicates_skipped),
+            (shard.len() as u64, 0)
+        );
+    }
+    assert_eq!(completions.lock().unwrap().len(), 8);
+    // Each shard's own retry is de-duplicated.
+    let report = processor
+        .process(&kinesis_lane_event(&b), None)
+        .await
+        .unwrap();
+    assert_eq!((report.processed, report.duplicates_skipped), (0, 4));
+}
+
+/// An event without a stream ARN cannot be told from another stream's:
+/// the batch runs without de-duplication (said in its report), and a retry
+/// runs it again rather than skipping it.
+#[tokio::test]
+async fn an_event_without_a_stream_arn_runs_without_de_duplication() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 3, 1, None).await;
+    let mut event: serde_json::Value = serde_json::from_str(&kinesis_lane_event(&records)).unwrap();
+    for r in event["Records"].as_array_mut().unwrap() {
+        r.as_object_mut().unwrap().remove("eventSourceARN");
+    }
+    let completions: Completions = Arc::default();
+    let processor =
+        KinesisProcessor::new(handler(completions.clone())).with_store(ctx.store("esm-no-arn"));
+    for _ in 0..2 {
+        let report = processor.process(&event.to_string(), None).await.unwrap();
+        assert_eq!(report.processed, 3);
+        assert!(report.deduplication_off);
+    }
+    assert_eq!(completions.lock().unwrap().len(), 6);
+}
+
 /// ESM checkpoints live in their own sort-key family: a shard worker's lease
 /// and checkpoint on the same group and stream neither hide records from
 /// the processor nor are touched by it, and the shard stays leasable.
 #[tokio::test]
 async fn esm_checkpoints_never_read_or_write_a_lease() {
     let ctx = ctx().await;
-    let (arn, shard, records) = records(&ctx, 6, 2, None).await;
+    let (_, shard, records) = records(&ctx, 6, 2, None).await;
     let store = ctx.store("esm-and-leases");
     let completions: Completions = Arc::default();
     let processor = KinesisProcessor::new(handler(completions.clone())).with_store(store.clone());
-    let raw: Vec<_> = records.iter().map(|r| r.record.clone()).collect();
     processor
-        .process(&kinesis_event(&arn, &shard, &raw[..2]).to_string(), None)
+        .process(&kinesis_lane_event(&records[..2]), None)
         .await
         .unwrap();
 
@@ -234,7 +584,7 @@ async fn esm_checkpoints_never_read_or_write_a_lease() {
 
     // The mapping's next batch is handled whole.
     let report = processor
-        .process(&kinesis_event(&arn, &shard, &raw[2..]).to_string(), None)
+        .process(&kinesis_lane_event(&records[2..]), None)
         .await
         .unwrap();
     assert_eq!((report.processed, report.duplicates_skipped), (4, 0));
@@ -249,15 +599,23 @@ async fn esm_checkpoints_never_read_or_write_a_lease() {
 #[tokio::test]
 async fn two_streams_never_share_checkpoints() {
     let ctx = ctx().await;
-    let (arn, shard, records) = records(&ctx, 4, 2, None).await;
+    let (arn, _, records) = records(&ctx, 4, 2, None).await;
     let store = ctx.store("esm-two-streams");
     let completions: Completions = Arc::default();
     let processor = KinesisProcessor::new(handler(completions.clone())).with_store(store);
-    let raw: Vec<_> = records.iter().map(|r| r.record.clone()).collect();
+    let raw: Vec<_> = records.iter().map(|r| r.event_record.clone()).collect();
     let other = format!("{arn}-other");
     for stream in [&arn, &other] {
+        let event: Vec<_> = raw
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r["eventSourceARN"] = stream.clone().into();
+                r
+            })
+            .collect();
         let report = processor
-            .process(&kinesis_event(stream, &shard, &raw).to_string(), None)
+            .process(&serde_json::json!({ "Records": event }).to_string(), None)
             .await
             .unwrap();
         assert_eq!(
@@ -268,7 +626,7 @@ async fn two_streams_never_share_checkpoints() {
     }
     // A retry of the first stream's batch is still de-duplicated.
     let report = processor
-        .process(&kinesis_event(&arn, &shard, &raw).to_string(), None)
+        .process(&kinesis_lane_event(&records), None)
         .await
         .unwrap();
     assert_eq!((report.processed, report.duplicates_skipped), (0, 4));
@@ -281,9 +639,8 @@ async fn two_streams_never_share_checkpoints() {
 #[tokio::test]
 async fn a_killed_invocation_keeps_what_it_checkpointed() {
     let ctx = ctx().await;
-    let (arn, shard, records) = records(&ctx, 8, 2, None).await;
-    let raw: Vec<_> = records.iter().map(|r| r.record.clone()).collect();
-    let event = kinesis_event(&arn, &shard, &raw).to_string();
+    let (_, _, records) = records(&ctx, 8, 2, None).await;
+    let event = kinesis_lane_event(&records);
     let completions: Completions = Arc::default();
     let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let killed = Arc::new(tokio::sync::Notify::new());

@@ -65,17 +65,21 @@ async fn batch_progress(
     records: &[aws_sdk_kinesis::types::Record],
 ) -> shardkeeper::state::Checkpoint {
     store
-        .batch_checkpoint(&batch_of(fx, records))
+        .batch_progress(&batch_of(fx, records))
         .await
         .unwrap()
         .expect("a checkpoint of the batch")
+        .checkpoint
 }
 
 /// The key of the batch that starts at `records[0]`.
 fn batch_of(fx: &Fixture, records: &[aws_sdk_kinesis::types::Record]) -> BatchKey {
     BatchKey {
+        // The consumer of a processor run without an invocation context.
+        consumer: "local".to_owned(),
         stream: fx.arn.clone(),
-        shard: fx.shard.clone(),
+        shard: Some(fx.shard.clone()),
+        first_event_id: None,
         first: SequenceNumber::new(records[0].sequence_number()).unwrap(),
     }
 }

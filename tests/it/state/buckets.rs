@@ -180,7 +180,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
 }
 
 #[tokio::test]
-async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_every_bucket() {
+async fn records_without_a_shard_are_spread_by_event_id_and_listed_from_every_bucket() {
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("spread");
     let store = store_with(&ctx, &group, 8);
@@ -188,8 +188,10 @@ async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_e
     let mut parked = Vec::new();
     for i in 0..12u32 {
         let key = RecordKey {
+            consumer: Some("projector".to_owned()),
             source: Some(source.to_owned()),
             shard_id: None,
+            event_id: Some(format!("event-{i:02}")),
             sequence: SequenceNumber::new(&format!("{}", 1_000 + i)).unwrap(),
             sub_sequence: 0,
         };
@@ -217,7 +219,7 @@ async fn records_without_a_shard_are_spread_by_sequence_number_and_listed_from_e
         parked.push(record);
     }
     let keys = items_by_key(&ctx, store.partition_key()).await;
-    assert!(keys.len() > 4, "spread by sequence number: {keys:?}");
+    assert!(keys.len() > 4, "spread by event id: {keys:?}");
     let listed = store.list_parked().await.unwrap();
     assert_eq!(listed, parked, "every bucket, in sequence order");
     assert!(store.remove_parked(&parked[4].key).await.unwrap());

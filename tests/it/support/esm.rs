@@ -37,33 +37,40 @@ pub fn kinesis_event(
     shard: &str,
     records: &[aws_sdk_kinesis::types::Record],
 ) -> serde_json::Value {
-    let b64 = base64::engine::general_purpose::STANDARD;
     let records: Vec<_> = records
         .iter()
-        .map(|r| {
-            let arrival = r
-                .approximate_arrival_timestamp()
-                .map(|t| t.as_secs_f64())
-                .unwrap_or(0.0);
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": r.partition_key(),
-                    "sequenceNumber": r.sequence_number(),
-                    "data": b64.encode(r.data().as_ref()),
-                    "approximateArrivalTimestamp": arrival,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("{shard}:{}", r.sequence_number()),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/lambda-role",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": stream_arn,
-            })
-        })
+        .map(|r| kinesis_event_record(stream_arn, shard, r))
         .collect();
     json!({ "Records": records })
+}
+
+/// One record of a Kinesis event, as the event source mapping shapes it.
+pub fn kinesis_event_record(
+    stream_arn: &str,
+    shard: &str,
+    r: &aws_sdk_kinesis::types::Record,
+) -> serde_json::Value {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let arrival = r
+        .approximate_arrival_timestamp()
+        .map(|t| t.as_secs_f64())
+        .unwrap_or(0.0);
+    json!({
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": r.partition_key(),
+            "sequenceNumber": r.sequence_number(),
+            "data": b64.encode(r.data().as_ref()),
+            "approximateArrivalTimestamp": arrival,
+        },
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": format!("{shard}:{}", r.sequence_number()),
+        "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": "arn:aws:iam::123456789012:role/lambda-role",
+        "awsRegion": "us-east-1",
+        "eventSourceARN": stream_arn,
+    })
 }
 
 fn attribute_json(value: &aws_sdk_dynamodbstreams::types::AttributeValue) -> serde_json::Value {
@@ -139,31 +146,38 @@ pub fn dynamodb_event(
 ) -> serde_json::Value {
     let records: Vec<_> = records
         .iter()
-        .map(|r| {
-            let d = r.dynamodb().unwrap();
-            let mut change = json!({
-                "ApproximateCreationDateTime": d.approximate_creation_date_time().map(|t| t.secs()).unwrap_or(0),
-                "Keys": image_json(d.keys().unwrap()),
-                "SequenceNumber": d.sequence_number().unwrap(),
-                "SizeBytes": d.size_bytes().unwrap_or(0),
-                "StreamViewType": d.stream_view_type().map(|v| v.as_str()).unwrap_or("NEW_AND_OLD_IMAGES"),
-            });
-            if let Some(new) = d.new_image() {
-                change["NewImage"] = image_json(new);
-            }
-            if let Some(old) = d.old_image() {
-                change["OldImage"] = image_json(old);
-            }
-            json!({
-                "eventID": r.event_id().unwrap(),
-                "eventName": r.event_name().unwrap().as_str(),
-                "eventVersion": "1.1",
-                "eventSource": "aws:dynamodb",
-                "awsRegion": "us-east-1",
-                "dynamodb": change,
-                "eventSourceARN": stream_arn,
-            })
-        })
+        .map(|r| dynamodb_event_record(stream_arn, r))
         .collect();
     json!({ "Records": records })
+}
+
+/// One record of a DynamoDB Streams event, as the event source mapping
+/// shapes it.
+pub fn dynamodb_event_record(
+    stream_arn: &str,
+    r: &aws_sdk_dynamodbstreams::types::Record,
+) -> serde_json::Value {
+    let d = r.dynamodb().unwrap();
+    let mut change = json!({
+        "ApproximateCreationDateTime": d.approximate_creation_date_time().map(|t| t.secs()).unwrap_or(0),
+        "Keys": image_json(d.keys().unwrap()),
+        "SequenceNumber": d.sequence_number().unwrap(),
+        "SizeBytes": d.size_bytes().unwrap_or(0),
+        "StreamViewType": d.stream_view_type().map(|v| v.as_str()).unwrap_or("NEW_AND_OLD_IMAGES"),
+    });
+    if let Some(new) = d.new_image() {
+        change["NewImage"] = image_json(new);
+    }
+    if let Some(old) = d.old_image() {
+        change["OldImage"] = image_json(old);
+    }
+    json!({
+        "eventID": r.event_id().unwrap(),
+        "eventName": r.event_name().unwrap().as_str(),
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": change,
+        "eventSourceARN": stream_arn,
+    })
 }

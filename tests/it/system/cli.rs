@@ -295,6 +295,8 @@ async fn parked_lists_the_parked_records() {
     );
     let record = shardkeeper::state::ParkedRecord {
         key: shardkeeper::state::RecordKey {
+            consumer: None,
+            event_id: None,
             source: Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders".into()),
             shard_id: Some(shardkeeper::state::ShardId::new("shardId-000000000000").unwrap()),
             sequence: shardkeeper::state::SequenceNumber::new("4242").unwrap(),
@@ -351,6 +353,8 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
     };
     let parked = |seq: &str, source: Option<&str>, prefix: bool| shardkeeper::state::ParkedRecord {
         key: shardkeeper::state::RecordKey {
+            consumer: None,
+            event_id: None,
             source: source.map(str::to_owned),
             shard_id: Some(shardkeeper::state::ShardId::new("shardId-000000000000").unwrap()),
             sequence: shardkeeper::state::SequenceNumber::new(seq).unwrap(),

@@ -1,0 +1,212 @@
+//! Where an event-source-mapped batch keeps its progress: one item per
+//! batch in the state table (see [`BatchKey`]), never a lease item.
+//!
+//! - What the batch skips: the longest prefix of its own that progress
+//!   stored under its key shows done (see `prefix`), so only records a
+//!   batch holding them completed.
+//! - What it stores: its progress, with the digests of its prefixes.
+//! - Attempts and parked records: keyed by the consumer, the stream and
+//!   the record's shard (or event id).
+//! - A state table that cannot be read or written: the batch goes on
+//!   without de-duplication (at-least-once) instead of failing, and says
+//!   so once in the log and in its report.
+
+use crate::processing::core::CheckpointSink;
+use crate::processing::outcome::BatchReport;
+use crate::processing::prefix::{Identities, PrefixHasher};
+use crate::processing::record::StreamRecord;
+use crate::state::{
+    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult,
+    SequenceNumber, ShardId, StateError, StateStore,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The progress of one event-source-mapped batch.
+pub(crate) struct BatchProgressSink<'a> {
+    store: &'a StateStore,
+    batch: BatchKey,
+    ttl: Duration,
+    identities: Identities,
+    hasher: PrefixHasher,
+    /// Each record's event id by sequence number, where the event names no
+    /// shard (DynamoDB Streams).
+    event_ids: Vec<(Arc<str>, Arc<str>)>,
+    /// The last progress committed, and how many records it covers.
+    committed: Option<(Checkpoint, usize)>,
+    /// The state table failed: no more reads or writes in this batch.
+    degraded: bool,
+}
+
+impl<'a> BatchProgressSink<'a> {
+    /// The progress of `batch`, whose records are `identities` (and, where
+    /// the event names no shard, whose event ids by sequence number are
+    /// `event_ids`), kept for `ttl`.
+    pub(crate) fn new(
+        store: &'a StateStore,
+        batch: BatchKey,
+        identities: Identities,
+        event_ids: Vec<(Arc<str>, Arc<str>)>,
+        ttl: Duration,
+    ) -> Self {
+        BatchProgressSink {
+            store,
+            batch,
+            ttl,
+            hasher: PrefixHasher::new(&identities),
+            identities,
+            event_ids,
+            committed: None,
+            degraded: false,
+        }
+    }
+
+    /// After a failure inside a KPL aggregate the progress ends within the
+    /// failed record, and Lambda's next batch starts at that record (the
+    /// lowest reported item identifier, under `ReportBatchItemFailures`):
+    /// the progress is stored under that batch's key too (the digest of
+    /// the aggregate's user records done), so the retry resumes inside the
+    /// aggregate instead of repeating its first user records.
+    pub(crate) async fn carry_over(&mut self, report: &mut BatchReport) {
+        if self.degraded {
+            return;
+        }
+        let Some((cp @ Checkpoint::After { sequence, .. }, done)) = &self.committed else {
+            return;
+        };
+        let lowest = report
+            .failures
+            .iter()
+            .filter_map(|f| SequenceNumber::new(&f.item_identifier).ok())
+            .min();
+        if lowest.as_ref() != Some(sequence) {
+            return;
+        }
+        let Some(start) = self.identities.position(sequence.as_str(), 0, 0) else {
+            return;
+        };
+        let digest = self.identities.digest(start, *done);
+        let prefix = crate::state::PrefixDigest {
+            records: (*done - start) as u32,
+            digest,
+        };
+        let next = BatchKey {
+            first: sequence.clone(),
+            first_event_id: self.event_id(sequence.as_str()).map(str::to_owned),
+            ..self.batch.clone()
+        };
+        let progress = BatchProgress::new(cp.clone(), vec![prefix], digest);
+        if let Err(e) = self
+            .store
+            .store_batch_progress(&next, &progress, self.ttl)
+            .await
+        {
+            tracing::warn!(error = %e, "the progress inside the failed aggregate was not stored");
+            report.state_errors += 1;
+        }
+    }
+
+    fn event_id(&self, sequence: &str) -> Option<&str> {
+        self.event_ids
+            .iter()
+            .find(|(seq, _)| &**seq == sequence)
+            .map(|(_, id)| &**id)
+    }
+}
+
+impl CheckpointSink for BatchProgressSink<'_> {
+    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
+        if self.degraded {
+            return Ok(None);
+        }
+        let Some(progress) = self.store.batch_progress(&self.batch).await? else {
+            return Ok(None);
+        };
+        let done = self.identities.matched(&progress.prefixes);
+        if done == 0 {
+            return Ok(None);
+        }
+        let (sequence, sub_sequence) = self.identities.get(done - 1).expect("within the batch");
+        Ok(Some(Checkpoint::After {
+            sequence: SequenceNumber::new(sequence)?,
+            sub_sequence,
+        }))
+    }
+
+    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
+        if self.degraded {
+            return Ok(false);
+        }
+        let Checkpoint::After {
+            sequence,
+            sub_sequence,
+        } = checkpoint
+        else {
+            return Ok(false);
+        };
+        let from = self
+            .committed
+            .as_ref()
+            .map_or(0, |(_, done)| done.saturating_sub(1));
+        let Some(at) = self
+            .identities
+            .position(sequence.as_str(), *sub_sequence, from)
+        else {
+            return Ok(false);
+        };
+        let done = at + 1;
+        let prefixes = self.hasher.prefixes(&self.identities, done);
+        let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.identities.content());
+        let outcome = self
+            .store
+            .store_batch_progress(&self.batch, &progress, self.ttl)
+            .await?;
+        self.committed = Some((checkpoint.clone(), done));
+        Ok(outcome == CheckpointOutcome::Stored)
+    }
+
+    fn record_key(
+        &self,
+        record: &StreamRecord,
+        sequence: &SequenceNumber,
+    ) -> StateResult<RecordKey> {
+        let shard = self
+            .batch
+            .shard
+            .as_ref()
+            .map(|_| ShardId::new(&*record.shard_id))
+            .transpose()?;
+        let event_id = match shard {
+            Some(_) => None,
+            None => Some(
+                self.event_id(&record.sequence_number)
+                    .ok_or_else(|| StateError::validation("event id", "the record has none"))?
+                    .to_owned(),
+            ),
+        };
+        Ok(RecordKey {
+            consumer: Some(self.batch.consumer.clone()),
+            source: Some(self.batch.stream.clone()),
+            shard_id: shard,
+            event_id,
+            sequence: sequence.clone(),
+            sub_sequence: record.sub_sequence,
+        })
+    }
+
+    fn unavailable(&mut self, error: StateError) -> StateResult<()> {
+        if !self.degraded {
+            tracing::warn!(
+                error = %error,
+                "the state table failed: the rest of the batch runs without de-duplication \
+                 (a retry may repeat records), attempts are not counted and nothing is parked"
+            );
+        }
+        self.degraded = true;
+        Ok(())
+    }
+
+    fn degraded(&self) -> bool {
+        self.degraded
+    }
+}
