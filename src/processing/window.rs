@@ -44,10 +44,17 @@ pub struct WindowInfo {
 /// de-aggregated) in order. If it fails, the batch stops there: the failed
 /// record is reported in `batchItemFailures` and the state returned is the
 /// state before it (before its whole KPL aggregate, which the retry
-/// delivers again), so the retry resumes consistently. The state is
-/// serialized once per invocation; a state over Lambda's 1 MB fails the
-/// invocation with an error that says so. A failure of `on_window` fails
-/// the invocation (Lambda retries the final invoke).
+/// delivers again), so the retry resumes consistently.
+///
+/// The state is serialized once per invocation. Lambda carries at most
+/// 1 MB of it between invocations, measured as it is sent (a JSON string,
+/// escaped): a state that would pass that ends the window early, as Lambda
+/// ends one itself, instead of failing the batch for ever. `on_window`
+/// runs with that state and `terminated_early` set, and the window goes on
+/// with a fresh state. A state that cannot be read (another shape after a
+/// deploy) is logged once, as an error, and replaced by a fresh one. A
+/// failure of `on_window` fails the invocation (Lambda retries it with the
+/// same state); `on_window` runs at most once per invocation.
 pub struct KinesisWindowProcessor<S, A, F> {
     fold: A,
     on_window: F,
@@ -87,8 +94,16 @@ where
         let props: TimeWindowProperties = serde_json::from_str(event_json)
             .map_err(|e| format!("not a Kinesis time-window event: {e}"))?;
         let mut state: S = match props.state.get(STATE_KEY) {
-            Some(json) => serde_json::from_str(json)
-                .map_err(|e| format!("window state does not decode: {e}"))?,
+            Some(json) => serde_json::from_str(json).unwrap_or_else(|e| {
+                tracing::error!(
+                    error = %e,
+                    shard = props.shard_id.as_deref().unwrap_or(""),
+                    window_start = %props.window.start,
+                    "the window state does not decode (a deploy changed its shape?): \
+                     the window goes on with a fresh state"
+                );
+                S::default()
+            }),
             None => S::default(),
         };
         let mut failure: Option<(String, RecordError)> = None;
@@ -118,6 +133,12 @@ where
                 }
             }
         }
+        let window = |terminated_early| WindowInfo {
+            start: props.window.start,
+            end: props.window.end,
+            shard_id: props.shard_id.clone(),
+            terminated_early,
+        };
         let mut response = KinesisTimeWindowEventResponse::default();
         if let Some((item, error)) = failure {
             tracing::warn!(item, %error, "window record failed");
@@ -126,28 +147,46 @@ where
                 serde_json::json!([{ "itemIdentifier": item }]),
             );
         } else if props.is_final_invoke_for_window {
-            let window = WindowInfo {
-                start: props.window.start,
-                end: props.window.end,
-                shard_id: props.shard_id.clone(),
-                terminated_early: props.is_window_terminated_early,
-            };
-            (self.on_window)(state, window).await?;
+            (self.on_window)(state, window(props.is_window_terminated_early)).await?;
             return Ok(response);
         }
-        let kept = serde_json::to_string(&state)?;
-        if kept.len() > MAX_STATE_BYTES {
-            return Err(format!(
-                "the window state is {} bytes once serialized; Lambda carries at most {MAX_STATE_BYTES} \
-                 between invocations: fold into a smaller state",
-                kept.len()
-            )
-            .into());
+        let mut kept = serde_json::to_string(&state)?;
+        let sent = sent_size(&kept)?;
+        if sent > MAX_STATE_BYTES {
+            tracing::warn!(
+                bytes = sent,
+                max = MAX_STATE_BYTES,
+                "the window state would pass what Lambda carries: the window ends early \
+                 and goes on with a fresh state"
+            );
+            (self.on_window)(state, window(true)).await?;
+            kept = serde_json::to_string(&S::default())?;
         }
         response
             .time_window_event_response_properties
             .state
             .insert(STATE_KEY.to_owned(), kept);
         Ok(response)
+    }
+}
+
+/// The size of the state map `{"<STATE_KEY>": "<state>"}` as the response
+/// sends it: the state's JSON text is a string there, escaped.
+fn sent_size(state_json: &str) -> Result<usize, serde_json::Error> {
+    let map = std::collections::BTreeMap::from([(STATE_KEY, state_json)]);
+    Ok(serde_json::to_string(&map)?.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_sent_counts_escapes() {
+        let state = r#"{"a":"b"}"#;
+        let sent = r#"{"shardkeeper":"{\"a\":\"b\"}"}"#;
+        assert_eq!(sent_size(state).unwrap(), sent.len());
+        let unescaped = format!(r#"{{"{STATE_KEY}":"{state}"}}"#);
+        assert_eq!(sent.len(), unescaped.len() + 4, "one backslash per quote");
     }
 }

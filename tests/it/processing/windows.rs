@@ -185,30 +185,82 @@ async fn a_failure_inside_an_aggregate_rolls_back_the_whole_record() {
     );
 }
 
-/// Lambda carries at most 1 MB of window state: a state past it is a clear
-/// error, not a truncated or refused response.
+/// Lambda carries at most 1 MB of window state, measured as it is sent
+/// (the state's JSON inside a JSON string, escaped): a state that would
+/// pass it ends the window early, as Lambda ends one ("If your state
+/// exceeds that size, Lambda terminates the window early", Lambda developer
+/// guide, tumbling windows), and the window goes on with a fresh state,
+/// instead of an error Lambda would retry with the same records for ever.
+/// Here the state's JSON is 800 KB, and 1.6 MB once escaped.
 #[tokio::test]
-async fn a_state_over_one_megabyte_is_a_clear_error() {
+async fn a_state_past_one_megabyte_as_sent_ends_the_window_early() {
     let ctx = ctx().await;
     let (shard, records) = shard_with(&ctx, vec![b"{}".to_vec()]).await;
+    let closed: Arc<Mutex<Vec<(usize, WindowInfo)>>> = Arc::default();
+    let sink = closed.clone();
     let processor = KinesisWindowProcessor::new(
         |state: &mut Vec<String>, _: StreamRecord| -> Result<(), String> {
-            state.push("x".repeat(1024 * 1024));
+            state.push("\"".repeat(400 * 1024));
             Ok(())
         },
-        |_: Vec<String>, _| async { Ok(()) },
+        move |state: Vec<String>, window: WindowInfo| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push((state.concat().len(), window));
+                Ok(())
+            }
+        },
     );
-    let error = processor
-        .process(&window_event(
-            kinesis_event(
-                "arn:aws:kinesis:us-east-1:000000000000:stream/s",
-                &shard,
-                &records,
-            ),
-            None,
-            false,
-        ))
-        .await
-        .unwrap_err();
-    assert!(error.to_string().contains("at most 1048576"), "{error}");
+    let event = window_event(
+        kinesis_event(
+            "arn:aws:kinesis:us-east-1:000000000000:stream/s",
+            &shard,
+            &records,
+        ),
+        None,
+        false,
+    );
+    let json_len = serde_json::to_string(&vec!["\"".repeat(400 * 1024)])
+        .unwrap()
+        .len();
+    assert!(json_len < 1024 * 1024, "under the limit before escaping");
+    let response = processor.process(&event).await.unwrap();
+    let closed = closed.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1, "on_window runs once");
+    assert_eq!(closed[0].0, 400 * 1024, "with the whole state");
+    assert!(closed[0].1.terminated_early);
+    assert_eq!(
+        response.time_window_event_response_properties.state[STATE_KEY], "[]",
+        "the window goes on with a fresh state"
+    );
+    assert!(!response.other.contains_key("batchItemFailures"));
+}
+
+/// A state that no longer decodes (a deploy changed its type) is replaced
+/// by a fresh one, once: the batch is folded into it, and the next
+/// invocation reads the state returned.
+#[tokio::test]
+async fn a_state_that_does_not_decode_is_replaced_by_a_fresh_one() {
+    let ctx = ctx().await;
+    let (shard, records) = shard_with(&ctx, vec![br#"{"amount":4}"#.to_vec()]).await;
+    let processor = KinesisWindowProcessor::new(count_amounts, |_: Totals, _| async { Ok(()) });
+    let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
+    let event = window_event(
+        kinesis_event(arn, &shard, &records),
+        Some(r#"{"total":"not the shape of Totals"}"#),
+        false,
+    );
+    let response = processor.process(&event).await.unwrap();
+    let state = &response.time_window_event_response_properties.state[STATE_KEY];
+    assert_eq!(
+        serde_json::from_str::<Totals>(state).unwrap(),
+        Totals {
+            count: 1,
+            amount: 4
+        }
+    );
+    let next = window_event(kinesis_event(arn, &shard, &records), Some(state), false);
+    let response = processor.process(&next).await.unwrap();
+    let state = &response.time_window_event_response_properties.state[STATE_KEY];
+    assert_eq!(serde_json::from_str::<Totals>(state).unwrap().count, 2);
 }
