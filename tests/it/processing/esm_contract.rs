@@ -685,3 +685,60 @@ async fn a_killed_invocation_keeps_what_it_checkpointed() {
     let all: Vec<String> = records.iter().map(|r| r.sequence.clone()).collect();
     assert_eq!(seen, all, "each record once, in order");
 }
+
+/// A state table that cannot be read or written (an outage: every request
+/// answered with an internal error) degrades the batch to at-least-once
+/// instead of failing it: each record runs, only the handler's own failure
+/// is reported (not parked: its attempts cannot be counted), and the
+/// report and metrics say so. Failing the batch would count against the
+/// mapping's MaximumRetryAttempts and send it to the on-failure
+/// destination, which keeps only metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_table_outage_degrades_to_at_least_once_and_fails_nothing_else() {
+    let f = crate::support::faulty::Faulty::start(fastrand::u64(..)).await;
+    let (_, _, records) = records(&f.ctx, 6, 2, Some(4)).await;
+    let completions: Completions = Arc::default();
+    let processor = KinesisProcessor::new(handler(completions.clone()))
+        .with_store(f.ctx.store("esm-outage"))
+        .with_options(ProcessingOptions {
+            max_attempts: 1,
+            parking: Parking::StateTable {
+                ttl: Duration::from_secs(3600),
+            },
+            ..ProcessingOptions::default()
+        });
+    f.dynamodb
+        .set_faults(crate::support::faulty::every_request_fails())
+        .unwrap();
+    let clean: Vec<EsmRecord> = records[..3].to_vec();
+    let report = processor
+        .process(&kinesis_lane_event(&clean), None)
+        .await
+        .unwrap();
+    assert_eq!(report.processed, 3);
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert!(report.deduplication_off && report.state_errors >= 1);
+    // A poison record fails alone, and is not parked.
+    let report = processor
+        .process(&kinesis_lane_event(&records), None)
+        .await
+        .unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert_eq!(report.failures[0].item_identifier, records[3].sequence);
+    assert_eq!(report.parked, 0);
+    // Back up: de-duplication and parking resume.
+    f.dynamodb
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    let report = processor
+        .process(&kinesis_lane_event(&records), None)
+        .await
+        .unwrap();
+    assert!(!report.deduplication_off);
+    assert_eq!((report.parked, report.processed), (1, 5));
+    let report = processor
+        .process(&kinesis_lane_event(&records), None)
+        .await
+        .unwrap();
+    assert_eq!((report.duplicates_skipped, report.processed), (6, 0));
+}
