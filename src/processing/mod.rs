@@ -13,7 +13,9 @@
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
 //!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
 //!   `record`, `outcome` (reports and record errors), `options`, `parking`.
-//! - Event source mappings: `processor` (the Lambda handler), `runtime`
+//! - Event source mappings: `processor` (the Lambda handler),
+//!   `batch_progress` (where a batch keeps its progress, per consumer),
+//!   `prefix` (the digests that say which records it covers), `runtime`
 //!   (the processor on the Lambda runtime API, each event read once from
 //!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
 //!   `scan` (the fields of event text found without parsing, and a DynamoDB

@@ -27,6 +27,10 @@ pub(crate) struct Identities {
     /// Each user record's sequence number and sub-sequence number (an item
     /// that has no readable record: its item identifier and `u64::MAX`).
     records: Vec<(Arc<str>, u64)>,
+    /// Whether each record can be skipped at all: a broken or unreadable
+    /// record is never checked against a position (it fails, or is parked,
+    /// whenever it comes).
+    skippable: Vec<bool>,
     /// `item_ends[k]`: how many user records the first `k + 1` items hold.
     item_ends: Vec<usize>,
 }
@@ -35,6 +39,7 @@ impl Identities {
     /// The identities of a batch's items.
     pub(crate) fn of(items: &[(Arc<str>, Unit)]) -> Identities {
         let mut records = Vec::with_capacity(items.len());
+        let mut skippable = Vec::with_capacity(items.len());
         let mut item_ends = Vec::with_capacity(items.len());
         for (item, unit) in items {
             match unit {
@@ -46,9 +51,14 @@ impl Identities {
                 Unit::Broken(r, _) => records.push((r.sequence_number.clone(), r.sub_sequence)),
                 Unit::Unreadable(..) => records.push((item.clone(), u64::MAX)),
             }
+            skippable.resize(records.len(), unit.is_ready());
             item_ends.push(records.len());
         }
-        Identities { records, item_ends }
+        Identities {
+            records,
+            skippable,
+            item_ends,
+        }
     }
 
     /// The identity of the record at `index`.
@@ -132,7 +142,8 @@ impl Identities {
         let last = &self.records[best - 1];
         let all_later = self.records[best..]
             .iter()
-            .all(|r| compare(r, last) == Ordering::Greater);
+            .zip(&self.skippable[best..])
+            .all(|(r, skippable)| !skippable || compare(r, last) == Ordering::Greater);
         if all_later {
             best
         } else {
@@ -167,6 +178,10 @@ impl PrefixHasher {
     /// The digests that describe the prefix of the first `done` records:
     /// each bisection prefix within it, and itself.
     pub(crate) fn prefixes(&mut self, identities: &Identities, done: usize) -> Vec<PrefixDigest> {
+        if done < self.hashed {
+            // Progress only moves forward; should it not, start over.
+            *self = PrefixHasher::new(identities);
+        }
         while self.hashed < done {
             feed(&mut self.hasher, &identities.records[self.hashed]);
             self.hashed += 1;
@@ -206,8 +221,7 @@ fn truncate(hasher: Sha256) -> Digest16 {
 }
 
 /// Orders two identities by sequence number (as numbers), then
-/// sub-sequence number; an identity that is not a sequence number orders
-/// equal, which is never "later".
+/// sub-sequence number; one that is not a sequence number orders equal.
 fn compare(a: &(Arc<str>, u64), b: &(Arc<str>, u64)) -> Ordering {
     match (SequenceNumber::new(&a.0), SequenceNumber::new(&b.0)) {
         (Ok(x), Ok(y)) => x.cmp(&y).then(a.1.cmp(&b.1)),
@@ -264,8 +278,9 @@ mod tests {
     fn a_batch_re_formed_with_other_records_skips_only_what_it_shares() {
         let lane = batch(&[10, 12, 14, 16]);
         let done = PrefixHasher::new(&lane).prefixes(&lane, 3);
-        // The same first record, other records between: 11 was never run.
-        assert_eq!(batch(&[10, 11, 12, 13, 14, 15]).matched(&done), 0);
+        // The same first record, other records between: 11 was never run,
+        // so only 10 is known done.
+        assert_eq!(batch(&[10, 11, 12, 13, 14, 15]).matched(&done), 1);
         // A common prefix of one record is still known done.
         let re_formed = batch(&[10, 12, 13, 14]);
         assert_eq!(re_formed.matched(&done), 2);
@@ -276,6 +291,7 @@ mod tests {
         let first = batch(&[10, 20, 30]);
         let done = PrefixHasher::new(&first).prefixes(&first, 2);
         assert_eq!(batch(&[10, 20, 15]).matched(&done), 0);
+        assert_eq!(batch(&[10, 20, 25]).matched(&done), 2);
     }
 
     #[test]
