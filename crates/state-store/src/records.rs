@@ -231,20 +231,15 @@ fn parked_from(item: &RawItem) -> Result<ParkedRecord> {
         Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
         _ => Vec::new(),
     };
+    // A text attribute written empty where the key has no such part.
+    let part = |name| -> Result<Option<String>> {
+        Ok(r.opt_s(name)?.filter(|v| !v.is_empty()).map(str::to_owned))
+    };
     Ok(ParkedRecord {
         key: RecordKey {
-            consumer: r
-                .opt_s(attr::CONSUMER)?
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned),
-            event_id: r
-                .opt_s(attr::EVENT_ID)?
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned),
-            source: r
-                .opt_s(attr::SOURCE)?
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned),
+            consumer: part(attr::CONSUMER)?,
+            event_id: part(attr::EVENT_ID)?,
+            source: part(attr::SOURCE)?,
             shard_id: r
                 .opt_s(attr::SHARD)?
                 .filter(|v| !v.is_empty())

@@ -21,7 +21,9 @@ use shardkeeper::processing::{
     changes, json, Change, DynamoDbProcessor, Parking, ProcessingOptions, RecordHandler,
     StreamRecord,
 };
-use shardkeeper::state::{Checkpoint, ConsumerId, ShardId, ShardScope, ShardSpec};
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, ParkedRecord, ShardId, ShardScope, ShardSpec, StateStore,
+};
 use shardkeeper::KinesisProcessor;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -121,31 +123,34 @@ fn property_options(seed: u64) -> ProcessingOptions {
     }
 }
 
-/// The property run over Kinesis: every schedule keeps the contract, with
-/// the mapping re-formed between attempts in half of them (a batch then may
-/// start at the same record as one before it and hold other records).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
-    let ctx = ctx().await;
-    let (_, _, records) = records(&ctx, 48, 6, Some(13)).await;
+/// One property run: for each seed, a mapping drawn (re-formed between
+/// attempts in half of the runs: a batch then may start at the same
+/// record as one before it and hold other records) drives the processor
+/// that `processor` makes for `function`, and the run is checked against
+/// the contract; `parked_id` names a parked record as `records` do.
+async fn property_run(
+    ctx: &Ctx,
+    records: &[EsmRecord],
+    function: &str,
+    processor: impl Fn(Completions, StateStore, ProcessingOptions) -> lambda_esm::Invoke,
+    parked_id: impl Fn(ParkedRecord) -> String,
+) {
     for seed in seeds() {
         let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
         let config = EsmConfig::drawn(seed, 0.3, reform);
         let options = property_options(seed);
         let completions: Completions = Arc::default();
         let store = ctx.store("esm-schedules");
-        let processor = KinesisProcessor::new(handler(completions.clone()))
-            .with_store(store.clone())
-            .with_options(options.clone());
-        let run = lambda_esm::run(esm_invoke!(processor), "orders", &records, &config).await;
+        let invoke = processor(completions.clone(), store.clone(), options.clone());
+        let run = lambda_esm::run(invoke, function, records, &config).await;
         let parked: BTreeSet<String> = store
             .list_parked()
             .await
             .unwrap()
             .into_iter()
-            .map(|p| p.key.sequence.to_string())
+            .map(&parked_id)
             .collect();
-        let problems = lambda_esm::check(&records, &completions.lock().unwrap(), &parked, &run);
+        let problems = lambda_esm::check(records, &completions.lock().unwrap(), &parked, &run);
         assert!(
             problems.is_empty(),
             "seed {seed}: {config:?}, {:?} checkpoint records, {} re-forms: {problems:#?}",
@@ -153,6 +158,23 @@ async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
             run.reforms
         );
     }
+}
+
+/// The property run over Kinesis: every schedule keeps the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lambda_schedule_skips_a_record_or_breaks_key_order() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 48, 6, Some(13)).await;
+    let processor = |completions, store, options| {
+        let processor = KinesisProcessor::new(handler(completions))
+            .with_store(store)
+            .with_options(options);
+        esm_invoke!(processor)
+    };
+    property_run(&ctx, &records, "orders", processor, |p| {
+        p.key.sequence.to_string()
+    })
+    .await;
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,37 +271,21 @@ fn change_handler(completions: Completions) -> impl RecordHandler {
 }
 
 /// The property run over DynamoDB Streams: three shards whose batches
-/// start at the same sequence numbers, every schedule with re-forms in
-/// half of them, each keeping the contract.
+/// start at the same sequence numbers, every schedule keeping the contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lambda_schedule_skips_a_dynamodb_change_on_any_shard() {
     let ctx = ctx().await;
     let records = table_records(&ctx, 45, 6, 3, 11).await;
-    for seed in seeds() {
-        let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
-        let config = EsmConfig::drawn(seed, 0.3, reform);
-        let options = property_options(seed);
-        let completions: Completions = Arc::default();
-        let store = ctx.store("esm-table-schedules");
-        let processor = DynamoDbProcessor::new(change_handler(completions.clone()))
-            .with_store(store.clone())
-            .with_options(options.clone());
-        let run = lambda_esm::run(esm_invoke!(processor), "projector", &records, &config).await;
-        let parked: BTreeSet<String> = store
-            .list_parked()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|p| p.key.event_id.expect("parked by event id"))
-            .collect();
-        let problems = lambda_esm::check(&records, &completions.lock().unwrap(), &parked, &run);
-        assert!(
-            problems.is_empty(),
-            "seed {seed}: {config:?}, {:?} checkpoint records, {} re-forms: {problems:#?}",
-            options.checkpoint_records,
-            run.reforms
-        );
-    }
+    let processor = |completions, store, options| {
+        let processor = DynamoDbProcessor::new(change_handler(completions))
+            .with_store(store)
+            .with_options(options);
+        esm_invoke!(processor)
+    };
+    property_run(&ctx, &records, "projector", processor, |p| {
+        p.key.event_id.expect("parked by event id")
+    })
+    .await;
 }
 
 /// With a parallelization factor above 1, a batch of one lane completes
