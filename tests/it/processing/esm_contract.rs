@@ -490,6 +490,14 @@ async fn a_re_formed_batch_skips_only_records_a_batch_holding_them_did() {
             r.sequence
         );
     }
+    // What runs again is what the old batch held past the prefix the two
+    // share (record 0): records 2 and 4.
+    let times = |seq: &str| {
+        let completions = completions.lock().unwrap();
+        completions.iter().filter(|(_, s)| s == seq).count()
+    };
+    let counts: Vec<usize> = records.iter().map(|r| times(&r.sequence)).collect();
+    assert_eq!(counts, vec![1, 1, 2, 1, 2, 1]);
 }
 
 /// The event of `records` as one batch.
@@ -747,4 +755,65 @@ async fn a_state_table_outage_degrades_to_at_least_once_and_fails_nothing_else()
         .await
         .unwrap();
     assert_eq!((report.duplicates_skipped, report.processed), (6, 0));
+}
+
+/// An invocation killed part-way with `BisectBatchOnFunctionError`: Lambda
+/// retries the first half of the batch first ("splits the batch in two"),
+/// and the half skips what the whole batch completed before it died; the
+/// second half, a batch of its own, runs what was not done.
+#[tokio::test]
+async fn a_bisected_half_skips_what_the_whole_batch_completed() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 10, 3, None).await;
+    let completions: Completions = Arc::default();
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let killed = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
+        json(move |_: Message, record: StreamRecord| {
+            let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
+            async move {
+                // The whole batch dies as it starts its eighth record
+                // (seven completed and checkpointed).
+                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 7 {
+                    killed.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                completions.lock().unwrap().push((
+                    record.partition_key.to_string(),
+                    record.sequence_number.to_string(),
+                ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    let processor = KinesisProcessor::new(handler)
+        .with_store(ctx.store("esm-bisected"))
+        .with_options(ProcessingOptions {
+            checkpoint_records: Some(1),
+            ..ProcessingOptions::default()
+        });
+    let whole = kinesis_lane_event(&records);
+    tokio::select! {
+        _ = processor.process(&whole, None) => panic!("to be killed"),
+        _ = killed.notified() => {}
+    }
+    let first = processor
+        .process(&kinesis_lane_event(&records[..5]), None)
+        .await
+        .unwrap();
+    assert_eq!((first.duplicates_skipped, first.processed), (5, 0));
+    let second = processor
+        .process(&kinesis_lane_event(&records[5..]), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        second.processed, 5,
+        "a batch of its own: nothing known done"
+    );
+    assert_eq!(
+        completions.lock().unwrap().len(),
+        12,
+        "records 5 and 6 twice"
+    );
 }
