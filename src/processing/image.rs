@@ -75,6 +75,15 @@ pub fn from_image_json<'de, T: de::Deserialize<'de>>(text: &'de str) -> serde_js
     Ok(value)
 }
 
+/// Decodes an image already parsed into `d` (a `serde_json::Value`, or a
+/// map of attribute values, in DynamoDB JSON) into `T`, as
+/// [`from_image_json`] decodes its text.
+pub(crate) fn from_attribute_map<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
+    T::deserialize(Item(d))
+}
+
 /// Decodes the image at the start of `text` (what follows it is not
 /// read) into `T`, as [`from_image_json`] does, and says where the image
 /// ends: for a scanner that decodes an image where it finds it, instead of
