@@ -191,9 +191,12 @@ impl ChangeRecord {
         }
     }
 
-    /// The change as `T`, decoded with `serde_dynamo`; an image that does
-    /// not decode, or one the change needs and the stream's view type leaves
-    /// out, is an error naming the sequence number.
+    /// The change as `T`, decoded as a handler's changes are (the images'
+    /// attribute values read by the decoder of
+    /// [`crate::processing::from_image_json`]: numbers exactly, not
+    /// through `f64`); an image that does not decode, or one the change
+    /// needs and the stream's view type leaves out, is an error naming the
+    /// sequence number.
     pub fn change<T: DeserializeOwned>(&self) -> Result<Change<T>, RecordError> {
         Change::from_parts(ChangeParts {
             event_name: self.kind.as_str(),
@@ -210,6 +213,7 @@ impl ChangeRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processing::Keys;
     use aws_sdk_dynamodbstreams::types::{Record, StreamRecord, StreamViewType};
 
     #[derive(Debug, serde::Deserialize, PartialEq)]
@@ -300,5 +304,90 @@ mod tests {
             .change::<Order>()
             .unwrap_err();
         assert!(err.to_string().contains("has no new image"), "{err}");
+    }
+
+    /// 38 digits, beyond u64 and f64.
+    const AT: &str = "12345678901234567890123456789012345678";
+
+    #[test]
+    fn a_change_decodes_numbers_exactly() {
+        #[derive(Debug, serde::Deserialize, PartialEq)]
+        struct Exact {
+            id: String,
+            text: String,
+            wide: i128,
+            set: Vec<String>,
+        }
+        let shard = ShardId::new("shardId-1").unwrap();
+        let data = StreamRecord::builder()
+            .sequence_number("100000000000000000043")
+            .stream_view_type(StreamViewType::NewImage)
+            .keys("id", StreamValue::S("o1".into()))
+            .new_image("id", StreamValue::S("o1".into()))
+            .new_image("text", StreamValue::N(AT.into()))
+            .new_image("wide", StreamValue::N(format!("-{AT}")))
+            .new_image("set", StreamValue::Ns(vec![AT.into(), "2.5".into()]))
+            .build();
+        let rec = Record::builder()
+            .event_name(OperationType::Insert)
+            .dynamodb(data)
+            .build();
+        let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+        assert_eq!(
+            change.change::<Exact>().unwrap(),
+            Change::Insert {
+                new: Exact {
+                    id: "o1".into(),
+                    text: AT.into(),
+                    wide: -AT.parse::<i128>().unwrap(),
+                    set: vec![AT.into(), "2.5".into()],
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn a_removal_carries_its_keys_whatever_the_view_type() {
+        #[derive(Debug, serde::Deserialize, PartialEq)]
+        struct Key {
+            id: String,
+            at: u128,
+        }
+        let shard = ShardId::new("shardId-1").unwrap();
+        let keys = Keys::from_json(&format!(
+            r#"{{"id": {{"S": "o1"}}, "at": {{"N": "{AT}"}}}}"#
+        ))
+        .unwrap();
+        for view in [StreamViewType::KeysOnly, StreamViewType::NewImage] {
+            let data = StreamRecord::builder()
+                .sequence_number("100000000000000000044")
+                .stream_view_type(view.clone())
+                .keys("id", StreamValue::S("o1".into()))
+                .keys("at", StreamValue::N(AT.into()))
+                .build();
+            let rec = Record::builder()
+                .event_name(OperationType::Remove)
+                .dynamodb(data)
+                .build();
+            let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+            // `Order` has an attribute the keys lack: the removal still decodes.
+            let removal = Change::Remove {
+                old: None,
+                keys: keys.clone(),
+                expired: false,
+            };
+            assert_eq!(change.change::<Order>().unwrap(), removal, "{view}");
+            // Handed to a handler, the same keys.
+            let record = change.to_stream_record(&Arc::from("arn:stream"));
+            let text = std::str::from_utf8(&record.data).unwrap();
+            assert_eq!(Change::<Order>::from_event_json(text).unwrap(), removal);
+        }
+        assert_eq!(
+            keys.decode::<Key>().unwrap(),
+            Key {
+                id: "o1".into(),
+                at: AT.parse().unwrap()
+            }
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! the self-managed reader.
 
 use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
-use crate::processing::image::{from_image_json, image_at};
+use crate::processing::image::{from_attribute_map, from_image_json, image_at};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
@@ -11,7 +11,9 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 
@@ -34,14 +36,72 @@ pub enum Change<T> {
         /// The item after.
         new: T,
     },
-    /// A deleted item (`old` needs an `OLD_IMAGE` or `NEW_AND_OLD_IMAGES` view type).
+    /// A deleted item: its keys with every view type, the item before
+    /// (`old`) with the `OLD_IMAGE` and `NEW_AND_OLD_IMAGES` view types.
     Remove {
         /// The item before, if the stream carries it.
         old: Option<T>,
+        /// The deleted item's key attributes, which every stream record
+        /// carries (empty only if the record has none).
+        keys: Keys,
         /// True if DynamoDB's time to live removed it (the record's user
         /// identity is the service `dynamodb.amazonaws.com`), not a caller.
         expired: bool,
     },
+}
+
+/// The key attributes of a changed item, kept as DynamoDB JSON attribute
+/// values (`{"id": {"S": "o1"}}`) rather than decoded into the item's type,
+/// which may have required attributes the keys lack: [`Keys::decode`] reads
+/// them into a key type when the handler wants one. Two `Keys` are equal if
+/// they hold the same attributes, whatever their order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keys(Map<String, Value>);
+
+impl Keys {
+    /// The keys written as `json`, the DynamoDB JSON text of a map of
+    /// attribute values (`{"id": {"S": "o1"}}`); an error if it is not one.
+    /// A handler's tests build the removals they expect with it.
+    pub fn from_json(json: &str) -> Result<Keys, serde_json::Error> {
+        Keys::from_item(serde_json::from_str(json)?)
+    }
+
+    /// Every path to keys goes through `serde_dynamo`'s attribute values,
+    /// so that keys read from an event's text and from its parsed record
+    /// are equal (a `B`'s base64, for one, is written one way).
+    fn from_item(item: serde_dynamo::Item) -> Result<Keys, serde_json::Error> {
+        match serde_json::to_value(item)? {
+            Value::Object(map) => Ok(Keys(map)),
+            other => Err(serde::de::Error::custom(format_args!(
+                "keys are a map of attribute values, not {other}"
+            ))),
+        }
+    }
+
+    /// The keys decoded into `K` (a struct of the key attributes, say),
+    /// as an image is decoded (see [`crate::processing::from_image_json`]:
+    /// numbers are read exactly).
+    pub fn decode<K: DeserializeOwned>(&self) -> Result<K, serde_json::Error> {
+        from_attribute_map(&self.0)
+    }
+
+    /// Each key attribute's name and its DynamoDB JSON attribute value.
+    pub fn attributes(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// True if the record carried no keys.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The keys as DynamoDB JSON text, attributes in name order.
+impl fmt::Display for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let json = serde_json::to_string(&self.0).map_err(|_| fmt::Error)?;
+        f.write_str(&json)
+    }
 }
 
 /// One stream record's parts, as an event source mapping's event and the
@@ -55,7 +115,9 @@ pub struct ChangeParts<'a, I> {
     /// The stream's view type (`KEYS_ONLY`, `NEW_IMAGE`, `OLD_IMAGE`,
     /// `NEW_AND_OLD_IMAGES`), if the record names it.
     pub view: Option<&'a str>,
-    /// The item's key attributes.
+    /// The item's key attributes (a removal's [`Keys`]; for an insert or
+    /// modify, what the new item is decoded from when the view type
+    /// carries no new image).
     pub keys: Option<I>,
     /// The item before the change.
     pub old: Option<I>,
@@ -70,13 +132,17 @@ pub fn is_ttl_deletion(identity_type: &str, principal: &str) -> bool {
     identity_type == "Service" && principal == "dynamodb.amazonaws.com"
 }
 
-/// Decodes one image (`which` is `old`, `new` or `keys`) into `T`.
+/// Decodes one image (`which` is `old`, `new` or `keys`) into `T`: the
+/// attribute values written as DynamoDB JSON and read by the decoder of
+/// [`from_image_json`], so that there is one way to read a number
+/// (`serde_dynamo` would round one beyond `f64`).
 fn decode_image<T: DeserializeOwned>(
     item: impl Into<serde_dynamo::Item>,
     which: &str,
     seq: &str,
 ) -> Result<T, RecordError> {
-    serde_dynamo::from_item(item)
+    serde_json::to_value(item.into())
+        .and_then(from_attribute_map)
         .map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
 }
 
@@ -107,13 +173,19 @@ impl<T: DeserializeOwned> Change<T> {
         })
     }
 
-    /// The change a record makes, decoded into `T`; an image that does not
-    /// decode, or one the event needs and the stream's view type left out
-    /// (and the keys cannot stand in for), is an error naming the record.
+    /// The change a record makes, decoded into `T` (as
+    /// [`Change::from_event_json`] decodes images: numbers are read
+    /// exactly); an image that does not decode, or one the event needs and
+    /// the stream's view type left out (and the keys cannot stand in for),
+    /// is an error naming the record.
     pub fn from_parts<I: Into<serde_dynamo::Item>>(
         parts: ChangeParts<'_, I>,
     ) -> Result<Self, RecordError> {
-        decide(parts, |item, which, seq| decode_image(item, which, seq))
+        decide(
+            parts,
+            |item, which, seq| decode_image(item, which, seq),
+            |item| Keys::from_item(item.into()).map_err(|e| e.to_string()),
+        )
     }
 
     /// Decodes the JSON text of one event source mapping's stream record
@@ -189,6 +261,11 @@ impl<T: DeserializeOwned> Change<T> {
                 };
                 decoded.map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
             },
+            |keys| match keys {
+                Image::Text(text) => Keys::from_json(text).map_err(|e| e.to_string()),
+                // The scanner decodes only the old and new images.
+                Image::Decoded(_) => Err("the keys were decoded as an image".into()),
+            },
         )
     }
 }
@@ -201,19 +278,21 @@ enum Image<'a, T> {
 }
 
 /// The change `parts` describe, each image decoded by `decode(image, which,
-/// sequence number)`.
+/// sequence number)`, a removal's keys read by `keys`.
 fn decide<T, I>(
     parts: ChangeParts<'_, I>,
     decode: impl Fn(I, &str, &str) -> Result<T, RecordError>,
+    keys: impl FnOnce(I) -> Result<Keys, String>,
 ) -> Result<Change<T>, RecordError> {
     let seq = parts.sequence_number;
     let view = parts.view.unwrap_or("unknown");
+    let mut record_keys = parts.keys;
     let old = parts.old.map(|i| decode(i, "old", seq)).transpose()?;
     let new = match parts.new {
         Some(i) => Some(decode(i, "new", seq)?),
         // The view type carries no new image: the keys stand in for it.
         None if matches!(view, "KEYS_ONLY" | "OLD_IMAGE") && parts.event_name != "REMOVE" => {
-            match parts.keys {
+            match record_keys.take() {
                 Some(keys) => Some(decode(keys, "new (from the keys)", seq)?),
                 None => None,
             }
@@ -239,6 +318,11 @@ fn decide<T, I>(
         }),
         "REMOVE" => Ok(Change::Remove {
             old,
+            keys: match record_keys {
+                Some(record_keys) => keys(record_keys)
+                    .map_err(|e| RecordError::payload(seq, format!("keys: {e}")))?,
+                None => Keys::default(),
+            },
             expired: parts.expired,
         }),
         other => Err(RecordError::payload(
@@ -532,5 +616,148 @@ mod tests {
                 "{text}: {error:?}"
             );
         }
+    }
+
+    /// An item whose attributes are all required: its keys alone are not one.
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Order {
+        id: String,
+        at: String,
+        status: String,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct OrderKey {
+        id: String,
+        at: i128,
+    }
+
+    /// A sort key of 38 digits, beyond u64 and f64.
+    const AT: &str = "12345678901234567890123456789012345678";
+
+    /// A removal of the item with keys `keys` from a stream of view type
+    /// `view` (without an old image), built in each way a change is built:
+    /// from the record's text, from its parsed record, from its parts.
+    fn removals(view: &str, keys: Value) -> Vec<Result<Change<Order>, RecordError>> {
+        let text = record(
+            "REMOVE",
+            json!({ "SequenceNumber": "8", "SizeBytes": 1, "StreamViewType": view, "Keys": keys }),
+        )
+        .to_string();
+        let parsed: EventRecord = serde_json::from_str(&text).unwrap();
+        let item: serde_dynamo::Item = serde_json::from_value(keys).unwrap();
+        vec![
+            Change::from_event_json(&text),
+            Change::from_record(&parsed),
+            Change::from_parts(ChangeParts {
+                event_name: "REMOVE",
+                sequence_number: "8",
+                view: Some(view),
+                keys: Some(item),
+                old: None,
+                new: None,
+                expired: false,
+            }),
+        ]
+    }
+
+    #[test]
+    fn a_removal_carries_its_keys_whatever_the_view_type() {
+        let json = json!({ "id": { "S": "o1" }, "at": { "N": AT } });
+        let keys = Keys::from_json(&json.to_string()).unwrap();
+        for view in ["KEYS_ONLY", "NEW_IMAGE"] {
+            for (path, change) in removals(view, json.clone()).into_iter().enumerate() {
+                assert_eq!(
+                    change,
+                    Ok(Change::Remove {
+                        old: None,
+                        keys: keys.clone(),
+                        expired: false
+                    }),
+                    "{view}, path {path}"
+                );
+            }
+        }
+        assert_eq!(
+            keys.decode::<OrderKey>().unwrap(),
+            OrderKey {
+                id: "o1".into(),
+                at: AT.parse().unwrap()
+            }
+        );
+        assert!(keys.decode::<Order>().is_err(), "the keys are not an item");
+        assert_eq!(keys.attributes()["id"], json!({ "S": "o1" }));
+        assert_eq!(
+            serde_json::from_str::<Value>(&keys.to_string()).unwrap(),
+            json
+        );
+        assert!(!keys.is_empty());
+        for bad in ["[]", r#"{"id": "o1"}"#, r#"{"id": {"X": "o1"}}"#] {
+            assert!(Keys::from_json(bad).is_err(), "{bad}");
+        }
+        // Keys that are not attribute values fail the removal, naming it.
+        let bad = record(
+            "REMOVE",
+            json!({ "SequenceNumber": "9", "Keys": { "id": { "X": "o1" } } }),
+        );
+        match Change::<Order>::from_event_json(&bad.to_string()) {
+            Err(RecordError::Payload {
+                sequence_number,
+                error,
+                ..
+            }) => assert!(
+                sequence_number == "9" && error.starts_with("keys: "),
+                "{error}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A record's attribute values decode as its text does: numbers exactly.
+    #[test]
+    fn numbers_decode_exactly_from_attribute_values() {
+        #[derive(Debug, Deserialize, PartialEq)]
+        struct Exact {
+            id: String,
+            text: String,
+            wide: i128,
+            unsigned: u128,
+            set: Vec<String>,
+        }
+        let image = json!({
+            "id": { "S": "o1" }, "text": { "N": AT }, "wide": { "N": format!("-{AT}") },
+            "unsigned": { "N": AT }, "set": { "NS": [AT, "0.30000000000000001"] }
+        });
+        let text = record(
+            "INSERT",
+            json!({ "SequenceNumber": "1", "SizeBytes": 1, "StreamViewType": "NEW_IMAGE", "Keys": { "id": { "S": "o1" } }, "NewImage": image }),
+        )
+        .to_string();
+        let parsed: EventRecord = serde_json::from_str(&text).unwrap();
+        let wide: i128 = AT.parse().unwrap();
+        let expected = || {
+            Ok(Change::Insert {
+                new: Exact {
+                    id: "o1".into(),
+                    text: AT.into(),
+                    wide: -wide,
+                    unsigned: wide as u128,
+                    set: vec![AT.into(), "0.30000000000000001".into()],
+                },
+            })
+        };
+        assert_eq!(Change::<Exact>::from_record(&parsed), expected());
+        assert_eq!(Change::<Exact>::from_event_json(&text), expected());
+        let item: serde_dynamo::Item = serde_json::from_value(image).unwrap();
+        let parts = ChangeParts {
+            event_name: "INSERT",
+            sequence_number: "1",
+            view: Some("NEW_IMAGE"),
+            keys: None,
+            old: None,
+            new: Some(item),
+            expired: false,
+        };
+        assert_eq!(Change::<Exact>::from_parts(parts), expected());
     }
 }

@@ -64,7 +64,7 @@ mod source;
 mod unit;
 mod window;
 
-pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
+pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts, Keys};
 pub use core::{CheckpointSink, Core, NoCheckpoints};
 pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};

@@ -46,6 +46,7 @@ impl Projector {
             Change::Remove {
                 old: Some(old),
                 expired,
+                ..
             } => {
                 let status = if expired { "expired" } else { "deleted" };
                 (old.order_id, status.to_owned(), old.amount_cents)

@@ -17,7 +17,8 @@ use shardkeeper::ddb_streams::{
     Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
 use shardkeeper::processing::{
-    changes, Change, DynamoDbProcessor, Parking, ProcessingOptions, StreamRecord as HandlerRecord,
+    changes, Change, DynamoDbProcessor, Keys, Parking, ProcessingOptions,
+    StreamRecord as HandlerRecord,
 };
 use shardkeeper::state::{SequenceNumber, ShardSpec, StateStore};
 use shardkeeper_local::unique_name;
@@ -26,6 +27,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The keys of item `id` of a table made by `create_stream_table`.
+fn keys(id: &str) -> Keys {
+    Keys::from_json(&format!(r#"{{"id": {{"S": "{id}"}}}}"#)).unwrap()
+}
 
 fn config() -> ReaderConfig {
     ReaderConfig {
@@ -138,6 +144,7 @@ async fn inserts_modifies_and_removes_arrive_as_typed_changes_in_order() {
             },
             Change::Remove {
                 old: Some(order("o2", "new")),
+                keys: keys("o2"),
                 expired: false,
             },
         ]
@@ -851,6 +858,7 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
             },
             Change::Remove {
                 old: Some(order("paid")),
+                keys: keys("o1"),
                 expired: false,
             },
         ]

@@ -258,7 +258,7 @@ async fn ttl_deletions_are_flagged_and_keys_only_streams_decode() {
         }
     );
     assert!(
-        matches!(&seen[3], Change::Remove { expired: true, old: Some(Key { id, .. }) } if id == "o2"),
+        matches!(&seen[3], Change::Remove { expired: true, old: Some(Key { id, .. }), .. } if id == "o2"),
         "{:?}",
         seen[3]
     );
