@@ -37,6 +37,8 @@
 //!
 //! Run: `cargo bench --bench processing`.
 
+#![recursion_limit = "256"]
+
 use aws_lambda_events::event::dynamodb::EventRecord;
 use base64::Engine;
 use bytes::Bytes;

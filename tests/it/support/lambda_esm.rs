@@ -258,12 +258,16 @@ async fn run_shard(
     let mut open: Vec<bool> = vec![true; records.len()];
     let mut retries: HashMap<usize, u32> = HashMap::new();
     let mut caps: HashMap<usize, usize> = HashMap::new();
+    // Where failed batches start again (positions, lowest first).
+    let mut retry_heads: BTreeSet<usize> = BTreeSet::new();
     let mut invocations = 0;
     while open.iter().any(|o| *o) {
         if rng.f64() < config.reform_chance {
+            // Half of the re-forms take the factor down to 1 (every lane's
+            // records in one), the change that merges most.
             mapping = Mapping {
                 batch_size: rng.usize(1..=10),
-                lanes: rng.usize(1..=10),
+                lanes: if rng.bool() { 1 } else { rng.usize(1..=10) },
                 salt: rng.u64(..),
                 filter: rng.bool().then(|| {
                     let m = rng.u64(3..=6);
@@ -273,7 +277,21 @@ async fn run_shard(
             result.lock().unwrap().reforms += 1;
         }
         // Each lane's batch: its open records in order, the ones the
-        // filter leaves out discarded as they are passed.
+        // filter leaves out discarded as they are passed. A lane that holds
+        // the start of a failed batch retries from there, as Lambda retries
+        // a batch from its first record, whatever the mapping holds before
+        // it now (records of keys with open records before it wait, so each
+        // key stays in order).
+        let retry_from: Vec<Option<usize>> = (0..mapping.lanes)
+            .map(|lane| {
+                retry_heads
+                    .iter()
+                    .copied()
+                    .find(|&h| open[h] && mapping.lane_of(&records[h].key) == lane)
+            })
+            .collect();
+        let mut waiting: Vec<std::collections::HashSet<&str>> =
+            vec![Default::default(); mapping.lanes];
         let mut batches: Vec<Vec<usize>> = vec![Vec::new(); mapping.lanes];
         let mut full = vec![false; mapping.lanes];
         for (i, record) in records.iter().enumerate() {
@@ -283,6 +301,15 @@ async fn run_shard(
             let lane = mapping.lane_of(&record.key);
             if full[lane] {
                 continue;
+            }
+            if let Some(head) = retry_from[lane] {
+                if i < head {
+                    waiting[lane].insert(&record.key);
+                    continue;
+                }
+                if waiting[lane].contains(record.key.as_str()) {
+                    continue;
+                }
             }
             if !mapping.passes(record) {
                 open[i] = false;
@@ -307,6 +334,7 @@ async fn run_shard(
             });
         }
         while let Some(done) = round.join_next().await {
+            retry_heads.retain(|&h| open[h]);
             let (batch, chosen, killed_after, outcome) = done.expect("invocation");
             let mut run = result.lock().unwrap();
             run.invocations += 1;
@@ -340,6 +368,7 @@ async fn run_shard(
                 }
             };
             let start = batch[failed_at.unwrap_or(0)];
+            retry_heads.insert(start);
             if failed_at.is_none() && config.bisect && batch.len() > 1 {
                 // A split does not count towards the retry quota.
                 caps.insert(start, batch.len() / 2);
