@@ -162,7 +162,7 @@ fn encode_prefixes(prefixes: &[PrefixDigest]) -> Vec<u8> {
 }
 
 fn decode_prefixes(bytes: &[u8]) -> Result<Vec<PrefixDigest>> {
-    if bytes.len() % ENTRY != 0 {
+    if !bytes.len().is_multiple_of(ENTRY) {
         return Err(StateError::validation(
             "prefixes",
             format!("{} bytes is not a whole number of entries", bytes.len()),
