@@ -14,15 +14,20 @@
 //!   processors ([`KinesisProcessor`], [`DynamoDbProcessor`]), with the
 //!   handler contract, typed payloads, parking and tumbling windows.
 //! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]):
-//!   sessions, reads (polling and enhanced fan-out), the EFO pool.
-//! * [`group`]: the planners of the lease-rebalancer and the
-//!   heartbeat-reaper, their executor, the operator's reset and status.
+//!   sessions (in a group, or standalone), reads (polling and enhanced
+//!   fan-out), the EFO pool.
+//! * [`group`]: the planners of the lease-rebalancer, the heartbeat-reaper
+//!   and the shard-worker fleet, time as they see it (sightings), their
+//!   executor, the operator's reset and status.
 //! * [`ddb_streams`]: the self-managed DynamoDB Streams reader
 //!   ([`StreamReader`]) and the replica recipe.
 //! * [`functions`]: the bodies of the ready-made Lambda functions.
 //! * [`config`]: configuration from the environment.
 //! * [`metrics`]: CloudWatch Embedded Metric Format lines.
 //! * [`kpl`]: KPL aggregation and de-aggregation.
+//!
+//! This is the only module map; each module's own documentation lists its
+//! parts.
 //!
 //! ```
 //! use shardkeeper::state::{Checkpoint, SequenceNumber};
