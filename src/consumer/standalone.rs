@@ -4,7 +4,7 @@
 //! nothing). Parents are still read before their children.
 //!
 //! With enhanced fan-out the reader reads as the EFO consumer it has locked:
-//! its checkpoints live in that consumer's scope (`EFO#<name>#<shard>`) and
+//! its checkpoints live in that consumer's scope (`EFOSHARD#<name>#<shard>`) and
 //! are fenced by the lock, so whoever locks the EFO consumer next carries on
 //! where it stopped; without a lock it reads nothing.
 

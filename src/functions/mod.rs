@@ -1,6 +1,8 @@
-//! The scheduled functions (lease-rebalancer, heartbeat-reaper): their ticks,
-//! the loop that runs ticks until the Lambda deadline, and their handlers.
-//! The binaries in `functions/` only build clients and call these.
+//! The functions the binaries in `functions/` run: the scheduled
+//! lease-rebalancer and heartbeat-reaper (their ticks, the loop that runs
+//! ticks until the Lambda deadline, their handlers), the shard worker's
+//! invocation, and the fleet of workers the rebalancer keeps. The binaries
+//! only build clients and call these.
 
 mod fleet;
 mod reaper;

@@ -1,6 +1,8 @@
 //! Typed item changes of a DynamoDB stream, and the handler adapter that
-//! decodes them: one decoding path for the event-source-mapped processor and
-//! the self-managed reader.
+//! decodes them. Every image is read by the one image decoder
+//! (`processing::image`): from the record's text (event source mappings,
+//! and the reader's records as `poll` hands them out), or from attribute
+//! values turned into DynamoDB JSON first (`Change::from_parts`).
 
 use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
 use crate::processing::image::{from_attribute_map, from_image_json, image_at};

@@ -32,12 +32,14 @@ struct Inner<H> {
 ///
 /// Records are handled in order; by default the batch stops at the first
 /// failure and reports it (`ReportBatchItemFailures`), so order is kept. With
-/// a state store, records at or below the stored checkpoint are skipped (a
-/// retried batch does not repeat side effects; Kinesis needs a
-/// parallelization factor of 1 for this), the checkpoint advances after the
-/// successful prefix, failed attempts are counted, and a record that failed
-/// `max_attempts` times is parked so the shard moves on. Records that cannot
-/// start before the Lambda deadline (minus a margin) are reported for retry.
+/// a state store, a retried batch skips the records a batch holding them
+/// completed (its progress is the consumer's own: by default the invoked
+/// function's; any ParallelizationFactor), progress is stored during the
+/// batch, failed attempts are counted, and a record that failed
+/// `max_attempts` times is parked so the shard moves on. A state table that
+/// fails degrades the batch to at-least-once instead of failing it. Records
+/// that cannot start before the Lambda deadline (minus a margin) are
+/// reported for retry.
 ///
 /// Run it with `processor.run().await`, which reads each event once from
 /// the invocation's bytes; or use it as

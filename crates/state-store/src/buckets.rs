@@ -6,7 +6,8 @@
 //! items about one shard (its lease and checkpoint, standalone checkpoints,
 //! DynamoDB Streams positions, batch progress, attempts and parked records)
 //! live under one of `N` bucket keys, chosen by a hash of the shard id (or,
-//! where an event names no shard, of the record's sequence number). The
+//! where an event names no shard, of the record's event id; items written
+//! before event ids, of its sequence number). The
 //! group's own items (stream, consumers, EFO pool, the layout itself) stay
 //! under the home key, where one read finds them.
 //!
@@ -81,8 +82,8 @@ impl Buckets {
         Buckets(n as u16)
     }
 
-    /// The bucket of an item spread by `key` (a shard id, or a sequence
-    /// number where no shard is named).
+    /// The bucket of an item spread by `key` (a shard id, or an event id
+    /// where no shard is named).
     pub fn of(self, key: &str) -> u16 {
         (mix(fnv1a(key.as_bytes())) % u64::from(self.0)) as u16
     }
