@@ -5,7 +5,7 @@ use crate::processing::kinesis::{share, RawEvent};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
-use crate::processing::source::{EventSource, EventUnits};
+use crate::processing::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use bytes::Bytes;
@@ -23,11 +23,6 @@ use std::sync::Arc;
 /// parked records by each record's event id.
 #[derive(Debug, Clone, Copy)]
 pub struct DynamoDbStreams;
-
-#[derive(Deserialize)]
-struct RecordId {
-    dynamodb: SequenceOnly,
-}
 
 /// The fields of a DynamoDB Streams event record the processor uses,
 /// borrowed from the event text.
@@ -90,12 +85,6 @@ impl<'a> ChangeRef<'a> {
     }
 }
 
-#[derive(Deserialize)]
-struct SequenceOnly {
-    #[serde(rename = "SequenceNumber")]
-    sequence_number: String,
-}
-
 impl EventSource for DynamoDbStreams {
     type Response = DynamoDbEventResponse;
 
@@ -139,10 +128,9 @@ impl EventSource for DynamoDbStreams {
             let rec = match parsed {
                 Ok(rec) => rec,
                 Err(error) => {
-                    let id: RecordId = serde_json::from_str(text).map_err(|_| {
+                    let item = sequence_of_malformed(text).ok_or_else(|| {
                         format!("record {index} is malformed and has no sequence number: {error}")
                     })?;
-                    let item = id.dynamodb.sequence_number;
                     let error = RecordError::Malformed { index, error };
                     units.push((Arc::from(item.as_str()), Unit::Unreadable(item, error)));
                     continue;

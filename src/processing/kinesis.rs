@@ -2,7 +2,7 @@
 
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
-use crate::processing::source::{EventSource, EventUnits};
+use crate::processing::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -21,18 +21,6 @@ use std::sync::Arc;
 pub(crate) struct RawEvent<'a> {
     #[serde(rename = "Records", borrow)]
     pub(crate) records: Vec<&'a RawValue>,
-}
-
-/// Just enough of a malformed Kinesis record to report it.
-#[derive(Deserialize)]
-struct RecordId {
-    kinesis: SequenceOnly,
-}
-
-#[derive(Deserialize)]
-struct SequenceOnly {
-    #[serde(rename = "sequenceNumber")]
-    sequence_number: String,
 }
 
 /// Kinesis Data Streams events (see [`crate::processing::KinesisProcessor`]).
@@ -314,14 +302,13 @@ impl Kinesis {
             match serde_json::from_str::<RecordRef<'_>>(raw.get()) {
                 Ok(rec) => reader.push(index, &rec),
                 Err(e) => {
-                    let id: RecordId = serde_json::from_str(raw.get()).map_err(|_| {
+                    let item = sequence_of_malformed(raw.get()).ok_or_else(|| {
                         format!("record {index} is malformed and has no sequence number: {e}")
                     })?;
                     let error = RecordError::Malformed {
                         index,
                         error: e.to_string(),
                     };
-                    let item = id.kinesis.sequence_number;
                     let unit = Unit::Unreadable(item.clone(), error);
                     reader.items.push((item.into(), unit));
                 }

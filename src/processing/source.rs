@@ -39,3 +39,22 @@ pub struct EventUnits {
     /// event id is what names it in its stream then).
     pub event_ids: Vec<(Arc<str>, Arc<str>)>,
 }
+
+/// The sequence number of a record too malformed to read otherwise (what
+/// its failure is reported as): `kinesis.sequenceNumber` of a Kinesis
+/// record, `dynamodb.SequenceNumber` of a DynamoDB Streams one.
+pub(crate) fn sequence_of_malformed(record: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct RecordId {
+        #[serde(alias = "dynamodb")]
+        kinesis: SequenceOnly,
+    }
+    #[derive(serde::Deserialize)]
+    struct SequenceOnly {
+        #[serde(rename = "sequenceNumber", alias = "SequenceNumber")]
+        sequence_number: String,
+    }
+    serde_json::from_str::<RecordId>(record)
+        .ok()
+        .map(|id| id.kinesis.sequence_number)
+}
