@@ -646,6 +646,31 @@ async fn two_streams_never_share_checkpoints() {
     assert_eq!((report.processed, report.duplicates_skipped), (0, 4));
 }
 
+/// A handler that notes every completion and dies (never returns, as a
+/// timeout kills an invocation) as it starts its `dies_at`-th call
+/// (0-based), after notifying `killed`.
+fn dying(
+    completions: Completions,
+    dies_at: u32,
+    killed: Arc<tokio::sync::Notify>,
+) -> impl RecordHandler {
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    json(move |_: Message, record: StreamRecord| {
+        let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
+        async move {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == dies_at {
+                killed.notify_one();
+                std::future::pending::<()>().await;
+            }
+            completions.lock().unwrap().push((
+                record.partition_key.to_string(),
+                record.sequence_number.to_string(),
+            ));
+            Ok::<(), std::io::Error>(())
+        }
+    })
+}
+
 /// Progress is committed during the batch: an invocation killed part-way
 /// (Lambda's timeout) leaves what it completed checkpointed, and the retry
 /// of the same batch repeats at most the work since the last checkpoint
@@ -656,26 +681,9 @@ async fn a_killed_invocation_keeps_what_it_checkpointed() {
     let (_, _, records) = records(&ctx, 8, 2, None).await;
     let event = kinesis_lane_event(&records);
     let completions: Completions = Arc::default();
-    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let killed = Arc::new(tokio::sync::Notify::new());
-    let handler = {
-        let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
-        json(move |_: Message, record: StreamRecord| {
-            let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
-            async move {
-                // The first invocation dies as it starts its sixth record.
-                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 5 {
-                    killed.notify_one();
-                    std::future::pending::<()>().await;
-                }
-                completions.lock().unwrap().push((
-                    record.partition_key.to_string(),
-                    record.sequence_number.to_string(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
-    };
+    // The first invocation dies as it starts its sixth record.
+    let handler = dying(completions.clone(), 5, killed.clone());
     let options = ProcessingOptions {
         checkpoint_records: Some(1),
         ..ProcessingOptions::default()
@@ -766,27 +774,10 @@ async fn a_bisected_half_skips_what_the_whole_batch_completed() {
     let ctx = ctx().await;
     let (_, _, records) = records(&ctx, 10, 3, None).await;
     let completions: Completions = Arc::default();
-    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let killed = Arc::new(tokio::sync::Notify::new());
-    let handler = {
-        let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
-        json(move |_: Message, record: StreamRecord| {
-            let (completions, calls, killed) = (completions.clone(), calls.clone(), killed.clone());
-            async move {
-                // The whole batch dies as it starts its eighth record
-                // (seven completed and checkpointed).
-                if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 7 {
-                    killed.notify_one();
-                    std::future::pending::<()>().await;
-                }
-                completions.lock().unwrap().push((
-                    record.partition_key.to_string(),
-                    record.sequence_number.to_string(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
-    };
+    // The whole batch dies as it starts its eighth record (seven completed
+    // and checkpointed).
+    let handler = dying(completions.clone(), 7, killed.clone());
     let processor = KinesisProcessor::new(handler)
         .with_store(ctx.store("esm-bisected"))
         .with_options(ProcessingOptions {
