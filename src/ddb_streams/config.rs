@@ -15,11 +15,6 @@ pub(crate) const EMPTY_READS_AT_HEAD: u32 = 5;
 /// bounds how late other new shards are found, at one discovery a minute.
 pub(crate) const DISCOVER_EVERY: Duration = Duration::from_secs(60);
 
-/// Reopening a `LATEST` position at `TRIM_HORIZON` keeps the records created
-/// up to this long before the position was taken, so a clock behind the
-/// service's by less than this loses nothing.
-pub(crate) const LATEST_MARGIN: Duration = Duration::from_secs(5);
-
 /// After a handler failure `poll` reads that shard again no sooner than
 /// 1 s, doubling while it keeps failing up to 32 s: a passing failure holds
 /// the shard up about a second, a lasting one costs a read every 32 s. The

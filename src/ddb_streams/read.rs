@@ -3,9 +3,10 @@
 //! shard, an expired iterator replaced, trimmed data handled, records
 //! converted and skipped during a seek.
 
+use crate::consumer::LATEST_REOPEN_MARGIN_MS;
 use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
 use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
-use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD, LATEST_MARGIN};
+use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::reader::StreamReader;
@@ -31,8 +32,7 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     async fn open_iterator(&mut self, id: &ShardId) -> Result<Option<String>, ReaderError> {
-        let margin = LATEST_MARGIN.as_millis() as i64;
-        let (start, skip) = self.cursors[id].read.reopen(margin);
+        let (start, skip) = self.cursors[id].read.reopen(LATEST_REOPEN_MARGIN_MS);
         let arn = &self.stream_arn;
         let client = &self.client;
         let it = self

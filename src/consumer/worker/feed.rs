@@ -3,7 +3,7 @@
 //! holds up the others). Both give the worker batches; the worker processes
 //! them the same way and tells the feed how it went.
 
-use super::config::{InitialPosition, WorkerConfig};
+use super::config::{InitialPosition, WorkerConfig, LATEST_REOPEN_MARGIN_MS};
 use crate::consumer::reads::{
     IteratorStart, KinesisReads, ReadError, ReadRecord, SubscriptionEvent,
 };
@@ -131,12 +131,6 @@ fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<I
         },
     })
 }
-
-/// How far before its first LATEST iterator a shard with nothing processed
-/// reads again when that iterator is lost (an expired iterator, a failed
-/// read, a dropped subscription): more than the clock skew between this
-/// machine and Kinesis, whose arrival times AT_TIMESTAMP compares with.
-pub(crate) const LATEST_REOPEN_MARGIN_MS: EpochMillis = 30_000;
 
 /// A shard started at LATEST with nothing processed is pinned to a time
 /// before its first iterator opened (less [`LATEST_REOPEN_MARGIN_MS`]): an
