@@ -30,6 +30,7 @@ pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
 pub use events::{Observer, StopReason, WorkerEvent};
 pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};
 pub use standalone::StandaloneSession;
+pub(crate) use worker::LATEST_REOPEN_MARGIN_MS;
 pub use worker::{
     InitialPosition, ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND,
 };

@@ -5,6 +5,7 @@
 use crate::consumer::InitialPosition;
 use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::client::StreamsClient;
+use crate::ddb_streams::config::FAILURE_BACKOFF;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::reader::StreamReader;
@@ -100,9 +101,8 @@ impl<C: StreamsClient> StreamReader<C> {
     /// committed to its end (one write per shard, so a crash in between
     /// hands the shard's records out again: at least once). At a failure the
     /// shard's accepted prefix is committed and that shard alone is read
-    /// again from the failed record, after a pause
-    /// ([`ReaderConfig::failure_pause`](crate::ddb_streams::ReaderConfig::failure_pause),
-    /// growing while it keeps failing); the other shards go on. The first
+    /// again from the failed record, after a pause (1 s, doubling while it
+    /// keeps failing, up to 32 s); the other shards go on. The first
     /// failure then comes back as [`ReaderError::Handler`].
     pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, ReaderError> {
         self.poll_until(handler, None).await
@@ -163,17 +163,16 @@ impl<C: StreamsClient> StreamReader<C> {
         }
     }
 
-    /// After a handler failure the shard pauses (`ReaderConfig::failure_pause`,
-    /// doubling with each failure in a row, at most 32 times it) while the
-    /// others go on; a success ends the pause.
+    /// After a handler failure the shard pauses ([`FAILURE_BACKOFF`] after
+    /// each failure in a row) while the others go on; a success ends the
+    /// pause.
     fn backoff(&mut self, shard: &ShardId, failed: bool) {
         let now = self.store.now();
-        let pause = self.config.failure_pause;
         if let Some(cursor) = self.cursors.get_mut(shard) {
             if failed {
                 cursor.failures += 1;
-                let factor = 1u32 << (cursor.failures - 1).min(5);
-                cursor.retry_after = Some(now + (pause * factor).as_millis() as i64);
+                let pause = FAILURE_BACKOFF.delay(cursor.failures);
+                cursor.retry_after = Some(now + pause.as_millis() as i64);
             } else {
                 cursor.failures = 0;
                 cursor.retry_after = None;

@@ -1,8 +1,30 @@
-//! How a `StreamReader` reads: its configuration.
+//! How a `StreamReader` reads: its configuration, and the fixed values of
+//! its reading that no configuration has needed to change.
 
 use crate::consumer::InitialPosition;
 use crate::processing::ProcessingOptions;
+use crate::state::{Backoff, Jitter};
 use std::time::Duration;
+
+/// Empty reads in a row after which an open shard counts as at its head: 5,
+/// bloop's heuristic, since one empty page does not prove the head.
+pub(crate) const EMPTY_READS_AT_HEAD: u32 = 5;
+
+/// Discover the shards again after this long: a shard read to its end
+/// already makes the next read discover (for its children), so this only
+/// bounds how late other new shards are found, at one discovery a minute.
+pub(crate) const DISCOVER_EVERY: Duration = Duration::from_secs(60);
+
+/// After a handler failure `poll` reads that shard again no sooner than
+/// 1 s, doubling while it keeps failing up to 32 s: a passing failure holds
+/// the shard up about a second, a lasting one costs a read every 32 s. The
+/// other shards go on meanwhile. No jitter: the pause is a floor on the
+/// reader's own clock, and one reader's shards do not race one another.
+pub(crate) const FAILURE_BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(32),
+    jitter: Jitter::None,
+};
 
 /// What a reader does when the records at a shard's position were trimmed
 /// (older than the stream's 24 hours) before they were read.
@@ -28,27 +50,14 @@ pub struct ReaderConfig {
     pub initial_position: InitialPosition,
     /// Records per GetRecords call (`None`: the service's maximum, 1,000).
     pub limit: Option<i32>,
-    /// Empty reads in a row after which an open shard counts as at its head.
-    pub empty_reads_at_head: u32,
-    /// Discover the shards again after this long (a shard read to its end
-    /// also makes the next read discover, to find its children).
-    pub discover_every: Duration,
     /// What to do about trimmed data.
     pub on_trimmed: OnTrimmed,
-    /// Reopening a `LATEST` position at `TRIM_HORIZON` keeps the records
-    /// created up to this long before the position was taken (clock skew).
-    pub latest_margin: Duration,
     /// Pause between reads that found nothing, in the loops that read until
     /// caught up (`Replica::catch_up`).
     pub idle_pause: Duration,
     /// How [`crate::ddb_streams::StreamReader::poll`] treats failures: the
-    /// failure mode, attempts before a record is parked, and where. Its
-    /// `deadline_margin` is not used (`poll_until` takes the instant).
+    /// failure mode, attempts before a record is parked, and where.
     pub processing: ProcessingOptions,
-    /// After a handler failure `poll` reads that shard again no sooner than
-    /// this (doubling while it keeps failing, up to 32 times this); the
-    /// other shards go on meanwhile.
-    pub failure_pause: Duration,
 }
 
 impl Default for ReaderConfig {
@@ -56,13 +65,9 @@ impl Default for ReaderConfig {
         ReaderConfig {
             initial_position: InitialPosition::TrimHorizon,
             limit: None,
-            empty_reads_at_head: 5,
-            discover_every: Duration::from_secs(60),
             on_trimmed: OnTrimmed::RestartAtTrimHorizon,
-            latest_margin: Duration::from_secs(5),
             idle_pause: Duration::from_millis(200),
             processing: ProcessingOptions::default(),
-            failure_pause: Duration::from_secs(1),
         }
     }
 }

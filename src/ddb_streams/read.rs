@@ -3,9 +3,10 @@
 //! shard, an expired iterator replaced, trimmed data handled, records
 //! converted and skipped during a seek.
 
+use crate::consumer::LATEST_REOPEN_MARGIN_MS;
 use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
 use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
-use crate::ddb_streams::config::OnTrimmed;
+use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::reader::StreamReader;
@@ -31,8 +32,7 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     async fn open_iterator(&mut self, id: &ShardId) -> Result<Option<String>, ReaderError> {
-        let margin = self.config.latest_margin.as_millis() as i64;
-        let (start, skip) = self.cursors[id].read.reopen(margin);
+        let (start, skip) = self.cursors[id].read.reopen(LATEST_REOPEN_MARGIN_MS);
         let arn = &self.stream_arn;
         let client = &self.client;
         let it = self
@@ -151,7 +151,7 @@ impl<C: StreamsClient> StreamReader<C> {
         let newest = records.iter().filter_map(|r| r.created_at).max();
         if records.is_empty() {
             cursor.empty_reads = cursor.empty_reads.saturating_add(1);
-            if cursor.empty_reads >= self.config.empty_reads_at_head {
+            if cursor.empty_reads >= EMPTY_READS_AT_HEAD {
                 cursor.read_up_to = cursor.read_up_to.max(Some(started));
             }
         } else {

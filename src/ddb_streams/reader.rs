@@ -7,7 +7,7 @@
 
 use crate::ddb_streams::batch::{Batch, ReaderStats};
 use crate::ddb_streams::client::StreamsClient;
-use crate::ddb_streams::config::ReaderConfig;
+use crate::ddb_streams::config::{ReaderConfig, DISCOVER_EVERY, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
 use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::tree;
@@ -186,7 +186,7 @@ impl<C: StreamsClient> StreamReader<C> {
                 batch.shards.push(shard);
             }
         }
-        let at_head = self.config.empty_reads_at_head;
+        let at_head = EMPTY_READS_AT_HEAD;
         batch.caught_up = self
             .cursors
             .values()
@@ -198,8 +198,7 @@ impl<C: StreamsClient> StreamReader<C> {
         match self.discovered_at {
             None => true,
             Some(at) => {
-                self.rediscover
-                    || self.store.now() - at >= self.config.discover_every.as_millis() as i64
+                self.rediscover || self.store.now() - at >= DISCOVER_EVERY.as_millis() as i64
             }
         }
     }

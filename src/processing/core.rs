@@ -12,12 +12,12 @@
 //! - one stop-by instant: no user record starts at or after it, and no
 //!   handler runs past it;
 //! - progress: the end of the successful (or parked) prefix, committed to
-//!   the sink during the batch (every `checkpoint_every`, or every
-//!   `checkpoint_records` records), at its end, and on every way out;
+//!   the sink during the batch (every second, or every `checkpoint_records`
+//!   records), at its end, and on every way out;
 //! - the counters of a [`BatchReport`].
 
 use crate::processing::handler::{HandlerError, RecordHandler};
-use crate::processing::options::{FailureMode, ProcessingOptions};
+use crate::processing::options::{FailureMode, ProcessingOptions, ATTEMPTS_TTL, CHECKPOINT_EVERY};
 use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
@@ -434,7 +434,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         if let Some(store) = self.store.filter(|_| !batch.sink.degraded()) {
             let sequence = SequenceNumber::new(&record.sequence_number)?;
             let key = batch.sink.record_key(record, &sequence)?;
-            let attempts = match store.record_attempt(&key, self.options.attempts_ttl).await {
+            let attempts = match store.record_attempt(&key, ATTEMPTS_TTL).await {
                 Ok(attempts) => attempts,
                 Err(e) => {
                     batch.unavailable(e)?;
@@ -600,7 +600,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
     async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
         let now = Instant::now();
         self.clock = Some(now);
-        let due = now.saturating_duration_since(self.last_commit) >= options.checkpoint_every
+        let due = now.saturating_duration_since(self.last_commit) >= CHECKPOINT_EVERY
             || options
                 .checkpoint_records
                 .is_some_and(|n| self.since_commit >= n);

@@ -38,6 +38,27 @@ pub enum Parking {
     },
 }
 
+/// How long attempt counters live: twice the 24 hours a record stays in a
+/// DynamoDB stream (and, by default, in a Kinesis stream), so a record's
+/// retries, which end when it expires, all count against one counter.
+pub(crate) const ATTEMPTS_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
+
+/// How long an event-source-mapped batch's checkpoint lives, twice the
+/// 24 hours of default retention for the same reason: a retry of the batch
+/// later than this repeats its records (never skips one).
+pub(crate) const CHECKPOINT_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
+
+/// Commit progress during a batch at least this often: a timeout or a crash
+/// then repeats at most about a second of the batch's work, for at most one
+/// checkpoint write a second per batch.
+pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// An event-source-mapped processor stops this long before the Lambda
+/// deadline and reports the rest (with less time than this left, half of
+/// what is left), so a handler given up and the last checkpoint land before
+/// Lambda ends the invocation.
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
+
 /// Processor settings.
 #[derive(Debug, Clone)]
 pub struct ProcessingOptions {
@@ -48,19 +69,9 @@ pub struct ProcessingOptions {
     pub max_attempts: u32,
     /// Where parked records go.
     pub parking: Parking,
-    /// How long attempt counters live.
-    pub attempts_ttl: Duration,
-    /// Stop this long before the Lambda deadline and report the rest (with
-    /// less time than this left, half of what is left).
-    pub deadline_margin: Duration,
-    /// Commit progress during a batch at least this often (a timeout or a
-    /// crash then repeats at most this much work of the batch).
-    pub checkpoint_every: Duration,
-    /// Also commit progress after this many records (`None`: by time only).
+    /// Also commit progress after this many records (`None`: by time only,
+    /// every second).
     pub checkpoint_records: Option<u64>,
-    /// How long an event-source-mapped batch's checkpoint lives: a retry of
-    /// the batch later than this repeats its records (never skips one).
-    pub checkpoint_ttl: Duration,
     /// Whose progress, attempts and parked records an event source
     /// mapping's batches are (`None`: the invoked function's name, from the
     /// invocation context). Two consumers of one stream never share them;
@@ -75,11 +86,7 @@ impl Default for ProcessingOptions {
             mode: FailureMode::StopAtFirstFailure,
             max_attempts: 3,
             parking: Parking::Disabled,
-            attempts_ttl: Duration::from_secs(2 * 24 * 3600),
-            deadline_margin: Duration::from_millis(1500),
-            checkpoint_every: Duration::from_secs(1),
             checkpoint_records: None,
-            checkpoint_ttl: Duration::from_secs(2 * 24 * 3600),
             consumer: None,
         }
     }

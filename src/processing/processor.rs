@@ -6,7 +6,7 @@ use crate::processing::core::{Core, NoCheckpoints};
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
-use crate::processing::options::ProcessingOptions;
+use crate::processing::options::{ProcessingOptions, CHECKPOINT_TTL, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
 use crate::processing::prefix::Identities;
 use crate::processing::source::EventSource;
@@ -84,7 +84,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         self.configure(|inner| inner.store = Some(store))
     }
 
-    /// Sets the failure mode, attempts, parking and deadline margin.
+    /// Sets the failure mode, attempts, parking, checkpoint count and consumer.
     pub fn with_options(self, options: ProcessingOptions) -> Self {
         self.configure(|inner| inner.options = options)
     }
@@ -170,7 +170,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> Result<BatchReport, lambda_runtime::Error> {
         let units = S::units(&event)?;
         let inner = &*self.inner;
-        let stop_by = deadline.map(|d| stop_by(d, inner.options.deadline_margin));
+        let stop_by = deadline.map(|d| stop_by(d, DEADLINE_MARGIN));
         let Some(store) = &inner.store else {
             let core = Core::new(&inner.handler, None, &inner.options);
             return Ok(core.run(units.items, stop_by, &mut NoCheckpoints).await?);
@@ -197,13 +197,8 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         };
         let core = Core::new(&inner.handler, Some(store), &inner.options);
         let identities = Identities::of(&units.items);
-        let mut sink = BatchProgressSink::new(
-            store,
-            batch,
-            identities,
-            units.event_ids,
-            inner.options.checkpoint_ttl,
-        );
+        let mut sink =
+            BatchProgressSink::new(store, batch, identities, units.event_ids, CHECKPOINT_TTL);
         let mut report = core.run(units.items, stop_by, &mut sink).await?;
         sink.carry_over(&mut report).await;
         Ok(report)

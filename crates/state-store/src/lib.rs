@@ -73,8 +73,8 @@ pub use positions::ITERATOR_TYPES;
 pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
 pub use respread::Respread;
 pub use retry::{
-    call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Retried,
-    RetryPolicy,
+    call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Backoff, Jitter,
+    Retried, RetryPolicy,
 };
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};

@@ -5,12 +5,65 @@
 //! slows the consumers down instead of failing them at once. Everything else
 //! goes back to the caller classified: a lost condition, a throttle that never
 //! cleared, or another service error.
+//!
+//! The backoff itself ([`Backoff`]) is the one every pause after a failure
+//! uses, here and in the main crate's readers, each with its own base, cap
+//! and jitter.
 
 use crate::error::{Service, StateError};
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::future::Future;
 use std::time::Duration;
+
+/// How a backoff's delay is spread around its capped value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// Not at all: the delay is the capped value, for a pause that must last
+    /// at least that long.
+    None,
+    /// Full jitter: drawn uniformly from zero to the capped value (whole
+    /// milliseconds), so callers that failed together spread out.
+    Full,
+    /// Up to half more: drawn from the capped value to one and a half times
+    /// it, so callers spread out yet never come back sooner than the value.
+    UpToHalfMore,
+}
+
+/// A capped exponential backoff with jitter: after `attempt` failures in a
+/// row (1-based) the delay is `base * 2^(attempt-1)`, at most `max`, spread
+/// as `jitter` says. The one backoff of the state store's throttling retries
+/// ([`RetryPolicy::backoff`]), the shard worker's throttled and failed reads
+/// and the DynamoDB Streams reader's failing shards, each with its own
+/// parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The delay after the first failure; it doubles with each failure after.
+    pub base: Duration,
+    /// The delay never grows past this (before jitter).
+    pub max: Duration,
+    /// How the delay is spread.
+    pub jitter: Jitter,
+}
+
+impl Backoff {
+    /// The delay before jitter after `attempt` failures in a row (1-based):
+    /// `min(max, base * 2^(attempt-1))`.
+    pub fn cap(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(20);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+
+    /// The delay after `attempt` failures in a row (1-based), jittered.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let cap = self.cap(attempt);
+        match self.jitter {
+            Jitter::None => cap,
+            Jitter::Full => Duration::from_millis(fastrand::u64(0..=cap.as_millis() as u64)),
+            Jitter::UpToHalfMore => cap + cap.mul_f64(fastrand::f64() / 2.0),
+        }
+    }
+}
 
 /// How often and how long to retry throttled requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,17 +95,21 @@ impl RetryPolicy {
         }
     }
 
+    /// The backoff between attempts: from `base_delay` up to `max_delay`,
+    /// with full jitter so racing consumers spread out.
+    pub fn backoff(&self) -> Backoff {
+        Backoff {
+            base: self.base_delay,
+            max: self.max_delay,
+            jitter: Jitter::Full,
+        }
+    }
+
     /// The cap of the backoff after `attempt` failed attempts (1-based):
     /// `min(max_delay, base_delay * 2^(attempt-1))`. The actual sleep is drawn
     /// uniformly from `[0, cap]` (full jitter), so racing consumers spread out.
     pub fn backoff_cap(&self, attempt: u32) -> Duration {
-        let factor = 1u32 << attempt.saturating_sub(1).min(20);
-        self.base_delay.saturating_mul(factor).min(self.max_delay)
-    }
-
-    fn jittered(&self, attempt: u32) -> Duration {
-        let cap = self.backoff_cap(attempt).as_millis() as u64;
-        Duration::from_millis(fastrand::u64(0..=cap))
+        self.backoff().cap(attempt)
     }
 }
 
@@ -164,7 +221,7 @@ where
         if attempts >= max || !throttled(&error) {
             return Err(Retried::Failed { error, attempts });
         }
-        let pause = policy.jittered(attempts);
+        let pause = policy.backoff().delay(attempts);
         tracing::debug!(operation, attempts, ?pause, "throttled, backing off");
         tokio::time::sleep(pause).await;
     }
@@ -283,7 +340,28 @@ mod tests {
         assert_eq!(p.backoff_cap(5), Duration::from_millis(1000));
         assert_eq!(p.backoff_cap(60), Duration::from_millis(1000));
         for attempt in 1..8 {
-            assert!(p.jittered(attempt) <= p.backoff_cap(attempt));
+            assert!(p.backoff().delay(attempt) <= p.backoff_cap(attempt));
+        }
+    }
+
+    #[test]
+    fn backoff_jitter_stays_in_its_range() {
+        let exact = Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(32),
+            jitter: Jitter::None,
+        };
+        assert_eq!(exact.delay(1), Duration::from_secs(1));
+        assert_eq!(exact.delay(6), Duration::from_secs(32));
+        assert_eq!(exact.delay(40), Duration::from_secs(32));
+        let more = Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(1),
+            jitter: Jitter::UpToHalfMore,
+        };
+        for attempt in 1..8 {
+            let d = more.delay(attempt);
+            assert!(d >= Duration::from_secs(1) && d < Duration::from_millis(1500));
         }
     }
 

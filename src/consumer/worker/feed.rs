@@ -3,11 +3,11 @@
 //! holds up the others). Both give the worker batches; the worker processes
 //! them the same way and tells the feed how it went.
 
-use super::config::{InitialPosition, WorkerConfig};
+use super::config::{InitialPosition, WorkerConfig, LATEST_REOPEN_MARGIN_MS};
 use crate::consumer::reads::{
     IteratorStart, KinesisReads, ReadError, ReadRecord, SubscriptionEvent,
 };
-use crate::state::{Checkpoint, EpochMillis, ShardId, StreamAddress};
+use crate::state::{Backoff, Checkpoint, EpochMillis, Jitter, ShardId, StreamAddress};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -15,8 +15,15 @@ use tokio::sync::mpsc;
 /// 5 s after the last one started.
 const RESUBSCRIBE_AFTER_REFUSAL: Duration = Duration::from_secs(5);
 
-/// How long to back off a throttled shard (plus jitter up to half of it).
-const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a throttled or failed shard backs off, alone while the others go
+/// on: 1 s, the window over which Kinesis counts a shard's read limits, plus
+/// up to half of it so shards throttled together do not come back together.
+/// The same each time (`max` is `base`).
+const THROTTLE_BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(1),
+    jitter: Jitter::UpToHalfMore,
+};
 
 type Events = mpsc::Receiver<Result<SubscriptionEvent, ReadError>>;
 
@@ -125,12 +132,6 @@ fn start_at(position: Option<&Checkpoint>, initial: InitialPosition) -> Option<I
     })
 }
 
-/// How far before its first LATEST iterator a shard with nothing processed
-/// reads again when that iterator is lost (an expired iterator, a failed
-/// read, a dropped subscription): more than the clock skew between this
-/// machine and Kinesis, whose arrival times AT_TIMESTAMP compares with.
-pub(crate) const LATEST_REOPEN_MARGIN_MS: EpochMillis = 30_000;
-
 /// A shard started at LATEST with nothing processed is pinned to a time
 /// before its first iterator opened (less [`LATEST_REOPEN_MARGIN_MS`]): an
 /// iterator opened again later starts there, not at a new LATEST that would
@@ -154,8 +155,9 @@ fn wall_clock_millis() -> EpochMillis {
     crate::state::SystemClock.now_millis()
 }
 
-fn backoff() -> Instant {
-    Instant::now() + THROTTLE_BACKOFF + THROTTLE_BACKOFF.mul_f64(fastrand::f64() / 2.0)
+/// When a shard that was throttled or failed is read again.
+fn backed_off_until() -> Instant {
+    Instant::now() + THROTTLE_BACKOFF.delay(1)
 }
 
 /// When to subscribe again after a refused (one still open) or throttled
@@ -173,7 +175,7 @@ fn retry_subscription_at(
         }
         ReadError::Throttled(_) => {
             notes.throttled = true;
-            Ok(backoff())
+            Ok(backed_off_until())
         }
         e => Err(e),
     }
@@ -289,7 +291,7 @@ impl Cursor {
                 }
                 let fetched = fetched?;
                 if notes.throttled || notes.failed {
-                    self.next_poll = backoff();
+                    self.next_poll = backed_off_until();
                 }
                 Ok(fetched)
             }
@@ -305,7 +307,7 @@ impl Cursor {
                         *poll_once = true;
                     }
                     if notes.throttled || notes.failed {
-                        self.next_poll = backoff();
+                        self.next_poll = backed_off_until();
                     }
                     return Ok(fetched);
                 }
@@ -343,7 +345,7 @@ impl Cursor {
                             // off alone and subscribes again, as a poll does.
                             tracing::debug!(%shard, error = %e, "subscribing failed: the shard backs off");
                             notes.failed = true;
-                            self.next_poll = backoff();
+                            self.next_poll = backed_off_until();
                         }
                         Err(e) => self.next_poll = retry_subscription_at(e, shard, notes)?,
                     }

@@ -9,6 +9,7 @@
 mod config;
 mod feed;
 
+pub(crate) use config::LATEST_REOPEN_MARGIN_MS;
 pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
 use crate::consumer::list_stream_shards;
