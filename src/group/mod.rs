@@ -33,6 +33,10 @@ pub use executor::ExecutionReport;
 pub use fleet::{FleetConfig, FleetPlan, Starts};
 pub use reap::ReapConfig;
 pub use rebalance::RebalanceConfig;
+pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
+pub use sightings::{Ages, Sightings};
+pub use status::{ConsumerRow, EfoRow, GroupStatus, ShardRow};
+
 // The planner internals: public with the `testing` feature (the tests and
 // benchmarks call them directly), visible to this crate only otherwise.
 #[cfg(feature = "testing")]
@@ -51,6 +55,3 @@ pub(crate) use {
     reap::plan_reap,
     rebalance::{available_shards, held_by, live_consumers, plan_rebalance},
 };
-pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
-pub use sightings::{Ages, Sightings};
-pub use status::{ConsumerRow, EfoRow, GroupStatus, ShardRow};

@@ -1,10 +1,10 @@
 //! Time, injected, so lease expiry and heartbeat timeouts are testable without sleeping.
 
-// The test clocks' imports: they are compiled for tests and with the
-// `testing` feature only.
-#[cfg(any(test, feature = "testing"))]
+// The test clocks' imports: they are compiled with the `testing` feature
+// only (which this crate's own tests turn on).
+#[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicI64, Ordering};
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -55,7 +55,7 @@ impl Clock for SystemClock {
 /// Its monotonic readings are the inner clock's, shifted the same way.
 ///
 /// Only with the `testing` feature: a test clock, not for a deployed consumer.
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone)]
 pub struct SkewedClock {
@@ -63,7 +63,7 @@ pub struct SkewedClock {
     offset: EpochMillis,
 }
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 impl SkewedClock {
     /// `inner` shifted by `offset_millis`.
     pub fn new(inner: Arc<dyn Clock>, offset_millis: EpochMillis) -> Self {
@@ -74,7 +74,7 @@ impl SkewedClock {
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 impl Clock for SkewedClock {
     fn now_millis(&self) -> EpochMillis {
         self.inner.now_millis() + self.offset
@@ -90,14 +90,14 @@ impl Clock for SkewedClock {
 /// Clones share the same time.
 ///
 /// Only with the `testing` feature: a test clock, not for a deployed consumer.
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     now: Arc<AtomicI64>,
 }
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 impl ManualClock {
     /// A clock that reads `start` until moved.
     pub fn new(start: EpochMillis) -> Self {
@@ -122,7 +122,7 @@ impl ManualClock {
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
+#[cfg(feature = "testing")]
 impl Clock for ManualClock {
     fn now_millis(&self) -> EpochMillis {
         self.now.load(Ordering::SeqCst)
