@@ -42,6 +42,7 @@
 //! ```
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use shardkeeper_state as state;
 pub use state::StateStore;

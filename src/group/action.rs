@@ -8,6 +8,9 @@ use crate::state::{
 /// decided on (a counter, a heartbeat), so applying it is conditional on
 /// nothing having changed since: a stale action loses its condition and is
 /// skipped, never applied on top of newer state.
+///
+/// Public only with the `testing` feature: a planner internal.
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Give a free or expired lease to a consumer (`take_lease` on the state seen).
@@ -121,28 +124,33 @@ impl Action {
     }
 }
 
-/// The kinds of [`Action`].
+/// The kinds of action the planners decide, which an [`ExecutionReport`]
+/// counts. (The actions themselves are public only with the `testing`
+/// feature; these kinds are what a tick's report shows.)
+///
+/// [`ExecutionReport`]: crate::group::ExecutionReport
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionKind {
-    /// [`Action::Assign`].
+    /// A free or expired lease given to a consumer.
     Assign,
-    /// [`Action::Claim`].
+    /// An owner asked to hand a lease over at its next renewal.
     Claim,
-    /// [`Action::ForceTake`].
+    /// A claimed lease taken for the claimant after the hand-off timeout.
     ForceTake,
-    /// [`Action::CancelClaim`].
+    /// A claim withdrawn because its claimant is no longer live.
     CancelClaim,
-    /// [`Action::ClearPendingParent`].
+    /// A depleted (or gone) parent cleared from a child's pending parents.
     ClearPendingParent,
-    /// [`Action::ReapConsumer`].
+    /// A consumer that missed its heartbeat removed, its leases and EFO locks freed.
     ReapConsumer,
-    /// [`Action::ReleaseEfo`].
+    /// An EFO consumer unlocked, held by a consumer that is not registered.
     ReleaseEfo,
-    /// [`Action::DeregisterEfo`].
+    /// An idle EFO consumer removed from the state and deregistered from Kinesis.
     DeregisterEfo,
-    /// [`Action::RemoveShard`].
+    /// The state of a depleted shard whose records are all past retention removed.
     RemoveShard,
-    /// [`Action::RemoveScopedShard`].
+    /// A standalone scope's shard item removed: its consumer is gone and it
+    /// was last written longer ago than the stream's retention.
     RemoveScopedShard,
 }

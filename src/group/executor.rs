@@ -62,6 +62,9 @@ impl ExecutionReport {
 
 /// Applies `actions` in order. `kinesis` is needed only for
 /// [`Action::DeregisterEfo`]; without it those actions are skipped as lost.
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub async fn execute(
     store: &StateStore,
     kinesis: Option<&aws_sdk_kinesis::Client>,

@@ -60,7 +60,7 @@ impl Default for FleetConfig {
     }
 }
 
-/// What [`plan_fleet`] decided.
+/// What the fleet planner (`plan_fleet`) decided.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FleetPlan {
     /// Workers the group wants.
@@ -74,7 +74,7 @@ pub struct FleetPlan {
 }
 
 /// Time left in `consumer`'s run as observed, `None` when no end is planned.
-pub fn time_left(snapshot: &GroupSnapshot, ages: &Ages, consumer: &ConsumerId) -> Option<Duration> {
+fn time_left(snapshot: &GroupSnapshot, ages: &Ages, consumer: &ConsumerId) -> Option<Duration> {
     let state = snapshot.consumers.iter().find(|c| c.id() == consumer)?;
     let ends = state.info.ends?;
     let at_beat = Duration::from_millis(ends.saturating_sub(state.heartbeat).max(0) as u64);
@@ -82,6 +82,9 @@ pub fn time_left(snapshot: &GroupSnapshot, ages: &Ages, consumer: &ConsumerId) -
 }
 
 /// How many workers to start (see the module docs).
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn plan_fleet(
     snapshot: &GroupSnapshot,
     ages: &Ages,

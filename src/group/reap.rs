@@ -48,6 +48,9 @@ impl Default for ReapConfig {
 
 /// Plans one reaper tick at `now` (the reaper's wall clock, for retention
 /// only). See the module documentation.
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn plan_reap(
     snapshot: &GroupSnapshot,
     ages: &Ages,

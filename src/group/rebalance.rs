@@ -53,6 +53,9 @@ impl Default for RebalanceConfig {
 /// the timeout ago, active, not standalone. (With the timeout equal to the
 /// lease term, a consumer is dead by the tick its leases expire, so they are
 /// not given back to it.)
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn live_consumers<'a>(
     snapshot: &'a GroupSnapshot,
     ages: &Ages,
@@ -67,6 +70,9 @@ pub fn live_consumers<'a>(
 }
 
 /// The owner of the shard's lease if it renewed it within `lease_term` (as observed).
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn held_by<'a>(
     shard: &'a ShardState,
     ages: &Ages,
@@ -87,6 +93,9 @@ fn take_stale(shard: &ShardState) -> TakeFrom {
 }
 
 /// The shards that may be leased: not depleted, every parent depleted.
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn available_shards(snapshot: &GroupSnapshot) -> Vec<&ShardState> {
     let by_id: BTreeMap<&ShardId, &ShardState> =
         snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
@@ -107,7 +116,7 @@ pub fn available_shards(snapshot: &GroupSnapshot) -> Vec<&ShardState> {
 
 /// Children whose pending parent is depleted or gone, and that parent: their
 /// depletion was recorded without the child (the repair the rebalancer makes).
-pub fn stranded_children(snapshot: &GroupSnapshot) -> Vec<(&ShardId, &ShardId)> {
+fn stranded_children(snapshot: &GroupSnapshot) -> Vec<(&ShardId, &ShardId)> {
     let by_id: BTreeMap<&ShardId, &ShardState> =
         snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
     snapshot
@@ -143,6 +152,9 @@ impl<'a> Ledger<'a> {
 }
 
 /// Plans one rebalancer tick. See the module documentation.
+///
+/// Public only with the `testing` feature (see the `group` module's documentation).
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn plan_rebalance(
     snapshot: &GroupSnapshot,
     ages: &Ages,

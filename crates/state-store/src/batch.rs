@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::time::Duration;
 
 /// Sort-key prefix of batch progress items.
-pub const SK_BATCH: &str = "BATCH#";
+pub(crate) const SK_BATCH: &str = "BATCH#";
 
 /// The longest consumer name, stream ARN piece or event id a key takes.
 const MAX_PART: usize = 256;

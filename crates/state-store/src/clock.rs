@@ -1,7 +1,12 @@
 //! Time, injected, so lease expiry and heartbeat timeouts are testable without sleeping.
 
+// The test clocks' imports: they are compiled with the `testing` feature
+// only (which this crate's own tests turn on).
+#[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, OnceLock};
+#[cfg(feature = "testing")]
+use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch: the unit every timestamp in the state table uses.
@@ -48,12 +53,17 @@ impl Clock for SystemClock {
 /// Another clock shifted by a fixed offset: one machine's wall clock running
 /// ahead (positive) or behind (negative) the others, for tests of clock skew.
 /// Its monotonic readings are the inner clock's, shifted the same way.
+///
+/// Only with the `testing` feature: a test clock, not for a deployed consumer.
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone)]
 pub struct SkewedClock {
     inner: Arc<dyn Clock>,
     offset: EpochMillis,
 }
 
+#[cfg(feature = "testing")]
 impl SkewedClock {
     /// `inner` shifted by `offset_millis`.
     pub fn new(inner: Arc<dyn Clock>, offset_millis: EpochMillis) -> Self {
@@ -64,6 +74,7 @@ impl SkewedClock {
     }
 }
 
+#[cfg(feature = "testing")]
 impl Clock for SkewedClock {
     fn now_millis(&self) -> EpochMillis {
         self.inner.now_millis() + self.offset
@@ -77,11 +88,16 @@ impl Clock for SkewedClock {
 /// A clock that moves only when told to: for tests and simulations.
 ///
 /// Clones share the same time.
+///
+/// Only with the `testing` feature: a test clock, not for a deployed consumer.
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     now: Arc<AtomicI64>,
 }
 
+#[cfg(feature = "testing")]
 impl ManualClock {
     /// A clock that reads `start` until moved.
     pub fn new(start: EpochMillis) -> Self {
@@ -106,6 +122,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(feature = "testing")]
 impl Clock for ManualClock {
     fn now_millis(&self) -> EpochMillis {
         self.now.load(Ordering::SeqCst)

@@ -20,7 +20,7 @@ use crate::store::{At, StateStore};
 use std::sync::atomic::Ordering;
 
 /// Sort key of the layout item.
-pub const SK_BUCKETS: &str = "BUCKETS";
+pub(crate) const SK_BUCKETS: &str = "BUCKETS";
 
 /// How many bucket queries run at once in a read of every bucket.
 const CONCURRENT_QUERIES: usize = 16;

@@ -25,6 +25,7 @@
 //! ```
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
 mod buckets;
@@ -54,23 +55,25 @@ mod stream;
 mod stream_address;
 mod table;
 
-pub use batch::{BatchKey, BatchProgress, PrefixDigest, SK_BATCH};
+pub use batch::{BatchKey, BatchProgress, PrefixDigest};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Depleted};
-pub use clock::{duration_millis, Clock, EpochMillis, ManualClock, SkewedClock, SystemClock};
+pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
+// Test clocks: a deployed consumer runs on the system clock, so they are
+// public only for tests (this workspace's and a user's) that ask for them.
+#[cfg(feature = "testing")]
+pub use clock::{ManualClock, SkewedClock};
 pub use consumer::{ClearReport, Heartbeat, MAX_GIVEN};
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;
-pub use layout::SK_BUCKETS;
 pub use lease::{Released, Renewal, TakeFrom};
 pub use model::{
     Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
     StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
-pub use positions::ITERATOR_TYPES;
-pub use records::{ParkedRecord, RecordKey, SK_ATTEMPTS, SK_PARKED};
+pub use records::{ParkedRecord, RecordKey};
 pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Backoff, Jitter,

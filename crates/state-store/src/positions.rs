@@ -9,7 +9,7 @@ use crate::sequence::SequenceNumber;
 use crate::store::StateStore;
 
 /// The iterator types a position can resume with.
-pub const ITERATOR_TYPES: [&str; 4] = [
+const ITERATOR_TYPES: [&str; 4] = [
     "TRIM_HORIZON",
     "LATEST",
     "AT_SEQUENCE_NUMBER",

@@ -14,9 +14,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::time::Duration;
 
 /// Sort-key prefix of attempt counters.
-pub const SK_ATTEMPTS: &str = "RECORD#";
+pub(crate) const SK_ATTEMPTS: &str = "RECORD#";
 /// Sort-key prefix of parked records.
-pub const SK_PARKED: &str = "PARKED#";
+pub(crate) const SK_PARKED: &str = "PARKED#";
 
 /// Which user record. A self-managed consumer's records are named by their
 /// shard (its group names the stream); an event-source-mapped record by
