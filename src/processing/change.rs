@@ -4,7 +4,7 @@
 //! and the reader's records as `poll` hands them out), or from attribute
 //! values turned into DynamoDB JSON first (`Change::from_parts`).
 
-use crate::processing::handler::{call_typed, HandlerError, RecordHandler};
+use crate::processing::handler::{Decode, HandlerError, TypedHandler};
 use crate::processing::image::{from_attribute_map, from_image_json, image_at};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
@@ -461,11 +461,25 @@ fn present(image: Option<&str>) -> Option<&str> {
     })
 }
 
-/// A handler of typed DynamoDB Streams changes (see [`changes`]).
-pub struct ChangeHandler<T, F> {
-    f: F,
-    _t: PhantomData<fn() -> T>,
+/// Typed DynamoDB Streams changes: each record's images decoded from
+/// their DynamoDB JSON text straight into `T` ([`Change::from_event_json`]).
+pub struct Changes<T>(PhantomData<fn() -> T>);
+
+impl<T: DeserializeOwned + Send + 'static> Decode for Changes<T> {
+    type Value = Change<T>;
+
+    fn decode(record: &StreamRecord) -> Result<Change<T>, RecordError> {
+        std::str::from_utf8(&record.data)
+            .map_err(|e| RecordError::Malformed {
+                index: 0,
+                error: e.to_string(),
+            })
+            .and_then(Change::from_event_json)
+    }
 }
+
+/// A handler of typed DynamoDB Streams changes (see [`changes`]).
+pub type ChangeHandler<T, F> = TypedHandler<Changes<T>, F>;
 
 /// Wraps `f(change, record)` into a record handler for DynamoDB Streams
 /// batches: each record's images are decoded from their DynamoDB JSON text
@@ -479,28 +493,7 @@ where
     Fut: Future<Output = Result<(), E>> + Send,
     E: Into<HandlerError>,
 {
-    ChangeHandler { f, _t: PhantomData }
-}
-
-impl<T, F, Fut, E> RecordHandler for ChangeHandler<T, F>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(Change<T>, StreamRecord) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send,
-    E: Into<HandlerError>,
-{
-    fn handle(
-        &self,
-        record: StreamRecord,
-    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        let change = std::str::from_utf8(&record.data)
-            .map_err(|e| RecordError::Malformed {
-                index: 0,
-                error: e.to_string(),
-            })
-            .and_then(Change::from_event_json);
-        call_typed(&self.f, change, record)
-    }
+    TypedHandler::new(f)
 }
 
 #[cfg(test)]

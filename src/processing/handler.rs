@@ -108,11 +108,43 @@ where
     }
 }
 
-/// A handler of JSON payloads of type `T` (see [`json`]).
-pub struct JsonHandler<T, F> {
+/// A handler of typed values (see [`json`] and [`crate::processing::changes`]):
+/// `f(value, record)` with the value `D` decodes from each record, or the
+/// record failed with the decoding error. The one typed adapter; its kinds
+/// are named [`JsonHandler`] and [`crate::processing::ChangeHandler`].
+pub struct TypedHandler<D, F> {
     f: F,
-    _t: PhantomData<fn() -> T>,
+    _d: PhantomData<fn() -> D>,
 }
+
+impl<D, F> TypedHandler<D, F> {
+    pub(crate) fn new(f: F) -> Self {
+        TypedHandler { f, _d: PhantomData }
+    }
+}
+
+/// How a typed handler reads its value from a record.
+pub trait Decode: 'static {
+    /// What the handler receives.
+    type Value: Send;
+
+    /// The value of `record`, or why it has none.
+    fn decode(record: &StreamRecord) -> Result<Self::Value, RecordError>;
+}
+
+/// JSON payloads of type `T`.
+pub struct Json<T>(PhantomData<fn() -> T>);
+
+impl<T: DeserializeOwned + Send + 'static> Decode for Json<T> {
+    type Value = T;
+
+    fn decode(record: &StreamRecord) -> Result<T, RecordError> {
+        record.json()
+    }
+}
+
+/// A handler of JSON payloads of type `T` (see [`json`]).
+pub type JsonHandler<T, F> = TypedHandler<Json<T>, F>;
 
 /// Wraps `f(payload, record)` into a record handler that parses each payload
 /// as JSON into `T` first; a payload that does not parse fails its record
@@ -124,13 +156,13 @@ where
     Fut: Future<Output = Result<(), E>> + Send,
     E: Into<HandlerError>,
 {
-    JsonHandler { f, _t: PhantomData }
+    TypedHandler::new(f)
 }
 
-impl<T, F, Fut, E> RecordHandler for JsonHandler<T, F>
+impl<D, F, Fut, E> RecordHandler for TypedHandler<D, F>
 where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(T, StreamRecord) -> Fut + Send + Sync + 'static,
+    D: Decode,
+    F: Fn(D::Value, StreamRecord) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
     E: Into<HandlerError>,
 {
@@ -138,28 +170,12 @@ where
         &self,
         record: StreamRecord,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        let parsed: Result<T, RecordError> = record.json();
-        call_typed(&self.f, parsed, record)
-    }
-}
-
-/// Calls `f(value, record)` with a value decoded from the record, or fails
-/// the record with the decoding error: what every typed handler does.
-pub(crate) fn call_typed<V, F, Fut, E>(
-    f: &F,
-    decoded: Result<V, RecordError>,
-    record: StreamRecord,
-) -> impl Future<Output = Result<(), HandlerError>> + Send + use<V, F, Fut, E>
-where
-    F: Fn(V, StreamRecord) -> Fut,
-    Fut: Future<Output = Result<(), E>> + Send,
-    E: Into<HandlerError>,
-{
-    let fut = decoded.map(|value| f(value, record));
-    async move {
-        match fut {
-            Ok(fut) => fut.await.map_err(Into::into),
-            Err(e) => Err(Box::new(e) as HandlerError),
+        let fut = D::decode(&record).map(|value| (self.f)(value, record));
+        async move {
+            match fut {
+                Ok(fut) => fut.await.map_err(Into::into),
+                Err(e) => Err(Box::new(e) as HandlerError),
+            }
         }
     }
 }
