@@ -12,6 +12,7 @@
 //! - The core: `core` (the loop), `unit` (a record as the core receives it).
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
 //!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
+//!   `number` (its numbers, read exactly),
 //!   `record`, `outcome` (reports and record errors), `options`, `parking`.
 //! - Event source mappings: `processor` (the Lambda handler),
 //!   `batch_progress` (where a batch keeps its progress, per consumer),
@@ -52,6 +53,7 @@ mod dynamodb;
 mod handler;
 mod image;
 mod kinesis;
+mod number;
 mod options;
 mod outcome;
 mod parking;
