@@ -12,22 +12,23 @@
 //!   so once in the log and in its report.
 
 use crate::processing::core::CheckpointSink;
+use crate::processing::options::CHECKPOINT_TTL;
 use crate::processing::outcome::BatchReport;
-use crate::processing::prefix::{Identities, PrefixHasher};
+use crate::processing::prefix::{Digest16, Identities, PrefixHasher};
 use crate::processing::record::StreamRecord;
 use crate::state::{
     BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult,
     SequenceNumber, ShardId, StateError, StateStore,
 };
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The progress of one event-source-mapped batch.
 pub(crate) struct BatchProgressSink<'a> {
     store: &'a StateStore,
     batch: BatchKey,
-    ttl: Duration,
     identities: Identities,
+    /// The digest of the whole batch, computed once.
+    content: Digest16,
     hasher: PrefixHasher,
     /// Each record's event id by sequence number, where the event names no
     /// shard (DynamoDB Streams).
@@ -41,19 +42,18 @@ pub(crate) struct BatchProgressSink<'a> {
 impl<'a> BatchProgressSink<'a> {
     /// The progress of `batch`, whose records are `identities` (and, where
     /// the event names no shard, whose event ids by sequence number are
-    /// `event_ids`), kept for `ttl`.
+    /// `event_ids`).
     pub(crate) fn new(
         store: &'a StateStore,
         batch: BatchKey,
         identities: Identities,
         event_ids: Vec<(Arc<str>, Arc<str>)>,
-        ttl: Duration,
     ) -> Self {
         BatchProgressSink {
             store,
             batch,
-            ttl,
             hasher: PrefixHasher::new(&identities),
+            content: identities.content(),
             identities,
             event_ids,
             committed: None,
@@ -98,7 +98,7 @@ impl<'a> BatchProgressSink<'a> {
         let progress = BatchProgress::new(cp.clone(), vec![prefix], digest);
         if let Err(e) = self
             .store
-            .store_batch_progress(&next, &progress, self.ttl)
+            .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
             .await
         {
             tracing::warn!(error = %e, "the progress inside the failed aggregate was not stored");
@@ -156,10 +156,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
         };
         let done = at + 1;
         let prefixes = self.hasher.prefixes(&self.identities, done);
-        let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.identities.content());
+        let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
         let outcome = self
             .store
-            .store_batch_progress(&self.batch, &progress, self.ttl)
+            .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
             .await?;
         self.committed = Some((checkpoint.clone(), done));
         Ok(outcome == CheckpointOutcome::Stored)

@@ -6,7 +6,7 @@ use crate::processing::core::{Core, NoCheckpoints};
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
-use crate::processing::options::{ProcessingOptions, CHECKPOINT_TTL, DEADLINE_MARGIN};
+use crate::processing::options::{ProcessingOptions, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
 use crate::processing::prefix::Identities;
 use crate::processing::source::EventSource;
@@ -197,8 +197,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         };
         let core = Core::new(&inner.handler, Some(store), &inner.options);
         let identities = Identities::of(&units.items);
-        let mut sink =
-            BatchProgressSink::new(store, batch, identities, units.event_ids, CHECKPOINT_TTL);
+        let mut sink = BatchProgressSink::new(store, batch, identities, units.event_ids);
         let mut report = core.run(units.items, stop_by, &mut sink).await?;
         sink.carry_over(&mut report).await;
         Ok(report)
