@@ -84,7 +84,7 @@ fn main() {
         }
         let d0 = aws.dynamodb_requests.snapshot();
         let started = Instant::now();
-        while worker.report().processed < RECORDS as u64 {
+        while worker.report().shards.processed < RECORDS as u64 {
             worker.step().await.unwrap();
         }
         let elapsed = started.elapsed().as_secs_f64();
@@ -127,8 +127,8 @@ fn main() {
         );
         println!(
             "| shardkeeper worker | {RECORDS} | {RECORD_BYTES} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {:.1}x |",
-            report.polls,
-            report.checkpoints,
+            report.shards.polls,
+            report.shards.checkpoints,
             aws.dynamodb_requests.requests_since(&d0),
             elapsed,
             rate,

@@ -136,9 +136,9 @@ async fn main() -> Result<(), Error> {
     println!(
         "stopped: {} records processed, {} checkpoints, {} polls, {} subscriptions",
         seen.load(Ordering::Relaxed),
-        report.checkpoints,
-        report.polls,
-        report.subscriptions
+        report.shards.checkpoints,
+        report.shards.polls,
+        report.shards.subscriptions
     );
     Ok(())
 }

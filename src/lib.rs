@@ -13,6 +13,8 @@
 //! * [`processing`]: the record-processing core and the event-source-mapped
 //!   processors ([`KinesisProcessor`], [`DynamoDbProcessor`]), with the
 //!   handler contract, typed payloads, parking and tumbling windows.
+//! * [`pipeline`]: the shard pipeline every self-managed mode consumes a
+//!   shard with: a record source, the core, a checkpointer.
 //! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]):
 //!   sessions (in a group, or standalone), reads (polling and enhanced
 //!   fan-out), the EFO pool.
@@ -49,6 +51,8 @@ pub use state::StateStore;
 
 pub mod processing;
 pub use processing::{DynamoDbProcessor, KinesisProcessor};
+
+pub mod pipeline;
 
 pub mod consumer;
 pub use consumer::ShardWorker;

@@ -7,8 +7,10 @@
 //! - `standalone`: a consumer that reads every shard in its own scope.
 //! - `mode`: the one of the two a worker runs.
 //! - `holding`: a process's hold on its consumer id (the heartbeat token).
-//! - `worker`: [`ShardWorker`], the read loop, and its per-shard cursors.
-//! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a trait.
+//! - `worker`: [`ShardWorker`]: leases, the EFO lock and the drain around a
+//!   map of shard pipelines ([`crate::pipeline`]).
+//! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a
+//!   trait, and the Kinesis record source of a pipeline.
 //! - `efo_pool`: the group's pool of enhanced fan-out consumers.
 //! - `discovery`: the stream's shards, parents first.
 //! - `events`: the worker's lease and checkpoint events, for observers.

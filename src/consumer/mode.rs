@@ -3,11 +3,13 @@
 //! checkpoints of its own). The worker's reading code is the same for both.
 
 use crate::consumer::StandaloneSession;
-use crate::consumer::{ConsumerSession, SessionTick};
+use crate::consumer::{ConsumerSession, Observer, SessionTick, WorkerEvent};
+use crate::pipeline::Checkpointer;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, Result, ShardId,
     ShardScope, ShardSpec,
 };
+use std::time::Instant;
 
 /// The progress of each shard: where to checkpoint it.
 pub(crate) type Progress<'a> =
@@ -142,5 +144,49 @@ impl Mode {
             Mode::Group(s) => s.checkpoint_all(progress).await,
             Mode::Standalone(r) => r.checkpoint_all(progress).await,
         }
+    }
+}
+
+/// The worker's checkpointer: a fenced checkpoint through the lease (or,
+/// standalone, in the consumer's own scope), each one stored after a record
+/// reported to the observer with when its request was sent.
+pub(crate) struct ModeCheckpoints<'a> {
+    pub mode: &'a mut Mode,
+    pub observer: Option<&'a Observer>,
+}
+
+impl Checkpointer for ModeCheckpoints<'_> {
+    fn batch_starts(&mut self, shard: &ShardId) {
+        let expiry = self.mode.local_expiry(shard);
+        if let (Some((lease_expiry, _)), Some(observer)) = (expiry, self.observer) {
+            observer(WorkerEvent::Processing {
+                shard: shard.clone(),
+                at: Instant::now(),
+                lease_expiry,
+            });
+        }
+    }
+
+    async fn checkpoint(
+        &mut self,
+        shard: &ShardId,
+        checkpoint: &Checkpoint,
+        arrival: Option<EpochMillis>,
+    ) -> Result<bool> {
+        let sent = Instant::now();
+        let stored =
+            self.mode.checkpoint(shard, checkpoint, arrival).await? == CheckpointOutcome::Stored;
+        // A pin is no progress: only checkpoints after a record are events.
+        if let Some(observer) = self
+            .observer
+            .filter(|_| stored && checkpoint.has_progress())
+        {
+            observer(WorkerEvent::Checkpointed {
+                shard: shard.clone(),
+                checkpoint: checkpoint.clone(),
+                sent,
+            });
+        }
+        Ok(stored)
     }
 }

@@ -93,10 +93,10 @@ where
             .clone();
         tracing::info!(
             request_id = %event.context.request_id,
-            processed = report.processed,
-            checkpoints = report.checkpoints,
+            processed = report.shards.processed,
+            checkpoints = report.shards.checkpoints,
             leases_lost = report.leases_lost,
-            transient_errors = report.transient_errors,
+            transient_errors = report.shards.transient_errors,
             millis_behind_latest = report.millis_behind_latest,
             "invocation done"
         );
@@ -111,18 +111,18 @@ where
 /// its counters, and how far behind the stream's tip its furthest shard was.
 pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
     let mut metrics = vec![
-        Metric::count("RecordsProcessed", report.processed as f64),
-        Metric::count("DuplicatesSkipped", report.duplicates_skipped as f64),
-        Metric::count("RecordsParked", report.parked as f64),
-        Metric::count("Checkpoints", report.checkpoints as f64),
+        Metric::count("RecordsProcessed", report.shards.processed as f64),
+        Metric::count("DuplicatesSkipped", report.shards.duplicates_skipped as f64),
+        Metric::count("RecordsParked", report.shards.parked as f64),
+        Metric::count("Checkpoints", report.shards.checkpoints as f64),
         Metric::count("ShardsCompleted", report.shards_completed as f64),
         Metric::count("LeasesLost", report.leases_lost as f64),
         Metric::count("LeasesHandedOff", report.handed_off as f64),
         Metric::count("LeasesHeldAtStop", report.held_at_stop as f64),
-        Metric::count("Polls", report.polls as f64),
-        Metric::count("Subscriptions", report.subscriptions as f64),
-        Metric::count("ReadsThrottled", report.throttled as f64),
-        Metric::count("TransientErrors", report.transient_errors as f64),
+        Metric::count("Polls", report.shards.polls as f64),
+        Metric::count("Subscriptions", report.shards.subscriptions as f64),
+        Metric::count("ReadsThrottled", report.shards.throttled as f64),
+        Metric::count("TransientErrors", report.shards.transient_errors as f64),
     ];
     if let Some(behind) = report.millis_behind_latest {
         metrics.push(Metric {
@@ -140,15 +140,15 @@ mod tests {
 
     #[test]
     fn a_report_becomes_its_metrics() {
-        let report = WorkerReport {
-            processed: 10,
-            checkpoints: 3,
+        let mut report = WorkerReport {
             leases_lost: 1,
-            transient_errors: 2,
-            throttled: 4,
             millis_behind_latest: Some(1_500),
             ..WorkerReport::default()
         };
+        report.shards.processed = 10;
+        report.shards.checkpoints = 3;
+        report.shards.transient_errors = 2;
+        report.shards.throttled = 4;
         let metrics = worker_metrics(&report);
         let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
         assert_eq!(value("RecordsProcessed"), Some(10.0));

@@ -9,7 +9,9 @@
 //! ([`crate::ddb_streams::StreamReader`]); each supplies its units and a
 //! [`CheckpointSink`].
 //!
-//! - The core: `core` (the loop), `unit` (a record as the core receives it).
+//! - The core: `core` (the loop, and the batch in progress), `sink` (where a
+//!   mode keeps its positions, as the core sees it), `unit` (a record as the
+//!   core receives it).
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
 //!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
 //!   `number` (its numbers, read exactly),
@@ -62,12 +64,14 @@ mod processor;
 mod record;
 mod runtime;
 mod scan;
+mod sink;
 mod source;
 mod unit;
 mod window;
 
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts, Keys};
-pub use core::{CheckpointSink, Core, NoCheckpoints};
+pub use core::Core;
+pub(crate) use core::Ran;
 pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use image::from_image_json;
@@ -76,6 +80,7 @@ pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
 pub use processor::{BatchProcessor, DynamoDbProcessor, KinesisProcessor};
 pub use record::StreamRecord;
+pub use sink::{CheckpointSink, NoCheckpoints};
 pub use source::{EventSource, EventUnits};
 pub use unit::Unit;
 pub use window::{KinesisWindowProcessor, WindowInfo, STATE_KEY};

@@ -2,13 +2,14 @@
 
 use crate::metrics::Metric;
 use crate::processing::batch_progress::BatchProgressSink;
-use crate::processing::core::{Core, NoCheckpoints};
+use crate::processing::core::Core;
 use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
 use crate::processing::kinesis::Kinesis;
 use crate::processing::options::{ProcessingOptions, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
 use crate::processing::prefix::Identities;
+use crate::processing::sink::NoCheckpoints;
 use crate::processing::source::EventSource;
 use crate::processing::source::EventUnits;
 use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};

@@ -1,11 +1,24 @@
-//! The Kinesis reads a shard worker makes (GetShardIterator, GetRecords,
-//! SubscribeToShard), behind a trait. [`SdkReads`] is the implementation on
-//! the AWS SDK client; tests plug in a fake to show what the local servers
-//! cannot (read throttling, duplicate subscriptions, `MillisBehindLatest`).
+//! Reading Kinesis shards: the reads a shard worker makes (GetShardIterator,
+//! GetRecords, SubscribeToShard) behind a trait, and the record source a
+//! shard pipeline reads a Kinesis shard with. [`SdkReads`] is the
+//! implementation on the AWS SDK client; tests plug in a fake to show what
+//! the local servers cannot (read throttling, duplicate subscriptions,
+//! `MillisBehindLatest`).
+//!
+//! - `source`: the Kinesis record source (polled or subscribed).
+//! - `poll`: one poll of a shard, and its back-off.
+//! - `subscription`: a subscription pumped into a channel; resubscribing.
+//! - `start`: where a read starts, and a LATEST start's pin.
+//! - `sdk`: the reads on the SDK client.
 
+mod poll;
 mod sdk;
+mod source;
+mod start;
+mod subscription;
 
 pub use sdk::SdkReads;
+pub(crate) use source::{KinesisSource, ReadSettings};
 
 use crate::state::{EpochMillis, ShardId, StateError, StreamAddress};
 use bytes::Bytes;

@@ -1,6 +1,7 @@
 //! How a shard worker reads, and what it reports.
 
 use crate::consumer::EfoPool;
+use crate::pipeline::ShardReport;
 use crate::processing::ProcessingOptions;
 use crate::state::EpochMillis;
 use std::time::Duration;
@@ -85,23 +86,16 @@ impl Default for WorkerConfig {
     }
 }
 
-/// What the worker did so far.
+/// What the worker did so far: the sum of its shards' reports, and what
+/// only the worker does (leases, completions).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct WorkerReport {
-    /// GetRecords calls.
-    pub polls: u64,
-    /// SubscribeToShard subscriptions opened.
-    pub subscriptions: u64,
-    /// Subscriptions refused because one was still open for the shard.
-    pub subscriptions_refused: u64,
-    /// User records handled successfully.
-    pub processed: u64,
-    /// User records skipped as already checkpointed.
-    pub duplicates_skipped: u64,
-    /// Records parked.
-    pub parked: u64,
-    /// Fenced checkpoints stored.
-    pub checkpoints: u64,
+    /// What the pipelines of its shards did, summed: reads, records,
+    /// checkpoints, and transient failures (the worker's own too: a step
+    /// or a stop tried again).
+    #[serde(flatten)]
+    pub shards: ShardReport,
     /// Shards read to their end and completed.
     pub shards_completed: u64,
     /// Leases lost (the shard stopped at once).
@@ -112,14 +106,6 @@ pub struct WorkerReport {
     /// Shards still held when the run stopped, released (or checkpointed,
     /// without [`WorkerConfig::release_on_stop`]) then.
     pub held_at_stop: u64,
-    /// Expired iterators refreshed at the checkpoint.
-    pub iterators_refreshed: u64,
-    /// Throttled reads backed off.
-    pub throttled: u64,
-    /// Transient failures ridden out (throttling past the retries, AWS
-    /// internal errors, connection failures): the step was retried later,
-    /// or a checkpoint was left to the next one.
-    pub transient_errors: u64,
     /// The largest `MillisBehindLatest` of the last read of each shard.
     pub millis_behind_latest: Option<i64>,
 }

@@ -1,30 +1,33 @@
-//! The self-managed shard worker: holds the leases the rebalancer gives it,
-//! reads each leased shard (GetRecords polling, or SubscribeToShard through
-//! an enhanced fan-out consumer locked from the group's pool), hands the
-//! records to the same processing core as the event-source-mapped handlers,
-//! and writes fenced checkpoints. The same code runs in a Lambda invocation
-//! (bounded by its deadline) and in a long-running process (bounded by a
-//! stop signal).
+//! The self-managed shard worker: holds the leases the rebalancer gives it
+//! (or, standalone, every shard), and consumes each shard it holds with a
+//! shard pipeline ([`crate::pipeline`]): a Kinesis record source (GetRecords
+//! polling, or SubscribeToShard through an enhanced fan-out consumer locked
+//! from the group's pool), the processing core, and fenced checkpoints. The
+//! same code runs in a Lambda invocation (bounded by its deadline) and in a
+//! long-running process (bounded by a stop signal).
+//!
+//! - `mod.rs`: the worker, its step, renewals and the shards it gains, loses
+//!   and completes.
+//! - `run`: the run until a stop or deadline, and leaving.
+//! - `efo`: its enhanced fan-out consumer lock.
+//! - `config`: how it reads, and what it reports.
 
 mod config;
-mod feed;
+mod efo;
+mod run;
 
 pub(crate) use config::LATEST_REOPEN_MARGIN_MS;
 pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
 use crate::consumer::list_stream_shards;
-use crate::consumer::lock_or_grow;
-use crate::consumer::mode::Mode;
-use crate::consumer::reads::{KinesisReads, ReadError, SdkReads};
+use crate::consumer::mode::{Mode, ModeCheckpoints};
+use crate::consumer::reads::{KinesisReads, KinesisSource, ReadError, ReadSettings, SdkReads};
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
-use crate::processing::{CheckpointSink, Core, RecordHandler, StreamRecord, Unit};
-use crate::state::{
-    Checkpoint, CheckpointOutcome, EfoLock, EpochMillis, Result, SequenceNumber, ShardId,
-    StateError, StateStore,
-};
-use feed::{Batch, Cursor, FetchNotes, Fetched};
+use crate::pipeline::{ShardPipeline, Step};
+use crate::processing::{Core, RecordHandler};
+use crate::state::{Checkpoint, EfoLock, EpochMillis, Result, ShardId, StateStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,8 +44,9 @@ pub struct ShardWorker<H> {
     reads: Arc<dyn KinesisReads>,
     handler: H,
     config: WorkerConfig,
-    cursors: BTreeMap<ShardId, Cursor>,
-    /// Shards gained whose cursor is not open yet (their state not read):
+    /// The pipeline of each shard held.
+    pipelines: BTreeMap<ShardId, ShardPipeline<KinesisSource>>,
+    /// Shards gained whose pipeline is not open yet (their state not read):
     /// kept until it is, so a failure in between never strands a lease.
     pending: BTreeSet<ShardId>,
     next_renew: Instant,
@@ -104,7 +108,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             reads,
             handler,
             config,
-            cursors: BTreeMap::new(),
+            pipelines: BTreeMap::new(),
             pending: BTreeSet::new(),
             next_renew: Instant::now(),
             report: WorkerReport::default(),
@@ -160,7 +164,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// released while the worker goes on).
     async fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
         self.pending.remove(shard);
-        if self.cursors.remove(shard).is_some() {
+        if self.pipelines.remove(shard).is_some() {
             match why {
                 StopReason::Lost => self.report.leases_lost += 1,
                 StopReason::HandedOff => self.report.handed_off += 1,
@@ -178,7 +182,7 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// The shards it holds now.
     pub fn shards(&self) -> Vec<ShardId> {
-        self.cursors.keys().cloned().collect()
+        self.pipelines.keys().cloned().collect()
     }
 
     /// The enhanced fan-out consumer it has locked (when reading with EFO).
@@ -188,115 +192,18 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// `MillisBehindLatest` of the last read of each held shard.
     pub fn millis_behind_latest(&self) -> BTreeMap<ShardId, i64> {
-        self.cursors
+        self.pipelines
             .iter()
-            .filter_map(|(s, c)| c.millis_behind.map(|m| (s.clone(), m)))
+            .filter_map(|(s, p)| p.millis_behind().map(|m| (s.clone(), m)))
             .collect()
     }
 
-    /// Steps until `stop()` says so or `deadline` (an invocation's deadline
-    /// minus a margin) passes; then checkpoints every shard and, by default
-    /// ([`WorkerConfig::release_on_stop`]), leaves the group: leases released
-    /// (claimants get theirs) so others take over at once.
-    ///
-    /// Transient failures ([`StateError::is_transient`]: throttling past the
-    /// retries, AWS internal errors, a table or stream endpoint that does not
-    /// answer) are ridden out: the step is tried again after a capped,
-    /// growing pause and counted in [`WorkerReport::transient_errors`]. While
-    /// renewals fail nothing is read, so no shard is processed past the
-    /// lease term of its last renewal; a lease taken meanwhile is found lost
-    /// at the next renewal. Any other error ends the run.
-    pub async fn run_until(
-        &mut self,
-        deadline: Option<Instant>,
-        stop: impl Fn() -> bool,
-    ) -> Result<&WorkerReport> {
-        let mut failures = 0;
-        while !stop() && deadline.is_none_or(|d| Instant::now() < d) {
-            match self.step().await {
-                Ok(read) => {
-                    failures = 0;
-                    if !read {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-                Err(e) if e.is_transient() => {
-                    failures += 1;
-                    self.transient(&e, "step failed; trying again");
-                    let pause = self.store.config().retry.backoff_cap(failures);
-                    let pause = deadline.map_or(pause, |d| {
-                        pause.min(d.saturating_duration_since(Instant::now()))
-                    });
-                    tokio::time::sleep(pause).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        self.handler.shutdown_requested().await;
-        self.report.held_at_stop = self.cursors.len() as u64;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let stopped = if self.config.release_on_stop {
-                self.leave().await
-            } else {
-                let positions = self.positions();
-                self.mode
-                    .checkpoint_all(&|shard| positions.get(shard).cloned())
-                    .await
-            };
-            match stopped {
-                Ok(_) => return Ok(&self.report),
-                Err(e) if e.is_transient() && attempt < STOP_ATTEMPTS => {
-                    self.transient(&e, "stopping failed; trying again");
-                    tokio::time::sleep(self.store.config().retry.backoff_cap(attempt)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    fn transient(&mut self, error: &StateError, what: &str) {
-        self.report.transient_errors += 1;
-        tracing::warn!(consumer = %self.mode.id(), %error, "{what}");
-    }
-
-    /// Stops at the current progress: a group consumer leaves the group (see
-    /// [`ConsumerSession::leave`]); a standalone worker checkpoints. An EFO
-    /// consumer held is released for the next worker.
-    pub async fn leave(&mut self) -> Result<()> {
-        let positions = self.positions();
-        self.mode
-            .leave(&|shard| positions.get(shard).cloned())
-            .await?;
-        self.pending.clear();
-        for shard in std::mem::take(&mut self.cursors).into_keys() {
-            self.stopped(&shard, StopReason::Released);
-        }
-        if let Some(lock) = self.efo_lock.take() {
-            self.store.release_efo(&lock).await?;
-            self.mode.set_efo_lock(None);
-        }
-        Ok(())
-    }
-
     /// Where each held shard stands, for checkpoints at a hand-over or a
-    /// stop: its progress, or, with none yet, the first record it read (a
-    /// start at LATEST or a time pinned to a sequence number), or the time
-    /// a LATEST start was pinned to before anything came, so the next holder
-    /// starts there and skips nothing.
+    /// stop (see [`ShardPipeline::handover_position`]).
     fn positions(&self) -> BTreeMap<ShardId, (Checkpoint, Option<EpochMillis>)> {
-        self.cursors
+        self.pipelines
             .iter()
-            .filter_map(|(s, c)| {
-                c.position
-                    .clone()
-                    .filter(|p| {
-                        p.has_progress()
-                            || matches!(p, Checkpoint::AtSequence(_) | Checkpoint::AtTimestamp(_))
-                    })
-                    .map(|p| (s.clone(), (p, c.arrival)))
-            })
+            .filter_map(|(s, p)| p.handover_position().map(|p| (s.clone(), p)))
             .collect()
     }
 
@@ -309,9 +216,9 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
         let now = Instant::now();
         let due: Vec<ShardId> = self
-            .cursors
+            .pipelines
             .iter()
-            .filter(|(_, c)| c.due(now))
+            .filter(|(_, p)| p.due(now))
             .map(|(s, _)| s.clone())
             .collect();
         let mut read = false;
@@ -323,44 +230,6 @@ impl<H: RecordHandler> ShardWorker<H> {
             read |= self.read(shard).await?;
         }
         Ok(read)
-    }
-
-    /// Locks an EFO consumer from the pool (or keeps the one held); without
-    /// one, a group consumer gives up its leases (it is marked inactive, so the
-    /// rebalancer gives it no more) and a standalone one reads nothing.
-    async fn lock_efo(&mut self) -> Result<()> {
-        let Some(pool) = &self.config.enhanced_fan_out else {
-            return Ok(());
-        };
-        let lock = lock_or_grow(&self.store, &self.kinesis, self.mode.id(), pool).await?;
-        self.efo_recheck = false;
-        if lock == self.efo_lock {
-            return Ok(());
-        }
-        tracing::info!(consumer = %self.mode.id(), efo = ?lock.as_ref().map(|l| l.name.as_str()), "enhanced fan-out consumer");
-        self.efo_lock = lock.clone();
-        for cursor in self.cursors.values_mut() {
-            cursor.unsubscribe();
-        }
-        for shard in self.mode.set_efo_lock(lock) {
-            self.drop_shard(&shard, StopReason::Released).await;
-        }
-        Ok(())
-    }
-
-    /// The EFO consumer this worker holds is gone from Kinesis (deregistered
-    /// under the pool): its pool entry is retired (no other worker locks it
-    /// again; the reaper finishes the retirement) and this worker locks
-    /// another, or grows the pool, and subscribes again from its positions.
-    async fn efo_consumer_gone(&mut self, why: &str) -> Result<()> {
-        let Some(lock) = self.efo_lock.clone() else {
-            return Ok(());
-        };
-        tracing::warn!(consumer = %self.mode.id(), efo = %lock.name, %why, "enhanced fan-out consumer gone from Kinesis");
-        self.store.retire_lent_efo(&lock).await?;
-        self.efo_lock = None;
-        self.efo_recheck = true;
-        self.lock_efo().await
     }
 
     async fn renew(&mut self) -> Result<()> {
@@ -397,7 +266,8 @@ impl<H: RecordHandler> ShardWorker<H> {
             // flag set now that the consumer exists.
             self.lock_efo().await?;
         }
-        if efo && self.efo_lock.is_none() && !(self.cursors.is_empty() && self.pending.is_empty()) {
+        if efo && self.efo_lock.is_none() && !(self.pipelines.is_empty() && self.pending.is_empty())
+        {
             // No EFO consumer to read with: hand the leases back.
             let positions = self.positions();
             self.mode
@@ -411,7 +281,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.open_pending().await
     }
 
-    /// Opens a cursor at the stored checkpoint of each shard gained.
+    /// Opens a pipeline at the stored checkpoint of each shard gained.
     async fn open_pending(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         while let Some(shard) = self.pending.first().cloned() {
@@ -431,15 +301,23 @@ impl<H: RecordHandler> ShardWorker<H> {
             let start = state.checkpoint.or_else(|| {
                 (!state.parents.is_empty()).then_some(crate::state::Checkpoint::TrimHorizon)
             });
-            self.cursors
-                .insert(shard, Cursor::new(start, state.checkpoint_arrival, efo));
+            let source = KinesisSource::new(
+                self.reads.clone(),
+                self.store.config().stream.clone(),
+                ReadSettings::from(&self.config),
+                efo,
+                self.efo_lock.as_ref().map(|l| l.arn.clone()),
+            );
+            let pipeline =
+                ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source);
+            self.pipelines.insert(shard, pipeline);
         }
         Ok(())
     }
 
     /// Reads the shard once and processes what came. Whether anything was read.
     async fn read(&mut self, shard: &ShardId) -> Result<bool> {
-        let stop_by = self.stop_by(shard);
+        let mut stop_by = self.stop_by(shard);
         if matches!(self.mode, Mode::Group(_)) && stop_by.is_none() {
             // No lease in the session for a shard still being read: nothing
             // of it may be processed.
@@ -458,186 +336,51 @@ impl<H: RecordHandler> ShardWorker<H> {
                 }
                 Err(e) => return Err(e),
             }
-            if self.stop_by(shard).is_some_and(|t| Instant::now() >= t) {
+            stop_by = self.stop_by(shard);
+            if stop_by.is_some_and(|t| Instant::now() >= t) {
                 tracing::debug!(%shard, "renewed, and still no time left to process: not read");
                 return Ok(false);
             }
         }
-        let Some(cursor) = self.cursors.get_mut(shard) else {
+        let Some(pipeline) = self.pipelines.get_mut(shard) else {
             return Ok(false);
         };
-        let mut notes = FetchNotes::default();
-        let stream = &self.store.config().stream;
-        let arn = self.efo_lock.as_ref().map(|l| l.arn.as_str());
-        let fetched = cursor
-            .fetch(&*self.reads, stream, shard, arn, &self.config, &mut notes)
+        let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
+        let mut checkpointer = ModeCheckpoints {
+            mode: &mut self.mode,
+            observer: self.observer.as_ref(),
+        };
+        let started = Instant::now();
+        let step = pipeline
+            .step(&core, &mut checkpointer, stop_by, &mut self.report.shards)
             .await;
-        // A LATEST start pinned to a time (its first iterator opened) is
-        // stored at once (and again at each read until that succeeds), so a
-        // successor after a crash starts there too, not at a new LATEST that
-        // would skip what arrived in between.
-        let pin = cursor
-            .position
-            .clone()
-            .filter(|p| cursor.pin_unstored && matches!(p, Checkpoint::AtTimestamp(_)));
-        self.report.polls += u64::from(notes.polled);
-        self.report.subscriptions += u64::from(notes.subscribed);
-        self.report.subscriptions_refused += u64::from(notes.refused);
-        self.report.throttled += u64::from(notes.throttled);
-        self.report.iterators_refreshed += u64::from(notes.refreshed);
-        self.report.transient_errors += u64::from(notes.failed);
-        if let Some(pin) = pin {
-            match self.mode.checkpoint(shard, &pin, None).await {
-                Ok(_) => {
-                    if let Some(cursor) = self.cursors.get_mut(shard) {
-                        cursor.pin_unstored = false;
-                    }
+        self.busy += started.elapsed();
+        match step {
+            Ok(Step::Idle) => Ok(false),
+            Ok(Step::Processed { ended }) => {
+                self.report.millis_behind_latest = self
+                    .pipelines
+                    .values()
+                    .filter_map(ShardPipeline::millis_behind)
+                    .max();
+                if ended {
+                    self.complete(shard).await?;
                 }
-                Err(e) if e.is_lease_lost() => {
-                    self.drop_shard(shard, StopReason::Lost).await;
-                    return Ok(false);
-                }
-                Err(e) if e.is_transient() => self.transient(
-                    &e,
-                    "storing a LATEST start's pin failed; a hand-over stores it",
-                ),
-                Err(e) => return Err(e),
-            }
-        }
-        match fetched {
-            Ok(Fetched::Batch(batch)) => {
-                tracing::trace!(%shard, records = batch.records.len(), "read");
-                self.process(shard, batch).await?;
                 Ok(true)
             }
-            Ok(Fetched::Nothing) => Ok(false),
+            Ok(Step::Lost) => {
+                self.drop_shard(shard, StopReason::Lost).await;
+                // A standalone EFO consumer's checkpoints are fenced by its
+                // EFO lock: check the lock at the next renewal.
+                self.efo_recheck = self.config.enhanced_fan_out.is_some();
+                Ok(false)
+            }
             Err(ReadError::ConsumerGone(why)) if self.efo_lock.is_some() => {
                 self.efo_consumer_gone(&why).await?;
                 Ok(false)
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    async fn process(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
-        let started = Instant::now();
-        let out = self.process_batch(shard, batch).await;
-        self.busy += started.elapsed();
-        out
-    }
-
-    async fn process_batch(&mut self, shard: &ShardId, batch: Batch) -> Result<()> {
-        let shard_arc: Arc<str> = shard.as_str().into();
-        let items = batch.records.iter().map(|r| {
-            let sequence_number: Arc<str> = r.sequence_number.as_str().into();
-            let base = StreamRecord {
-                shard_id: shard_arc.clone(),
-                sequence_number: sequence_number.clone(),
-                sub_sequence: 0,
-                aggregated: false,
-                partition_key: r.partition_key.as_str().into(),
-                explicit_hash_key: None,
-                data: bytes::Bytes::new(),
-                approximate_arrival: r.arrival,
-                event_source_arn: None,
-            };
-            (sequence_number, Unit::kinesis(base, r.data.clone()))
-        });
-        let cursor = self.cursors.get_mut(shard).expect("cursor");
-        // A shard with nothing processed (started at TRIM_HORIZON, LATEST
-        // or a time) is pinned to the first record it read: a failed or cut
-        // batch is read again from there, never from LATEST again.
-        if let Some(first) = batch.records.first() {
-            let pinned = cursor
-                .position
-                .as_ref()
-                .is_some_and(|p| p.has_progress() || matches!(p, Checkpoint::AtSequence(_)));
-            if !pinned {
-                cursor.position = Some(Checkpoint::AtSequence(SequenceNumber::new(
-                    &first.sequence_number,
-                )?));
-            }
-        }
-        let position = cursor.position.clone();
-        let last_arrival = batch.records.last().and_then(|r| r.arrival);
-        let stop_by = self.stop_by(shard);
-        if let Some((lease_expiry, _)) = self.mode.local_expiry(shard) {
-            self.emit(WorkerEvent::Processing {
-                shard: shard.clone(),
-                at: Instant::now(),
-                lease_expiry,
-            });
-        }
-        let mut sink = LeaseCheckpoints {
-            mode: &mut self.mode,
-            shard,
-            position,
-            arrival: last_arrival,
-            written: Vec::new(),
-            last: None,
-            transient: Vec::new(),
-            lost: None,
-        };
-        let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let run = core.run(items, stop_by, &mut sink).await;
-        let LeaseCheckpoints {
-            written,
-            last,
-            transient,
-            lost,
-            ..
-        } = sink;
-        for (checkpoint, sent, outcome) in written {
-            self.report.checkpoints += 1;
-            if outcome == CheckpointOutcome::Stored {
-                self.emit(WorkerEvent::Checkpointed {
-                    shard: shard.clone(),
-                    checkpoint,
-                    sent,
-                });
-            }
-        }
-        let report = match run {
-            Ok(report) => report,
-            Err(e) => {
-                // The batch broke off (a state call failed): what it
-                // processed stays processed. Reading carries on after the
-                // last record done (the core committed it on its way out),
-                // not again from where the batch started.
-                let position = last.map(|cp| (cp, last_arrival));
-                let cursor = self.cursors.get_mut(shard).expect("cursor");
-                cursor.processed(batch, false, position, &self.config);
-                return Err(e);
-            }
-        };
-        let failed = !report.failures.is_empty();
-        self.report.processed += report.processed;
-        self.report.duplicates_skipped += report.duplicates_skipped;
-        self.report.parked += report.parked;
-        // The records are processed: reading carries on after them (not
-        // again within this lease) and the next checkpoint, a hand-over or
-        // leaving stores the position.
-        for e in &transient {
-            self.transient(e, "checkpoint failed; the next one covers these records");
-        }
-        if let Some(e) = lost {
-            tracing::warn!(%shard, error = %e, "lease lost: the shard stops here");
-            self.drop_shard(shard, StopReason::Lost).await;
-            // A standalone EFO consumer's checkpoints are fenced by its EFO
-            // lock: check the lock at the next renewal.
-            self.efo_recheck = self.config.enhanced_fan_out.is_some();
-            return Ok(());
-        }
-        let position = last.map(|cp| (cp, last_arrival));
-        let ends = !failed && batch.ends_shard();
-        let cursor = self.cursors.get_mut(shard).expect("cursor");
-        cursor.processed(batch, !failed, position, &self.config);
-        self.report.millis_behind_latest =
-            self.cursors.values().filter_map(|c| c.millis_behind).max();
-        if ends {
-            self.complete(shard).await?;
-        }
-        Ok(())
     }
 
     /// When processing of `shard` must stop: the lease's local expiry less
@@ -678,61 +421,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             }
             Err(e) => return Err(e),
         }
-        self.cursors.remove(shard);
+        self.pipelines.remove(shard);
         Ok(())
-    }
-}
-
-/// The worker's checkpoint sink: the cursor's position is what is done; a
-/// commit is a fenced checkpoint through the lease (or, standalone, in the
-/// consumer's own scope). Its outcomes are the worker's to handle after the
-/// batch: a lost lease halts the batch, a transient failure is left to the
-/// next checkpoint.
-struct LeaseCheckpoints<'a> {
-    mode: &'a mut Mode,
-    shard: &'a ShardId,
-    position: Option<Checkpoint>,
-    arrival: Option<EpochMillis>,
-    /// Checkpoints written, with when each request was sent (what the
-    /// worker's events report) and what it did.
-    written: Vec<(Checkpoint, Instant, CheckpointOutcome)>,
-    /// The last checkpoint committed: where reading carries on from.
-    last: Option<Checkpoint>,
-    transient: Vec<StateError>,
-    lost: Option<StateError>,
-}
-
-impl CheckpointSink for LeaseCheckpoints<'_> {
-    async fn stored(&mut self) -> Result<Option<Checkpoint>> {
-        Ok(self.position.clone())
-    }
-
-    async fn commit(&mut self, checkpoint: &Checkpoint) -> Result<bool> {
-        self.last = Some(checkpoint.clone());
-        let sent = Instant::now();
-        match self
-            .mode
-            .checkpoint(self.shard, checkpoint, self.arrival)
-            .await
-        {
-            Ok(outcome) => {
-                let stored = outcome == CheckpointOutcome::Stored;
-                self.written.push((checkpoint.clone(), sent, outcome));
-                Ok(stored)
-            }
-            Err(e) if e.is_lease_lost() => {
-                self.lost = Some(e);
-                Ok(false)
-            }
-            Err(e) if e.is_transient() => {
-                self.transient.push(e);
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn halted(&self) -> bool {
-        self.lost.is_some()
     }
 }

@@ -81,7 +81,7 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
         idle.shards().is_empty(),
         "the worker without EFO holds no lease"
     );
-    assert_eq!(idle.report().processed, 0, "{:?}", idle.report());
+    assert_eq!(idle.report().shards.processed, 0, "{:?}", idle.report());
     let consumers = store.list_consumers().await.unwrap();
     let inactive: Vec<_> = consumers.iter().filter(|c| !c.active).collect();
     assert_eq!(inactive.len(), 1, "{consumers:?}");
@@ -89,11 +89,11 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
     let total = |f: fn(&shardkeeper::consumer::WorkerReport) -> u64| -> u64 {
         workers.iter().map(|w| f(w.report())).sum()
     };
-    assert_eq!(total(|r| r.polls), 0, "read by subscription only");
+    assert_eq!(total(|r| r.shards.polls), 0, "read by subscription only");
     assert!(
-        total(|r| r.subscriptions) > 6,
+        total(|r| r.shards.subscriptions) > 6,
         "subscriptions the server ended were renewed: {}",
-        total(|r| r.subscriptions)
+        total(|r| r.shards.subscriptions)
     );
     assert_eq!(total(|r| r.shards_completed), 1, "the split parent");
 }
@@ -150,7 +150,7 @@ async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
         .filter(|(c, _, _)| c == "s2")
         .count();
     assert_eq!(by_second, 20, "the second read only what came after");
-    assert_eq!(second.report().polls, 0, "{:?}", second.report());
+    assert_eq!(second.report().shards.polls, 0, "{:?}", second.report());
 }
 
 /// An EFO consumer deregistered from Kinesis under the pool (by hand, or a

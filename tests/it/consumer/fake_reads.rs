@@ -278,9 +278,9 @@ async fn throttled_reads_back_off_lose_nothing_and_report_millis_behind_latest()
     }
     let log: Log = Arc::default();
     let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(false)).await;
-    run(&mut w, |w| w.report().processed == 20).await;
+    run(&mut w, |w| w.report().shards.processed == 20).await;
     crate::support::consume::check(&log, 4, 5);
-    assert_eq!(w.report().throttled, 2, "{:?}", w.report());
+    assert_eq!(w.report().shards.throttled, 2, "{:?}", w.report());
     assert_eq!(w.report().millis_behind_latest, Some(42_000));
     let behind = w.millis_behind_latest();
     assert_eq!(behind.values().copied().collect::<Vec<_>>(), vec![42_000]);
@@ -298,10 +298,10 @@ async fn a_failed_read_backs_off_its_shard_and_loses_nothing_but_a_refusal_stops
     let log: Log = Arc::default();
     let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(false)).await;
     // Every step succeeds (`run` unwraps them) through both failures.
-    run(&mut w, |w| w.report().processed == 20).await;
+    run(&mut w, |w| w.report().shards.processed == 20).await;
     crate::support::consume::check(&log, 4, 5);
-    assert_eq!(w.report().transient_errors, 2, "{:?}", w.report());
-    assert_eq!(w.report().throttled, 0);
+    assert_eq!(w.report().shards.transient_errors, 2, "{:?}", w.report());
+    assert_eq!(w.report().shards.throttled, 0);
 
     // An error that will not pass is the caller's to see.
     fake.0.lock().unwrap().fail = vec!["AccessDeniedException"];
@@ -332,15 +332,18 @@ async fn a_refused_subscription_is_retried_and_subscriptions_never_overlap() {
     }
     let log: Log = Arc::default();
     let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
-    run(&mut w, |w| w.report().processed == 30).await;
+    run(&mut w, |w| w.report().shards.processed == 30).await;
     crate::support::consume::check(&log, 3, 10);
     let report = w.report().clone();
-    assert_eq!(report.subscriptions_refused, 1, "{report:?}");
+    assert_eq!(report.shards.subscriptions_refused, 1, "{report:?}");
     assert!(
-        report.subscriptions >= 2,
+        report.shards.subscriptions >= 2,
         "subscriptions end after their lifetime and are renewed: {report:?}"
     );
-    assert_eq!(report.polls, 0, "read by subscription only: {report:?}");
+    assert_eq!(
+        report.shards.polls, 0,
+        "read by subscription only: {report:?}"
+    );
     assert_eq!(fake.0.lock().unwrap().overlapping, 0);
     assert_eq!(report.millis_behind_latest, Some(7));
 }
@@ -359,10 +362,10 @@ async fn a_subscription_that_fails_transiently_is_made_again_without_failing_the
     }
     let log: Log = Arc::default();
     let mut w = reading_through(&ctx, &fake, log.clone(), fake_config(true)).await;
-    run(&mut w, |w| w.report().processed == 30).await;
+    run(&mut w, |w| w.report().shards.processed == 30).await;
     crate::support::consume::check(&log, 3, 10);
     assert_eq!(fake.0.lock().unwrap().fail_subscriptions, 0);
-    assert_eq!(w.report().polls, 0, "{:?}", w.report());
+    assert_eq!(w.report().shards.polls, 0, "{:?}", w.report());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,7 +384,7 @@ async fn a_shard_end_the_subscription_cannot_decode_is_found_by_one_poll() {
     crate::support::consume::check(&log, 2, 4);
     let report = w.report();
     assert_eq!(report.shards_completed, 1, "{report:?}");
-    assert!(report.polls >= 1, "{report:?}");
+    assert!(report.shards.polls >= 1, "{report:?}");
     assert!(w.shards().is_empty());
 }
 
@@ -399,7 +402,7 @@ async fn a_closed_shard_read_by_subscription_completes_at_its_end() {
     run(&mut w, |w| w.report().shards_completed == 1).await;
     crate::support::consume::check(&log, 2, 4);
     assert_eq!(w.report().shards_completed, 1, "{:?}", w.report());
-    assert_eq!(w.report().polls, 0, "{:?}", w.report());
+    assert_eq!(w.report().shards.polls, 0, "{:?}", w.report());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,7 +418,7 @@ async fn polling_is_paced_to_the_shard_read_rate() {
         ..fake_config(false)
     };
     let mut w = reading_through(&ctx, &fake, log.clone(), config).await;
-    run(&mut w, |w| w.report().processed == 12).await;
+    run(&mut w, |w| w.report().shards.processed == 12).await;
     crate::support::consume::check(&log, 4, 3);
     let served = fake.0.lock().unwrap().served.clone();
     assert!(served.len() >= 3, "{served:?}");

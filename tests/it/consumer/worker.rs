@@ -150,7 +150,11 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
     for _ in 0..4 {
         w.step().await.unwrap();
     }
-    assert!(w.report().iterators_refreshed >= 1, "{:?}", w.report());
+    assert!(
+        w.report().shards.iterators_refreshed >= 1,
+        "{:?}",
+        w.report()
+    );
     check(&log, 3, 4);
 }
 
@@ -214,7 +218,7 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
         .await
         .unwrap();
     ticking.await.unwrap();
-    assert_eq!(report.processed, 12, "{report:?}");
+    assert_eq!(report.shards.processed, 12, "{report:?}");
     check(&log, 4, 3);
     // At the deadline the leases were released, checkpointed, and the
     // invocation's consumer deregistered.
@@ -279,8 +283,13 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     assert_eq!(solo_log.lock().unwrap().len(), 30, "nothing read twice");
     // (It re-reads each open shard from its checkpointed record, which the
     // checkpoint covers, so that a KPL aggregate can resume inside itself.)
-    assert_eq!(again.report().processed, 0, "{:?}", again.report());
-    assert_eq!(again.report().duplicates_skipped, 3, "{:?}", again.report());
+    assert_eq!(again.report().shards.processed, 0, "{:?}", again.report());
+    assert_eq!(
+        again.report().shards.duplicates_skipped,
+        3,
+        "{:?}",
+        again.report()
+    );
 }
 
 /// A handler that notes every lifecycle hook the worker calls.
@@ -474,7 +483,7 @@ async fn a_slow_handler_never_outlives_the_lease() {
     assert_eq!(w.report().leases_lost, 0);
     check(&log, 1, 40);
     assert!(
-        w.report().checkpoints > 1,
+        w.report().shards.checkpoints > 1,
         "the batch was cut and checkpointed in slices: {:?}",
         w.report()
     );

@@ -120,7 +120,7 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
     let counts = f.counts();
     println!("seed {seed}: {report:?}; proxies: {counts:?}");
     assert!(counts.injected() > 0, "faults were injected");
-    assert!(report.transient_errors > 0, "the worker met them");
+    assert!(report.shards.transient_errors > 0, "the worker met them");
     if report.leases_lost == 0 {
         // Held throughout: every record once, in order per key.
         check(&log, KEYS, 10);

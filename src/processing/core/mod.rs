@@ -16,81 +16,21 @@
 //!   records), at its end, and on every way out;
 //! - the counters of a [`BatchReport`].
 
+mod batch;
+
 use crate::processing::handler::{HandlerError, RecordHandler};
-use crate::processing::options::{FailureMode, ProcessingOptions, ATTEMPTS_TTL, CHECKPOINT_EVERY};
-use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
+use crate::processing::options::{FailureMode, ProcessingOptions, ATTEMPTS_TTL};
+use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
+use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
-use crate::state::{
-    Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateError, StateStore,
-    MAX_SEQUENCE_DIGITS,
-};
+use crate::state::{Checkpoint, Result, SequenceNumber, StateStore};
+use batch::{check_sequence, Batch};
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
-
-/// Where a mode keeps its positions (what is already done, and what a batch
-/// made done) and its per-record state.
-pub trait CheckpointSink: Send {
-    /// The stored position of the batch, if any: the core skips the records
-    /// it covers. Read once per batch, before the first record.
-    fn stored(&mut self) -> impl Future<Output = Result<Option<Checkpoint>>> + Send;
-
-    /// Stores `checkpoint`: every record of the batch up to it was handled
-    /// or parked. Called during the batch and at its end, with progress
-    /// that only moves forward. Returns whether a write was stored
-    /// (`false`: the stored position was already at or past it). An error
-    /// ends the batch.
-    fn commit(&mut self, checkpoint: &Checkpoint) -> impl Future<Output = Result<bool>> + Send;
-
-    /// A state-store error of the sink's reads and writes, or of counting a
-    /// record's attempts. `Err` ends the batch with it (the default); a
-    /// sink that can go on without its state notes it and returns `Ok`,
-    /// and from then on ([`CheckpointSink::degraded`]) the core neither
-    /// commits nor counts attempts in this batch.
-    fn unavailable(&mut self, error: StateError) -> Result<()> {
-        Err(error)
-    }
-
-    /// `true` once the sink goes on without its state (see
-    /// [`CheckpointSink::unavailable`]).
-    fn degraded(&self) -> bool {
-        false
-    }
-
-    /// `true` once the sink can take no more checkpoints (a lease was lost):
-    /// the core starts nothing more of the batch.
-    fn halted(&self) -> bool {
-        false
-    }
-
-    /// The key a record's attempts and parked copy are kept under. By
-    /// default the record's shard (for modes whose group names the stream).
-    fn record_key(&self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<RecordKey> {
-        Ok(RecordKey::in_shard(
-            ShardId::new(&*record.shard_id)?,
-            sequence.clone(),
-            record.sub_sequence,
-        ))
-    }
-}
-
-/// A sink that stores nothing and knows of nothing done (processing without
-/// a state store).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoCheckpoints;
-
-impl CheckpointSink for NoCheckpoints {
-    async fn stored(&mut self) -> Result<Option<Checkpoint>> {
-        Ok(None)
-    }
-
-    async fn commit(&mut self, _: &Checkpoint) -> Result<bool> {
-        Ok(false)
-    }
-}
 
 /// The processing core for one handler and its options; [`Core::run`]
 /// processes one batch.
@@ -102,26 +42,14 @@ pub struct Core<'p, H> {
 
 /// One record waiting in a run for a batched handler: its item identifier
 /// and the record.
-type Pending = (Arc<str>, StreamRecord);
+pub(super) type Pending = (Arc<str>, StreamRecord);
 
-/// The core's view of one batch in progress.
-struct Batch<'s, S> {
-    sink: &'s mut S,
-    stop_by: Option<Instant>,
-    stored: Option<Option<Checkpoint>>,
-    /// The last record done (its sequence number, checked, and its
-    /// sub-sequence number): the progress, made a checkpoint when committed.
-    progress: Option<(Arc<str>, u64)>,
-    /// Progress not committed yet.
-    dirty: bool,
-    since_commit: u64,
-    last_commit: Instant,
-    /// The instant read last, when nothing was awaited since (the next
-    /// check of the stop-by instant takes it instead of reading the clock
-    /// again).
-    clock: Option<Instant>,
-    report: BatchReport,
-    failed: bool,
+/// What a batch did: its report, and the last checkpoint it committed (where
+/// reading carries on from).
+#[derive(Debug, Default)]
+pub(crate) struct Ran {
+    pub report: BatchReport,
+    pub committed: Option<Checkpoint>,
 }
 
 fn to_record_error(e: HandlerError, record: &StreamRecord) -> RecordError {
@@ -146,19 +74,6 @@ async fn bounded<T>(stop_by: Option<Instant>, work: impl Future<Output = T>) -> 
     match stop_by {
         None => Some(work.await),
         Some(t) => tokio::time::timeout_at(t.into(), work).await.ok(),
-    }
-}
-
-/// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
-/// accepts) without making one; the error is `SequenceNumber::new`'s.
-fn check_sequence(sequence: &str) -> Result<()> {
-    let plain = !sequence.is_empty()
-        && sequence.len() <= MAX_SEQUENCE_DIGITS
-        && sequence.bytes().all(|b| b.is_ascii_digit());
-    if plain {
-        Ok(())
-    } else {
-        SequenceNumber::new(sequence).map(drop)
     }
 }
 
@@ -193,6 +108,21 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         stop_by: Option<Instant>,
         sink: &mut S,
     ) -> Result<BatchReport> {
+        let mut ran = Ran::default();
+        self.run_into(items, stop_by, sink, &mut ran).await?;
+        Ok(ran.report)
+    }
+
+    /// [`Core::run`], keeping what the batch did in `ran` whatever the
+    /// outcome: a shard pipeline counts the records of a batch that broke
+    /// off, and carries on after its last commit.
+    pub(crate) async fn run_into<S: CheckpointSink>(
+        &self,
+        items: impl IntoIterator<Item = (Arc<str>, Unit)>,
+        stop_by: Option<Instant>,
+        sink: &mut S,
+        ran: &mut Ran,
+    ) -> Result<()> {
         let mut batch = Batch {
             sink,
             stop_by,
@@ -203,6 +133,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             last_commit: Instant::now(),
             clock: None,
             report: BatchReport::default(),
+            committed: None,
             failed: false,
         };
         let items: Vec<_> = items.into_iter().collect();
@@ -211,24 +142,26 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         } else {
             self.run_records(&mut batch, items).await
         };
-        match done {
-            Ok(()) => batch.commit().await?,
+        let done = match done {
+            Ok(()) => batch.commit().await,
             Err(e) => {
-                // Best effort on the way out: what was done stays done.
-                if !batch.sink.halted() {
+                // Best effort on the way out: what was done stays done
+                // (unless the lease is gone: then nothing may be).
+                if !e.is_lease_lost() {
                     if let Err(c) = batch.commit().await {
                         tracing::warn!(error = %c, "checkpoint on the way out failed");
                     }
                 }
-                return Err(e);
+                Err(e)
             }
-        }
-        Ok(batch.report)
+        };
+        ran.report = batch.report;
+        ran.committed = batch.committed;
+        done
     }
 
     fn stopped<S: CheckpointSink>(&self, batch: &Batch<'_, S>) -> bool {
-        (batch.failed && self.options.mode == FailureMode::StopAtFirstFailure)
-            || batch.sink.halted()
+        batch.failed && self.options.mode == FailureMode::StopAtFirstFailure
     }
 
     /// The record-at-a-time path.
@@ -392,7 +325,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.report.duplicates_skipped += 1;
             return Ok(true);
         }
-        if batch.out_of_time() || batch.sink.halted() {
+        if batch.out_of_time() {
             // Inside an aggregate: its item is read again, and
             // the checkpoint resumes after the last user record.
             batch.deadline(item);
@@ -489,157 +422,4 @@ fn distinct_items(run: &[Pending]) -> Vec<&str> {
     let mut items: Vec<&str> = run.iter().map(|(item, _)| &**item).collect();
     items.dedup();
     items
-}
-
-impl<S: CheckpointSink> Batch<'_, S> {
-    /// True if no user record may start now: the stop-by instant is past.
-    fn out_of_time(&mut self) -> bool {
-        let clock = self.clock.take();
-        self.stop_by
-            .is_some_and(|t| clock.unwrap_or_else(Instant::now) >= t)
-    }
-
-    /// Notes the arrival time of a handled record (for the age metric).
-    fn arrived(&mut self, record: &StreamRecord) {
-        if let Some(t) = record.approximate_arrival {
-            let newest = self.report.newest_arrival.get_or_insert(t);
-            *newest = (*newest).max(t);
-        }
-    }
-
-    /// Reports a unit that cannot start before the stop-by instant.
-    fn deadline(&mut self, item: &str) {
-        self.failed = true;
-        let error = RecordError::Deadline {
-            sequence_number: item.to_owned(),
-        };
-        self.fail(item, error);
-    }
-
-    /// Adds the records of a ready unit that the stored position does not
-    /// cover to `run` (the others are counted as duplicates). A unit that
-    /// is not ready has none.
-    async fn keep_new(
-        &mut self,
-        item: &Arc<str>,
-        unit: Unit,
-        run: &mut Vec<Pending>,
-    ) -> Result<()> {
-        match unit {
-            Unit::Record(record) => self.keep_if_new(item, record, run).await,
-            Unit::Records(records) => {
-                for record in records {
-                    self.keep_if_new(item, record, run).await?;
-                }
-                Ok(())
-            }
-            Unit::Broken(..) | Unit::Unreadable(..) => Ok(()),
-        }
-    }
-
-    /// Adds `record` to `run` unless the stored position covers it (then it
-    /// is counted as a duplicate).
-    async fn keep_if_new(
-        &mut self,
-        item: &Arc<str>,
-        record: StreamRecord,
-        run: &mut Vec<Pending>,
-    ) -> Result<()> {
-        check_sequence(&record.sequence_number)?;
-        if self.covered(&record).await? {
-            self.report.duplicates_skipped += 1;
-        } else {
-            run.push((item.clone(), record));
-        }
-        Ok(())
-    }
-
-    fn fail(&mut self, item: &str, error: RecordError) {
-        tracing::warn!(item, %error, "record failed");
-        self.report.failures.push(RecordFailure {
-            item_identifier: item.to_owned(),
-            error,
-        });
-    }
-
-    /// True if the stored position covers the record (its sequence number
-    /// checked).
-    async fn covered(&mut self, record: &StreamRecord) -> Result<bool> {
-        if self.stored.is_none() {
-            self.clock = None;
-            let stored = match self.sink.stored().await {
-                Ok(stored) => stored,
-                Err(e) => {
-                    self.unavailable(e)?;
-                    None
-                }
-            };
-            self.stored = Some(stored);
-        }
-        match self.stored.as_ref().and_then(Option::as_ref) {
-            None => Ok(false),
-            Some(cp) => {
-                let sequence = SequenceNumber::new(&record.sequence_number)?;
-                Ok(cp.covers(&sequence, record.sub_sequence))
-            }
-        }
-    }
-
-    /// Moves the progress past a record, unless a failure came first (then
-    /// nothing after it may be checkpointed).
-    fn advance(&mut self, record: &StreamRecord) {
-        if !self.failed {
-            self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
-            self.dirty = true;
-            self.since_commit += 1;
-        }
-    }
-
-    /// Commits the progress when enough time or records have gone by. The
-    /// clock read here is the next check of the stop-by instant's.
-    async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
-        let now = Instant::now();
-        self.clock = Some(now);
-        let due = now.saturating_duration_since(self.last_commit) >= CHECKPOINT_EVERY
-            || options
-                .checkpoint_records
-                .is_some_and(|n| self.since_commit >= n);
-        if self.dirty && due {
-            self.commit().await?;
-        }
-        Ok(())
-    }
-
-    /// The sink's state failed: the batch ends with the error, or goes on
-    /// without it (counted) where the sink allows.
-    fn unavailable(&mut self, error: StateError) -> Result<()> {
-        self.sink.unavailable(error)?;
-        self.report.state_errors += 1;
-        self.report.deduplication_off = true;
-        Ok(())
-    }
-
-    /// Commits the progress not committed yet.
-    async fn commit(&mut self) -> Result<()> {
-        if !self.dirty || self.sink.halted() || self.sink.degraded() {
-            return Ok(());
-        }
-        if let Some((sequence, sub_sequence)) = &self.progress {
-            let cp = Checkpoint::After {
-                sequence: SequenceNumber::new(sequence)?,
-                sub_sequence: *sub_sequence,
-            };
-            self.clock = None;
-            match self.sink.commit(&cp).await {
-                Ok(true) => self.report.checkpoints += 1,
-                Ok(false) => {}
-                Err(e) => self.unavailable(e)?,
-            }
-        }
-        self.dirty = false;
-        self.since_commit = 0;
-        self.last_commit = Instant::now();
-        self.clock = Some(self.last_commit);
-        Ok(())
-    }
 }

@@ -1,0 +1,22 @@
+//! The shard pipeline: how one shard is consumed in every self-managed mode
+//! (polling, enhanced fan-out, standalone, the DynamoDB Streams reader).
+//! A record source reads the shard from its position, the processing core
+//! runs the records, and a checkpointer stores how far they are done.
+//!
+//! - `source`: the [`RecordSource`] trait (records from this position).
+//! - `checkpointer`: the [`Checkpointer`] trait (commit this position), and
+//!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
+//! - `shard`: [`ShardPipeline`], one shard's position, source and report,
+//!   and its step.
+//! - `report`: [`ShardReport`], what one shard's pipeline did; a worker's and
+//!   a reader's reports are sums of them.
+
+mod checkpointer;
+mod report;
+mod shard;
+mod source;
+
+pub(crate) use checkpointer::Checkpointer;
+pub use report::ShardReport;
+pub(crate) use shard::{ShardPipeline, Step};
+pub(crate) use source::{Fetched, RecordSource, SourceBatch};

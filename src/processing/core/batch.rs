@@ -1,0 +1,204 @@
+//! The core's view of one batch in progress: the stored position and the
+//! duplicate check, the progress and its commits, the stop-by instant, and
+//! the report.
+
+use super::Pending;
+use crate::processing::options::{ProcessingOptions, CHECKPOINT_EVERY};
+use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
+use crate::processing::record::StreamRecord;
+use crate::processing::sink::CheckpointSink;
+use crate::processing::unit::Unit;
+use crate::state::{Checkpoint, Result, SequenceNumber, StateError, MAX_SEQUENCE_DIGITS};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The core's view of one batch in progress.
+pub(super) struct Batch<'s, S> {
+    pub(super) sink: &'s mut S,
+    pub(super) stop_by: Option<Instant>,
+    pub(super) stored: Option<Option<Checkpoint>>,
+    /// The last record done (its sequence number, checked, and its
+    /// sub-sequence number): the progress, made a checkpoint when committed.
+    pub(super) progress: Option<(Arc<str>, u64)>,
+    /// Progress not committed yet.
+    pub(super) dirty: bool,
+    pub(super) since_commit: u64,
+    pub(super) last_commit: Instant,
+    /// The instant read last, when nothing was awaited since (the next
+    /// check of the stop-by instant takes it instead of reading the clock
+    /// again).
+    pub(super) clock: Option<Instant>,
+    pub(super) report: BatchReport,
+    /// The last checkpoint the sink was given (stored or not).
+    pub(super) committed: Option<Checkpoint>,
+    pub(super) failed: bool,
+}
+
+/// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
+/// accepts) without making one; the error is `SequenceNumber::new`'s.
+pub(super) fn check_sequence(sequence: &str) -> Result<()> {
+    let plain = !sequence.is_empty()
+        && sequence.len() <= MAX_SEQUENCE_DIGITS
+        && sequence.bytes().all(|b| b.is_ascii_digit());
+    if plain {
+        Ok(())
+    } else {
+        SequenceNumber::new(sequence).map(drop)
+    }
+}
+
+impl<S: CheckpointSink> Batch<'_, S> {
+    /// True if no user record may start now: the stop-by instant is past.
+    pub(super) fn out_of_time(&mut self) -> bool {
+        let clock = self.clock.take();
+        self.stop_by
+            .is_some_and(|t| clock.unwrap_or_else(Instant::now) >= t)
+    }
+
+    /// Notes the arrival time of a handled record (for the age metric).
+    pub(super) fn arrived(&mut self, record: &StreamRecord) {
+        if let Some(t) = record.approximate_arrival {
+            let newest = self.report.newest_arrival.get_or_insert(t);
+            *newest = (*newest).max(t);
+        }
+    }
+
+    /// Reports a unit that cannot start before the stop-by instant.
+    pub(super) fn deadline(&mut self, item: &str) {
+        self.failed = true;
+        let error = RecordError::Deadline {
+            sequence_number: item.to_owned(),
+        };
+        self.fail(item, error);
+    }
+
+    /// Adds the records of a ready unit that the stored position does not
+    /// cover to `run` (the others are counted as duplicates). A unit that
+    /// is not ready has none.
+    pub(super) async fn keep_new(
+        &mut self,
+        item: &Arc<str>,
+        unit: Unit,
+        run: &mut Vec<Pending>,
+    ) -> Result<()> {
+        match unit {
+            Unit::Record(record) => self.keep_if_new(item, record, run).await,
+            Unit::Records(records) => {
+                for record in records {
+                    self.keep_if_new(item, record, run).await?;
+                }
+                Ok(())
+            }
+            Unit::Broken(..) | Unit::Unreadable(..) => Ok(()),
+        }
+    }
+
+    /// Adds `record` to `run` unless the stored position covers it (then it
+    /// is counted as a duplicate).
+    pub(super) async fn keep_if_new(
+        &mut self,
+        item: &Arc<str>,
+        record: StreamRecord,
+        run: &mut Vec<Pending>,
+    ) -> Result<()> {
+        check_sequence(&record.sequence_number)?;
+        if self.covered(&record).await? {
+            self.report.duplicates_skipped += 1;
+        } else {
+            run.push((item.clone(), record));
+        }
+        Ok(())
+    }
+
+    pub(super) fn fail(&mut self, item: &str, error: RecordError) {
+        tracing::warn!(item, %error, "record failed");
+        self.report.failures.push(RecordFailure {
+            item_identifier: item.to_owned(),
+            error,
+        });
+    }
+
+    /// True if the stored position covers the record (its sequence number
+    /// checked).
+    pub(super) async fn covered(&mut self, record: &StreamRecord) -> Result<bool> {
+        if self.stored.is_none() {
+            self.clock = None;
+            let stored = match self.sink.stored().await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.unavailable(e)?;
+                    None
+                }
+            };
+            self.stored = Some(stored);
+        }
+        match self.stored.as_ref().and_then(Option::as_ref) {
+            None => Ok(false),
+            Some(cp) => {
+                let sequence = SequenceNumber::new(&record.sequence_number)?;
+                Ok(cp.covers(&sequence, record.sub_sequence))
+            }
+        }
+    }
+
+    /// Moves the progress past a record, unless a failure came first (then
+    /// nothing after it may be checkpointed).
+    pub(super) fn advance(&mut self, record: &StreamRecord) {
+        if !self.failed {
+            self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
+            self.dirty = true;
+            self.since_commit += 1;
+        }
+    }
+
+    /// Commits the progress when enough time or records have gone by. The
+    /// clock read here is the next check of the stop-by instant's.
+    pub(super) async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
+        let now = Instant::now();
+        self.clock = Some(now);
+        let due = now.saturating_duration_since(self.last_commit) >= CHECKPOINT_EVERY
+            || options
+                .checkpoint_records
+                .is_some_and(|n| self.since_commit >= n);
+        if self.dirty && due {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// The sink's state failed: the batch ends with the error, or goes on
+    /// without it (counted) where the sink allows.
+    pub(super) fn unavailable(&mut self, error: StateError) -> Result<()> {
+        self.sink.unavailable(error)?;
+        self.report.state_errors += 1;
+        self.report.deduplication_off = true;
+        Ok(())
+    }
+
+    /// Commits the progress not committed yet.
+    pub(super) async fn commit(&mut self) -> Result<()> {
+        if !self.dirty || self.sink.degraded() {
+            return Ok(());
+        }
+        if let Some((sequence, sub_sequence)) = &self.progress {
+            let cp = Checkpoint::After {
+                sequence: SequenceNumber::new(sequence)?,
+                sub_sequence: *sub_sequence,
+            };
+            self.clock = None;
+            let committed = self.sink.commit(&cp).await;
+            self.committed = Some(cp);
+            match committed {
+                Ok(true) => self.report.checkpoints += 1,
+                Ok(false) => {}
+                Err(e) if e.is_lease_lost() => return Err(e),
+                Err(e) => self.unavailable(e)?,
+            }
+        }
+        self.dirty = false;
+        self.since_commit = 0;
+        self.last_commit = Instant::now();
+        self.clock = Some(self.last_commit);
+        Ok(())
+    }
+}
