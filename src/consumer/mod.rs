@@ -3,35 +3,27 @@
 //! shard with its own checkpoints, standalone), reads its shards by polling
 //! or enhanced fan-out, and runs their records through the processing core.
 //!
-//! - `session`: a group consumer's heartbeat, renewals, claims and leave.
-//! - `standalone`: a consumer that reads every shard in its own scope.
-//! - `mode`: the one of the two a worker runs.
-//! - `holding`: a process's hold on its consumer id (the heartbeat token).
+//! - `leases`: how it holds its shards: a group consumer's session, or a
+//!   standalone one; its hold on its id; the EFO pool and locks.
 //! - `worker`: [`ShardWorker`]: leases, the EFO lock and the drain around a
 //!   map of shard pipelines ([`crate::pipeline`]).
 //! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a
 //!   trait, and the Kinesis record source of a pipeline.
-//! - `efo_pool`: the group's pool of enhanced fan-out consumers.
-//! - `discovery`: the stream's shards, parents first.
 //! - `events`: the worker's lease and checkpoint events, for observers.
 
-mod discovery;
-mod efo_pool;
 mod events;
-mod holding;
-mod mode;
+mod leases;
 pub mod reads;
-mod session;
-mod standalone;
 mod worker;
 
-pub use discovery::{
+pub use events::{Observer, StopReason, WorkerEvent};
+pub use leases::{
+    lock_or_grow, stream_arn, ConsumerSession, EfoPool, SessionTick, StandaloneSession,
+    FULL_SCAN_EVERY, MAX_EFO_CONSUMERS,
+};
+pub use reads::discovery::{
     discover_shards, discover_shards_in, list_stream_shards, parents_first, DiscoveryReport,
 };
-pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
-pub use events::{Observer, StopReason, WorkerEvent};
-pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};
-pub use standalone::StandaloneSession;
 pub(crate) use worker::LATEST_REOPEN_MARGIN_MS;
 pub use worker::{
     InitialPosition, ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND,

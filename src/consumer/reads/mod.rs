@@ -10,7 +10,9 @@
 //! - `subscription`: a subscription pumped into a channel; resubscribing.
 //! - `start`: where a read starts, and a LATEST start's pin.
 //! - `sdk`: the reads on the SDK client.
+//! - `discovery`: the stream's shards (ListShards), parents first.
 
+pub(super) mod discovery;
 mod poll;
 mod sdk;
 mod source;

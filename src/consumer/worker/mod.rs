@@ -19,8 +19,8 @@ mod run;
 pub(crate) use config::LATEST_REOPEN_MARGIN_MS;
 pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
+use crate::consumer::leases::{Mode, ModeCheckpoints};
 use crate::consumer::list_stream_shards;
-use crate::consumer::mode::{Mode, ModeCheckpoints};
 use crate::consumer::reads::{KinesisReads, KinesisSource, ReadError, ReadSettings, SdkReads};
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;

@@ -1,7 +1,7 @@
 //! A consumer's session: heartbeat, renew the leases it was given, honour
 //! claims (checkpoint, then hand over), and learn at once of a lost lease.
 
-use crate::consumer::holding::Holding;
+use crate::consumer::leases::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
     Released, Result, ShardId, ShardScope, ShardSpec, StateError, StateStore, TakeFrom,

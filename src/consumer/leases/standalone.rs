@@ -9,7 +9,7 @@
 //! where it stopped; without a lock it reads nothing.
 
 use crate::consumer::discover_shards_in;
-use crate::consumer::holding::Holding;
+use crate::consumer::leases::holding::Holding;
 use crate::consumer::SessionTick;
 use crate::group::available_shards;
 use crate::state::{
