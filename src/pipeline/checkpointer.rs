@@ -9,6 +9,11 @@ use std::future::Future;
 
 /// Stores a shard's position in one scope.
 pub(crate) trait Checkpointer: Send {
+    /// Whether a checkpoint that fails transiently is left to the next one
+    /// (the batch goes on; a lease holder's next checkpoint or hand-over
+    /// stores the position) rather than ending the batch.
+    const LEAVES_TRANSIENT_FAILURES_TO_THE_NEXT: bool = true;
+
     /// A batch of `shard` is about to run through the core (for observers
     /// of the scope: a lease's holder reports it is processing).
     fn batch_starts(&mut self, _shard: &ShardId) {}
@@ -28,7 +33,7 @@ pub(crate) trait Checkpointer: Send {
 /// The core's sink for one batch of a pipeline: what is stored is the
 /// pipeline's position (nothing of a batch is done before it); a commit goes
 /// to the checkpointer. A transient failure is left to the next checkpoint
-/// (counted); a lost lease ends the batch.
+/// (counted) where the checkpointer says so; a lost lease ends the batch.
 pub(super) struct PipelineSink<'a, C> {
     pub shard: &'a ShardId,
     pub position: Option<Checkpoint>,
@@ -48,7 +53,11 @@ impl<C: Checkpointer> CheckpointSink for PipelineSink<'_, C> {
             .checkpoint(self.shard, checkpoint, self.arrival)
             .await
         {
-            Err(e) if e.is_transient() && !e.is_lease_lost() => {
+            Err(e)
+                if C::LEAVES_TRANSIENT_FAILURES_TO_THE_NEXT
+                    && e.is_transient()
+                    && !e.is_lease_lost() =>
+            {
                 *self.transient_errors += 1;
                 tracing::warn!(shard = %self.shard, error = %e, "checkpoint failed; the next one covers these records");
                 Ok(false)
