@@ -202,9 +202,9 @@ impl ChangeRecord {
             event_name: self.kind.as_str(),
             sequence_number: self.sequence_number.as_str(),
             view: self.view_type.as_deref(),
-            keys: Some(self.keys.clone()),
-            old: self.old_image.clone(),
-            new: self.new_image.clone(),
+            keys: Some(&self.keys),
+            old: self.old_image.as_ref(),
+            new: self.new_image.as_ref(),
             expired: self.expired,
         })
     }

@@ -1,20 +1,22 @@
 //! Typed item changes of a DynamoDB stream, and the handler adapter that
 //! decodes them. Every image is read by the one image decoder
-//! (`processing::image`): from the record's text (event source mappings,
-//! and the reader's records as `poll` hands them out), or from attribute
-//! values turned into DynamoDB JSON first (`Change::from_parts`).
+//! (`processing::image`): from the record's text (event source mappings),
+//! or from the SDK's attribute values (the reader's records,
+//! `Change::from_parts`), neither turned into the other first.
 
 use crate::processing::handler::{Decode, HandlerError, TypedHandler};
-use crate::processing::image::{from_attribute_map, from_image_json, image_at};
+use crate::processing::image::{from_attribute_map, from_image_json, from_sdk_image, image_at};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
 use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -107,7 +109,8 @@ impl fmt::Display for Keys {
 }
 
 /// One stream record's parts, as an event source mapping's event and the
-/// DynamoDB Streams API both give them: what [`Change::from_parts`] decodes.
+/// DynamoDB Streams API both give them: what [`Change::from_parts`] decodes
+/// (with images as the SDK's attribute values).
 #[derive(Debug, Clone)]
 pub struct ChangeParts<'a, I> {
     /// `INSERT`, `MODIFY` or `REMOVE`.
@@ -134,22 +137,25 @@ pub fn is_ttl_deletion(identity_type: &str, principal: &str) -> bool {
     identity_type == "Service" && principal == "dynamodb.amazonaws.com"
 }
 
-/// Decodes one image (`which` is `old`, `new` or `keys`) into `T`: the
-/// attribute values written as DynamoDB JSON and read by the decoder of
-/// [`from_image_json`], so that there is one way to read a number
-/// (`serde_dynamo` would round one beyond `f64`).
+/// An image as the SDK holds it: attribute values by attribute name.
+type SdkImage = HashMap<String, AttributeValue>;
+
+/// Decodes one image (`which` is `old`, `new` or `keys`) into `T`, its
+/// attribute values read by the decoder of [`from_image_json`], so that
+/// there is one way to read a number (`serde_dynamo` would round one
+/// beyond `f64`).
 fn decode_image<T: DeserializeOwned>(
-    item: impl Into<serde_dynamo::Item>,
+    image: &SdkImage,
     which: &str,
     seq: &str,
 ) -> Result<T, RecordError> {
-    serde_json::to_value(item.into())
-        .and_then(from_attribute_map)
-        .map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
+    from_sdk_image(image).map_err(|e| RecordError::payload(seq, format!("{which} image: {e}")))
 }
 
-fn non_empty(item: &serde_dynamo::Item) -> Option<serde_dynamo::Item> {
-    (!item.is_empty()).then(|| item.clone())
+/// An image of an event source mapping's parsed record, as the SDK holds
+/// it (`None` if empty: `aws_lambda_events` reads an absent image so).
+fn sdk_image(item: &serde_dynamo::Item) -> Option<SdkImage> {
+    (!item.is_empty()).then(|| item.clone().into())
 }
 
 impl<T: DeserializeOwned> Change<T> {
@@ -164,30 +170,30 @@ impl<T: DeserializeOwned> Change<T> {
             .user_identity
             .as_ref()
             .is_some_and(|u| is_ttl_deletion(&u.type_, &u.principal_id));
+        let keys = sdk_image(&record.change.keys);
+        let old = sdk_image(&record.change.old_image);
+        let new = sdk_image(&record.change.new_image);
         Change::from_parts(ChangeParts {
             event_name: &record.event_name,
             sequence_number: record.change.sequence_number.as_deref().unwrap_or(""),
             view: view.as_deref(),
-            keys: non_empty(&record.change.keys),
-            old: non_empty(&record.change.old_image),
-            new: non_empty(&record.change.new_image),
+            keys: keys.as_ref(),
+            old: old.as_ref(),
+            new: new.as_ref(),
             expired,
         })
     }
 
-    /// The change a record makes, decoded into `T` (as
-    /// [`Change::from_event_json`] decodes images: numbers are read
-    /// exactly); an image that does not decode, or one the event needs and
-    /// the stream's view type left out (and the keys cannot stand in for),
-    /// is an error naming the record.
-    pub fn from_parts<I: Into<serde_dynamo::Item>>(
-        parts: ChangeParts<'_, I>,
-    ) -> Result<Self, RecordError> {
-        decide(
-            parts,
-            |item, which, seq| decode_image(item, which, seq),
-            |item| Keys::from_item(item.into()).map_err(|e| e.to_string()),
-        )
+    /// The change a record makes, its images the SDK's attribute values
+    /// decoded into `T` by the decoder [`Change::from_event_json`] reads
+    /// text with (the same values: numbers are read exactly; nothing is
+    /// written as text); an image that does not decode, or one the event
+    /// needs and the stream's view type left out (and the keys cannot stand
+    /// in for), is an error naming the record.
+    pub fn from_parts(parts: ChangeParts<'_, &SdkImage>) -> Result<Self, RecordError> {
+        decide(parts, decode_image, |item| {
+            Keys::from_item(item.clone().into()).map_err(|e| e.to_string())
+        })
     }
 
     /// Decodes the JSON text of one event source mapping's stream record
@@ -641,6 +647,7 @@ mod tests {
         .to_string();
         let parsed: EventRecord = serde_json::from_str(&text).unwrap();
         let item: serde_dynamo::Item = serde_json::from_value(keys).unwrap();
+        let item: SdkImage = item.into();
         vec![
             Change::from_event_json(&text),
             Change::from_record(&parsed),
@@ -648,7 +655,7 @@ mod tests {
                 event_name: "REMOVE",
                 sequence_number: "8",
                 view: Some(view),
-                keys: Some(item),
+                keys: Some(&item),
                 old: None,
                 new: None,
                 expired: false,
@@ -744,13 +751,14 @@ mod tests {
         assert_eq!(Change::<Exact>::from_record(&parsed), expected());
         assert_eq!(Change::<Exact>::from_event_json(&text), expected());
         let item: serde_dynamo::Item = serde_json::from_value(image).unwrap();
+        let item: SdkImage = item.into();
         let parts = ChangeParts {
             event_name: "INSERT",
             sequence_number: "1",
             view: Some("NEW_IMAGE"),
             keys: None,
             old: None,
-            new: Some(item),
+            new: Some(&item),
             expired: false,
         };
         assert_eq!(Change::<Exact>::from_parts(parts), expected());
