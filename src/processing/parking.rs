@@ -153,6 +153,7 @@ mod tests {
             data: data.into(),
             approximate_arrival: None,
             event_source_arn: None,
+            change: None,
         }
     }
 

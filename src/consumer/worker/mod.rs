@@ -540,6 +540,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 data: bytes::Bytes::new(),
                 approximate_arrival: r.arrival,
                 event_source_arn: None,
+                change: None,
             };
             (sequence_number, Unit::kinesis(base, r.data.clone()))
         });
