@@ -198,7 +198,8 @@ mod tests {
     ) -> (Change<Order>, crate::processing::StreamRecord) {
         use crate::processing::{changes, RecordHandler, StreamRecord, Unit};
         use std::sync::{Arc, Mutex};
-        let seen: Arc<Mutex<Vec<(Change<Order>, StreamRecord)>>> = Arc::default();
+        type Handed = (Change<Order>, StreamRecord);
+        let seen: Arc<Mutex<Vec<Handed>>> = Arc::default();
         let handler = changes({
             let seen = seen.clone();
             move |change: Change<Order>, record: StreamRecord| {
