@@ -16,9 +16,10 @@ use std::borrow::Cow;
 impl<T: DeserializeOwned> Change<T> {
     /// Decodes the JSON text of one event source mapping's stream record
     /// (what `record.data` holds for a [`crate::processing::changes`]
-    /// handler) into a typed change in one pass: the images are decoded from their DynamoDB JSON
-    /// text straight into `T` (see [`crate::processing::from_image_json`]),
-    /// as [`Change::from_record`] decodes them from attribute values. A record
+    /// handler) into a typed change in one pass: the images are decoded
+    /// from their DynamoDB JSON text straight into `T` (see
+    /// [`crate::processing::from_image_json`]), as [`Change::from_record`]
+    /// decodes them from attribute values. A record
     /// that is not a stream record is [`RecordError::Malformed`]; an image
     /// that does not decode is a [`RecordError::Payload`] naming the record
     /// and the image.
