@@ -157,9 +157,9 @@ pub fn from_image_json<'de, T: de::Deserialize<'de>>(text: &'de str) -> serde_js
     Ok(value)
 }
 
-/// Decodes an image already parsed into `d` (a `serde_json::Value`, or a
-/// map of attribute values, in DynamoDB JSON) into `T`, as
-/// [`from_image_json`] decodes its text.
+/// Decodes the image `d` presents in the tagged form (a `serde_json::Value`
+/// or map of DynamoDB JSON attribute values, or the SDK's attribute values
+/// through `sdk`) into `T`, as [`from_image_json`] decodes its text.
 pub(crate) fn from_attribute_map<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
     d: D,
 ) -> Result<T, D::Error> {
