@@ -142,6 +142,48 @@ impl ChangeRecord {
         })
     }
 
+    /// The record as the JSON text of a Lambda DynamoDB Streams event
+    /// record from the stream `stream_arn` (images and keys in DynamoDB
+    /// JSON): what a parked record of the reader keeps as its payload, as
+    /// an event source mapping's parked record does. Handlers never get
+    /// this text: [`crate::ddb_streams::StreamReader::poll`] hands the
+    /// record over decoded.
+    pub fn to_event_json(&self, stream_arn: &str) -> String {
+        let item = |image: &Image| serde_json::json!(serde_dynamo::Item::from(image.clone()));
+        let mut change = serde_json::json!({
+            "Keys": item(&self.keys),
+            "SequenceNumber": self.sequence_number.as_str(),
+            "SizeBytes": 0,
+        });
+        if let Some(at) = self.created_at {
+            change["ApproximateCreationDateTime"] = serde_json::json!(at as f64 / 1000.0);
+        }
+        if let Some(view) = &self.view_type {
+            change["StreamViewType"] = serde_json::json!(view);
+        }
+        if let Some(image) = &self.new_image {
+            change["NewImage"] = item(image);
+        }
+        if let Some(image) = &self.old_image {
+            change["OldImage"] = item(image);
+        }
+        let mut record = serde_json::json!({
+            "eventID": &self.event_id,
+            "eventName": self.kind.as_str(),
+            "eventSource": "aws:dynamodb",
+            "eventSourceARN": stream_arn,
+            "awsRegion": "",
+            "dynamodb": change,
+        });
+        if self.expired {
+            record["userIdentity"] = serde_json::json!({
+                "type": "Service",
+                "principalId": "dynamodb.amazonaws.com",
+            });
+        }
+        record.to_string()
+    }
+
     /// The change as `T`, decoded as a handler's changes are (what
     /// [`crate::processing::changes`] hands a handler of this record: the
     /// images' attribute values read by the decoder of
@@ -273,7 +315,13 @@ mod tests {
             change.change::<Order>().unwrap(),
             Change::Remove { expired: true, .. }
         ));
-        // Handed to a handler, the flag survives.
+        // Handed to a handler, the flag survives; and in the event shape.
+        let event: aws_lambda_events::event::dynamodb::EventRecord =
+            serde_json::from_str(&change.to_event_json("arn:stream")).unwrap();
+        assert!(matches!(
+            Change::<Order>::from_record(&event).unwrap(),
+            Change::Remove { expired: true, .. }
+        ));
         assert!(matches!(
             handed(change),
             Change::Remove { expired: true, .. }
@@ -372,7 +420,9 @@ mod tests {
                 expired: false,
             };
             assert_eq!(change.change::<Order>().unwrap(), removal, "{view}");
-            // Handed to a handler, the same keys.
+            // Handed to a handler, the same keys; and in the event shape.
+            let text = change.to_event_json("arn:stream");
+            assert_eq!(Change::<Order>::from_event_json(&text).unwrap(), removal);
             assert_eq!(handed(change), removal);
         }
         assert_eq!(

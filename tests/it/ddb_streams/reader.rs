@@ -881,7 +881,7 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
     for _ in 0..50 {
         // What the reader hands out, kept to build an event from below.
         let batch = reader.next_batch().await.unwrap();
-        records.extend(batch.records().map(|r| lambda_record(r, &arn)));
+        records.extend(batch.records().map(|r| r.to_event_json(&arn)));
         reader.rewind();
         let report = reader.poll(&handler).await.unwrap();
         if report.caught_up {
@@ -914,44 +914,6 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
     let report = processor.process(&event, None).await.unwrap();
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(*seen.lock().unwrap(), from_reader);
-}
-
-/// The record as a Lambda DynamoDB Streams event carries it (what an event
-/// source mapping would have handed over).
-fn lambda_record(record: &shardkeeper::ddb_streams::ChangeRecord, arn: &str) -> String {
-    let item = |image: &shardkeeper::ddb_streams::Image| {
-        serde_json::to_value(serde_dynamo::Item::from(image.clone())).unwrap()
-    };
-    let mut change = serde_json::json!({
-        "Keys": item(&record.keys),
-        "SequenceNumber": record.sequence_number.as_str(),
-        "SizeBytes": 0,
-    });
-    if let Some(view) = &record.view_type {
-        change["StreamViewType"] = serde_json::json!(view);
-    }
-    if let Some(at) = record.created_at {
-        change["ApproximateCreationDateTime"] = serde_json::json!(at as f64 / 1000.0);
-    }
-    if let Some(image) = &record.new_image {
-        change["NewImage"] = item(image);
-    }
-    if let Some(image) = &record.old_image {
-        change["OldImage"] = item(image);
-    }
-    let mut text = serde_json::json!({
-        "eventID": record.event_id,
-        "eventName": record.kind.as_str(),
-        "eventSource": "aws:dynamodb",
-        "eventSourceARN": arn,
-        "awsRegion": "",
-        "dynamodb": change,
-    });
-    if record.expired {
-        text["userIdentity"] =
-            serde_json::json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
-    }
-    text.to_string()
 }
 
 /// The reader runs the processing core's rules: a failing record holds up
