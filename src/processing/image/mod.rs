@@ -3,10 +3,11 @@
 //! ...}`) that drives `T`'s visitor as it reads. The tagged form comes from
 //! an image's DynamoDB JSON text, or from the SDK's attribute values
 //! presented in that form (`sdk`): one decoder, two inputs, and neither is
-//! turned into the other first. Every attribute type but numbers is read as `serde_dynamo` reads
-//! it (`B` and `BS` as base64 bytes; `NULL` as unit or `None`; `SS`, `NS`,
-//! `BS` and `L` as sequences; `M` as a map, or an enum with one variant
-//! key), so the decoded values are the same.
+//! turned into the other first. Every attribute type but numbers is read
+//! as `serde_dynamo` reads it (`B` and `BS` as bytes, from base64 in text;
+//! `NULL` as unit or `None`; `SS`, `NS`, `BS` and `L` as sequences; `M` as
+//! a map, or an enum with one variant key), so the decoded values are the
+//! same.
 //!
 //! Numbers (an `N`, an element of an `NS`) are read exactly: DynamoDB keeps
 //! up to 38 significant digits, beyond `i64`, `u64` and `f64`, and only a
