@@ -100,7 +100,9 @@ fn sdk_image(item: &serde_dynamo::Item) -> Option<SdkImage> {
 }
 
 impl<T: DeserializeOwned> Change<T> {
-    /// Decodes an event source mapping's stream record into a typed change.
+    /// Decodes an event source mapping's stream record, as
+    /// `aws_lambda_events` parsed it, into a typed change: its images as the
+    /// SDK's attribute values, read as [`Change::from_parts`] reads them.
     pub fn from_record(record: &EventRecord) -> Result<Self, RecordError> {
         let view = record
             .change
