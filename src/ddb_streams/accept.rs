@@ -7,7 +7,7 @@ use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::FAILURE_BACKOFF;
 use crate::ddb_streams::error::ReaderError;
-use crate::ddb_streams::position::ShardPosition;
+use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::ChangeRecord;
 use crate::processing::{CheckpointSink, Core, RecordHandler, Unit};
@@ -30,22 +30,22 @@ impl<C: StreamsClient> StreamReader<C> {
 
     /// Accepts `record` and every record of its shard before it.
     pub async fn commit_record(&mut self, record: &ChangeRecord) -> Result<(), ReaderError> {
-        let position = ShardPosition::AfterSequence(record.sequence_number.clone());
+        let position = position::after(&record.sequence_number);
         Ok(self.commit_at(&record.shard_id, &position).await?)
     }
 
-    async fn commit_at(&mut self, shard: &ShardId, position: &ShardPosition) -> StateResult<()> {
+    async fn commit_at(&mut self, shard: &ShardId, position: &Checkpoint) -> StateResult<()> {
         let Some(cursor) = self.cursors.get_mut(shard) else {
             return Ok(()); // removed from the stream meanwhile
         };
-        if position.is_behind(&cursor.committed) {
+        if position::is_behind(position, &cursor.committed) {
             return Ok(());
         }
         cursor.committed = position.clone();
         if cursor.saved.as_ref() == Some(position) {
             return Ok(());
         }
-        if let Some(stored) = position.to_stored(&self.stream_arn, &cursor.spec)? {
+        if let Some(stored) = position::to_stored(position, &self.stream_arn, &cursor.spec)? {
             self.store.save_position(&stored).await?;
             cursor.saved = Some(position.clone());
         }
@@ -74,14 +74,20 @@ impl<C: StreamsClient> StreamReader<C> {
         if self.discovered_at.is_none() {
             self.discover().await?;
         }
-        let position = ShardPosition::initial(to, self.store.now());
+        let position = position::initial(to);
+        let now = self.store.now();
         let ids: Vec<ShardId> = self.cursors.keys().cloned().collect();
         for id in &ids {
             let cursor = self.cursors.get_mut(id).expect("cursor");
             cursor.committed = position.clone();
             cursor.reset(position.clone());
+            if position == Checkpoint::Latest {
+                // A new LATEST: saved by the next commit, even over a saved one.
+                cursor.latest_at = now;
+                cursor.saved = None;
+            }
         }
-        if matches!(position, ShardPosition::Latest { .. }) {
+        if position == Checkpoint::Latest {
             for id in &ids {
                 self.take_latest(id).await?;
             }
@@ -91,11 +97,13 @@ impl<C: StreamsClient> StreamReader<C> {
 
     /// Reads one batch and runs each shard's records through the
     /// processing core with `handler`: the same [`RecordHandler`] an
-    /// event-source-mapped processor or a shard worker runs. Records come as
-    /// [`crate::processing::StreamRecord`]s shaped as Lambda's DynamoDB Streams event records
-    /// (so [`crate::processing::changes`] decodes them as it does there; see
-    /// [`ChangeRecord::to_stream_record`]). Each shard is handled in order,
-    /// attempts are counted and poison records parked as
+    /// event-source-mapped processor or a shard worker runs. Each record
+    /// comes as a [`crate::processing::StreamRecord`] carrying the decoded
+    /// [`ChangeRecord`] (see [`Unit::change`]):
+    /// [`crate::processing::changes`] decodes its images from the SDK's
+    /// attribute values, with the results it has for an event source
+    /// mapping's text. Each shard is handled in order, attempts are counted
+    /// and poison records parked as
     /// [`ReaderConfig::processing`](crate::ddb_streams::ReaderConfig::processing)
     /// says. A shard whose records were all accepted (handled or parked) is
     /// committed to its end (one write per shard, so a crash in between
@@ -130,9 +138,9 @@ impl<C: StreamsClient> StreamReader<C> {
         let arn: Arc<str> = self.stream_arn.as_str().into();
         let mut first_failure = None;
         for shard in batch.shards {
-            let items = shard.records.iter().map(|r| {
-                let record = r.to_stream_record(&arn);
-                (record.sequence_number.clone(), Unit::Record(record))
+            let items = shard.records.into_iter().map(|r| {
+                let seq: Arc<str> = r.sequence_number.as_str().into();
+                (seq, Unit::change(r, &arn))
             });
             let mut sink = ReaderCheckpoints {
                 reader: self,
@@ -208,7 +216,7 @@ impl<C: StreamsClient> CheckpointSink for ReaderCheckpoints<'_, C> {
         let Checkpoint::After { sequence, .. } = checkpoint else {
             return Ok(false);
         };
-        let position = ShardPosition::AfterSequence(sequence.clone());
+        let position = position::after(sequence);
         self.reader.commit_at(self.shard, &position).await?;
         Ok(true)
     }

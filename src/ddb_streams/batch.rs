@@ -1,8 +1,7 @@
 //! What one read of the stream hands out and reports.
 
-use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::record::ChangeRecord;
-use crate::state::ShardId;
+use crate::state::{Checkpoint, ShardId};
 
 /// The records read from one shard in one [`Batch`].
 #[derive(Debug, Clone, PartialEq)]
@@ -15,8 +14,9 @@ pub struct ShardBatch {
     pub ended: bool,
     /// Records skipped because they were created before the time sought.
     pub skipped: usize,
-    /// The position after these records: what committing this batch saves.
-    pub end: ShardPosition,
+    /// The position after these records (`After` the last one, or where
+    /// the shard stood if none was read): what committing this batch saves.
+    pub end: Checkpoint,
 }
 
 /// A shard restarted at `TRIM_HORIZON` because the records at its position

@@ -5,10 +5,10 @@ use crate::consumer::parents_first;
 use crate::ddb_streams::batch::Discovery;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
-use crate::ddb_streams::position::ShardPosition;
+use crate::ddb_streams::position;
 use crate::ddb_streams::reader::{Cursor, StreamReader};
 use crate::ddb_streams::tree;
-use crate::state::{ShardId, ShardSpec, StoredShardPosition};
+use crate::state::{Checkpoint, ShardId, ShardSpec, StoredShardPosition};
 use std::collections::BTreeMap;
 
 impl<C: StreamsClient> StreamReader<C> {
@@ -71,18 +71,18 @@ impl<C: StreamsClient> StreamReader<C> {
             }
             let stored = saved.remove(&spec.shard_id);
             let position = match &stored {
-                Some(p) => ShardPosition::from_stored(p, now),
-                None if first => ShardPosition::initial(self.config.initial_position, now),
-                None => ShardPosition::TrimHorizon,
+                Some(p) => position::from_stored(p),
+                None if first => position::initial(self.config.initial_position),
+                None => Checkpoint::TrimHorizon,
             };
-            let mut cursor = Cursor::new(spec.clone(), position.clone());
+            let mut cursor = Cursor::new(spec.clone(), position.clone(), now);
             if stored.is_some() {
                 cursor.saved = Some(position.clone());
-            } else if let Some(p) = position.to_stored(&self.stream_arn, spec)? {
+            } else if let Some(p) = position::to_stored(&position, &self.stream_arn, spec)? {
                 self.store.save_position(&p).await?;
                 cursor.saved = Some(position.clone());
             }
-            if matches!(position, ShardPosition::Latest { .. }) {
+            if position == Checkpoint::Latest {
                 latest.push(spec.shard_id.clone());
             }
             self.cursors.insert(spec.shard_id.clone(), cursor);

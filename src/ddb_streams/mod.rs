@@ -56,7 +56,6 @@ pub use batch::{Batch, Discovery, PollReport, ReaderStats, ShardBatch, TrimmedSh
 pub use client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};
 pub use config::{OnTrimmed, ReaderConfig};
 pub use error::{ReaderError, StreamsError};
-pub use position::ShardPosition;
 pub use reader::StreamReader;
 pub use record::{ChangeKind, ChangeRecord, Image};
 pub use replica::{build_replica, scan_table, ItemKey, KeyValue, Replica, ReplicaReport};

@@ -1,6 +1,15 @@
 //! Where a shard's reading stands, how to reopen an iterator there, and how
 //! that is stored (pure; the reader does the I/O).
 //!
+//! A position is a [`Checkpoint`], the state store's one position type:
+//! `TrimHorizon`, `Latest`, `AtTimestamp` (a seek to a time), `AtSequence`
+//! (from a record, as a stored position may say) and `After` (a record and
+//! everything before it are read; its sub-sequence number is always 0, a
+//! DynamoDB stream has no aggregates). The reader never stands at
+//! `ShardEnd`: a shard read to its end is marked so in its cursor, beside
+//! its position. What a `Latest` position needs besides, when its `LATEST`
+//! iterator was taken, the cursor keeps too (`Cursor::latest_at`).
+//!
 //! DynamoDB Streams has no `AT_TIMESTAMP` iterator, and a `LATEST` iterator
 //! taken again later skips what was written in between. So a time (a seek)
 //! and an expired `LATEST` reopen at `TRIM_HORIZON` and skip the records
@@ -8,39 +17,38 @@
 
 use crate::consumer::InitialPosition;
 use crate::ddb_streams::client::StreamsIteratorStart;
-use crate::state::{EpochMillis, Result, SequenceNumber, ShardSpec, StoredShardPosition};
+use crate::state::{
+    Checkpoint, EpochMillis, Result, SequenceNumber, ShardSpec, StoredShardPosition,
+};
 
-/// A shard's reading position.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShardPosition {
-    /// From the oldest record still in the shard.
-    TrimHorizon,
-    /// The records written after `at` (ms): read through a `LATEST` iterator
-    /// taken at `at`.
-    Latest {
-        /// When the `LATEST` iterator was taken.
-        at: EpochMillis,
-    },
-    /// The records created at or after `at` (ms; a seek).
-    AtTime {
-        /// The time sought.
-        at: EpochMillis,
-    },
-    /// From this record (inclusive).
-    AtSequence(SequenceNumber),
-    /// After this record: it and everything before it are read.
-    AfterSequence(SequenceNumber),
+/// The position after `seq`: it and everything before it are read.
+pub(super) fn after(seq: &SequenceNumber) -> Checkpoint {
+    Checkpoint::After {
+        sequence: seq.clone(),
+        sub_sequence: 0,
+    }
 }
 
-impl std::fmt::Display for ShardPosition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ShardPosition::TrimHorizon => f.write_str("TRIM_HORIZON"),
-            ShardPosition::Latest { at } => write!(f, "LATEST (taken at {at} ms)"),
-            ShardPosition::AtTime { at } => write!(f, "the records created from {at} ms"),
-            ShardPosition::AtSequence(seq) => write!(f, "AT_SEQUENCE_NUMBER {seq}"),
-            ShardPosition::AfterSequence(seq) => write!(f, "AFTER_SEQUENCE_NUMBER {seq}"),
-        }
+/// Where a shard with no saved position starts (a `Latest` one reads what
+/// is written after its `LATEST` iterator is taken, at once).
+pub(super) fn initial(initial: InitialPosition) -> Checkpoint {
+    match initial {
+        InitialPosition::TrimHorizon => Checkpoint::TrimHorizon,
+        InitialPosition::Latest => Checkpoint::Latest,
+        InitialPosition::AtTimestamp(at) => Checkpoint::AtTimestamp(at),
+    }
+}
+
+/// The position for logs and errors (`latest_at`: when the `LATEST`
+/// iterator of a `Latest` position was taken).
+pub(super) fn describe(position: &Checkpoint, latest_at: EpochMillis) -> String {
+    match position {
+        Checkpoint::TrimHorizon => "TRIM_HORIZON".to_owned(),
+        Checkpoint::Latest => format!("LATEST (taken at {latest_at} ms)"),
+        Checkpoint::AtTimestamp(at) => format!("the records created from {at} ms"),
+        Checkpoint::AtSequence(seq) => format!("AT_SEQUENCE_NUMBER {seq}"),
+        Checkpoint::After { sequence, .. } => format!("AFTER_SEQUENCE_NUMBER {sequence}"),
+        Checkpoint::ShardEnd => "SHARD_END".to_owned(),
     }
 }
 
@@ -51,81 +59,68 @@ fn whole_second(t: EpochMillis) -> EpochMillis {
     t - t.rem_euclid(1000)
 }
 
-impl ShardPosition {
-    /// Where a shard with no saved position starts, `now` being the time
-    /// (for `LATEST`).
-    pub fn initial(initial: InitialPosition, now: EpochMillis) -> Self {
-        match initial {
-            InitialPosition::TrimHorizon => ShardPosition::TrimHorizon,
-            InitialPosition::Latest => ShardPosition::Latest { at: now },
-            InitialPosition::AtTimestamp(at) => ShardPosition::AtTime { at },
+/// The GetShardIterator request that (re)opens reading at `position`, and
+/// the time before which records are then skipped. `LATEST` reopens at
+/// `TRIM_HORIZON` skipping what was created before `latest_at - margin`
+/// (the margin covers clock skew), so nothing written since is lost; the
+/// first `LATEST` iterator is taken when the position is set, not here.
+/// (`ShardEnd`, never a reader's position, reopens where `TrimHorizon` does.)
+pub(super) fn reopen(
+    position: &Checkpoint,
+    latest_at: EpochMillis,
+    margin_ms: i64,
+) -> (StreamsIteratorStart, Option<EpochMillis>) {
+    match position {
+        Checkpoint::TrimHorizon | Checkpoint::ShardEnd => (StreamsIteratorStart::TrimHorizon, None),
+        Checkpoint::Latest => (
+            StreamsIteratorStart::TrimHorizon,
+            Some(whole_second(latest_at - margin_ms)),
+        ),
+        Checkpoint::AtTimestamp(at) => (StreamsIteratorStart::TrimHorizon, Some(whole_second(*at))),
+        Checkpoint::AtSequence(seq) => (StreamsIteratorStart::AtSequence(seq.clone()), None),
+        Checkpoint::After { sequence, .. } => {
+            (StreamsIteratorStart::AfterSequence(sequence.clone()), None)
         }
     }
+}
 
-    /// The GetShardIterator request that (re)opens reading here, and the
-    /// time before which records are then skipped. `LATEST` reopens at
-    /// `TRIM_HORIZON` skipping what was created before `at - margin` (the
-    /// margin covers clock skew), so nothing written since is lost; the first
-    /// `LATEST` iterator is taken when the position is set, not here.
-    pub fn reopen(&self, margin_ms: i64) -> (StreamsIteratorStart, Option<EpochMillis>) {
-        match self {
-            ShardPosition::TrimHorizon => (StreamsIteratorStart::TrimHorizon, None),
-            ShardPosition::Latest { at } => (
-                StreamsIteratorStart::TrimHorizon,
-                Some(whole_second(at - margin_ms)),
-            ),
-            ShardPosition::AtTime { at } => {
-                (StreamsIteratorStart::TrimHorizon, Some(whole_second(*at)))
-            }
-            ShardPosition::AtSequence(seq) => (StreamsIteratorStart::AtSequence(seq.clone()), None),
-            ShardPosition::AfterSequence(seq) => {
-                (StreamsIteratorStart::AfterSequence(seq.clone()), None)
-            }
-        }
-    }
+/// `true` if both are record positions and `position` is behind `other`
+/// (a commit that would move a position back is ignored).
+pub(super) fn is_behind(position: &Checkpoint, other: &Checkpoint) -> bool {
+    let record = |c: &Checkpoint| matches!(c, Checkpoint::AtSequence(_) | Checkpoint::After { .. });
+    record(position) && record(other) && position.order_key() < other.order_key()
+}
 
-    /// `true` if both are record positions and this one is behind `other`
-    /// (a commit that would move a position back is ignored).
-    pub fn is_behind(&self, other: &ShardPosition) -> bool {
-        use ShardPosition::{AfterSequence, AtSequence};
-        match (self, other) {
-            (AtSequence(a), AtSequence(b)) | (AfterSequence(a), AfterSequence(b)) => a < b,
-            (AtSequence(a), AfterSequence(b)) => a <= b,
-            (AfterSequence(a), AtSequence(b)) => a < b,
-            _ => false,
-        }
-    }
+/// The stored form (`None` for a time, which has no iterator type: the
+/// position is stored once a record after it is committed; and for
+/// `ShardEnd`, never a reader's position).
+pub(super) fn to_stored(
+    position: &Checkpoint,
+    stream_arn: &str,
+    shard: &ShardSpec,
+) -> Result<Option<StoredShardPosition>> {
+    let (iterator, seq) = match position {
+        Checkpoint::AtTimestamp(_) | Checkpoint::ShardEnd => return Ok(None),
+        Checkpoint::TrimHorizon => ("TRIM_HORIZON", None),
+        Checkpoint::Latest => ("LATEST", None),
+        Checkpoint::AtSequence(seq) => ("AT_SEQUENCE_NUMBER", Some(seq.as_str())),
+        Checkpoint::After { sequence, .. } => ("AFTER_SEQUENCE_NUMBER", Some(sequence.as_str())),
+    };
+    let parent = shard.parents.first().map(|p| p.as_str());
+    StoredShardPosition::new(stream_arn, shard.shard_id.as_str(), iterator, seq, parent).map(Some)
+}
 
-    /// The stored form (`None` for a time, which has no iterator type: the
-    /// position is stored once a record after it is committed).
-    pub fn to_stored(
-        &self,
-        stream_arn: &str,
-        shard: &ShardSpec,
-    ) -> Result<Option<StoredShardPosition>> {
-        let (iterator, seq) = match self {
-            ShardPosition::AtTime { .. } => return Ok(None),
-            ShardPosition::TrimHorizon => ("TRIM_HORIZON", None),
-            ShardPosition::Latest { .. } => ("LATEST", None),
-            ShardPosition::AtSequence(seq) => ("AT_SEQUENCE_NUMBER", Some(seq.as_str())),
-            ShardPosition::AfterSequence(seq) => ("AFTER_SEQUENCE_NUMBER", Some(seq.as_str())),
-        };
-        let parent = shard.parents.first().map(|p| p.as_str());
-        StoredShardPosition::new(stream_arn, shard.shard_id.as_str(), iterator, seq, parent)
-            .map(Some)
-    }
-
-    /// A stored position, `now` standing for the time of a stored `LATEST`.
-    pub fn from_stored(position: &StoredShardPosition, now: EpochMillis) -> Self {
-        match (
-            position.iterator_type.as_str(),
-            position.sequence_number.clone(),
-        ) {
-            ("AT_SEQUENCE_NUMBER", Some(seq)) => ShardPosition::AtSequence(seq),
-            ("AFTER_SEQUENCE_NUMBER", Some(seq)) => ShardPosition::AfterSequence(seq),
-            ("LATEST", _) => ShardPosition::Latest { at: now },
-            _ => ShardPosition::TrimHorizon,
-        }
+/// A stored position (a stored `LATEST` is read through a `LATEST` iterator
+/// taken when it is loaded).
+pub(super) fn from_stored(position: &StoredShardPosition) -> Checkpoint {
+    match (
+        position.iterator_type.as_str(),
+        position.sequence_number.as_ref(),
+    ) {
+        ("AT_SEQUENCE_NUMBER", Some(seq)) => Checkpoint::AtSequence(seq.clone()),
+        ("AFTER_SEQUENCE_NUMBER", Some(seq)) => after(seq),
+        ("LATEST", _) => Checkpoint::Latest,
+        _ => Checkpoint::TrimHorizon,
     }
 }
 
@@ -139,33 +134,32 @@ mod tests {
 
     #[test]
     fn latest_and_times_reopen_at_trim_horizon_never_at_latest() {
-        let latest = ShardPosition::Latest { at: 10_500 };
         assert_eq!(
-            latest.reopen(2_000),
+            reopen(&Checkpoint::Latest, 10_500, 2_000),
             (StreamsIteratorStart::TrimHorizon, Some(8_000))
         );
-        let time = ShardPosition::AtTime { at: 7_250 };
         assert_eq!(
-            time.reopen(2_000),
+            reopen(&Checkpoint::AtTimestamp(7_250), 0, 2_000),
             (StreamsIteratorStart::TrimHorizon, Some(7_000))
         );
-        let after = ShardPosition::AfterSequence(seq("42"));
         assert_eq!(
-            after.reopen(2_000),
+            reopen(&after(&seq("42")), 0, 2_000),
             (StreamsIteratorStart::AfterSequence(seq("42")), None)
         );
     }
 
     #[test]
     fn record_positions_order_and_others_do_not() {
-        let at = |s| ShardPosition::AtSequence(seq(s));
-        let after = |s| ShardPosition::AfterSequence(seq(s));
-        assert!(after("9").is_behind(&after("10")));
-        assert!(at("10").is_behind(&after("10")));
-        assert!(!after("10").is_behind(&at("10")));
-        assert!(!after("10").is_behind(&after("10")));
-        assert!(!ShardPosition::TrimHorizon.is_behind(&after("1")));
-        assert!(!after("1").is_behind(&ShardPosition::TrimHorizon));
+        let at = |s| Checkpoint::AtSequence(seq(s));
+        let after = |s| after(&seq(s));
+        assert!(is_behind(&after("9"), &after("10")));
+        assert!(is_behind(&at("10"), &after("10")));
+        assert!(!is_behind(&after("10"), &at("10")));
+        assert!(!is_behind(&after("10"), &after("10")));
+        assert!(is_behind(&at("9"), &at("10")));
+        assert!(is_behind(&after("9"), &at("10")));
+        assert!(!is_behind(&Checkpoint::TrimHorizon, &after("1")));
+        assert!(!is_behind(&after("1"), &Checkpoint::TrimHorizon));
     }
 
     #[test]
@@ -174,21 +168,17 @@ mod tests {
             .unwrap()
             .with_parents(&["shardId-1"])
             .unwrap();
-        let after = ShardPosition::AfterSequence(seq("100000000000000000007"));
-        let stored = after.to_stored("arn:stream", &shard).unwrap().unwrap();
+        let after = after(&seq("100000000000000000007"));
+        let stored = to_stored(&after, "arn:stream", &shard).unwrap().unwrap();
         assert_eq!(stored.iterator_type, "AFTER_SEQUENCE_NUMBER");
         assert_eq!(
             stored.parent_shard_id.as_ref().unwrap().as_str(),
             "shardId-1"
         );
-        assert_eq!(ShardPosition::from_stored(&stored, 0), after);
-        let latest = ShardPosition::Latest { at: 5 }.to_stored("arn:stream", &shard);
-        let latest = latest.unwrap().unwrap();
-        assert_eq!(
-            ShardPosition::from_stored(&latest, 99),
-            ShardPosition::Latest { at: 99 }
-        );
-        let time = ShardPosition::AtTime { at: 5 };
-        assert!(time.to_stored("arn:stream", &shard).unwrap().is_none());
+        assert_eq!(from_stored(&stored), after);
+        let latest = to_stored(&Checkpoint::Latest, "arn:stream", &shard);
+        assert_eq!(from_stored(&latest.unwrap().unwrap()), Checkpoint::Latest);
+        let time = Checkpoint::AtTimestamp(5);
+        assert!(to_stored(&time, "arn:stream", &shard).unwrap().is_none());
     }
 }

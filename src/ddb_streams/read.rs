@@ -8,10 +8,10 @@ use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
 use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
-use crate::ddb_streams::position::ShardPosition;
+use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::ChangeRecord;
-use crate::state::ShardId;
+use crate::state::{Checkpoint, ShardId};
 
 impl<C: StreamsClient> StreamReader<C> {
     /// The `LATEST` iterator of a shard whose position was just set to
@@ -32,7 +32,9 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     async fn open_iterator(&mut self, id: &ShardId) -> Result<Option<String>, ReaderError> {
-        let (start, skip) = self.cursors[id].read.reopen(LATEST_REOPEN_MARGIN_MS);
+        let cursor = &self.cursors[id];
+        let (start, skip) =
+            position::reopen(&cursor.read, cursor.latest_at, LATEST_REOPEN_MARGIN_MS);
         let arn = &self.stream_arn;
         let client = &self.client;
         let it = self
@@ -93,7 +95,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     ..
                 } if !restarted => {
                     restarted = true;
-                    let lost_at = cursor.read.to_string();
+                    let lost_at = position::describe(&cursor.read, cursor.latest_at);
                     if self.config.on_trimmed == OnTrimmed::Fail {
                         return Err(ReaderError::TrimmedData {
                             shard_id: id.to_string(),
@@ -102,7 +104,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     }
                     tracing::warn!(shard = %id, position = %lost_at,
                         "records were trimmed before they were read; restarting at TRIM_HORIZON");
-                    cursor.reset(ShardPosition::TrimHorizon);
+                    cursor.reset(Checkpoint::TrimHorizon);
                     self.stats.trimmed_restarts += 1;
                     trimmed.push(TrimmedShard {
                         shard_id: id.clone(),
@@ -166,7 +168,7 @@ impl<C: StreamsClient> StreamReader<C> {
                 }
                 cursor.skipping = None;
             }
-            cursor.read = ShardPosition::AfterSequence(record.sequence_number.clone());
+            cursor.read = position::after(&record.sequence_number);
             shard.records.push(record);
         }
         shard.end = cursor.read.clone();

@@ -3,15 +3,17 @@
 //!
 //! The read path is in `read.rs`, discovery in `discover.rs`; committing,
 //! seeking, rewinding and the handler loop in `accept.rs`; the decisions
-//! (what to read, where to reopen) in `tree.rs` and `position.rs`.
+//! (what to read, where to reopen) in `tree.rs` and `position.rs`. A
+//! shard's position is a [`Checkpoint`].
 
 use crate::ddb_streams::batch::{Batch, ReaderStats};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::{ReaderConfig, DISCOVER_EVERY, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
-use crate::ddb_streams::position::ShardPosition;
 use crate::ddb_streams::tree;
-use crate::state::{retry_throttled, EpochMillis, Retried, ShardId, ShardSpec, StateStore};
+use crate::state::{
+    retry_throttled, Checkpoint, EpochMillis, Retried, ShardId, ShardSpec, StateStore,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +23,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(super) struct Cursor {
     pub(super) spec: ShardSpec,
     /// Accepted by the caller (committed).
-    pub(super) committed: ShardPosition,
+    pub(super) committed: Checkpoint,
     /// Last written to the state store.
-    pub(super) saved: Option<ShardPosition>,
+    pub(super) saved: Option<Checkpoint>,
     /// After the last record handed out.
-    pub(super) read: ShardPosition,
+    pub(super) read: Checkpoint,
+    /// When the `LATEST` iterator of a `Latest` position was taken (ms): a
+    /// `LATEST` reopened later reads from `TRIM_HORIZON`, skipping the
+    /// records created before this time (see `position.rs`).
+    pub(super) latest_at: EpochMillis,
     pub(super) iterator: Option<String>,
     /// Records created before this are skipped (a seek, a reopened `LATEST`).
     pub(super) skipping: Option<EpochMillis>,
@@ -40,12 +46,13 @@ pub(super) struct Cursor {
 }
 
 impl Cursor {
-    pub(super) fn new(spec: ShardSpec, position: ShardPosition) -> Self {
+    pub(super) fn new(spec: ShardSpec, position: Checkpoint, latest_at: EpochMillis) -> Self {
         Cursor {
             spec,
             committed: position.clone(),
             saved: None,
             read: position,
+            latest_at,
             iterator: None,
             skipping: None,
             ended: false,
@@ -62,7 +69,7 @@ impl Cursor {
     }
 
     /// Reads again from `position` with a new iterator.
-    pub(super) fn reset(&mut self, position: ShardPosition) {
+    pub(super) fn reset(&mut self, position: Checkpoint) {
         self.read = position;
         self.iterator = None;
         self.skipping = None;
@@ -134,8 +141,11 @@ impl<C: StreamsClient> StreamReader<C> {
         }
     }
 
-    /// Each known shard's committed position, parents first.
-    pub fn positions(&self) -> Vec<(ShardId, ShardPosition)> {
+    /// Each known shard's committed position, parents first: `TrimHorizon`,
+    /// `Latest`, `AtTimestamp` (after a seek to a time), `AtSequence` (as a
+    /// stored position may say) or `After` the last record accepted (its
+    /// sub-sequence number 0).
+    pub fn positions(&self) -> Vec<(ShardId, Checkpoint)> {
         self.order
             .iter()
             .filter_map(|s| self.cursors.get(&s.shard_id))

@@ -3,14 +3,12 @@
 //! write uses), and typed with [`ChangeRecord::change`] into the same
 //! [`Change`] the event-source-mapped handlers get.
 
-use crate::processing::{is_ttl_deletion, Change, ChangeParts, RecordError, StreamRecord};
+use crate::processing::{is_ttl_deletion, Change, ChangeParts, RecordError};
 use crate::state::{EpochMillis, SequenceNumber, ShardId};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, OperationType};
-use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// An item (or its key attributes), as the DynamoDB SDK reads and writes it.
 pub type Image = HashMap<String, AttributeValue>;
@@ -38,6 +36,9 @@ impl ChangeKind {
 }
 
 /// One record of a DynamoDB stream shard.
+///
+/// [`crate::ddb_streams::StreamReader::poll`] hands it to the handler
+/// decoded, in [`crate::processing::StreamRecord::change`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChangeRecord {
     /// The shard it was read from.
@@ -61,6 +62,10 @@ pub struct ChangeRecord {
     /// A removal by DynamoDB's time to live (not by a caller).
     pub expired: bool,
 }
+
+/// Attribute values hold no floats (a number is its text): their equality
+/// is an equivalence.
+impl Eq for ChangeRecord {}
 
 fn attribute(value: &StreamValue) -> Result<AttributeValue, String> {
     Ok(match value {
@@ -137,18 +142,16 @@ impl ChangeRecord {
         })
     }
 
-    /// The record as a handler receives it (what [`StreamReader::poll`]
-    /// hands out): `data` is the record in the shape of a Lambda DynamoDB
-    /// Streams event record (so [`crate::processing::changes`] decodes it
-    /// as it does for an event source mapping), `partition_key` its keys in
-    /// DynamoDB JSON, `event_source_arn` the stream.
-    ///
-    /// [`StreamReader::poll`]: crate::ddb_streams::StreamReader::poll
-    pub fn to_stream_record(&self, stream_arn: &Arc<str>) -> StreamRecord {
-        let item = |image: &Image| serde_dynamo::Item::from(image.clone());
-        let keys = item(&self.keys);
+    /// The record as the JSON text of a Lambda DynamoDB Streams event
+    /// record from the stream `stream_arn` (images and keys in DynamoDB
+    /// JSON): what a parked record of the reader keeps as its payload, as
+    /// an event source mapping's parked record does. Handlers never get
+    /// this text: [`crate::ddb_streams::StreamReader::poll`] hands the
+    /// record over decoded.
+    pub fn to_event_json(&self, stream_arn: &str) -> String {
+        let item = |image: &Image| serde_json::json!(serde_dynamo::Item::from(image.clone()));
         let mut change = serde_json::json!({
-            "Keys": &keys,
+            "Keys": item(&self.keys),
             "SequenceNumber": self.sequence_number.as_str(),
             "SizeBytes": 0,
         });
@@ -159,16 +162,16 @@ impl ChangeRecord {
             change["StreamViewType"] = serde_json::json!(view);
         }
         if let Some(image) = &self.new_image {
-            change["NewImage"] = serde_json::json!(item(image));
+            change["NewImage"] = item(image);
         }
         if let Some(image) = &self.old_image {
-            change["OldImage"] = serde_json::json!(item(image));
+            change["OldImage"] = item(image);
         }
         let mut record = serde_json::json!({
             "eventID": &self.event_id,
             "eventName": self.kind.as_str(),
             "eventSource": "aws:dynamodb",
-            "eventSourceARN": &**stream_arn,
+            "eventSourceARN": stream_arn,
             "awsRegion": "",
             "dynamodb": change,
         });
@@ -178,33 +181,24 @@ impl ChangeRecord {
                 "principalId": "dynamodb.amazonaws.com",
             });
         }
-        StreamRecord {
-            shard_id: self.shard_id.as_str().into(),
-            sequence_number: self.sequence_number.as_str().into(),
-            sub_sequence: 0,
-            aggregated: false,
-            partition_key: serde_json::to_string(&keys).unwrap_or_default().into(),
-            explicit_hash_key: None,
-            data: Bytes::from(record.to_string()),
-            approximate_arrival: self.created_at,
-            event_source_arn: Some(stream_arn.clone()),
-        }
+        record.to_string()
     }
 
-    /// The change as `T`, decoded as a handler's changes are (the images'
-    /// attribute values read by the decoder of
-    /// [`crate::processing::from_image_json`]: numbers exactly, not
-    /// through `f64`); an image that does not decode, or one the change
-    /// needs and the stream's view type leaves out, is an error naming the
-    /// sequence number.
+    /// The change as `T`, decoded as a handler's changes are (what
+    /// [`crate::processing::changes`] hands a handler of this record: the
+    /// images' attribute values read by the decoder of
+    /// [`crate::processing::from_image_json`], numbers exactly, not through
+    /// `f64`, and nothing written as text); an image that does not decode,
+    /// or one the change needs and the stream's view type leaves out, is an
+    /// error naming the sequence number.
     pub fn change<T: DeserializeOwned>(&self) -> Result<Change<T>, RecordError> {
         Change::from_parts(ChangeParts {
             event_name: self.kind.as_str(),
             sequence_number: self.sequence_number.as_str(),
             view: self.view_type.as_deref(),
-            keys: Some(self.keys.clone()),
-            old: self.old_image.clone(),
-            new: self.new_image.clone(),
+            keys: Some(&self.keys),
+            old: self.old_image.as_ref(),
+            new: self.new_image.as_ref(),
             expired: self.expired,
         })
     }
@@ -237,6 +231,52 @@ mod tests {
             .event_name(name)
             .dynamodb(data.build())
             .build()
+    }
+
+    /// What a `changes` handler of `Order` gets for `record` under the
+    /// reader, and the record as the handler sees it.
+    fn handed_with_record(
+        record: ChangeRecord,
+    ) -> (Change<Order>, crate::processing::StreamRecord) {
+        use crate::processing::{changes, RecordHandler, StreamRecord, Unit};
+        use std::sync::{Arc, Mutex};
+        type Handed = (Change<Order>, StreamRecord);
+        let seen: Arc<Mutex<Vec<Handed>>> = Arc::default();
+        let handler = changes({
+            let seen = seen.clone();
+            move |change: Change<Order>, record: StreamRecord| {
+                seen.lock().unwrap().push((change, record));
+                async { Ok::<(), std::io::Error>(()) }
+            }
+        });
+        let Unit::Record(record) = Unit::change(record, &Arc::from("arn:stream")) else {
+            panic!("a reader's record is one record");
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(handler.handle(record)).unwrap();
+        let mut seen = seen.lock().unwrap();
+        seen.pop().unwrap()
+    }
+
+    fn handed(record: ChangeRecord) -> Change<Order> {
+        handed_with_record(record).0
+    }
+
+    #[test]
+    fn a_handler_gets_the_decoded_record_and_its_typed_change() {
+        let shard = ShardId::new("shardId-1").unwrap();
+        let rec = record(OperationType::Modify, Some(StreamValue::N("7".into())));
+        let change = ChangeRecord::from_sdk(&shard, 0, &rec).unwrap();
+        let (typed, record) = handed_with_record(change.clone());
+        assert_eq!(typed, change.change::<Order>().unwrap());
+        assert_eq!(record.change.as_deref(), Some(&change));
+        assert!(record.data.is_empty());
+        assert_eq!(&*record.partition_key, r#"{"id":{"S":"o1"}}"#);
+        assert_eq!(&*record.sequence_number, "100000000000000000042");
+        assert_eq!(&*record.shard_id, "shardId-1");
+        assert_eq!(record.event_source_arn.as_deref(), Some("arn:stream"));
     }
 
     #[test]
@@ -275,12 +315,15 @@ mod tests {
             change.change::<Order>().unwrap(),
             Change::Remove { expired: true, .. }
         ));
-        // Handed to a handler, the flag survives the event shape.
-        let record = change.to_stream_record(&std::sync::Arc::from("arn:stream"));
+        // Handed to a handler, the flag survives; and in the event shape.
         let event: aws_lambda_events::event::dynamodb::EventRecord =
-            serde_json::from_slice(&record.data).unwrap();
+            serde_json::from_str(&change.to_event_json("arn:stream")).unwrap();
         assert!(matches!(
             Change::<Order>::from_record(&event).unwrap(),
+            Change::Remove { expired: true, .. }
+        ));
+        assert!(matches!(
+            handed(change),
             Change::Remove { expired: true, .. }
         ));
     }
@@ -377,10 +420,10 @@ mod tests {
                 expired: false,
             };
             assert_eq!(change.change::<Order>().unwrap(), removal, "{view}");
-            // Handed to a handler, the same keys.
-            let record = change.to_stream_record(&Arc::from("arn:stream"));
-            let text = std::str::from_utf8(&record.data).unwrap();
-            assert_eq!(Change::<Order>::from_event_json(text).unwrap(), removal);
+            // Handed to a handler, the same keys; and in the event shape.
+            let text = change.to_event_json("arn:stream");
+            assert_eq!(Change::<Order>::from_event_json(&text).unwrap(), removal);
+            assert_eq!(handed(change), removal);
         }
         assert_eq!(
             keys.decode::<Key>().unwrap(),

@@ -5,6 +5,7 @@ use crate::processing::kinesis::{share, RawEvent};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
+use crate::processing::scan_checked;
 use crate::processing::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
@@ -96,7 +97,8 @@ impl EventSource for DynamoDbStreams {
         // fields: in one pass that also checks the event is valid JSON, or
         // else validated by serde first and then scanned record by record.
         let records: Vec<(&str, Option<ChangeRef<'_>>)> =
-            match scan::event_records(event_json, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS) {
+            match scan_checked::event_records(event_json, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS)
+            {
                 Some(records) => records
                     .into_iter()
                     .map(|(text, fields, dynamodb)| (text, ChangeRef::from_spans(fields, dynamodb)))
@@ -160,6 +162,7 @@ impl EventSource for DynamoDbStreams {
                     .event_source_arn
                     .as_deref()
                     .map(|value| share(&mut arn, value)),
+                change: None,
             };
             units.push((seq, Unit::Record(record)));
         }

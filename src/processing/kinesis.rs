@@ -255,6 +255,7 @@ fn unit(
             .event_source_arn
             .as_deref()
             .map(|arn| share(&mut shared.arn, arn)),
+        change: None,
     };
     Ok(Unit::kinesis(base, data))
 }

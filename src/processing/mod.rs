@@ -11,9 +11,12 @@
 //!
 //! - The core: `core` (the loop, and the batch in progress), `sink` (where a
 //!   mode keeps its positions, as the core sees it), `unit` (a record as the
-//!   core receives it).
+//!   core receives it, a record the DynamoDB Streams reader read handed over
+//!   decoded).
 //! - The user contract: `handler` (the trait, `json`), `change` (typed
-//!   DynamoDB changes), `image` (DynamoDB JSON decoded into a type),
+//!   DynamoDB changes), `change_text` (a change read from a record's JSON
+//!   text in one pass), `keys` (a changed item's keys), `image` (DynamoDB
+//!   images, as JSON text or SDK attribute values, decoded into a type),
 //!   `number` (its numbers, read exactly),
 //!   `record`, `outcome` (reports and record errors), `options`, `parking`.
 //! - Event source mappings: `processor` (the Lambda handler),
@@ -21,8 +24,9 @@
 //!   `prefix` (the digests that say which records it covers), `runtime`
 //!   (the processor on the Lambda runtime API, each event read once from
 //!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
-//!   `scan` (the fields of event text found without parsing, and a DynamoDB
-//!   Streams event's records found in the pass that checks its JSON).
+//!   `scan` (the fields of event text found without parsing),
+//!   `scan_checked` (a DynamoDB Streams event's records found in the pass
+//!   that checks its JSON).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
@@ -50,10 +54,12 @@
 
 mod batch_progress;
 mod change;
+mod change_text;
 mod core;
 mod dynamodb;
 mod handler;
 mod image;
+mod keys;
 mod kinesis;
 mod number;
 mod options;
@@ -64,17 +70,19 @@ mod processor;
 mod record;
 mod runtime;
 mod scan;
+mod scan_checked;
 mod sink;
 mod source;
 mod unit;
 mod window;
 
-pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts, Keys};
+pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use core::Core;
 pub(crate) use core::Ran;
 pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use image::from_image_json;
+pub use keys::Keys;
 pub use kinesis::Kinesis;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};

@@ -13,6 +13,7 @@ use crate::processing::record::StreamRecord;
 use crate::state::{call_kinesis, ForStream, ParkedRecord, RecordKey, Result, StateStore};
 use base64::Engine;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 
 /// Payloads above this many bytes are kept as a prefix in a parked item
 /// (the item also holds its key, the error and a few numbers; DynamoDB
@@ -66,6 +67,20 @@ fn dead_letter_partition_key(record: &StreamRecord) -> String {
     }
 }
 
+/// What is kept of a record's payload: its data, or, for a record the
+/// DynamoDB Streams reader handed over decoded, its text as a Lambda event
+/// record (as an event source mapping's record is kept; written here only,
+/// for a poison record).
+fn payload(record: &StreamRecord) -> Cow<'_, [u8]> {
+    match &record.change {
+        Some(change) => {
+            let arn = record.event_source_arn.as_deref().unwrap_or_default();
+            Cow::Owned(change.to_event_json(arn).into_bytes())
+        }
+        None => Cow::Borrowed(&record.data),
+    }
+}
+
 /// The JSON a parked record carries to a dead-letter stream.
 pub(crate) fn envelope(
     key: &RecordKey,
@@ -73,7 +88,8 @@ pub(crate) fn envelope(
     error: &RecordError,
     attempts: u32,
 ) -> serde_json::Value {
-    let (data, sha256) = bounded_data(&record.data, MAX_ENVELOPE_DATA);
+    let payload = payload(record);
+    let (data, sha256) = bounded_data(&payload, MAX_ENVELOPE_DATA);
     serde_json::json!({
         "source": record.event_source_arn.as_deref().or(key.source.as_deref()),
         "consumer": key.consumer,
@@ -85,7 +101,7 @@ pub(crate) fn envelope(
         "attempts": attempts,
         "error": bounded_error(error),
         "data": base64::engine::general_purpose::STANDARD.encode(data),
-        "data_size": record.data.len(),
+        "data_size": payload.len(),
         "data_sha256": sha256,
     })
 }
@@ -105,7 +121,8 @@ pub(crate) async fn park(
         Parking::Disabled => Ok(false),
         Parking::StateTable { ttl } => {
             let Some(store) = store else { return Ok(false) };
-            let (data, sha256) = bounded_data(&record.data, MAX_PARKED_ITEM_DATA);
+            let payload = payload(record);
+            let (data, sha256) = bounded_data(&payload, MAX_PARKED_ITEM_DATA);
             let mut partition_key = record.partition_key.to_string();
             if partition_key.len() > MAX_ERROR {
                 partition_key = sha256_hex(partition_key.as_bytes());
@@ -114,7 +131,7 @@ pub(crate) async fn park(
                 key: key.clone(),
                 partition_key,
                 data: data.to_vec(),
-                data_size: record.data.len() as u64,
+                data_size: payload.len() as u64,
                 data_sha256: sha256,
                 error: bounded_error(error),
                 attempts,
@@ -153,6 +170,7 @@ mod tests {
             data: data.into(),
             approximate_arrival: None,
             event_source_arn: None,
+            change: None,
         }
     }
 
@@ -186,5 +204,34 @@ mod tests {
         assert_eq!(envelope["data_size"], MAX_ENVELOPE_DATA + 1);
         assert_eq!(envelope["data_sha256"], sha256_hex(&big.data));
         assert!(envelope["error"].as_str().unwrap().len() <= MAX_ERROR + 3);
+    }
+
+    /// A record the reader handed over decoded is kept as its text in the
+    /// shape of a Lambda event record, as an event source mapping's is.
+    #[test]
+    fn a_decoded_reader_record_keeps_its_event_text() {
+        use crate::ddb_streams::{ChangeKind, ChangeRecord};
+        use crate::processing::Unit;
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let change = ChangeRecord {
+            shard_id: crate::state::ShardId::new("shardId-1").unwrap(),
+            event_id: "e1".into(),
+            kind: ChangeKind::Insert,
+            sequence_number: crate::state::SequenceNumber::new("42").unwrap(),
+            created_at: None,
+            keys: [("id".to_owned(), AttributeValue::S("o1".into()))].into(),
+            new_image: Some([("id".to_owned(), AttributeValue::S("o1".into()))].into()),
+            old_image: None,
+            view_type: Some("NEW_IMAGE".into()),
+            expired: false,
+        };
+        let text = change.to_event_json("arn:stream");
+        let Unit::Record(decoded) = Unit::change(change, &Arc::from("arn:stream")) else {
+            panic!("one record");
+        };
+        assert!(decoded.data.is_empty());
+        assert_eq!(&*payload(&decoded), text.as_bytes());
+        let plain = record("k", b"payload".to_vec());
+        assert_eq!(&*payload(&plain), b"payload");
     }
 }

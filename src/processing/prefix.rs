@@ -249,6 +249,7 @@ mod tests {
                     data: bytes::Bytes::new(),
                     approximate_arrival: None,
                     event_source_arn: None,
+                    change: None,
                 };
                 (seq, Unit::Record(record))
             })

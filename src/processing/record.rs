@@ -1,5 +1,6 @@
 //! The record a handler receives.
 
+use crate::ddb_streams::ChangeRecord;
 use crate::processing::outcome::RecordError;
 use crate::state::EpochMillis;
 use bytes::Bytes;
@@ -7,7 +8,10 @@ use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
 /// One user record: a plain Kinesis record, or one user record out of a KPL
-/// aggregate (then `aggregated` is true and `sub_sequence` is its position).
+/// aggregate (then `aggregated` is true and `sub_sequence` is its position),
+/// or one DynamoDB Streams record: the JSON text of an event-source-mapped
+/// one in `data`, or the decoded record the self-managed reader read in
+/// `change`.
 ///
 /// Strings are `Arc<str>` (read them as `&str` with `&*` or `as_ref()`):
 /// the shard id and stream ARN are shared by every record of a batch, and
@@ -34,6 +38,14 @@ pub struct StreamRecord {
     pub approximate_arrival: Option<EpochMillis>,
     /// The stream ARN, as the event gives it.
     pub event_source_arn: Option<Arc<str>>,
+    /// The DynamoDB Streams record as [`crate::ddb_streams::StreamReader`]
+    /// read it, decoded from the SDK's types (its images as
+    /// `aws_sdk_dynamodb` attribute values); `None` for every other record.
+    /// Such a record has no text: its `data` is empty, its `partition_key`
+    /// is its keys in DynamoDB JSON (as for an event-source-mapped record),
+    /// and [`crate::processing::changes`] decodes its images straight from
+    /// the attribute values. Shared, so a clone allocates nothing.
+    pub change: Option<Arc<ChangeRecord>>,
 }
 
 impl StreamRecord {

@@ -1,9 +1,11 @@
 //! A unit of work: one record of a batch as the core receives it.
 
+use crate::ddb_streams::ChangeRecord;
 use crate::kpl;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// One record of a batch, as a mode reads it for the [`crate::processing::Core`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,28 @@ impl Unit {
     /// [`Unit::Records`]).
     pub fn is_ready(&self) -> bool {
         matches!(self, Unit::Record(_) | Unit::Records(_))
+    }
+
+    /// The unit of one record the DynamoDB Streams reader read from the
+    /// stream `stream_arn`, handed over decoded: the handler's record
+    /// carries it in [`StreamRecord::change`] (its `data` is empty; its
+    /// `partition_key` is the keys in DynamoDB JSON), and
+    /// [`crate::processing::changes`] decodes its images from the SDK's
+    /// attribute values, never from text.
+    pub fn change(record: ChangeRecord, stream_arn: &Arc<str>) -> Unit {
+        let keys = serde_dynamo::Item::from(record.keys.clone());
+        Unit::Record(StreamRecord {
+            shard_id: record.shard_id.as_str().into(),
+            sequence_number: record.sequence_number.as_str().into(),
+            sub_sequence: 0,
+            aggregated: false,
+            partition_key: serde_json::to_string(&keys).unwrap_or_default().into(),
+            explicit_hash_key: None,
+            data: Bytes::new(),
+            approximate_arrival: record.created_at,
+            event_source_arn: Some(stream_arn.clone()),
+            change: Some(Arc::new(record)),
+        })
     }
 
     /// The unit of one Kinesis record: `base` describes it (its `data` is

@@ -163,6 +163,7 @@ fn units(
                 data: bytes::Bytes::new(),
                 approximate_arrival: r.arrival,
                 event_source_arn: None,
+                change: None,
             };
             (sequence_number, Unit::kinesis(base, r.data))
         })

@@ -807,6 +807,52 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
 }
 
+/// A raw handler under the reader gets each record as the reader decoded
+/// it (`change`), with no text (`data` is empty) and its keys in DynamoDB
+/// JSON (`partition_key`, as an event source mapping gives them); the typed
+/// change is the one `ChangeRecord::change` decodes.
+#[tokio::test]
+async fn a_raw_handler_under_the_reader_gets_the_decoded_record() {
+    let ctx = ctx().await;
+    let fake = Fake::one_shard(&["r1", "r2"], ctx.clock_now());
+    let (mut reader, _store) = fake_reader(&ctx, &fake, config());
+    let seen: Arc<Mutex<Vec<HandlerRecord>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: HandlerRecord| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(record);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    assert_eq!(reader.poll(&handler).await.unwrap().handled, 2);
+    let seen = seen.lock().unwrap();
+    let mut ids = Vec::new();
+    for record in seen.iter() {
+        let change = record.change.as_deref().expect("the decoded record");
+        let Some(AttributeValue::S(id)) = change.keys.get("id") else {
+            panic!("no id key: {change:?}");
+        };
+        assert!(record.data.is_empty());
+        assert_eq!(&*record.sequence_number, change.sequence_number.as_str());
+        assert_eq!(change.sequence_number, fake.seq_of(id));
+        assert_eq!(
+            &*record.partition_key,
+            format!(r#"{{"id":{{"S":"{id}"}}}}"#)
+        );
+        assert_eq!(
+            change.change::<serde_json::Value>().unwrap(),
+            Change::Insert {
+                new: serde_json::json!({ "id": id })
+            }
+        );
+        ids.push(id.clone());
+    }
+    assert_eq!(ids, ["r1", "r2"]);
+}
+
 /// The handler contract is one across modes: the `changes` handler value a
 /// `DynamoDbProcessor` runs for an event source mapping runs unchanged under
 /// the reader, and the records the reader hands out, put in an event, decode
@@ -835,8 +881,7 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
     for _ in 0..50 {
         // What the reader hands out, kept to build an event from below.
         let batch = reader.next_batch().await.unwrap();
-        let shared: Arc<str> = arn.as_str().into();
-        records.extend(batch.records().map(|r| r.to_stream_record(&shared)));
+        records.extend(batch.records().map(|r| r.to_event_json(&arn)));
         reader.rewind();
         let report = reader.poll(&handler).await.unwrap();
         if report.caught_up {
@@ -864,14 +909,7 @@ async fn the_same_changes_handler_runs_under_the_reader_and_an_event_source_mapp
         ]
     );
 
-    let event = format!(
-        "{{\"Records\":[{}]}}",
-        records
-            .iter()
-            .map(|r| std::str::from_utf8(&r.data).unwrap())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let event = format!("{{\"Records\":[{}]}}", records.join(","));
     let processor = DynamoDbProcessor::new(handler);
     let report = processor.process(&event, None).await.unwrap();
     assert!(report.failures.is_empty(), "{report:?}");
