@@ -1,6 +1,7 @@
 //! Accepting what was read: commits (the only thing that saves a position
 //! after reading), rewinding to the committed positions, seeking, and
-//! `poll`, which runs a batch through the processing core shard by shard.
+//! `poll`, which runs each shard's records through a shard pipeline (the
+//! processing core, and the reader's positions as its checkpointer).
 
 use crate::consumer::InitialPosition;
 use crate::ddb_streams::batch::{Batch, PollReport};
@@ -10,8 +11,11 @@ use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
 use crate::ddb_streams::record::ChangeRecord;
-use crate::processing::{CheckpointSink, Core, RecordHandler, Unit};
-use crate::state::{Checkpoint, Result as StateResult, ShardId};
+use crate::pipeline::{
+    Checkpointer, Fetched, RecordSource, ShardPipeline, ShardReport, SourceBatch, Step,
+};
+use crate::processing::{Core, RecordHandler, Unit};
+use crate::state::{Checkpoint, EpochMillis, Result as StateResult, ShardId, StateError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -126,8 +130,7 @@ impl<C: StreamsClient> StreamReader<C> {
     ) -> Result<PollReport, ReaderError> {
         let batch = self.next_batch().await?;
         let mut report = PollReport {
-            handled: 0,
-            parked: 0,
+            shards: ShardReport::default(),
             discovery: batch.discovery,
             trimmed: batch.trimmed,
             caught_up: batch.caught_up,
@@ -138,18 +141,47 @@ impl<C: StreamsClient> StreamReader<C> {
         let arn: Arc<str> = self.stream_arn.as_str().into();
         let mut first_failure = None;
         for shard in batch.shards {
-            let items = shard.records.into_iter().map(|r| {
-                let seq: Arc<str> = r.sequence_number.as_str().into();
-                (seq, Unit::change(r, &arn))
-            });
-            let mut sink = ReaderCheckpoints {
-                reader: self,
-                shard: &shard.shard_id,
+            let Some(committed) = self
+                .cursors
+                .get(&shard.shard_id)
+                .map(|c| c.committed.clone())
+            else {
+                continue; // removed from the stream meanwhile
             };
-            let done = core.run(items, stop_by, &mut sink).await?;
-            report.handled += done.processed as usize;
-            report.parked += done.parked as usize;
-            match done.failures.into_iter().next() {
+            let source = ReadShard(Some(SourceBatch {
+                first: shard
+                    .records
+                    .first()
+                    .map(|r| Arc::<str>::from(r.sequence_number.as_str())),
+                units: shard
+                    .records
+                    .into_iter()
+                    .map(|r| {
+                        let seq: Arc<str> = r.sequence_number.as_str().into();
+                        (seq, Unit::change(r, &arn))
+                    })
+                    .collect(),
+                last_arrival: None,
+                millis_behind: None,
+                ends_shard: shard.ended,
+            }));
+            let mut pipeline =
+                ShardPipeline::new(shard.shard_id.clone(), Some(committed), None, source);
+            let mut checkpointer = ReaderCheckpoints { reader: self };
+            let step = pipeline
+                .step(&core, &mut checkpointer, stop_by, &mut report.shards)
+                .await;
+            let failure = match step {
+                Ok(Step::Processed { failures, .. }) => failures.into_iter().next(),
+                Ok(Step::Idle | Step::Lost) => None,
+                Err(e) => {
+                    // What the core committed stays; the rest of the shard's
+                    // records are read again, not skipped.
+                    self.rewind_shard(&shard.shard_id);
+                    return Err(e.into());
+                }
+            };
+            match failure {
                 None => {
                     self.commit_at(&shard.shard_id, &shard.end).await?;
                     self.backoff(&shard.shard_id, false);
@@ -161,6 +193,10 @@ impl<C: StreamsClient> StreamReader<C> {
                 }
             }
         }
+        self.stats.shards.processed += report.shards.processed;
+        self.stats.shards.duplicates_skipped += report.shards.duplicates_skipped;
+        self.stats.shards.parked += report.shards.parked;
+        self.stats.shards.checkpoints += report.shards.checkpoints;
         match first_failure {
             None => Ok(report),
             Some((shard, failure)) => Err(ReaderError::Handler {
@@ -199,25 +235,56 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 }
 
-/// The reader's checkpoint sink: a shard's records are handed out after
-/// its committed position (nothing of a batch is done before it), and a
-/// commit moves that position after the record.
-struct ReaderCheckpoints<'a, C> {
-    reader: &'a mut StreamReader<C>,
-    shard: &'a ShardId,
-}
+/// What the reader read of one shard, as its pipeline's source: the reader
+/// reads every readable shard at once ([`StreamReader::next_batch`]), then
+/// hands each shard's pipeline what was read.
+struct ReadShard(Option<SourceBatch>);
 
-impl<C: StreamsClient> CheckpointSink for ReaderCheckpoints<'_, C> {
-    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
-        Ok(None)
+impl RecordSource for ReadShard {
+    type Error = StateError;
+
+    fn due(&self, _: Instant) -> bool {
+        self.0.is_some()
     }
 
-    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
+    async fn fetch(
+        &mut self,
+        _: &ShardId,
+        _: Option<&Checkpoint>,
+        _: &mut ShardReport,
+    ) -> StateResult<Fetched> {
+        Ok(self.0.take().map_or(Fetched::Nothing, Fetched::Batch))
+    }
+
+    fn take_pin(&mut self) -> Option<Checkpoint> {
+        None
+    }
+
+    fn processed(&mut self, _: bool) {}
+}
+
+/// The reader's checkpointer: a commit moves the shard's committed position
+/// after the record and saves it. A failed save ends the batch (the reader
+/// reads the shard again from its committed position).
+struct ReaderCheckpoints<'a, C> {
+    reader: &'a mut StreamReader<C>,
+}
+
+impl<C: StreamsClient> Checkpointer for ReaderCheckpoints<'_, C> {
+    const LEAVES_TRANSIENT_FAILURES_TO_THE_NEXT: bool = false;
+
+    async fn checkpoint(
+        &mut self,
+        shard: &ShardId,
+        checkpoint: &Checkpoint,
+        _: Option<EpochMillis>,
+    ) -> StateResult<bool> {
         let Checkpoint::After { sequence, .. } = checkpoint else {
             return Ok(false);
         };
-        let position = position::after(sequence);
-        self.reader.commit_at(self.shard, &position).await?;
+        self.reader
+            .commit_at(shard, &position::after(sequence))
+            .await?;
         Ok(true)
     }
 }

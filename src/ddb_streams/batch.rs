@@ -1,6 +1,7 @@
 //! What one read of the stream hands out and reports.
 
 use crate::ddb_streams::record::ChangeRecord;
+use crate::pipeline::ShardReport;
 use crate::state::{Checkpoint, ShardId};
 
 /// The records read from one shard in one [`Batch`].
@@ -78,27 +79,28 @@ impl Batch {
     }
 }
 
-/// Counters of what a reader did, for logs and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a reader did so far: the sum of its shards' reports, and what only
+/// the reader does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReaderStats {
-    /// GetRecords calls.
-    pub get_records: u64,
-    /// Throttled answers (each was retried after a backoff, while the retry
-    /// policy allowed).
-    pub throttled: u64,
-    /// Expired iterators replaced at the last position read.
-    pub iterators_refreshed: u64,
+    /// What its shards' pipelines did, summed: GetRecords calls (`polls`),
+    /// throttled answers (each retried after a backoff, while the retry
+    /// policy allowed), expired iterators replaced at the last position
+    /// read, and the records `poll` ran.
+    pub shards: ShardReport,
     /// Shards restarted at `TRIM_HORIZON` after trimmed data.
     pub trimmed_restarts: u64,
 }
 
 /// What [`crate::ddb_streams::StreamReader::poll`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PollReport {
-    /// Records the handler accepted.
-    pub handled: usize,
-    /// Poison records parked (they failed too often; their shard moved on).
-    pub parked: usize,
+    /// What it did to each shard's records, summed: records the handler
+    /// accepted (`processed`), poison records parked (they failed too
+    /// often; their shard moved on), positions stored.
+    pub shards: ShardReport,
     /// The discovery the read ran first, if one was due.
     pub discovery: Option<Discovery>,
     /// Shards restarted at `TRIM_HORIZON` after their records were trimmed.

@@ -49,7 +49,7 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     async fn get_records(&mut self, iterator: &str) -> Result<ChangesPage, ReaderError> {
-        self.stats.get_records += 1;
+        self.stats.shards.polls += 1;
         let client = &self.client;
         let limit = self.config.limit;
         self.call("GetRecords", || client.get_records(iterator, limit))
@@ -88,7 +88,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     // it started from), never at LATEST.
                     refreshed = true;
                     cursor.iterator = None;
-                    self.stats.iterators_refreshed += 1;
+                    self.stats.shards.iterators_refreshed += 1;
                 }
                 ReaderError::Streams {
                     error: StreamsError::TrimmedData(_),

@@ -135,10 +135,9 @@ impl<C: StreamsClient> StreamReader<C> {
 
     /// What the reader did so far.
     pub fn stats(&self) -> ReaderStats {
-        ReaderStats {
-            throttled: self.throttled.load(Ordering::Relaxed),
-            ..self.stats
-        }
+        let mut stats = self.stats.clone();
+        stats.shards.throttled = self.throttled.load(Ordering::Relaxed);
+        stats
     }
 
     /// Each known shard's committed position, parents first: `TrimHorizon`,

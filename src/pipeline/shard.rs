@@ -3,7 +3,7 @@
 
 use super::checkpointer::PipelineSink;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
-use crate::processing::{Core, Ran, RecordHandler};
+use crate::processing::{Core, Ran, RecordFailure, RecordHandler};
 use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId, StateError};
 use std::time::Instant;
 
@@ -16,6 +16,9 @@ pub(crate) enum Step {
     Processed {
         /// The shard is read to its end: every record of it processed.
         ended: bool,
+        /// The records that failed (the first stops the shard, or each is
+        /// reported, as the failure mode says).
+        failures: Vec<RecordFailure>,
     },
     /// The checkpointer refused for a lost lease: the shard stops here.
     Lost,
@@ -203,6 +206,7 @@ impl<S: RecordSource> ShardPipeline<S> {
                 self.source.processed(ok);
                 Ok(Step::Processed {
                     ended: ok && batch.ends_shard,
+                    failures: ran.report.failures,
                 })
             }
         }

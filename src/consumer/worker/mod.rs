@@ -357,7 +357,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.busy += started.elapsed();
         match step {
             Ok(Step::Idle) => Ok(false),
-            Ok(Step::Processed { ended }) => {
+            Ok(Step::Processed { ended, .. }) => {
                 self.report.millis_behind_latest = self
                     .pipelines
                     .values()

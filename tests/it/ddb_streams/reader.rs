@@ -679,7 +679,7 @@ async fn an_expired_iterator_is_replaced_after_the_last_record_read() {
     fake.state().generation += 1;
     let second = reader.next_batch().await.unwrap();
     assert_eq!(record_ids(&second), ["r4", "r5"]);
-    assert_eq!(reader.stats().iterators_refreshed, 1);
+    assert_eq!(reader.stats().shards.iterators_refreshed, 1);
     let requests = fake.state().iterator_requests.clone();
     assert_eq!(
         requests.last().unwrap(),
@@ -720,7 +720,7 @@ async fn throttling_is_backed_off_and_retried_without_loss() {
     fake.state().throttle = 2;
     let batch = reader.next_batch().await.unwrap();
     assert_eq!(record_ids(&batch), ["r1", "r2"]);
-    assert_eq!(reader.stats().throttled, 2);
+    assert_eq!(reader.stats().shards.throttled, 2);
     reader.commit(&batch).await.unwrap();
 
     // Throttled past the retry policy: a typed error, then nothing lost.
@@ -803,7 +803,7 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     // The failing shard pauses before it is read again.
     ctx.clock.advance(Duration::from_secs(1));
     let report = reader.poll(&handler("none")).await.unwrap();
-    assert_eq!(report.handled, 2);
+    assert_eq!(report.shards.processed, 2);
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
 }
 
@@ -827,7 +827,7 @@ async fn a_raw_handler_under_the_reader_gets_the_decoded_record() {
             }
         }
     };
-    assert_eq!(reader.poll(&handler).await.unwrap().handled, 2);
+    assert_eq!(reader.poll(&handler).await.unwrap().shards.processed, 2);
     let seen = seen.lock().unwrap();
     let mut ids = Vec::new();
     for record in seen.iter() {
@@ -974,10 +974,14 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     // Shard a pauses after its failure (b, done, has nothing new).
     fake.write("b", "b3", now);
     let report = reader.poll(&handler).await.unwrap();
-    assert_eq!((report.handled, report.parked), (1, 0), "b3 only");
+    assert_eq!(
+        (report.shards.processed, report.shards.parked),
+        (1, 0),
+        "b3 only"
+    );
     ctx.clock.advance(Duration::from_secs(1));
     let report = reader.poll(&handler).await.unwrap();
-    assert_eq!((report.handled, report.parked), (1, 1));
+    assert_eq!((report.shards.processed, report.shards.parked), (1, 1));
     assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2", "b3", "a3"]);
     let parked = store.list_parked().await.unwrap();
     assert_eq!(parked.len(), 1);
@@ -985,7 +989,7 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     assert_eq!(parked[0].attempts, 2);
     // Nothing is handed out again: every shard is committed to its end.
     let report = reader.poll(&handler).await.unwrap();
-    assert_eq!((report.handled, report.parked), (0, 0));
+    assert_eq!((report.shards.processed, report.shards.parked), (0, 0));
 }
 
 #[test]
