@@ -274,7 +274,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.stopped(&shard, StopReason::Released);
         }
         if let Some(lock) = self.efo_lock.take() {
-            self.store.release_efo(&lock).await?;
+            self.store.efo_pool().release(&lock).await?;
             self.mode.set_efo_lock(None);
         }
         Ok(())
@@ -357,7 +357,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(());
         };
         tracing::warn!(consumer = %self.mode.id(), efo = %lock.name, %why, "enhanced fan-out consumer gone from Kinesis");
-        self.store.retire_lent_efo(&lock).await?;
+        self.store.efo_pool().retire_lent(&lock).await?;
         self.efo_lock = None;
         self.efo_recheck = true;
         self.lock_efo().await
@@ -415,7 +415,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn open_pending(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         while let Some(shard) = self.pending.first().cloned() {
-            let state = self.store.get_shard(&self.mode.scope(), &shard).await?;
+            let state = self.store.shards().get(&self.mode.scope(), &shard).await?;
             self.pending.remove(&shard);
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
