@@ -133,9 +133,9 @@ fn ttl_at(now: EpochMillis, ttl: Duration) -> i64 {
     now / 1000 + ttl.as_secs() as i64
 }
 
-/// Per-record state of event-source-mapped processing: batch progress
-/// (`batch_progress`), attempts and parked records. From
-/// [`StateStore::record_state`].
+/// The state event-source-mapped processing keeps per batch and per record:
+/// batch progress (see the `batch` module), attempts of failing records and
+/// parked records. From [`StateStore::record_state`].
 #[derive(Debug, Clone, Copy)]
 pub struct RecordState<'a> {
     pub(crate) store: &'a StateStore,

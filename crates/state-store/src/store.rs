@@ -1,4 +1,5 @@
-//! The state store handle: configuration, and the thin request helpers every operation uses.
+//! The state store: its configuration, the handles it is seen through, and
+//! the thin request helpers every operation uses.
 
 use crate::buckets::Buckets;
 use crate::checkpoint::Checkpoints;
@@ -105,6 +106,10 @@ pub(crate) struct Inner {
 }
 
 /// The shared state of one consumer group on one stream, in one DynamoDB table.
+///
+/// Its operations are on handles, one per concept ([`StateStore::leases`],
+/// [`StateStore::checkpoints`], ...: see the crate docs); a handle is a
+/// borrowed view, free to make.
 ///
 /// Cheap to clone: clones share the client, the clock and the counters.
 #[derive(Debug, Clone)]
