@@ -158,10 +158,10 @@ pub async fn lock_or_grow(
     pool.validate()?;
     let mut stream: Option<String> = None;
     for _ in 0..=pool.size {
-        if let Some(lock) = store.efo_pool().get_or_lock(consumer).await? {
+        if let Some(lock) = store.efo_consumers().get_or_lock(consumer).await? {
             return Ok(Some(lock));
         }
-        let known = store.efo_pool().list().await?;
+        let known = store.efo_consumers().list().await?;
         let Some(name) = (0..pool.size)
             .map(|i| pool.name(i))
             .find(|n| known.iter().all(|e| e.name.as_str() != n))
@@ -178,7 +178,7 @@ pub async fn lock_or_grow(
         };
         let arn = register_active(kinesis, &store.config().retry, &stream_arn, &name, pool).await?;
         if store
-            .efo_pool()
+            .efo_consumers()
             .register(&EfoName::new(&name)?, &arn)
             .await?
         {

@@ -123,7 +123,7 @@ pub async fn execute(
                     None => false,
                 }
             }
-            Action::ReleaseEfo { lock } => store.efo_pool().release(lock).await?,
+            Action::ReleaseEfo { lock } => store.efo_consumers().release(lock).await?,
             Action::DeregisterEfo {
                 name,
                 arn,
@@ -131,7 +131,7 @@ pub async fn execute(
             } => match kinesis {
                 Some(kinesis) => {
                     let done = store
-                        .efo_pool()
+                        .efo_consumers()
                         .remove_idle(kinesis, name, arn, *lock_counter)
                         .await?;
                     if done {

@@ -276,7 +276,7 @@ impl Checkpoints<'_> {
                     // A server that names no reasons: the lock tells.
                     let held = self
                         .store
-                        .efo_pool()
+                        .efo_consumers()
                         .list()
                         .await?
                         .into_iter()

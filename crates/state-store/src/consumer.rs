@@ -346,7 +346,7 @@ impl Consumers<'_> {
             }
         }
         for lock in efo {
-            if self.store.efo_pool().release(lock).await? {
+            if self.store.efo_consumers().release(lock).await? {
                 report.efo_released.push(lock.name.clone());
             }
         }
@@ -387,7 +387,9 @@ impl Consumers<'_> {
         let registered: BTreeSet<&ConsumerId> =
             snapshot.consumers.iter().map(ConsumerState::id).collect();
         for lock in snapshot.efo.iter().filter_map(|e| e.lock()) {
-            if !registered.contains(&lock.consumer) && self.store.efo_pool().release(&lock).await? {
+            if !registered.contains(&lock.consumer)
+                && self.store.efo_consumers().release(&lock).await?
+            {
                 report.efo_released.push(lock.name.clone());
             }
         }

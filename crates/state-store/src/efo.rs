@@ -19,14 +19,14 @@ const LOCK_NAMES: [&str; 5] = [
     attr::RETIRING,
 ];
 
-/// The enhanced fan-out consumer pool (see the module docs). From
-/// [`StateStore::efo_pool`].
+/// The enhanced fan-out consumers of the pool and their locks (see the
+/// module docs). From [`StateStore::efo_consumers`].
 #[derive(Debug, Clone, Copy)]
-pub struct EfoPool<'a> {
+pub struct EfoConsumers<'a> {
     pub(crate) store: &'a StateStore,
 }
 
-impl EfoPool<'_> {
+impl EfoConsumers<'_> {
     /// Records an EFO consumer of the pool (free, released now); `false` if it
     /// was recorded already.
     pub async fn register(self, name: &EfoName, arn: &str) -> Result<bool> {

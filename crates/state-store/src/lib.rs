@@ -14,7 +14,7 @@
 //! | [`StateStore::leases`] ([`Leases`]) | shard leases: acquire, take, renew, release, claims, owners |
 //! | [`StateStore::checkpoints`] ([`Checkpoints`]) | fenced, un-leased and EFO-locked checkpoints, depletion, an operator's reset |
 //! | [`StateStore::consumers`] ([`Consumers`]) | heartbeats (registration), the active flag, given shards, reaping |
-//! | [`StateStore::efo_pool`] ([`EfoPool`]) | the enhanced fan-out consumer pool and its locks |
+//! | [`StateStore::efo_consumers`] ([`EfoConsumers`]) | the enhanced fan-out consumer pool and its locks |
 //! | [`StateStore::shards`] ([`Shards`]) | shard items: creating (parents recorded), reading, removing |
 //! | [`StateStore::record_state`] ([`RecordState`]) | event-source-mapped batch progress, attempts, parked records |
 //! | [`StateStore::positions`] ([`Positions`]) | DynamoDB Streams shard positions |
@@ -83,7 +83,7 @@ pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
 #[cfg(feature = "testing")]
 pub use clock::{ManualClock, SkewedClock};
 pub use consumer::{ClearReport, Consumers, Heartbeat, MAX_GIVEN};
-pub use efo::EfoPool;
+pub use efo::EfoConsumers;
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;

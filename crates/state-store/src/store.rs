@@ -5,7 +5,7 @@ use crate::buckets::Buckets;
 use crate::checkpoint::Checkpoints;
 use crate::clock::{Clock, EpochMillis, SystemClock};
 use crate::consumer::Consumers;
-use crate::efo::EfoPool;
+use crate::efo::EfoConsumers;
 use crate::error::{Result, Service, StateError};
 use crate::item::{s, Expr, RawItem};
 use crate::layout::Layout;
@@ -173,9 +173,9 @@ impl StateStore {
         Consumers { store: self }
     }
 
-    /// The enhanced fan-out consumer pool and its locks.
-    pub fn efo_pool(&self) -> EfoPool<'_> {
-        EfoPool { store: self }
+    /// The enhanced fan-out consumers of the pool and their locks.
+    pub fn efo_consumers(&self) -> EfoConsumers<'_> {
+        EfoConsumers { store: self }
     }
 
     /// Shard items: creating them (parents recorded), reading, removing.

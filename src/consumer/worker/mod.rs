@@ -274,7 +274,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.stopped(&shard, StopReason::Released);
         }
         if let Some(lock) = self.efo_lock.take() {
-            self.store.efo_pool().release(&lock).await?;
+            self.store.efo_consumers().release(&lock).await?;
             self.mode.set_efo_lock(None);
         }
         Ok(())
@@ -357,7 +357,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(());
         };
         tracing::warn!(consumer = %self.mode.id(), efo = %lock.name, %why, "enhanced fan-out consumer gone from Kinesis");
-        self.store.efo_pool().retire_lent(&lock).await?;
+        self.store.efo_consumers().retire_lent(&lock).await?;
         self.efo_lock = None;
         self.efo_recheck = true;
         self.lock_efo().await

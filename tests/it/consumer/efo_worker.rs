@@ -222,7 +222,7 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
     check(&log, 5, 4);
     let second = workers[0].efo_lock().expect("another EFO consumer").clone();
     assert_ne!(second.name, first.name);
-    let pool = store.efo_pool().list().await.unwrap();
+    let pool = store.efo_consumers().list().await.unwrap();
     let old = pool.iter().find(|e| e.name == first.name).unwrap();
     assert!(old.retiring && old.used_by.is_none(), "{old:?}");
 

@@ -311,7 +311,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let mut dead = session(&store, "dead");
     dead.tick(no_progress).await.unwrap();
     store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&ConsumerId::new("dead").unwrap())
         .await
         .unwrap()
@@ -358,7 +358,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
         .filter(|c| c.consumer_status().as_str() != "DELETING")
         .count();
     assert_eq!(remaining, 1, "one EFO consumer is kept on Kinesis");
-    assert_eq!(store.efo_pool().list().await.unwrap().len(), 1);
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
 fn scheduled_event() -> EventBridgeEvent {

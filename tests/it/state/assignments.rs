@@ -41,9 +41,13 @@ async fn assignments_cover_leases_standalone_and_standalone_efo() {
             .unwrap();
     }
     let efo = EfoName::new("pool-0").unwrap();
-    store.efo_pool().register(&efo, "arn:efo:0").await.unwrap();
+    store
+        .efo_consumers()
+        .register(&efo, "arn:efo:0")
+        .await
+        .unwrap();
     let lock = store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&efo_user)
         .await
         .unwrap()

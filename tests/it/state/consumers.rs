@@ -91,7 +91,7 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
     for name in ["efo-a", "efo-b", "efo-c"] {
         let name = EfoName::new(name).unwrap();
         store
-            .efo_pool()
+            .efo_consumers()
             .register(
                 &name,
                 &format!("arn:aws:kinesis:us-east-1:0:stream/s/consumer/{name}:1"),
@@ -100,19 +100,19 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
             .unwrap();
     }
     let dead_lock = store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&dead.id)
         .await
         .unwrap()
         .unwrap();
     let alive_lock = store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&alive.id)
         .await
         .unwrap()
         .unwrap();
     let ghost_lock = store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&ConsumerId::new("ghost").unwrap())
         .await
         .unwrap()
@@ -146,7 +146,7 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
         store.leases().get_owner(&shards[3]).await.unwrap(),
         Some(alive.id.clone())
     );
-    let pool = store.efo_pool().list().await.unwrap();
+    let pool = store.efo_consumers().list().await.unwrap();
     let held: Vec<_> = pool.iter().filter(|e| e.used_by.is_some()).collect();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].name, alive_lock.name);

@@ -17,12 +17,16 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
     for i in 0..pool {
         let name = EfoName::new(format!("efo-{i}")).unwrap();
         assert!(store
-            .efo_pool()
+            .efo_consumers()
             .register(&name, &format!("arn:efo:{i}"))
             .await
             .unwrap());
         assert!(
-            !store.efo_pool().register(&name, "arn:other").await.unwrap(),
+            !store
+                .efo_consumers()
+                .register(&name, "arn:other")
+                .await
+                .unwrap(),
             "registered once"
         );
     }
@@ -38,7 +42,10 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
                 .heartbeat(&ConsumerInfo::for_this_process(id.clone(), now))
                 .await
                 .unwrap();
-            (id.clone(), store.efo_pool().get_or_lock(&id).await.unwrap())
+            (
+                id.clone(),
+                store.efo_consumers().get_or_lock(&id).await.unwrap(),
+            )
         });
     }
     let results = tasks.join_all().await;
@@ -61,20 +68,30 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
     // Asking again returns the same lock; releasing frees it for a waiting consumer.
     let (holder, lock) = results.iter().find(|(_, l)| l.is_some()).unwrap();
     assert_eq!(
-        store.efo_pool().get_or_lock(holder).await.unwrap().as_ref(),
+        store
+            .efo_consumers()
+            .get_or_lock(holder)
+            .await
+            .unwrap()
+            .as_ref(),
         lock.as_ref()
     );
     let lock = lock.clone().unwrap();
-    assert!(store.efo_pool().release(&lock).await.unwrap());
+    assert!(store.efo_consumers().release(&lock).await.unwrap());
     assert!(
-        store.efo_pool().release(&lock).await.unwrap(),
+        store.efo_consumers().release(&lock).await.unwrap(),
         "a release applied again (a retry) reports the release"
     );
     let (waiter, _) = results.iter().find(|(_, l)| l.is_none()).unwrap();
-    let got = store.efo_pool().get_or_lock(waiter).await.unwrap().unwrap();
+    let got = store
+        .efo_consumers()
+        .get_or_lock(waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.name, lock.name);
     assert!(
-        !store.efo_pool().release(&lock).await.unwrap(),
+        !store.efo_consumers().release(&lock).await.unwrap(),
         "a stale lock can't release another consumer's"
     );
     assert!(store.consumers().get(waiter).await.unwrap().unwrap().active);
@@ -85,9 +102,18 @@ async fn standalone_efo_checkpoints_are_fenced_by_the_lock() {
     let ctx = ctx().await;
     let store = ctx.store("efo-fence");
     let name = EfoName::new("efo-x").unwrap();
-    store.efo_pool().register(&name, "arn:efo:x").await.unwrap();
+    store
+        .efo_consumers()
+        .register(&name, "arn:efo:x")
+        .await
+        .unwrap();
     let a = ConsumerId::new("a").unwrap();
-    let lock = store.efo_pool().get_or_lock(&a).await.unwrap().unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&a)
+        .await
+        .unwrap()
+        .unwrap();
     let shard = ShardId::new("shardId-000000000001").unwrap();
     let cp = Checkpoint::after("12").unwrap();
     assert_eq!(
@@ -114,9 +140,14 @@ async fn standalone_efo_checkpoints_are_fenced_by_the_lock() {
             .unwrap(),
         cp
     );
-    store.efo_pool().release(&lock).await.unwrap();
+    store.efo_consumers().release(&lock).await.unwrap();
     let b = ConsumerId::new("b").unwrap();
-    store.efo_pool().get_or_lock(&b).await.unwrap().unwrap();
+    store
+        .efo_consumers()
+        .get_or_lock(&b)
+        .await
+        .unwrap()
+        .unwrap();
     let err = store
         .checkpoints()
         .save_efo(&lock, &shard, &Checkpoint::after("13").unwrap(), None)
@@ -147,19 +178,24 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     )
     .await;
     let busy = ConsumerId::new("busy").unwrap();
-    let held = store.efo_pool().get_or_lock(&busy).await.unwrap().unwrap();
+    let held = store
+        .efo_consumers()
+        .get_or_lock(&busy)
+        .await
+        .unwrap()
+        .unwrap();
 
     // Not idle long enough yet: nothing goes.
     ctx.clock.advance(Duration::from_secs(60));
     let none = store
-        .efo_pool()
+        .efo_consumers()
         .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
     assert!(none.is_empty());
     ctx.clock.advance(Duration::from_secs(600));
     let gone = store
-        .efo_pool()
+        .efo_consumers()
         .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
@@ -168,22 +204,22 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
         3,
         "every idle one goes while one is in use: {gone:?}"
     );
-    let remaining = store.efo_pool().list().await.unwrap();
+    let remaining = store.efo_consumers().list().await.unwrap();
     assert_eq!(remaining.len(), 1);
     assert_eq!(remaining[0].name, held.name);
     let on_kinesis = kinesis_consumers(&ctx.aws, &stream_arn).await;
     assert_eq!(on_kinesis, BTreeSet::from([held.name.to_string()]));
 
     // With none in use, the last idle one is kept.
-    store.efo_pool().release(&held).await.unwrap();
+    store.efo_consumers().release(&held).await.unwrap();
     ctx.clock.advance(Duration::from_secs(3600));
     let last = store
-        .efo_pool()
+        .efo_consumers()
         .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
     assert!(last.is_empty(), "the pool keeps at least one: {last:?}");
-    assert_eq!(store.efo_pool().list().await.unwrap().len(), 1);
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -192,15 +228,15 @@ async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
     let store = ctx.store("efo-deregister");
     let name = EfoName::new("gone").unwrap();
     store
-        .efo_pool()
+        .efo_consumers()
         .register(&name, "arn:efo:gone")
         .await
         .unwrap();
-    assert_eq!(store.efo_pool().list().await.unwrap().len(), 1);
-    assert!(store.efo_pool().deregister(&name).await.unwrap());
-    assert!(!store.efo_pool().deregister(&name).await.unwrap());
-    assert!(store.efo_pool().list().await.unwrap().is_empty());
-    let err = store.efo_pool().register(&name, "").await.unwrap_err();
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
+    assert!(store.efo_consumers().deregister(&name).await.unwrap());
+    assert!(!store.efo_consumers().deregister(&name).await.unwrap());
+    assert!(store.efo_consumers().list().await.unwrap().is_empty());
+    let err = store.efo_consumers().register(&name, "").await.unwrap_err();
     assert!(
         matches!(err, shardkeeper::state::StateError::Validation { .. }),
         "{err}"
@@ -281,8 +317,13 @@ async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
 
     // A released lock goes to a waiting consumer; nothing new is registered.
     let holder = ids.iter().find(|id| !waiting.contains(id)).unwrap();
-    let held = store.efo_pool().get_or_lock(holder).await.unwrap().unwrap();
-    assert!(store.efo_pool().release(&held).await.unwrap());
+    let held = store
+        .efo_consumers()
+        .get_or_lock(holder)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.efo_consumers().release(&held).await.unwrap());
     let next = lock_or_grow(&store, &ctx.aws.kinesis, &waiting[0], &pool)
         .await
         .unwrap()
@@ -350,22 +391,22 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
         .set_faults(crate::support::faulty::every_request_fails())
         .unwrap();
     let cut = store
-        .efo_pool()
+        .efo_consumers()
         .remove_idle(&ctx.aws.kinesis, name, arn, 0)
         .await;
     assert!(cut.is_err(), "{cut:?}");
-    let seen = store.efo_pool().list().await.unwrap();
+    let seen = store.efo_consumers().list().await.unwrap();
     assert!(seen[0].retiring && !seen[1].retiring, "{seen:?}");
     // A retiring consumer is lent to nobody: the other one is locked.
     let lock = store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&ConsumerId::new("c").unwrap())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(lock.name, pool[1].0);
     assert!(store
-        .efo_pool()
+        .efo_consumers()
         .lock(&seen[0], &ConsumerId::new("d").unwrap())
         .await
         .unwrap()
@@ -389,9 +430,18 @@ async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
     let ctx = ctx().await;
     let store = ctx.store("efo-deplete-fence");
     let name = EfoName::new("efo-d").unwrap();
-    store.efo_pool().register(&name, "arn:efo:d").await.unwrap();
+    store
+        .efo_consumers()
+        .register(&name, "arn:efo:d")
+        .await
+        .unwrap();
     let a = ConsumerId::new("a").unwrap();
-    let lock = store.efo_pool().get_or_lock(&a).await.unwrap().unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&a)
+        .await
+        .unwrap()
+        .unwrap();
     let info = ConsumerInfo::for_this_process(a.clone(), store.now());
     let mut reader =
         shardkeeper::consumer::StandaloneSession::new(store.clone(), ctx.aws.kinesis.clone(), info);
@@ -404,9 +454,9 @@ async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
         .await
         .unwrap();
     // The lock goes to another reader.
-    store.efo_pool().release(&lock).await.unwrap();
+    store.efo_consumers().release(&lock).await.unwrap();
     store
-        .efo_pool()
+        .efo_consumers()
         .get_or_lock(&ConsumerId::new("b").unwrap())
         .await
         .unwrap()

@@ -116,17 +116,17 @@ async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
     let (faulty, store) = setup("lost-efo").await;
     let name = EfoName::new("pool-00").unwrap();
     assert!(store
-        .efo_pool()
+        .efo_consumers()
         .register(
             &name,
             "arn:aws:kinesis:us-east-1:1:stream/s/consumer/pool-00:1"
         )
         .await
         .unwrap());
-    let efo = store.efo_pool().list().await.unwrap().remove(0);
+    let efo = store.efo_consumers().list().await.unwrap().remove(0);
     faulty.dynamodb.lose_next_responses(1);
     let lock = store
-        .efo_pool()
+        .efo_consumers()
         .lock(&efo, &cid("a"))
         .await
         .unwrap()
@@ -134,14 +134,14 @@ async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
     assert_eq!(lock.lock_counter, efo.lock_counter + 1);
     // Another consumer deciding on the same state does not get it.
     assert!(store
-        .efo_pool()
+        .efo_consumers()
         .lock(&efo, &cid("b"))
         .await
         .unwrap()
         .is_none());
     faulty.dynamodb.lose_next_responses(1);
-    assert!(store.efo_pool().release(&lock).await.unwrap());
-    let pool = store.efo_pool().list().await.unwrap();
+    assert!(store.efo_consumers().release(&lock).await.unwrap());
+    let pool = store.efo_consumers().list().await.unwrap();
     assert_eq!(pool[0].used_by, None);
 }
 

@@ -346,7 +346,7 @@ pub async fn register_pool(
     for name in names {
         let arn = active_efo_consumer(aws, stream_arn, &name).await;
         let name = shardkeeper::state::EfoName::new(name).unwrap();
-        store.efo_pool().register(&name, &arn).await.unwrap();
+        store.efo_consumers().register(&name, &arn).await.unwrap();
         pool.push((name, arn));
     }
     pool
@@ -355,7 +355,7 @@ pub async fn register_pool(
 /// The names in the group's EFO pool.
 pub async fn pool_names(store: &StateStore) -> Vec<shardkeeper::state::EfoName> {
     store
-        .efo_pool()
+        .efo_consumers()
         .list()
         .await
         .unwrap()
