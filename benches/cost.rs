@@ -125,16 +125,22 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
         tasks.spawn(async move {
             for i in (w..shards).step_by(16) {
                 let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
-                store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+                store
+                    .shards()
+                    .ensure(&ShardScope::Group, &spec)
+                    .await
+                    .unwrap();
                 let owner = ConsumerId::new(format!("consumer-{:04}", i % consumers)).unwrap();
                 let lease = store
-                    .acquire_lease(&spec.shard_id, &owner, Duration::from_secs(300))
+                    .leases()
+                    .acquire(&spec.shard_id, &owner, Duration::from_secs(300))
                     .await
                     .unwrap()
                     .unwrap();
                 let cp = Checkpoint::after(SEQ).unwrap();
                 store
-                    .checkpoint(&lease, &cp, Some(1_700_000_000_000))
+                    .checkpoints()
+                    .save(&lease, &cp, Some(1_700_000_000_000))
                     .await
                     .unwrap();
             }
@@ -144,18 +150,19 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
     for i in 0..consumers {
         let id = ConsumerId::new(format!("consumer-{i:04}")).unwrap();
         store
+            .consumers()
             .heartbeat(&ConsumerInfo::for_this_process(id, store.now()))
             .await
             .unwrap();
     }
-    let pk = store.partition_key().to_owned();
+    let pk = store.layout().partition_key().to_owned();
     let target = shards - 1;
     let shard_sk = format!("SHARD#shardId-{target:012}");
     let me = ConsumerId::new(format!("consumer-{:04}", target % consumers)).unwrap();
     let shard_id = format!("shardId-{target:012}").as_str().try_into().unwrap();
 
     // Checkpoint.
-    let lease = store.owned_shards(&me).await.unwrap();
+    let lease = store.leases().owned_shards(&me).await.unwrap();
     let lease = lease
         .iter()
         .find(|s| s.shard_id == shard_id)
@@ -164,7 +171,8 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
     let before = aws.dynamodb_requests.snapshot();
     let later = format!("{SEQ}1");
     store
-        .checkpoint(
+        .checkpoints()
+        .save(
             &lease,
             &Checkpoint::after_sub(&later, 2).unwrap(),
             Some(1_700_000_000_500),
@@ -178,6 +186,7 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
     // Heartbeat.
     let before = aws.dynamodb_requests.snapshot();
     store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now()))
         .await
         .unwrap();
@@ -189,7 +198,8 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
     let other = ConsumerId::new("consumer-new").unwrap();
     let before = aws.dynamodb_requests.snapshot();
     store
-        .take_lease(
+        .leases()
+        .take(
             &lease.shard_id,
             &other,
             &TakeFrom::Stale {
@@ -269,7 +279,7 @@ fn main() {
         let aws = test_clients().await.expect("servers");
         let table = unique_name("bench");
         StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap().table(&table).unwrap())
-            .ensure_table(&TableOptions::default())
+            .table().ensure(&TableOptions::default())
             .await
             .unwrap();
         let mut rows = Vec::new();

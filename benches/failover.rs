@@ -95,7 +95,7 @@ fn main() {
         let table = unique_name("failover");
         let config = StoreConfig::new(&unique_name("g"), &stream).unwrap().table(&table).unwrap();
         let store = StateStore::new(aws.dynamodb.clone(), config);
-        store.ensure_table(&TableOptions::default()).await.unwrap();
+        store.table().ensure(&TableOptions::default()).await.unwrap();
 
         // A record on every shard every 100 ms (explicit hash keys spread evenly).
         let producing = Arc::new(AtomicBool::new(true));

@@ -94,7 +94,7 @@ fn main() {
                 .table(&table)
                 .unwrap(),
         );
-        store.ensure_table(&TableOptions::default()).await.unwrap();
+        store.table().ensure(&TableOptions::default()).await.unwrap();
         let stream = store.config().stream.to_string();
         let t0 = Instant::now();
         let ms = move || t0.elapsed().as_millis() as u64;

@@ -123,7 +123,7 @@ async fn start_servers(options: LocalOptions) -> Result<(LocalServers, AwsClient
         .send()
         .await?;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
-    store.ensure_table(&TableOptions::default()).await?;
+    store.table().ensure(&TableOptions::default()).await?;
     Ok((servers, aws))
 }
 

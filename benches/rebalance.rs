@@ -157,7 +157,7 @@ fn main() {
         let clock = ManualClock::new(1_800_000_000_000);
         let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
         let store = StateStore::with_clock(aws.dynamodb.clone(), config, Arc::new(clock.clone()));
-        store.ensure_table(&TableOptions::default()).await.unwrap();
+        store.table().ensure(&TableOptions::default()).await.unwrap();
         let rebalancer = Rebalancer {
             store: store.clone(),
             kinesis: aws.kinesis.clone(),

@@ -97,7 +97,11 @@ async fn measure(
             .unwrap()
             .buckets(buckets),
     );
-    store.init_stream(1_700_000_000_000, None).await.unwrap();
+    store
+        .stream_item()
+        .init(1_700_000_000_000, None)
+        .await
+        .unwrap();
     // The group: every shard, leased by one of 16 consumers.
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..TASKS {
@@ -106,13 +110,18 @@ async fn measure(
             let mut leases = Vec::new();
             for i in (w..shards).step_by(TASKS) {
                 let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
-                store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+                store
+                    .shards()
+                    .ensure(&ShardScope::Group, &spec)
+                    .await
+                    .unwrap();
                 if i < GIVEN {
                     continue; // given to the newcomer below
                 }
                 let owner = ConsumerId::new(format!("consumer-{:04}", i % 16)).unwrap();
                 let lease = store
-                    .acquire_lease(&spec.shard_id, &owner, Duration::from_secs(3600))
+                    .leases()
+                    .acquire(&spec.shard_id, &owner, Duration::from_secs(3600))
                     .await
                     .unwrap()
                     .unwrap();
@@ -133,7 +142,8 @@ async fn measure(
             for lease in &chunk {
                 let cp = Checkpoint::after_sub(SEQ, 7).unwrap();
                 store
-                    .checkpoint(lease, &cp, Some(1_700_000_000_000))
+                    .checkpoints()
+                    .save(lease, &cp, Some(1_700_000_000_000))
                     .await
                     .unwrap();
             }
@@ -145,9 +155,9 @@ async fn measure(
     // Each written item's size, by DynamoDB's rules, read raw from each key.
     let mut sizes: HashMap<(String, String), usize> = HashMap::new();
     let mut key_bytes: BTreeMap<String, usize> = BTreeMap::new();
-    let home = store.partition_key().to_owned();
+    let home = store.layout().partition_key().to_owned();
     let mut pks: Vec<String> = (0..buckets.count())
-        .map(|b| store.bucket_key(buckets, b))
+        .map(|b| store.layout().bucket_key(buckets, b))
         .collect();
     if buckets != Buckets::ONE {
         pks.push(home.clone());
@@ -186,7 +196,8 @@ async fn measure(
     take_keys(aws);
     let lease = &leases[leases.len() / 2];
     store
-        .checkpoint(
+        .checkpoints()
+        .save(
             lease,
             &Checkpoint::after_sub(SEQ, 8).unwrap(),
             Some(1_700_000_000_001),
@@ -216,12 +227,17 @@ async fn measure(
     };
     for shard in &given {
         store
-            .take_lease(shard, &newcomer, &free, None, Duration::from_secs(3600))
+            .leases()
+            .take(shard, &newcomer, &free, None, Duration::from_secs(3600))
             .await
             .unwrap()
             .unwrap();
     }
-    store.notify_assigned(&newcomer, &given).await.unwrap();
+    store
+        .consumers()
+        .notify_assigned(&newcomer, &given)
+        .await
+        .unwrap();
     take_keys(aws);
     let tick = session.tick(|_| None).await.unwrap();
     assert_eq!(tick.gained.len(), GIVEN);
@@ -271,7 +287,7 @@ fn main() {
             aws.dynamodb.clone(),
             StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),
         )
-        .ensure_table(&TableOptions::default())
+        .table().ensure(&TableOptions::default())
         .await
         .unwrap();
         aws.dynamodb_requests.start_log();

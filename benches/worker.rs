@@ -47,7 +47,7 @@ fn main() {
         }
         let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
         let store = StateStore::new(aws.dynamodb.clone(), config);
-        store.ensure_table(&TableOptions::default()).await.unwrap();
+        store.table().ensure(&TableOptions::default()).await.unwrap();
         let counted = Arc::new(AtomicU64::new(0));
         let sink = counted.clone();
         let handler = move |record: StreamRecord| {

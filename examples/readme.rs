@@ -61,9 +61,9 @@ async fn state_store_alone(
 ) -> shardkeeper::state::Result<()> {
     let store = StateStore::new(dynamodb_client, StoreConfig::new("billing", "orders")?);
     store.start(&StartOptions { table: TableOptions::default(), stream_created, stream_arn: None }).await?;
-    store.heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
-    let lease = store.acquire_lease(&shard, &me, Duration::from_secs(30)).await?.expect("free shard");
-    store.checkpoint(&lease, &Checkpoint::after(record.sequence_number())?, None).await?; // Err(LeaseLost) once taken
+    store.consumers().heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
+    let lease = store.leases().acquire(&shard, &me, Duration::from_secs(30)).await?.expect("free shard");
+    store.checkpoints().save(&lease, &Checkpoint::after(record.sequence_number())?, None).await?; // Err(LeaseLost) once taken
     Ok(())
 }
 

@@ -95,7 +95,7 @@ async fn main() -> Result<(), Error> {
         aws.dynamodb.clone(),
         StoreConfig::new("replica-example", TABLE)?,
     );
-    store.ensure_table(&TableOptions::default()).await?;
+    store.table().ensure(&TableOptions::default()).await?;
     let mut reader = StreamReader::new(
         aws.streams.clone(),
         store,

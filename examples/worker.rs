@@ -65,7 +65,7 @@ async fn main() -> Result<(), Error> {
         )
     };
     let store = StateStore::new(dynamodb, config);
-    store.ensure_table(&TableOptions::default()).await?;
+    store.table().ensure(&TableOptions::default()).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();

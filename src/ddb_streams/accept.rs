@@ -50,7 +50,7 @@ impl<C: StreamsClient> StreamReader<C> {
             return Ok(());
         }
         if let Some(stored) = position::to_stored(position, &self.stream_arn, &cursor.spec)? {
-            self.store.save_position(&stored).await?;
+            self.store.positions().save(&stored).await?;
             cursor.saved = Some(position.clone());
         }
         Ok(())

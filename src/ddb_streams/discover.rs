@@ -44,7 +44,7 @@ impl<C: StreamsClient> StreamReader<C> {
         let mut saved: BTreeMap<ShardId, StoredShardPosition> = BTreeMap::new();
         let mut stale = Vec::new();
         if first {
-            for position in self.store.load_positions().await? {
+            for position in self.store.positions().load().await? {
                 if position.stream_arn == self.stream_arn {
                     saved.insert(position.shard_id.clone(), position);
                 } else {
@@ -58,7 +58,7 @@ impl<C: StreamsClient> StreamReader<C> {
         removed.extend(diff.removed.iter().cloned());
         for id in &removed {
             self.cursors.remove(id);
-            if self.store.remove_position(id).await? {
+            if self.store.positions().remove(id).await? {
                 tracing::info!(shard = %id, "shard gone from the stream; its position was dropped");
             }
         }
@@ -79,7 +79,7 @@ impl<C: StreamsClient> StreamReader<C> {
             if stored.is_some() {
                 cursor.saved = Some(position.clone());
             } else if let Some(p) = position::to_stored(&position, &self.stream_arn, spec)? {
-                self.store.save_position(&p).await?;
+                self.store.positions().save(&p).await?;
                 cursor.saved = Some(position.clone());
             }
             if position == Checkpoint::Latest {

@@ -103,13 +103,18 @@ pub async fn execute(
             }
             Action::Claim {
                 shard, to, counter, ..
-            } => store.claim_lease(shard, to, *counter).await?,
-            Action::CancelClaim { shard, claimant } => store.cancel_claim(shard, claimant).await?,
+            } => store.leases().claim(shard, to, *counter).await?,
+            Action::CancelClaim { shard, claimant } => {
+                store.leases().cancel_claim(shard, claimant).await?
+            }
             Action::ClearPendingParent { shard, parent } => {
-                store.clear_pending_parent(&group, shard, parent).await?
+                store
+                    .shards()
+                    .clear_pending_parent(&group, shard, parent)
+                    .await?
             }
             Action::ReapConsumer { seen, leases, efo } => {
-                match store.reap_consumer(seen, leases, efo).await? {
+                match store.consumers().reap(seen, leases, efo).await? {
                     Some(done) => {
                         report.leases_released += done.leases_released.len() as u64;
                         report.efo_released += done.efo_released.len() as u64;
@@ -118,7 +123,7 @@ pub async fn execute(
                     None => false,
                 }
             }
-            Action::ReleaseEfo { lock } => store.release_efo(lock).await?,
+            Action::ReleaseEfo { lock } => store.efo_consumers().release(lock).await?,
             Action::DeregisterEfo {
                 name,
                 arn,
@@ -126,7 +131,8 @@ pub async fn execute(
             } => match kinesis {
                 Some(kinesis) => {
                     let done = store
-                        .remove_idle_efo(kinesis, name, arn, *lock_counter)
+                        .efo_consumers()
+                        .remove_idle(kinesis, name, arn, *lock_counter)
                         .await?;
                     if done {
                         report.efo_deregistered.push(name.clone());
@@ -136,18 +142,21 @@ pub async fn execute(
                 None => false,
             },
             Action::RemoveShard { shard, counter } => {
-                store.remove_depleted_shard(&group, shard, *counter).await?
+                store
+                    .shards()
+                    .remove_depleted(&group, shard, *counter)
+                    .await?
             }
             Action::RemoveScopedShard {
                 scope,
                 shard,
                 updated,
-            } => store.remove_scoped_shard(scope, shard, *updated).await?,
+            } => store.shards().remove_scoped(scope, shard, *updated).await?,
         };
         report.count(action.kind(), applied);
     }
     for (consumer, shards) in notify {
-        store.notify_assigned(consumer, &shards).await?;
+        store.consumers().notify_assigned(consumer, &shards).await?;
     }
     Ok(report)
 }
@@ -169,7 +178,8 @@ async fn give<'a>(
     notify: &mut BTreeMap<&'a ConsumerId, Vec<ShardId>>,
 ) -> Result<bool> {
     let taken = store
-        .take_lease(take.shard, take.to, take.from, take.holder, lease_term)
+        .leases()
+        .take(take.shard, take.to, take.from, take.holder, lease_term)
         .await?
         .is_some();
     if taken {

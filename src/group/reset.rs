@@ -123,7 +123,8 @@ pub async fn apply_reset(
     };
     for shard in &plan.shards {
         if store
-            .reset_checkpoint(&plan.scope, shard, to, plan.evict)
+            .checkpoints()
+            .reset(&plan.scope, shard, to, plan.evict)
             .await?
         {
             report.reset.push(shard.shard_id.clone());

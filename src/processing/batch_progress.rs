@@ -98,6 +98,7 @@ impl<'a> BatchProgressSink<'a> {
         let progress = BatchProgress::new(cp.clone(), vec![prefix], digest);
         if let Err(e) = self
             .store
+            .record_state()
             .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
             .await
         {
@@ -119,7 +120,12 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if self.degraded {
             return Ok(None);
         }
-        let Some(progress) = self.store.batch_progress(&self.batch).await? else {
+        let Some(progress) = self
+            .store
+            .record_state()
+            .batch_progress(&self.batch)
+            .await?
+        else {
             return Ok(None);
         };
         let done = self.identities.matched(&progress.prefixes);
@@ -159,6 +165,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
         let outcome = self
             .store
+            .record_state()
             .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
             .await?;
         self.committed = Some((checkpoint.clone(), done));

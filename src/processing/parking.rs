@@ -137,7 +137,7 @@ pub(crate) async fn park(
                 attempts,
                 parked_at: store.now(),
             };
-            store.park_record(&parked, *ttl).await?;
+            store.record_state().park(&parked, *ttl).await?;
             Ok(true)
         }
         Parking::DeadLetterStream { client, stream } => {

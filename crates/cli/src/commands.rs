@@ -41,7 +41,7 @@ pub async fn groups(client: &aws_sdk_dynamodb::Client, args: &GroupsArgs) -> Res
 
 /// The parked records as a table, or as JSON with `--json`.
 pub async fn parked(store: &StateStore, args: &ParkedArgs) -> Result<String, Error> {
-    let parked = store.list_parked().await?;
+    let parked = store.record_state().list_parked().await?;
     if args.json {
         let rows: Vec<serde_json::Value> = parked.iter().map(render::parked_json).collect();
         Ok(serde_json::to_string_pretty(&rows).expect("parked records serialize") + "\n")
@@ -78,7 +78,7 @@ pub async fn replay_parked(
     kinesis: &aws_sdk_kinesis::Client,
     args: &ParkedArgs,
 ) -> Result<String, Error> {
-    let parked = store.list_parked().await?;
+    let parked = store.record_state().list_parked().await?;
     let to_stream = args
         .to_stream
         .as_deref()
@@ -104,7 +104,7 @@ pub async fn replay_parked(
             .send()
             .await
             .map_err(|e| Error::from(shardkeeper::state::kinesis_error("PutRecord", &e)))?;
-        store.remove_parked(&record.key).await?;
+        store.record_state().remove_parked(&record.key).await?;
         replayed += 1;
         out.push_str(&format!(
             "replayed {at} to {stream} as {}\n",
@@ -192,7 +192,7 @@ pub async fn reset(
 
 /// Moves the group's shard items to another bucket count: refuses while a
 /// consumer heartbeats (unless `--force`), asks `confirm` unless `--yes`,
-/// then moves (see `StateStore::respread`).
+/// then moves (see `Layout::respread`).
 pub async fn spread(
     store: &StateStore,
     args: &SpreadArgs,
@@ -225,7 +225,7 @@ pub async fn spread(
     if !args.yes && !confirm(&question) {
         return Err(Error::NotConfirmed);
     }
-    let report = store.respread(to).await?;
+    let report = store.layout().respread(to).await?;
     Ok(format!(
         "spread over {} buckets (was {}): {} items moved, {} already in place\n",
         report.to, report.from, report.moved, report.in_place

@@ -17,9 +17,9 @@ use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONI
 use crate::error::{Result, StateError};
 use crate::item::{n, s};
 use crate::model::stored_checkpoint;
+use crate::records::RecordState;
 use crate::schema::{attr, TTL};
 use crate::sequence::{Checkpoint, SequenceNumber};
-use crate::store::StateStore;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::time::Duration;
@@ -184,13 +184,16 @@ fn binary(item: &crate::item::RawItem, name: &str) -> Option<Vec<u8>> {
     }
 }
 
-impl StateStore {
+impl RecordState<'_> {
     /// The progress stored for `batch`, if any. An item stored before
     /// progress carried digests reads with none (it covers nothing).
-    pub async fn batch_progress(&self, batch: &BatchKey) -> Result<Option<BatchProgress>> {
+    pub async fn batch_progress(self, batch: &BatchKey) -> Result<Option<BatchProgress>> {
         batch.validate()?;
-        let at = self.spread(batch.spread_by(), batch.sort_key()).await?;
-        let Some(item) = self.get_item(&at).await? else {
+        let at = self
+            .store
+            .spread(batch.spread_by(), batch.sort_key())
+            .await?;
+        let Some(item) = self.store.get_item(&at).await? else {
             return Ok(None);
         };
         let Some(checkpoint) = stored_checkpoint(&item)? else {
@@ -216,13 +219,13 @@ impl StateStore {
     /// other contents replaces it. The item expires by TTL after `ttl`: a
     /// retry later than that repeats the batch's records, never skips one.
     pub async fn store_batch_progress(
-        &self,
+        self,
         batch: &BatchKey,
         progress: &BatchProgress,
         ttl: Duration,
     ) -> Result<CheckpointOutcome> {
         batch.validate()?;
-        let (expr, update) = checkpoint_expr(&progress.checkpoint, None, self.now());
+        let (expr, update) = checkpoint_expr(&progress.checkpoint, None, self.store.now());
         let expr = expr
             .names(&[attr::SHARD, attr::PREFIXES, attr::CONTENT, TTL])
             .value("shard", s(batch.shard.as_deref().unwrap_or("")))
@@ -231,15 +234,18 @@ impl StateStore {
                 AttributeValue::B(Blob::new(encode_prefixes(&progress.prefixes))),
             )
             .value("content", AttributeValue::B(Blob::new(progress.content)))
-            .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
+            .value("ttl", n(self.store.now() / 1000 + ttl.as_secs() as i64));
         let update = format!(
             "{update}, #shard = :shard, #prefixes = :prefixes, #content = :content, #expires_ttl = :ttl"
         );
         let condition =
             format!("attribute_not_exists(#content) OR #content <> :content OR {MONOTONIC}");
-        let at = self.spread_new(batch.spread_by(), batch.sort_key()).await?;
-        let req = self.update_req(&at, &expr, &update, Some(&condition));
-        match self.conditional_update(req).await? {
+        let at = self
+            .store
+            .spread_new(batch.spread_by(), batch.sort_key())
+            .await?;
+        let req = self.store.update_req(&at, &expr, &update, Some(&condition));
+        match self.store.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => stale_from(old.as_ref()),
         }

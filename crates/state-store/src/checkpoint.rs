@@ -29,7 +29,7 @@ pub enum CheckpointOutcome {
     },
 }
 
-/// What [`StateStore::mark_depleted`] did.
+/// What [`Checkpoints::mark_depleted`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Depleted {
     /// Children whose state was created or updated (pending parent cleared).
@@ -109,31 +109,41 @@ pub(crate) fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
     Ok(CheckpointOutcome::Stale { current })
 }
 
-impl StateStore {
+/// Checkpoints (see the module docs); an operator's reset is here too.
+/// From [`StateStore::checkpoints`].
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoints<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Checkpoints<'_> {
     /// Stores a checkpoint for a leased shard, fenced by the lease: it applies
     /// only while `lease.owner` holds the lease at `lease.counter`
     /// ([`StateError::LeaseLost`] otherwise), and only if it does not move the
     /// stored checkpoint backwards ([`CheckpointOutcome::Stale`]). One
     /// UpdateItem of one small item, whatever the shard count.
-    pub async fn checkpoint(
-        &self,
+    pub async fn save(
+        self,
         lease: &Lease,
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
-        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let (expr, update) = checkpoint_expr(cp, arrival, self.store.now());
         let expr = expr
             .names(&[attr::OWNER, attr::COUNTER])
             .value("me", s(lease.owner.as_str()))
             .value("n", n(lease.counter));
         let condition = format!("#owner = :me AND #counter = :n AND {MONOTONIC}");
-        let req = self.update_req(
-            &self.shard_at(&ShardScope::Group, &lease.shard_id).await?,
+        let req = self.store.update_req(
+            &self
+                .store
+                .shard_at(&ShardScope::Group, &lease.shard_id)
+                .await?,
             &expr,
             &update,
             Some(&condition),
         );
-        match self.conditional_update(req).await? {
+        match self.store.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => {
                 let still_held = old
@@ -156,40 +166,40 @@ impl StateStore {
     /// (Lambda owns the shard) and standalone consumers (each owns its scope).
     /// Monotonic: never moves the stored checkpoint backwards. Creates the
     /// shard's item if it has none.
-    pub async fn checkpoint_unleased(
-        &self,
+    pub async fn save_unleased(
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
-        self.checkpoint_unleased_expiring(scope, shard, cp, arrival, None)
+        self.save_unleased_expiring(scope, shard, cp, arrival, None)
             .await
     }
 
-    /// [`StateStore::checkpoint_unleased`] on an item that expires by TTL
+    /// [`Checkpoints::save_unleased`] on an item that expires by TTL
     /// after `ttl` (for checkpoints of short-lived scopes, such as one
     /// event-source-mapping batch).
-    pub async fn checkpoint_unleased_expiring(
-        &self,
+    pub async fn save_unleased_expiring(
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
         ttl: Option<std::time::Duration>,
     ) -> Result<CheckpointOutcome> {
-        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let (expr, update) = checkpoint_expr(cp, arrival, self.store.now());
         let mut expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
         let mut update = format!("{update}, #shard = :shard");
         if let Some(ttl) = ttl {
             expr = expr
                 .names(&[crate::schema::TTL])
-                .value("ttl", n(self.now() / 1000 + ttl.as_secs() as i64));
+                .value("ttl", n(self.store.now() / 1000 + ttl.as_secs() as i64));
             update.push_str(", #expires_ttl = :ttl");
         }
-        let at = self.shard_at_new(scope, shard).await?;
-        let req = self.update_req(&at, &expr, &update, Some(MONOTONIC));
-        match self.conditional_update(req).await? {
+        let at = self.store.shard_at_new(scope, shard).await?;
+        let req = self.store.update_req(&at, &expr, &update, Some(MONOTONIC));
+        match self.store.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(old) => stale_from(old.as_ref()),
         }
@@ -198,8 +208,8 @@ impl StateStore {
     /// Stores a checkpoint of a standalone EFO consumer, fenced by its EFO
     /// lock: one transaction checks that `lock` is still held and writes the
     /// monotonic checkpoint. [`StateError::LeaseLost`] if the lock was lost.
-    pub async fn checkpoint_efo(
-        &self,
+    pub async fn save_efo(
+        self,
         lock: &EfoLock,
         shard: &ShardId,
         cp: &Checkpoint,
@@ -209,11 +219,12 @@ impl StateStore {
             StateError::validation("transaction", e.to_string())
         };
         let shard_at = self
+            .store
             .shard_at_new(&ShardScope::Efo(lock.name.clone()), shard)
             .await?;
         let check = ConditionCheck::builder()
-            .table_name(self.table())
-            .set_key(Some(self.home(efo_sk(&lock.name)).key()))
+            .table_name(self.store.table_name())
+            .set_key(Some(self.store.home(efo_sk(&lock.name)).key()))
             .condition_expression("#used_by = :me AND #lock_counter = :n")
             .expression_attribute_names("#used_by", attr::USED_BY)
             .expression_attribute_names("#lock_counter", attr::LOCK_COUNTER)
@@ -221,10 +232,10 @@ impl StateStore {
             .expression_attribute_values(":n", n(lock.lock_counter))
             .build()
             .map_err(build)?;
-        let (expr, update) = checkpoint_expr(cp, arrival, self.now());
+        let (expr, update) = checkpoint_expr(cp, arrival, self.store.now());
         let expr = expr.names(&[attr::SHARD]).value("shard", s(shard.as_str()));
         let write = Update::builder()
-            .table_name(self.table())
+            .table_name(self.store.table_name())
             .set_key(Some(shard_at.key()))
             .update_expression(format!("{update}, #shard = :shard"))
             .condition_expression(MONOTONIC)
@@ -234,11 +245,16 @@ impl StateStore {
             .build()
             .map_err(build)?;
         let req = self
+            .store
             .client()
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().condition_check(check).build())
             .transact_items(TransactWriteItem::builder().update(write).build());
-        match self.call("TransactWriteItems", || req.clone().send()).await {
+        match self
+            .store
+            .call("TransactWriteItems", || req.clone().send())
+            .await
+        {
             Ok(_) => Ok(CheckpointOutcome::Stored),
             Err(crate::retry::CallError::Failed(e)) => Err(e),
             Err(crate::retry::CallError::Condition(err)) => {
@@ -259,7 +275,9 @@ impl StateStore {
                 if reasons.is_empty() {
                     // A server that names no reasons: the lock tells.
                     let held = self
-                        .list_efo()
+                        .store
+                        .efo_consumers()
+                        .list()
                         .await?
                         .into_iter()
                         .any(|e| e.lock().as_ref() == Some(lock));
@@ -267,7 +285,7 @@ impl StateStore {
                         return Err(lock_lost());
                     }
                     let scope = ShardScope::Efo(lock.name.clone());
-                    let current = self.get_shard(&scope, shard).await?.checkpoint;
+                    let current = self.store.shards().get(&scope, shard).await?.checkpoint;
                     if let Some(current) = current.filter(|c| c.order_key() > cp.order_key()) {
                         return Ok(CheckpointOutcome::Stale { current });
                     }
@@ -292,12 +310,10 @@ impl StateStore {
 
     /// The stored checkpoint of a shard; [`StateError::NotFound`] if the shard
     /// has no state or no checkpoint yet.
-    pub async fn fetch_checkpoint(
-        &self,
-        scope: &ShardScope,
-        shard: &ShardId,
-    ) -> Result<Checkpoint> {
-        self.get_shard(scope, shard)
+    pub async fn fetch(self, scope: &ShardScope, shard: &ShardId) -> Result<Checkpoint> {
+        self.store
+            .shards()
+            .get(scope, shard)
             .await?
             .checkpoint
             .ok_or_else(|| StateError::not_found(format!("checkpoint of shard {shard}")))
@@ -308,14 +324,14 @@ impl StateStore {
     /// if it has none, this parent leaves its pending set, and, if this parent
     /// had a checkpoint, a child with no checkpoint starts at its starting
     /// sequence number. Idempotent: repeating it after it applied is not an error.
-    pub async fn mark_depleted(&self, lease: &Lease, children: &[ShardSpec]) -> Result<Depleted> {
+    pub async fn mark_depleted(self, lease: &Lease, children: &[ShardSpec]) -> Result<Depleted> {
         self.deplete(&ShardScope::Group, &lease.shard_id, Some(lease), children)
             .await
     }
 
-    /// [`StateStore::mark_depleted`] for the standalone scopes, where no lease exists.
+    /// [`Checkpoints::mark_depleted`] for the standalone scopes, where no lease exists.
     pub async fn mark_depleted_unleased(
-        &self,
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         children: &[ShardSpec],
@@ -324,13 +340,13 @@ impl StateStore {
     }
 
     async fn deplete(
-        &self,
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         lease: Option<&Lease>,
         children: &[ShardSpec],
     ) -> Result<Depleted> {
-        let (expr, update) = checkpoint_expr(&Checkpoint::ShardEnd, None, self.now());
+        let (expr, update) = checkpoint_expr(&Checkpoint::ShardEnd, None, self.store.now());
         let mut expr = expr
             .names(&[
                 attr::DEPLETED,
@@ -357,14 +373,15 @@ impl StateStore {
             None => "attribute_exists(pk)",
         };
         let req = self
+            .store
             .update_req(
-                &self.shard_at(scope, shard).await?,
+                &self.store.shard_at(scope, shard).await?,
                 &expr,
                 &update,
                 Some(condition),
             )
             .return_values(ReturnValue::AllOld);
-        let previous = match self.conditional_update(req).await? {
+        let previous = match self.store.conditional_update(req).await? {
             Ok(old) => ShardState::from_item(&old)?,
             Err(old) => {
                 let state = old.as_ref().map(ShardState::from_item).transpose()?;
@@ -387,14 +404,14 @@ impl StateStore {
             children_started: Vec::new(),
         };
         for child in children {
-            self.ensure_shard(scope, child).await?;
+            self.store.shards().ensure(scope, child).await?;
             let mut expr = Expr::new()
                 .names(&[attr::PENDING, attr::UPDATED])
                 .value(
                     "parent",
                     AttributeValue::Ss(vec![shard.as_str().to_owned()]),
                 )
-                .value("now", n(self.now()));
+                .value("now", n(self.store.now()));
             let mut update = "SET #updated = :now".to_owned();
             let start = child.starting_sequence.clone().filter(|_| inherit);
             if let Some(seq) = &start {
@@ -410,13 +427,13 @@ impl StateStore {
                 );
             }
             update.push_str(" DELETE #pending :parent");
-            let req = self.update_req(
-                &self.shard_at(scope, &child.shard_id).await?,
+            let req = self.store.update_req(
+                &self.store.shard_at(scope, &child.shard_id).await?,
                 &expr,
                 &update,
                 Some("attribute_exists(pk)"),
             );
-            if self.conditional_update(req).await?.is_ok() {
+            if self.store.conditional_update(req).await?.is_ok() {
                 report.children.push(child.shard_id.clone());
                 if start.is_some() {
                     report.children_started.push(child.shard_id.clone());

@@ -39,7 +39,7 @@ impl ConsumerInfo {
 }
 
 /// How many given shards may wait unacknowledged on a consumer's item (see
-/// [`StateStore::notify_assigned`]): far under DynamoDB's 400 KB an item.
+/// [`Consumers::notify_assigned`]): far under DynamoDB's 400 KB an item.
 pub const MAX_GIVEN: usize = 1000;
 
 /// A string set of shard ids.
@@ -62,7 +62,7 @@ pub struct Heartbeat {
     /// were kept, or names at their bound) and the consumer reads every shard.
     pub named: u64,
     /// The shards named as given to the consumer since it last acknowledged
-    /// them (see [`StateStore::notify_assigned`]), as the item was before
+    /// them (see [`Consumers::notify_assigned`]), as the item was before
     /// this heartbeat removed the acknowledged ones.
     pub given: BTreeSet<ShardId>,
     /// The registration's identity: drawn by the heartbeat that created the
@@ -73,7 +73,7 @@ pub struct Heartbeat {
     pub incarnation: String,
 }
 
-/// What [`StateStore::clear_old_consumers`] did.
+/// What [`Consumers::clear_old`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClearReport {
     /// Consumers removed for a missed heartbeat.
@@ -84,17 +84,23 @@ pub struct ClearReport {
     pub efo_released: Vec<EfoName>,
 }
 
-impl StateStore {
+/// The group's consumers (see the module docs). From [`StateStore::consumers`].
+#[derive(Debug, Clone, Copy)]
+pub struct Consumers<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Consumers<'_> {
     /// Registers the consumer if it is absent, else refreshes its heartbeat:
     /// one unconditional UpdateItem either way. The answer carries the
     /// consumer's assignment counter, which moves whenever another party gave
-    /// it a lease (see [`StateStore::notify_assigned`]), so a consumer learns
+    /// it a lease (see [`Consumers::notify_assigned`]), so a consumer learns
     /// of new leases without reading every shard.
-    pub async fn heartbeat(&self, info: &ConsumerInfo) -> Result<Heartbeat> {
+    pub async fn heartbeat(self, info: &ConsumerInfo) -> Result<Heartbeat> {
         self.beat(info, None, &BTreeSet::new()).await
     }
 
-    /// [`StateStore::heartbeat`] by one process holding the consumer id,
+    /// [`Consumers::heartbeat`] by one process holding the consumer id,
     /// whose `token` is stored with the heartbeat. With `take_over` (a
     /// session's first heartbeat) the token replaces any other: a new process
     /// takes the id over. Without it the heartbeat applies only while the
@@ -104,7 +110,7 @@ impl StateStore {
     /// carry on. The shards in `acked` (given shards the process has looked
     /// at) are removed from the consumer's given shards.
     pub async fn heartbeat_as(
-        &self,
+        self,
         info: &ConsumerInfo,
         token: &str,
         take_over: bool,
@@ -114,12 +120,12 @@ impl StateStore {
     }
 
     async fn beat(
-        &self,
+        self,
         info: &ConsumerInfo,
         token: Option<(&str, bool)>,
         acked: &BTreeSet<ShardId>,
     ) -> Result<Heartbeat> {
-        let now = self.now();
+        let now = self.store.now();
         let fresh = format!("{:016x}", fastrand::u64(..));
         let mut expr = Expr::new()
             .names(&[
@@ -171,9 +177,15 @@ impl StateStore {
             update.push_str(" DELETE #given :acked");
         }
         let req = self
-            .update_req(&self.home(consumer_sk(&info.id)), &expr, &update, condition)
+            .store
+            .update_req(
+                &self.store.home(consumer_sk(&info.id)),
+                &expr,
+                &update,
+                condition,
+            )
             .return_values(ReturnValue::AllOld);
-        let old = match self.conditional_update(req).await? {
+        let old = match self.store.conditional_update(req).await? {
             Ok(old) => old,
             Err(_) => {
                 return Err(StateError::Superseded {
@@ -212,74 +224,77 @@ impl StateStore {
     /// While [`MAX_GIVEN`] names wait unacknowledged (a consumer that does not
     /// acknowledge them, as code from before them), only the counter moves.
     /// `false` if the consumer is not registered.
-    pub async fn notify_assigned(&self, consumer: &ConsumerId, shards: &[ShardId]) -> Result<bool> {
-        let at = self.home(consumer_sk(consumer));
+    pub async fn notify_assigned(self, consumer: &ConsumerId, shards: &[ShardId]) -> Result<bool> {
+        let at = self.store.home(consumer_sk(consumer));
         if !shards.is_empty() {
             let expr = Expr::new()
                 .names(&[attr::ASSIGNED, attr::NAMED, attr::GIVEN])
                 .value("one", n(1))
                 .value("shards", shard_set(shards.iter()))
                 .value("max", n(MAX_GIVEN));
-            let req = self.update_req(
+            let req = self.store.update_req(
                 &at,
                 &expr,
                 "ADD #assigned :one, #named :one, #given :shards",
                 Some("attribute_exists(pk) AND (attribute_not_exists(#given) OR size(#given) < :max)"),
             );
-            match self.conditional_update(req).await? {
+            match self.store.conditional_update(req).await? {
                 Ok(_) => return Ok(true),
                 Err(None) => return Ok(false),
                 Err(Some(_)) => {} // at the bound: the counter alone
             }
         }
         let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
-        let req = self.update_req(
+        let req = self.store.update_req(
             &at,
             &expr,
             "ADD #assigned :one",
             Some("attribute_exists(pk)"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Sets the consumer's active flag (an inactive consumer is given no
     /// leases); `false` if the consumer is not registered.
-    pub async fn set_consumer_active(&self, consumer: &ConsumerId, active: bool) -> Result<bool> {
+    pub async fn set_active(self, consumer: &ConsumerId, active: bool) -> Result<bool> {
         let expr = Expr::new()
             .names(&[attr::ACTIVE])
             .value("active", AttributeValue::Bool(active));
-        let req = self.update_req(
-            &self.home(consumer_sk(consumer)),
+        let req = self.store.update_req(
+            &self.store.home(consumer_sk(consumer)),
             &expr,
             "SET #active = :active",
             Some("attribute_exists(pk)"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Removes this consumer's registration (a clean leave: the rebalancer
     /// then treats any lease still in its name as free); `false` if it was
     /// not registered.
-    pub async fn deregister_consumer(&self, consumer: &ConsumerId) -> Result<bool> {
-        self.delete_item(
-            &self.home(consumer_sk(consumer)),
-            Some("attribute_exists(pk)"),
-            &Expr::new(),
-        )
-        .await
+    pub async fn deregister(self, consumer: &ConsumerId) -> Result<bool> {
+        self.store
+            .delete_item(
+                &self.store.home(consumer_sk(consumer)),
+                Some("attribute_exists(pk)"),
+                &Expr::new(),
+            )
+            .await
     }
 
     /// One consumer, if registered.
-    pub async fn get_consumer(&self, consumer: &ConsumerId) -> Result<Option<ConsumerState>> {
-        self.get_item(&self.home(consumer_sk(consumer)))
+    pub async fn get(self, consumer: &ConsumerId) -> Result<Option<ConsumerState>> {
+        self.store
+            .get_item(&self.store.home(consumer_sk(consumer)))
             .await?
             .map(|item| ConsumerState::from_item(consumer.as_str(), &item))
             .transpose()
     }
 
     /// Every registered consumer of the group.
-    pub async fn list_consumers(&self) -> Result<Vec<ConsumerState>> {
-        self.query_home(SK_CONSUMER)
+    pub async fn list(self) -> Result<Vec<ConsumerState>> {
+        self.store
+            .query_home(SK_CONSUMER)
             .await?
             .iter()
             .filter_map(|item| sk_suffix(item, SK_CONSUMER).map(|id| (id, item)))
@@ -289,29 +304,30 @@ impl StateStore {
 
     /// Removes a consumer if its heartbeat is still the one seen in `seen`
     /// (a consumer that heartbeated since is left alone); `true` if removed.
-    pub async fn remove_consumer_if_unchanged(&self, seen: &ConsumerState) -> Result<bool> {
+    pub async fn remove_if_unchanged(self, seen: &ConsumerState) -> Result<bool> {
         let expr = Expr::new()
             .names(&[attr::HEARTBEAT])
             .value("seen", n(seen.heartbeat));
-        self.delete_item(
-            &self.home(consumer_sk(seen.id())),
-            Some("#heartbeat = :seen"),
-            &expr,
-        )
-        .await
+        self.store
+            .delete_item(
+                &self.store.home(consumer_sk(seen.id())),
+                Some("#heartbeat = :seen"),
+                &expr,
+            )
+            .await
     }
 
     /// Removes a consumer that missed its heartbeat, if its heartbeat is
     /// still the one seen, then frees the leases it held (each on the counter
     /// seen) and unlocks the EFO consumers it held (each on the lock counter
     /// seen). `None` if the consumer heartbeated since (nothing is touched).
-    pub async fn reap_consumer(
-        &self,
+    pub async fn reap(
+        self,
         seen: &ConsumerState,
         leases: &[(ShardId, u64)],
         efo: &[EfoLock],
     ) -> Result<Option<ClearReport>> {
-        if !self.remove_consumer_if_unchanged(seen).await? {
+        if !self.remove_if_unchanged(seen).await? {
             return Ok(None);
         }
         tracing::info!(consumer = %seen.id(), heartbeat = seen.heartbeat, "removed a consumer that missed its heartbeat");
@@ -321,14 +337,16 @@ impl StateStore {
         };
         for (shard, counter) in leases {
             if self
-                .remove_lease_owner(shard, seen.id(), Some(*counter))
+                .store
+                .leases()
+                .remove_owner(shard, seen.id(), Some(*counter))
                 .await?
             {
                 report.leases_released.push(shard.clone());
             }
         }
         for lock in efo {
-            if self.release_efo(lock).await? {
+            if self.store.efo_consumers().release(lock).await? {
                 report.efo_released.push(lock.name.clone());
             }
         }
@@ -339,9 +357,9 @@ impl StateStore {
     /// their shard leases, and unlocks EFO consumers held by removed or
     /// unknown consumers. Every write is conditional on the state it was
     /// decided on, so it is safe to run from several places at once.
-    pub async fn clear_old_consumers(&self, timeout: Duration) -> Result<ClearReport> {
-        let snapshot = self.load_group().await?;
-        let now = self.now();
+    pub async fn clear_old(self, timeout: Duration) -> Result<ClearReport> {
+        let snapshot = self.store.load_group().await?;
+        let now = self.store.now();
         let limit = duration_millis(timeout);
         let mut report = ClearReport::default();
         for consumer in &snapshot.consumers {
@@ -360,7 +378,7 @@ impl StateStore {
                 .filter(|e| e.used_by.as_ref() == Some(consumer.id()))
                 .filter_map(|e| e.lock())
                 .collect();
-            if let Some(done) = self.reap_consumer(consumer, &leases, &locks).await? {
+            if let Some(done) = self.reap(consumer, &leases, &locks).await? {
                 report.removed.extend(done.removed);
                 report.leases_released.extend(done.leases_released);
                 report.efo_released.extend(done.efo_released);
@@ -369,7 +387,9 @@ impl StateStore {
         let registered: BTreeSet<&ConsumerId> =
             snapshot.consumers.iter().map(ConsumerState::id).collect();
         for lock in snapshot.efo.iter().filter_map(|e| e.lock()) {
-            if !registered.contains(&lock.consumer) && self.release_efo(&lock).await? {
+            if !registered.contains(&lock.consumer)
+                && self.store.efo_consumers().release(&lock).await?
+            {
                 report.efo_released.push(lock.name.clone());
             }
         }

@@ -19,42 +19,51 @@ const LOCK_NAMES: [&str; 5] = [
     attr::RETIRING,
 ];
 
-impl StateStore {
+/// The enhanced fan-out consumers of the pool and their locks (see the
+/// module docs). From [`StateStore::efo_consumers`].
+#[derive(Debug, Clone, Copy)]
+pub struct EfoConsumers<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl EfoConsumers<'_> {
     /// Records an EFO consumer of the pool (free, released now); `false` if it
     /// was recorded already.
-    pub async fn register_efo(&self, name: &EfoName, arn: &str) -> Result<bool> {
+    pub async fn register(self, name: &EfoName, arn: &str) -> Result<bool> {
         if arn.is_empty() {
             return Err(StateError::validation("consumer ARN", "must not be empty"));
         }
-        let now = self.now();
+        let now = self.store.now();
         let expr = Expr::new()
             .names(&[attr::ARN])
             .names(&LOCK_NAMES)
             .value("arn", s(arn))
             .value("zero", n(0))
             .value("now", n(now));
-        let req = self.update_req(
-            &self.home(efo_sk(name)),
+        let req = self.store.update_req(
+            &self.store.home(efo_sk(name)),
             &expr,
             "SET #arn = :arn, #lock_counter = :zero, #released = :now, #updated = :now",
             Some("attribute_not_exists(pk)"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Removes an EFO consumer from the state; `false` if it was not there.
-    pub async fn deregister_efo(&self, name: &EfoName) -> Result<bool> {
-        self.delete_item(
-            &self.home(efo_sk(name)),
-            Some("attribute_exists(pk)"),
-            &Expr::new(),
-        )
-        .await
+    pub async fn deregister(self, name: &EfoName) -> Result<bool> {
+        self.store
+            .delete_item(
+                &self.store.home(efo_sk(name)),
+                Some("attribute_exists(pk)"),
+                &Expr::new(),
+            )
+            .await
     }
 
     /// Every EFO consumer of the pool, by name.
-    pub async fn list_efo(&self) -> Result<Vec<EfoState>> {
+    pub async fn list(self) -> Result<Vec<EfoState>> {
         let mut pool = self
+            .store
             .query_home(SK_EFO)
             .await?
             .iter()
@@ -70,8 +79,8 @@ impl StateStore {
     /// counter seen, so two consumers never share one). When none is free the
     /// consumer is marked inactive (it is given no leases) and `None` comes
     /// back; when it holds one it is marked active.
-    pub async fn get_or_lock_efo(&self, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
-        let pool = self.list_efo().await?;
+    pub async fn get_or_lock(self, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
+        let pool = self.list().await?;
         let held = pool
             .iter()
             .find(|e| e.used_by.as_ref() == Some(consumer))
@@ -85,7 +94,7 @@ impl StateStore {
             // Racing consumers start at different places of the free list.
             fastrand::shuffle(&mut free);
             for efo in free {
-                if let Some(lock) = self.lock_efo(efo, consumer).await? {
+                if let Some(lock) = self.lock(efo, consumer).await? {
                     locked = Some(lock);
                     break;
                 }
@@ -94,7 +103,10 @@ impl StateStore {
         if locked.is_none() {
             tracing::warn!(%consumer, pool = pool.len(), "every enhanced fan-out consumer is locked; waiting for one to be free");
         }
-        self.set_consumer_active(consumer, locked.is_some()).await?;
+        self.store
+            .consumers()
+            .set_active(consumer, locked.is_some())
+            .await?;
         Ok(locked)
     }
 
@@ -102,15 +114,15 @@ impl StateStore {
     /// and not retiring. Safe to apply twice: a retry whose first answer was
     /// lost finds the lock its first attempt took (this consumer, the next
     /// counter) and returns it.
-    pub async fn lock_efo(&self, efo: &EfoState, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
+    pub async fn lock(self, efo: &EfoState, consumer: &ConsumerId) -> Result<Option<EfoLock>> {
         let expr = Expr::new()
             .names(&LOCK_NAMES)
             .value("me", s(consumer.as_str()))
             .value("n", n(efo.lock_counter))
             .value("one", n(1))
-            .value("now", n(self.now()));
-        let req = self.update_req(
-            &self.home(efo_sk(&efo.name)),
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
+            &self.store.home(efo_sk(&efo.name)),
             &expr,
             "SET #used_by = :me, #updated = :now ADD #lock_counter :one REMOVE #released",
             Some(
@@ -118,7 +130,7 @@ impl StateStore {
                  AND attribute_not_exists(#retiring)",
             ),
         );
-        let item = match self.conditional_update(req).await? {
+        let item = match self.store.conditional_update(req).await? {
             Ok(item) => item,
             Err(Some(old)) => old,
             Err(None) => return Ok(None),
@@ -132,20 +144,20 @@ impl StateStore {
     /// Releases an EFO lock (its idle timer starts now); `false` if the lock
     /// was no longer held at that counter. Safe to apply twice: a retry
     /// finding it free at the next counter reports the release.
-    pub async fn release_efo(&self, lock: &EfoLock) -> Result<bool> {
+    pub async fn release(self, lock: &EfoLock) -> Result<bool> {
         let expr = Expr::new()
             .names(&LOCK_NAMES)
             .value("me", s(lock.consumer.as_str()))
             .value("n", n(lock.lock_counter))
             .value("one", n(1))
-            .value("now", n(self.now()));
-        let req = self.update_req(
-            &self.home(efo_sk(&lock.name)),
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
+            &self.store.home(efo_sk(&lock.name)),
             &expr,
             "SET #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
             Some("#used_by = :me AND #lock_counter = :n"),
         );
-        match self.conditional_update(req).await? {
+        match self.store.conditional_update(req).await? {
             Ok(_) => Ok(true),
             Err(Some(old)) => {
                 let state = EfoState::from_item(lock.name.as_str(), &old)?;
@@ -160,21 +172,21 @@ impl StateStore {
     /// it retiring (no lock takes it again) and releases the lock, so the
     /// holder can lock another; the reaper finishes the retirement. `false`
     /// if the lock was no longer held.
-    pub async fn retire_lent_efo(&self, lock: &EfoLock) -> Result<bool> {
+    pub async fn retire_lent(self, lock: &EfoLock) -> Result<bool> {
         let expr = Expr::new()
             .names(&LOCK_NAMES)
             .value("me", s(lock.consumer.as_str()))
             .value("n", n(lock.lock_counter))
             .value("one", n(1))
             .value("true", AttributeValue::Bool(true))
-            .value("now", n(self.now()));
-        let req = self.update_req(
-            &self.home(efo_sk(&lock.name)),
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
+            &self.store.home(efo_sk(&lock.name)),
             &expr,
             "SET #retiring = :true, #released = :now, #updated = :now ADD #lock_counter :one REMOVE #used_by",
             Some("#used_by = :me AND #lock_counter = :n"),
         );
-        let done = self.conditional_update(req).await?.is_ok();
+        let done = self.store.conditional_update(req).await?.is_ok();
         if done {
             tracing::warn!(efo = %lock.name, arn = %lock.arn, "enhanced fan-out consumer gone from Kinesis: retired from the pool");
         }
@@ -186,13 +198,13 @@ impl StateStore {
     /// in the pool. Each is first removed from the state on the condition that
     /// it is still free at the counter seen; only when that removal won is it
     /// deregistered from Kinesis. Returns the names deregistered.
-    pub async fn deregister_idle_efo(
-        &self,
+    pub async fn deregister_idle(
+        self,
         kinesis: &aws_sdk_kinesis::Client,
         idle_timeout: Duration,
     ) -> Result<Vec<EfoName>> {
-        let pool = self.list_efo().await?;
-        let now = self.now();
+        let pool = self.list().await?;
+        let now = self.store.now();
         let limit = duration_millis(idle_timeout);
         let idle: Vec<&EfoState> = pool
             .iter()
@@ -207,7 +219,7 @@ impl StateStore {
         let mut deregistered = Vec::new();
         for efo in removable {
             if self
-                .remove_idle_efo(kinesis, &efo.name, &efo.arn, efo.lock_counter)
+                .remove_idle(kinesis, &efo.name, &efo.arn, efo.lock_counter)
                 .await?
             {
                 deregistered.push(efo.name.clone());
@@ -223,8 +235,8 @@ impl StateStore {
     /// the mark is finished by the next call (the reaper plans one for every
     /// retiring entry), so the pool never hands out a consumer that Kinesis
     /// no longer has. `false` if it was in use again, or gone.
-    pub async fn remove_idle_efo(
-        &self,
+    pub async fn remove_idle(
+        self,
         kinesis: &aws_sdk_kinesis::Client,
         name: &EfoName,
         arn: &str,
@@ -234,20 +246,22 @@ impl StateStore {
             .names(&[attr::USED_BY, attr::LOCK_COUNTER, attr::RETIRING])
             .value("n", n(lock_counter))
             .value("true", AttributeValue::Bool(true));
-        let mark = self.update_req(
-            &self.home(efo_sk(name)),
+        let mark = self.store.update_req(
+            &self.store.home(efo_sk(name)),
             &expr,
             "SET #retiring = :true",
             Some("attribute_exists(pk) AND attribute_not_exists(#used_by) AND #lock_counter = :n"),
         );
-        if self.conditional_update(mark).await?.is_err() {
+        if self.store.conditional_update(mark).await?.is_err() {
             tracing::debug!(efo = %name, "enhanced fan-out consumer in use again, or gone: kept");
             return Ok(false);
         }
         let req = kinesis.deregister_stream_consumer().consumer_arn(arn);
-        match call_kinesis(&self.config().retry, "DeregisterStreamConsumer", || {
-            req.clone().send()
-        })
+        match call_kinesis(
+            &self.store.config().retry,
+            "DeregisterStreamConsumer",
+            || req.clone().send(),
+        )
         .await
         {
             Ok(_) => tracing::info!(efo = %name, "deregistered an idle enhanced fan-out consumer"),
@@ -259,12 +273,13 @@ impl StateStore {
             Err(e) => return Err(e),
         }
         // A retried delete whose first attempt was applied finds nothing: done too.
-        self.delete_item(
-            &self.home(efo_sk(name)),
-            Some("attribute_not_exists(pk) OR (#retiring = :true AND #lock_counter = :n)"),
-            &expr,
-        )
-        .await?;
+        self.store
+            .delete_item(
+                &self.store.home(efo_sk(name)),
+                Some("attribute_not_exists(pk) OR (#retiring = :true AND #lock_counter = :n)"),
+                &expr,
+            )
+            .await?;
         Ok(true)
     }
 }

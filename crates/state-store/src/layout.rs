@@ -25,19 +25,50 @@ pub(crate) const SK_BUCKETS: &str = "BUCKETS";
 /// How many bucket queries run at once in a read of every bucket.
 const CONCURRENT_QUERIES: usize = 16;
 
-impl StateStore {
+/// The group's layout: its home key, its buckets, where an item lives, and
+/// moving its shard items to another bucket count. From [`StateStore::layout`].
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl<'a> Layout<'a> {
+    /// The home key of this group: the partition key of its own items (and
+    /// of every item while it has one bucket).
+    pub fn partition_key(self) -> &'a str {
+        &self.store.inner.pk
+    }
+
+    /// The partition key of bucket `bucket` of `buckets`: the home key when
+    /// there is one bucket, else `<home key>#<bucket>`.
+    pub fn bucket_key(self, buckets: Buckets, bucket: u16) -> String {
+        if buckets == Buckets::ONE {
+            self.store.inner.pk.clone()
+        } else {
+            format!("{}#{bucket}", self.store.inner.pk)
+        }
+    }
+
     /// The group's bucket count as stored (one bucket while it has no layout).
-    pub async fn buckets(&self) -> Result<Buckets> {
-        if let Some(known) = self.known_layout() {
+    pub async fn buckets(self) -> Result<Buckets> {
+        if let Some(known) = self.store.known_layout() {
             return Ok(known);
         }
         // Boxed: the slow path runs about once per store, and every call on
         // a shard item would otherwise carry its future.
-        Ok(Box::pin(self.stored_layout())
+        Ok(Box::pin(self.store.stored_layout())
             .await?
             .unwrap_or(Buckets::ONE))
     }
 
+    /// The partition key the items of `shard` (or of a record spread by its
+    /// sequence number) live under.
+    pub async fn key_of(self, shard: &str) -> Result<String> {
+        Ok(self.store.spread(shard, String::new()).await?.pk)
+    }
+}
+
+impl StateStore {
     /// The group's bucket count, laying the group out first if it has no
     /// layout yet (see the module docs).
     pub(crate) async fn laid_out(&self) -> Result<Buckets> {
@@ -78,15 +109,9 @@ impl StateStore {
         }
     }
 
-    /// The partition key the items of `shard` (or of a record spread by its
-    /// sequence number) live under.
-    pub async fn key_of(&self, shard: &str) -> Result<String> {
-        Ok(self.spread(shard, String::new()).await?.pk)
-    }
-
     /// Where the item with sort key `sk`, spread by `by`, lives.
     pub(crate) async fn spread(&self, by: &str, sk: impl Into<String>) -> Result<At> {
-        let buckets = self.buckets().await?;
+        let buckets = self.layout().buckets().await?;
         Ok(self.at_bucket(buckets, by, sk))
     }
 
@@ -109,7 +134,7 @@ impl StateStore {
 
     fn at_bucket(&self, buckets: Buckets, by: &str, sk: impl Into<String>) -> At {
         At {
-            pk: self.bucket_key(buckets, buckets.of(by)),
+            pk: self.layout().bucket_key(buckets, buckets.of(by)),
             sk: sk.into(),
         }
     }
@@ -117,7 +142,7 @@ impl StateStore {
     /// Every item in every bucket whose sort key starts with `prefix`, in
     /// sort-key order: one Query per bucket, several at once.
     pub(crate) async fn query_buckets(&self, prefix: &str) -> Result<Vec<RawItem>> {
-        let buckets = self.buckets().await?;
+        let buckets = self.layout().buckets().await?;
         self.query_all(buckets, prefix, false).await
     }
 
@@ -131,10 +156,10 @@ impl StateStore {
         with_home: bool,
     ) -> Result<Vec<RawItem>> {
         let mut keys: Vec<String> = (0..buckets.count())
-            .map(|b| self.bucket_key(buckets, b))
+            .map(|b| self.layout().bucket_key(buckets, b))
             .collect();
         if with_home && buckets != Buckets::ONE {
-            keys.push(self.partition_key().to_owned());
+            keys.push(self.layout().partition_key().to_owned());
         }
         if let [pk] = keys.as_slice() {
             // One key (a group from before buckets): no task to spawn.
@@ -227,13 +252,13 @@ impl StateStore {
             let req = self
                 .client()
                 .query()
-                .table_name(self.table())
+                .table_name(self.table_name())
                 .consistent_read(true)
                 .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
                 .projection_expression("#sk")
                 .expression_attribute_names("#pk", crate::schema::PK)
                 .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":pk", s(self.partition_key()))
+                .expression_attribute_values(":pk", s(self.layout().partition_key()))
                 .expression_attribute_values(":prefix", s(prefix))
                 .limit(1);
             let out = self.call_plain("Query", || req.clone().send()).await?;

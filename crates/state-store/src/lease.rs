@@ -21,7 +21,7 @@ use std::time::Duration;
 pub struct Renewal {
     /// The lease with its new expiry.
     pub lease: Lease,
-    /// An open claim: checkpoint, then [`StateStore::release_lease`] to hand the shard over.
+    /// An open claim: checkpoint, then [`Leases::release`] to hand the shard over.
     pub claim: Option<Claim>,
 }
 
@@ -130,9 +130,15 @@ fn lease_from(item: &RawItem) -> Result<Lease> {
     }
 }
 
-impl StateStore {
-    async fn lease_at(&self, shard: &ShardId) -> Result<At> {
-        self.shard_at(&ShardScope::Group, shard).await
+/// Shard leases (see the module docs). From [`StateStore::leases`].
+#[derive(Debug, Clone, Copy)]
+pub struct Leases<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Leases<'_> {
+    async fn lease_at(self, shard: &ShardId) -> Result<At> {
+        self.store.shard_at(&ShardScope::Group, shard).await
     }
 
     /// Takes the lease if it is free or expired by this writer's wall clock
@@ -144,9 +150,9 @@ impl StateStore {
     /// writer's clock, so clock skew between machines moves it: a tool's and
     /// a test's convenience. A consumer group never takes leases this way;
     /// its rebalancer judges expiry by observation and takes with
-    /// [`StateStore::take_lease`].
-    pub async fn acquire_lease(
-        &self,
+    /// [`Leases::take`].
+    pub async fn acquire(
+        self,
         shard: &ShardId,
         consumer: &ConsumerId,
         term: Duration,
@@ -171,8 +177,8 @@ impl StateStore {
     /// finds the lease already taken by this very take (owner, holder and
     /// the next counter), it reports the take. `None` if the shard changed
     /// since, is depleted, or has a pending parent.
-    pub async fn take_lease(
-        &self,
+    pub async fn take(
+        self,
         shard: &ShardId,
         new_owner: &ConsumerId,
         from: &TakeFrom,
@@ -223,8 +229,8 @@ impl StateStore {
     }
 
     /// The expression of a take by `owner` for `term` from now.
-    fn owner_expr(&self, owner: &ConsumerId, holder: Option<&str>, term: Duration) -> Expr {
-        let now = self.now();
+    fn owner_expr(self, owner: &ConsumerId, holder: Option<&str>, term: Duration) -> Expr {
+        let now = self.store.now();
         let mut expr = lease_names(Expr::new())
             .value("me", s(owner.as_str()))
             .value("now", n(now))
@@ -242,7 +248,7 @@ impl StateStore {
     /// the counter on, with `holder` as its holding token (`:holder` in
     /// `expr`) or none; the item as it was when the condition failed.
     async fn set_owner(
-        &self,
+        self,
         shard: &ShardId,
         expr: Expr,
         holder: Option<&str>,
@@ -258,8 +264,8 @@ impl StateStore {
              ADD #counter :one REMOVE #claim_by, #claim_at{remove_holder}"
         );
         let at = self.lease_at(shard).await?;
-        let req = self.update_req(&at, &expr, &update, Some(condition));
-        match self.conditional_update(req).await? {
+        let req = self.store.update_req(&at, &expr, &update, Some(condition));
+        match self.store.conditional_update(req).await? {
             Ok(item) => lease_from(&item).map(Ok),
             Err(old) => Ok(Err(old)),
         }
@@ -267,20 +273,20 @@ impl StateStore {
 
     /// Extends the lease by `term` from now. Returns the open hand-off claim,
     /// if any; [`StateError::LeaseLost`] if the lease is no longer held.
-    pub async fn renew_lease(&self, lease: &Lease, term: Duration) -> Result<Renewal> {
-        let now = self.now();
+    pub async fn renew(self, lease: &Lease, term: Duration) -> Result<Renewal> {
+        let now = self.store.now();
         let expr = lease_names(Expr::new())
             .value("me", s(lease.owner.as_str()))
             .value("n", n(lease.counter))
             .value("now", n(now))
             .value("until", n(now + duration_millis(term)));
-        let req = self.update_req(
+        let req = self.store.update_req(
             &self.lease_at(&lease.shard_id).await?,
             &expr,
             "SET #expires = :until, #updated = :now",
             Some(FENCE),
         );
-        match self.conditional_update(req).await? {
+        match self.store.conditional_update(req).await? {
             Ok(item) => {
                 let state = ShardState::from_item(&item)?;
                 Ok(Renewal {
@@ -302,22 +308,22 @@ impl StateStore {
     /// Safe to apply twice: a retry whose first answer was lost finds the
     /// lease free, or with the claimant, at the next counter, and reports
     /// what its first attempt did.
-    pub async fn release_lease(&self, lease: &Lease, term: Duration) -> Result<Released> {
+    pub async fn release(self, lease: &Lease, term: Duration) -> Result<Released> {
         let at = self.lease_at(&lease.shard_id).await?;
         for _ in 0..4 {
-            let now = self.now();
+            let now = self.store.now();
             let expr = lease_names(Expr::new())
                 .value("me", s(lease.owner.as_str()))
                 .value("n", n(lease.counter))
                 .value("now", n(now))
                 .value("one", n(1));
-            let free = self.update_req(
+            let free = self.store.update_req(
                 &at,
                 &expr,
                 "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #holder",
                 Some("#owner = :me AND #counter = :n AND attribute_not_exists(#claim_by)"),
             );
-            let old = match self.conditional_update(free).await? {
+            let old = match self.store.conditional_update(free).await? {
                 Ok(_) => return Ok(Released::Free),
                 Err(old) => old,
             };
@@ -336,13 +342,13 @@ impl StateStore {
             let expr = expr
                 .value("by", s(claim.by.as_str()))
                 .value("until", n(now + duration_millis(term)));
-            let hand_off = self.update_req(
+            let hand_off = self.store.update_req(
                 &at,
                 &expr,
                 "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at, #holder",
                 Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
             );
-            let handed = match self.conditional_update(hand_off).await? {
+            let handed = match self.store.conditional_update(hand_off).await? {
                 Ok(_) => true,
                 Err(old) => old
                     .as_ref()
@@ -354,7 +360,9 @@ impl StateStore {
             };
             if handed {
                 tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
-                self.notify_assigned(&claim.by, std::slice::from_ref(&lease.shard_id))
+                self.store
+                    .consumers()
+                    .notify_assigned(&claim.by, std::slice::from_ref(&lease.shard_id))
                     .await?;
                 return Ok(Released::HandedOff(claim.by));
             }
@@ -366,8 +374,8 @@ impl StateStore {
     /// its next renewal, checkpoints and hands the shard over. `false` if the
     /// lease changed since `expected_counter`, is unowned, already claimed, or
     /// held by the claimant itself.
-    pub async fn claim_lease(
-        &self,
+    pub async fn claim(
+        self,
         shard: &ShardId,
         claimant: &ConsumerId,
         expected_counter: u64,
@@ -375,42 +383,42 @@ impl StateStore {
         let expr = lease_names(Expr::new())
             .value("by", s(claimant.as_str()))
             .value("n", n(expected_counter))
-            .value("now", n(self.now()));
-        let req = self.update_req(
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
             &self.lease_at(shard).await?,
             &expr,
             "SET #claim_by = :by, #claim_at = :now, #updated = :now",
             Some("#counter = :n AND attribute_exists(#owner) AND #owner <> :by AND attribute_not_exists(#claim_by)"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Withdraws `claimant`'s claim on the shard (the claimant died, or the
     /// plan changed); `false` if it holds no claim there.
-    pub async fn cancel_claim(&self, shard: &ShardId, claimant: &ConsumerId) -> Result<bool> {
+    pub async fn cancel_claim(self, shard: &ShardId, claimant: &ConsumerId) -> Result<bool> {
         let expr = lease_names(Expr::new())
             .value("by", s(claimant.as_str()))
-            .value("now", n(self.now()));
-        let req = self.update_req(
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
             &self.lease_at(shard).await?,
             &expr,
             "SET #updated = :now REMOVE #claim_by, #claim_at",
             Some("#claim_by = :by"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Frees the shard if `owner` holds it (and, when given, at `counter`):
     /// for operators and the reaper. `true` if it was removed.
-    pub async fn remove_lease_owner(
-        &self,
+    pub async fn remove_owner(
+        self,
         shard: &ShardId,
         owner: &ConsumerId,
         counter: Option<u64>,
     ) -> Result<bool> {
         let mut expr = lease_names(Expr::new())
             .value("me", s(owner.as_str()))
-            .value("now", n(self.now()))
+            .value("now", n(self.store.now()))
             .value("one", n(1));
         let condition = match counter {
             Some(c) => {
@@ -419,27 +427,34 @@ impl StateStore {
             }
             None => "#owner = :me",
         };
-        let req = self.update_req(
+        let req = self.store.update_req(
             &self.lease_at(shard).await?,
             &expr,
             "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at, #holder",
             Some(condition),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// The owner of the shard's lease (expired or not), `None` when free;
     /// [`StateError::NotFound`] if the shard has no state.
-    pub async fn get_lease_owner(&self, shard: &ShardId) -> Result<Option<ConsumerId>> {
-        Ok(self.get_shard(&ShardScope::Group, shard).await?.owner)
+    pub async fn get_owner(self, shard: &ShardId) -> Result<Option<ConsumerId>> {
+        Ok(self
+            .store
+            .shards()
+            .get(&ShardScope::Group, shard)
+            .await?
+            .owner)
     }
 
     /// The shards whose lease is in this consumer's name (not depleted),
     /// whatever their stored expiry says: a consumer takes up the leases
     /// given to it however its clock differs from the giver's.
-    pub async fn owned_shards(&self, consumer: &ConsumerId) -> Result<Vec<ShardState>> {
+    pub async fn owned_shards(self, consumer: &ConsumerId) -> Result<Vec<ShardState>> {
         Ok(self
-            .list_shards(&ShardScope::Group)
+            .store
+            .shards()
+            .list(&ShardScope::Group)
             .await?
             .into_iter()
             .filter(|sh| !sh.depleted && sh.owner.as_ref() == Some(consumer))
@@ -447,10 +462,10 @@ impl StateStore {
     }
 
     /// Consumers that hold at least one live lease, with their shards.
-    pub async fn list_active_workers(&self) -> Result<BTreeMap<ConsumerId, Vec<ShardState>>> {
-        let now = self.now();
+    pub async fn list_active_workers(self) -> Result<BTreeMap<ConsumerId, Vec<ShardState>>> {
+        let now = self.store.now();
         let mut workers: BTreeMap<ConsumerId, Vec<ShardState>> = BTreeMap::new();
-        for shard in self.list_shards(&ShardScope::Group).await? {
+        for shard in self.store.shards().list(&ShardScope::Group).await? {
             if let Some(lease) = shard.live_lease(now).filter(|_| !shard.depleted) {
                 workers.entry(lease.owner).or_default().push(shard);
             }

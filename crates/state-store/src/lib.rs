@@ -6,6 +6,25 @@
 //! checkpoint costs one request and one write unit whatever the shard count,
 //! and contention is decided by DynamoDB, not by a lock service.
 //!
+//! A [`StateStore`] is seen through one handle per concept, each a cheap
+//! borrowed view with the calls on that concept:
+//!
+//! | handle | what it holds |
+//! | --- | --- |
+//! | [`StateStore::leases`] ([`Leases`]) | shard leases: acquire, take, renew, release, claims, owners |
+//! | [`StateStore::checkpoints`] ([`Checkpoints`]) | fenced, un-leased and EFO-locked checkpoints, depletion, an operator's reset |
+//! | [`StateStore::consumers`] ([`Consumers`]) | heartbeats (registration), the active flag, given shards, reaping |
+//! | [`StateStore::efo_consumers`] ([`EfoConsumers`]) | the enhanced fan-out consumer pool and its locks |
+//! | [`StateStore::shards`] ([`Shards`]) | shard items: creating (parents recorded), reading, removing |
+//! | [`StateStore::record_state`] ([`RecordState`]) | event-source-mapped batch progress, attempts, parked records |
+//! | [`StateStore::positions`] ([`Positions`]) | DynamoDB Streams shard positions |
+//! | [`StateStore::layout`] ([`Layout`]) | the home key, buckets, where an item lives, respread |
+//! | [`StateStore::table`] ([`Table`]) | the table: created if missing, checked, tagged |
+//! | [`StateStore::stream_item`] ([`StreamItem`]) | the stream item, and the reset when the stream was re-created |
+//!
+//! The store itself keeps construction, its configuration and clock,
+//! [`StateStore::start`], and the reads and deletes of the whole group.
+//!
 //! ```no_run
 //! use shardkeeper_state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId, ShardScope, ShardSpec,
 //!     StartOptions, StateStore, StoreConfig, TableOptions};
@@ -15,11 +34,11 @@
 //! let store = StateStore::new(client, StoreConfig::new("billing", "orders")?);
 //! store.start(&StartOptions { table: TableOptions::default(), stream_created: 1_700_000_000_000, stream_arn: None }).await?;
 //! let me = ConsumerId::new("worker-1")?;
-//! store.heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
-//! store.ensure_shard(&ShardScope::Group, &ShardSpec::new("shardId-000000000000")?).await?;
+//! store.consumers().heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
+//! store.shards().ensure(&ShardScope::Group, &ShardSpec::new("shardId-000000000000")?).await?;
 //! let shard = ShardId::new("shardId-000000000000")?;
-//! if let Some(lease) = store.acquire_lease(&shard, &me, Duration::from_secs(30)).await? {
-//!     store.checkpoint(&lease, &Checkpoint::after("49590338271490256608559692538361571095921575989136588898")?, None).await?;
+//! if let Some(lease) = store.leases().acquire(&shard, &me, Duration::from_secs(30)).await? {
+//!     store.checkpoints().save(&lease, &Checkpoint::after("49590338271490256608559692538361571095921575989136588898")?, None).await?;
 //! }
 //! # Ok(()) }
 //! ```
@@ -57,23 +76,26 @@ mod table;
 
 pub use batch::{BatchKey, BatchProgress, PrefixDigest};
 pub use buckets::{Buckets, SpreadPolicy};
-pub use checkpoint::{CheckpointOutcome, Depleted};
+pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
 // Test clocks: a deployed consumer runs on the system clock, so they are
 // public only for tests (this workspace's and a user's) that ask for them.
 #[cfg(feature = "testing")]
 pub use clock::{ManualClock, SkewedClock};
-pub use consumer::{ClearReport, Heartbeat, MAX_GIVEN};
+pub use consumer::{ClearReport, Consumers, Heartbeat, MAX_GIVEN};
+pub use efo::EfoConsumers;
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
 pub use item::RawItem;
-pub use lease::{Released, Renewal, TakeFrom};
+pub use layout::Layout;
+pub use lease::{Leases, Released, Renewal, TakeFrom};
 pub use model::{
     Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
     StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
-pub use records::{ParkedRecord, RecordKey};
+pub use positions::Positions;
+pub use records::{ParkedRecord, RecordKey, RecordState};
 pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_throttling_code, kinesis_error, retry_throttled, Backoff, Jitter,
@@ -81,9 +103,11 @@ pub use retry::{
 };
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
-pub use shard::{EnsureShard, ShardSpec};
+pub use shard::{EnsureShard, ShardSpec, Shards};
 pub use snapshot::{Assignment, GroupSnapshot};
 pub use store::{StateStore, StoreConfig, StoreStats};
-pub use stream::{kinesis_stream_summary, StartOptions, StartReport, StreamInit, StreamSummary};
+pub use stream::{
+    kinesis_stream_summary, StartOptions, StartReport, StreamInit, StreamItem, StreamSummary,
+};
 pub use stream_address::{ForStream, StreamAddress, StreamArn};
-pub use table::{Billing, TableOptions, TableReport};
+pub use table::{Billing, Table, TableOptions, TableReport};

@@ -56,7 +56,7 @@ pub struct ConsumerState {
     pub heartbeat: EpochMillis,
     /// Whether it may be given leases (false while it waits for an EFO consumer).
     pub active: bool,
-    /// The token of the process holding the id (see [`StateStore::heartbeat_as`](crate::StateStore::heartbeat_as)).
+    /// The token of the process holding the id (see [`Consumers::heartbeat_as`](crate::Consumers::heartbeat_as)).
     pub token: Option<String>,
 }
 

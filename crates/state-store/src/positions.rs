@@ -56,9 +56,16 @@ impl StoredShardPosition {
     }
 }
 
-impl StateStore {
+/// DynamoDB Streams shard positions (see the module docs). From
+/// [`StateStore::positions`].
+#[derive(Debug, Clone, Copy)]
+pub struct Positions<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Positions<'_> {
     /// Saves a shard's position (replacing the previous one: seeking may move it either way).
-    pub async fn save_position(&self, position: &StoredShardPosition) -> Result<()> {
+    pub async fn save(self, position: &StoredShardPosition) -> Result<()> {
         let mut expr = Expr::new()
             .names(&[
                 attr::STREAM_ARN,
@@ -71,7 +78,7 @@ impl StateStore {
             .value("arn", s(&position.stream_arn))
             .value("shard", s(position.shard_id.as_str()))
             .value("iter", s(&position.iterator_type))
-            .value("now", n(self.now()));
+            .value("now", n(self.store.now()));
         let mut sets = vec![
             "#stream_arn = :arn",
             "#shard = :shard",
@@ -98,16 +105,20 @@ impl StateStore {
             update.push_str(&format!(" REMOVE {}", removes.join(", ")));
         }
         let at = self
+            .store
             .spread_new(position.shard_id.as_str(), position_sk(&position.shard_id))
             .await?;
-        let req = self.update_req(&at, &expr, &update, None);
-        self.call_plain("UpdateItem", || req.clone().send()).await?;
+        let req = self.store.update_req(&at, &expr, &update, None);
+        self.store
+            .call_plain("UpdateItem", || req.clone().send())
+            .await?;
         Ok(())
     }
 
     /// Every saved position, by shard id.
-    pub async fn load_positions(&self) -> Result<Vec<StoredShardPosition>> {
+    pub async fn load(self) -> Result<Vec<StoredShardPosition>> {
         let mut positions = self
+            .store
             .query_buckets(SK_DDBPOS)
             .await?
             .iter()
@@ -118,12 +129,16 @@ impl StateStore {
     }
 
     /// Forgets a shard's position (the shard is gone); `true` if there was one.
-    pub async fn remove_position(&self, shard: &ShardId) -> Result<bool> {
-        self.delete_item(
-            &self.spread(shard.as_str(), position_sk(shard)).await?,
-            Some("attribute_exists(pk)"),
-            &Expr::new(),
-        )
-        .await
+    pub async fn remove(self, shard: &ShardId) -> Result<bool> {
+        self.store
+            .delete_item(
+                &self
+                    .store
+                    .spread(shard.as_str(), position_sk(shard))
+                    .await?,
+                Some("attribute_exists(pk)"),
+                &Expr::new(),
+            )
+            .await
     }
 }

@@ -133,31 +133,45 @@ fn ttl_at(now: EpochMillis, ttl: Duration) -> i64 {
     now / 1000 + ttl.as_secs() as i64
 }
 
-impl StateStore {
+/// The state event-source-mapped processing keeps per batch and per record:
+/// batch progress (see the `batch` module), attempts of failing records and
+/// parked records. From [`StateStore::record_state`].
+#[derive(Debug, Clone, Copy)]
+pub struct RecordState<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl RecordState<'_> {
     /// Counts one more failed attempt of a record and returns the count.
     /// The counter expires by TTL after `ttl`.
-    pub async fn record_attempt(&self, key: &RecordKey, ttl: Duration) -> Result<u32> {
+    pub async fn record_attempt(self, key: &RecordKey, ttl: Duration) -> Result<u32> {
         key.validate()?;
         let expr = Expr::new()
             .names(&[attr::ATTEMPTS, TTL])
             .value("one", n(1))
-            .value("ttl", n(ttl_at(self.now(), ttl)));
-        let at = self.spread_new(key.spread_by(), key.attempts_sk()).await?;
-        let req = self.update_req(
+            .value("ttl", n(ttl_at(self.store.now(), ttl)));
+        let at = self
+            .store
+            .spread_new(key.spread_by(), key.attempts_sk())
+            .await?;
+        let req = self.store.update_req(
             &at,
             &expr,
             "SET #expires_ttl = :ttl ADD #attempts :one",
             None,
         );
-        let out = self.call_plain("UpdateItem", || req.clone().send()).await?;
+        let out = self
+            .store
+            .call_plain("UpdateItem", || req.clone().send())
+            .await?;
         let item = out.attributes.unwrap_or_default();
         Ok(ItemReader::new(&item).u64_or(attr::ATTEMPTS, 1)? as u32)
     }
 
     /// Stores a parked record (kept for `ttl`).
-    pub async fn park_record(&self, record: &ParkedRecord, ttl: Duration) -> Result<()> {
+    pub async fn park(self, record: &ParkedRecord, ttl: Duration) -> Result<()> {
         record.key.validate()?;
-        let now = self.now();
+        let now = self.store.now();
         let expr = Expr::new()
             .names(&[
                 attr::CONSUMER,
@@ -193,9 +207,10 @@ impl StateStore {
             .value("now", n(now))
             .value("ttl", n(ttl_at(now, ttl)));
         let at = self
+            .store
             .spread_new(record.key.spread_by(), record.key.parked_sk())
             .await?;
-        let req = self.update_req(
+        let req = self.store.update_req(
             &at,
             &expr,
             "SET #consumer = :consumer, #source = :source, #shard = :shard, #event_id = :event_id, #seq = :seq, #sub = :sub, #partition_key = :pk, #data = :data, \
@@ -203,21 +218,25 @@ impl StateStore {
              #data_size = :size, #data_sha256 = :sha",
             None,
         );
-        self.call_plain("UpdateItem", || req.clone().send()).await?;
+        self.store
+            .call_plain("UpdateItem", || req.clone().send())
+            .await?;
         Ok(())
     }
 
     /// Removes a parked record (replayed, or dealt with); `false` if it was
     /// not parked.
-    pub async fn remove_parked(&self, key: &RecordKey) -> Result<bool> {
-        let at = self.spread(key.spread_by(), key.parked_sk()).await?;
-        self.delete_item(&at, Some("attribute_exists(pk)"), &Expr::new())
+    pub async fn remove_parked(self, key: &RecordKey) -> Result<bool> {
+        let at = self.store.spread(key.spread_by(), key.parked_sk()).await?;
+        self.store
+            .delete_item(&at, Some("attribute_exists(pk)"), &Expr::new())
             .await
     }
 
     /// Every parked record of the group, oldest sequence first per shard.
-    pub async fn list_parked(&self) -> Result<Vec<ParkedRecord>> {
-        self.query_buckets(SK_PARKED)
+    pub async fn list_parked(self) -> Result<Vec<ParkedRecord>> {
+        self.store
+            .query_buckets(SK_PARKED)
             .await?
             .iter()
             .map(parked_from)

@@ -2,14 +2,14 @@
 //! included (the only write that may), guarded against racing the holder.
 
 use crate::checkpoint::checkpoint_expr;
+use crate::checkpoint::Checkpoints;
 use crate::error::Result;
 use crate::item::n;
 use crate::model::ShardState;
 use crate::schema::{attr, ShardScope};
 use crate::sequence::Checkpoint;
-use crate::store::StateStore;
 
-impl StateStore {
+impl Checkpoints<'_> {
     /// Sets the checkpoint of `seen.shard_id` in `scope` to `to`, if the shard
     /// is still as read in `seen`, and moves its lease counter on.
     ///
@@ -20,14 +20,14 @@ impl StateStore {
     /// over the reset. Standalone scopes have no lease: the item must not
     /// have been written since it was read (`updated` unchanged).
     /// `false` if the condition failed (nothing written).
-    pub async fn reset_checkpoint(
-        &self,
+    pub async fn reset(
+        self,
         scope: &ShardScope,
         seen: &ShardState,
         to: &Checkpoint,
         evict: bool,
     ) -> Result<bool> {
-        let (expr, set) = checkpoint_expr(to, None, self.now());
+        let (expr, set) = checkpoint_expr(to, None, self.store.now());
         let expr = expr
             .names(&[
                 attr::CP_ARRIVAL,
@@ -60,13 +60,13 @@ impl StateStore {
             ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated".to_owned(),
         };
         update.push_str(" ADD #counter :one");
-        let req = self.update_req(
-            &self.shard_at(scope, &seen.shard_id).await?,
+        let req = self.store.update_req(
+            &self.store.shard_at(scope, &seen.shard_id).await?,
             &expr,
             &update,
             Some(&condition),
         );
-        let applied = self.conditional_update(req).await?.is_ok();
+        let applied = self.store.conditional_update(req).await?.is_ok();
         if applied {
             tracing::warn!(shard = %seen.shard_id, checkpoint = %to, evict, "checkpoint reset by an operator");
         }

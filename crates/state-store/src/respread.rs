@@ -20,13 +20,14 @@ use crate::batch::SK_BATCH;
 use crate::buckets::Buckets;
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
+use crate::layout::Layout;
 use crate::layout::{moving_to, SK_BUCKETS};
 use crate::records::{SK_ATTEMPTS, SK_PARKED};
 use crate::schema::{attr, schema_version, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
-use crate::store::{sk_suffix, At, StateStore};
+use crate::store::{sk_suffix, At};
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem};
 
-/// What [`StateStore::respread`] did.
+/// What [`Layout::respread`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Respread {
     /// The bucket count before.
@@ -87,14 +88,14 @@ pub(crate) fn spread_key(sk: &str) -> Option<String> {
     None
 }
 
-impl StateStore {
+impl Layout<'_> {
     /// Moves the group's shard items to `to` buckets (see the module docs).
     /// Run it with every function of the group stopped.
-    pub async fn respread(&self, to: Buckets) -> Result<Respread> {
-        let layout = self.home(SK_BUCKETS);
-        let stored = self.get_item(&layout).await?;
+    pub async fn respread(self, to: Buckets) -> Result<Respread> {
+        let layout = self.store.home(SK_BUCKETS);
+        let stored = self.store.get_item(&layout).await?;
         let from = match &stored {
-            Some(item) => self.layout_of(item)?,
+            Some(item) => self.store.layout_of(item)?,
             None => Buckets::ONE,
         };
         let moving = stored.as_ref().map(moving_to).transpose()?.flatten();
@@ -109,14 +110,14 @@ impl StateStore {
             .names(&[attr::BUCKETS, attr::MOVING_TO, attr::UPDATED])
             .value("from", n(from.count()))
             .value("to", n(to.count()))
-            .value("now", n(self.now()));
-        let req = self.update_req(
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
             &layout,
             &expr,
             "SET #buckets = :from, #moving_to = :to, #updated = :now",
             Some("attribute_not_exists(pk) OR (#buckets = :from AND (attribute_not_exists(#moving_to) OR #moving_to = :to))"),
         );
-        if self.conditional_update(req).await?.is_err() {
+        if self.store.conditional_update(req).await?.is_err() {
             return Err(StateError::Respreading {
                 from: from.count(),
                 to: to.count(),
@@ -124,9 +125,9 @@ impl StateStore {
         }
         // 2. Move: every shard item under the old keys and the new ones (a
         // run cut short left some in each).
-        let mut items = self.query_all(from, "", true).await?;
+        let mut items = self.store.query_all(from, "", true).await?;
         if to != from {
-            items.extend(self.query_all(to, "", false).await?);
+            items.extend(self.store.query_all(to, "", false).await?);
         }
         let mut seen = std::collections::HashSet::new();
         let text = |item: &RawItem, k: &str| {
@@ -162,23 +163,23 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::BUCKETS, attr::MOVING_TO, attr::UPDATED])
             .value("to", n(to.count()))
-            .value("now", n(self.now()));
-        let req = self.update_req(
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
             &layout,
             &expr,
             "SET #buckets = :to, #updated = :now REMOVE #moving_to",
             Some("#moving_to = :to"),
         );
-        self.conditional_update(req).await?.ok();
-        self.forget_layout();
-        if self.stream_state().await?.is_some() {
-            self.raise_schema(schema_version(to)).await?;
+        self.store.conditional_update(req).await?.ok();
+        self.store.forget_layout();
+        if self.store.stream_item().state().await?.is_some() {
+            self.store.raise_schema(schema_version(to)).await?;
         }
         Ok(report)
     }
 
     /// Puts `item` under `pk` and deletes it where it was, in one transaction.
-    async fn move_item(&self, item: &RawItem, pk: &str) -> Result<()> {
+    async fn move_item(self, item: &RawItem, pk: &str) -> Result<()> {
         let build = |e: aws_sdk_dynamodb::error::BuildError| {
             StateError::validation("transaction", e.to_string())
         };
@@ -193,23 +194,25 @@ impl StateStore {
             sk: sk_suffix(item, "").unwrap_or_default().to_owned(),
         };
         let put = Put::builder()
-            .table_name(self.table())
+            .table_name(self.store.table_name())
             .set_item(Some(copy))
             .condition_expression("attribute_not_exists(pk)")
             .build()
             .map_err(build)?;
         let delete = Delete::builder()
-            .table_name(self.table())
+            .table_name(self.store.table_name())
             .set_key(Some(old.key()))
             .condition_expression("attribute_exists(pk)")
             .build()
             .map_err(build)?;
         let req = self
+            .store
             .client()
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put).build())
             .transact_items(TransactWriteItem::builder().delete(delete).build());
-        self.call_plain("TransactWriteItems", || req.clone().send())
+        self.store
+            .call_plain("TransactWriteItems", || req.clone().send())
             .await?;
         Ok(())
     }

@@ -9,7 +9,7 @@ use crate::sequence::SequenceNumber;
 use crate::store::StateStore;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-/// A shard as the stream describes it: what [`StateStore::ensure_shard`] records.
+/// A shard as the stream describes it: what [`Shards::ensure`] records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardSpec {
     /// The shard id.
@@ -73,7 +73,7 @@ impl ShardSpec {
     }
 }
 
-/// What [`StateStore::ensure_shard`] did.
+/// What [`Shards::ensure`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnsureShard {
     /// The shard had no state: it was created.
@@ -84,18 +84,28 @@ pub enum EnsureShard {
     Closed,
 }
 
-impl StateStore {
+/// Shard items (see the module docs). From [`StateStore::shards`].
+#[derive(Debug, Clone, Copy)]
+pub struct Shards<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Shards<'_> {
     /// Makes sure the shard has state in `scope`. A new shard records its
     /// parents; the parents that have state and are not depleted are
     /// *pending*, and the shard cannot be leased until each is depleted. A
     /// parent with no state (past retention, or never seen) does not block.
     /// Create parents before children (shard discovery walks parents first).
     /// An existing shard that is now closed gets its ending sequence number.
-    pub async fn ensure_shard(&self, scope: &ShardScope, spec: &ShardSpec) -> Result<EnsureShard> {
-        let at = self.shard_at_new(scope, &spec.shard_id).await?;
+    pub async fn ensure(self, scope: &ShardScope, spec: &ShardSpec) -> Result<EnsureShard> {
+        let at = self.store.shard_at_new(scope, &spec.shard_id).await?;
         let mut pending = Vec::new();
         for parent in &spec.parents {
-            if let Some(item) = self.get_item(&self.shard_at(scope, parent).await?).await? {
+            if let Some(item) = self
+                .store
+                .get_item(&self.store.shard_at(scope, parent).await?)
+                .await?
+            {
                 if !ShardState::from_item(&item)?.depleted {
                     pending.push(parent.as_str().to_owned());
                 }
@@ -120,7 +130,7 @@ impl StateStore {
             .value("parents", str_list(&spec.parents))
             .value("zero", n(0))
             .value("false", AttributeValue::Bool(false))
-            .value("now", n(self.now()));
+            .value("now", n(self.store.now()));
         if !pending.is_empty() {
             sets.push("#pending = :pending");
             expr = expr
@@ -143,8 +153,10 @@ impl StateStore {
             expr = expr.names(&[attr::SEQ_HI]).value("seq_hi", s(seq.as_str()));
         }
         let update = format!("SET {}", sets.join(", "));
-        let req = self.update_req(&at, &expr, &update, Some("attribute_not_exists(pk)"));
-        if self.conditional_update(req).await?.is_ok() {
+        let req = self
+            .store
+            .update_req(&at, &expr, &update, Some("attribute_not_exists(pk)"));
+        if self.store.conditional_update(req).await?.is_ok() {
             return Ok(EnsureShard::Created);
         }
         let Some(end) = &spec.ending_sequence else {
@@ -153,30 +165,35 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::SEQ_HI, attr::UPDATED])
             .value("seq_hi", s(end.as_str()))
-            .value("now", n(self.now()));
-        let req = self.update_req(
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
             &at,
             &expr,
             "SET #seq_hi = :seq_hi, #updated = :now",
             Some("attribute_exists(pk) AND attribute_not_exists(#seq_hi)"),
         );
-        Ok(match self.conditional_update(req).await? {
+        Ok(match self.store.conditional_update(req).await? {
             Ok(_) => EnsureShard::Closed,
             Err(_) => EnsureShard::Existing,
         })
     }
 
     /// The state of one shard; [`StateError::NotFound`] if it has none.
-    pub async fn get_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<ShardState> {
-        match self.get_item(&self.shard_at(scope, shard).await?).await? {
+    pub async fn get(self, scope: &ShardScope, shard: &ShardId) -> Result<ShardState> {
+        match self
+            .store
+            .get_item(&self.store.shard_at(scope, shard).await?)
+            .await?
+        {
             Some(item) => ShardState::from_item(&item),
             None => Err(StateError::not_found(format!("shard {shard} ({scope:?})"))),
         }
     }
 
     /// Every shard of `scope`, in shard id order.
-    pub async fn list_shards(&self, scope: &ShardScope) -> Result<Vec<ShardState>> {
+    pub async fn list(self, scope: &ShardScope) -> Result<Vec<ShardState>> {
         let mut shards = self
+            .store
             .query_buckets(&scope.prefix())
             .await?
             .iter()
@@ -188,20 +205,21 @@ impl StateStore {
 
     /// Removes a shard's state (lease and checkpoint) because the shard no
     /// longer exists; `true` if there was state to remove.
-    pub async fn remove_shard(&self, scope: &ShardScope, shard: &ShardId) -> Result<bool> {
-        self.delete_item(
-            &self.shard_at(scope, shard).await?,
-            Some("attribute_exists(pk)"),
-            &Expr::new(),
-        )
-        .await
+    pub async fn remove(self, scope: &ShardScope, shard: &ShardId) -> Result<bool> {
+        self.store
+            .delete_item(
+                &self.store.shard_at(scope, shard).await?,
+                Some("attribute_exists(pk)"),
+                &Expr::new(),
+            )
+            .await
     }
 
     /// Removes a depleted shard's state if it is still depleted at
     /// `expected_counter` (the reaper's clean-up of shards past retention);
     /// `false` if it changed or is gone.
-    pub async fn remove_depleted_shard(
-        &self,
+    pub async fn remove_depleted(
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         expected_counter: u64,
@@ -210,20 +228,21 @@ impl StateStore {
             .names(&[attr::DEPLETED, attr::COUNTER])
             .value("true", AttributeValue::Bool(true))
             .value("n", n(expected_counter));
-        self.delete_item(
-            &self.shard_at(scope, shard).await?,
-            Some("#depleted = :true AND #counter = :n"),
-            &expr,
-        )
-        .await
+        self.store
+            .delete_item(
+                &self.store.shard_at(scope, shard).await?,
+                Some("#depleted = :true AND #counter = :n"),
+                &expr,
+            )
+            .await
     }
 
     /// Removes a standalone scope's shard item if it was not written since
     /// `seen_updated` (the reaper's clean-up of a scope whose consumer, or
     /// EFO consumer, is gone and whose positions are past retention);
     /// `false` if it changed or is gone.
-    pub async fn remove_scoped_shard(
-        &self,
+    pub async fn remove_scoped(
+        self,
         scope: &ShardScope,
         shard: &ShardId,
         seen_updated: crate::clock::EpochMillis,
@@ -231,19 +250,20 @@ impl StateStore {
         let expr = Expr::new()
             .names(&[attr::UPDATED])
             .value("seen", n(seen_updated));
-        self.delete_item(
-            &self.shard_at(scope, shard).await?,
-            Some("#updated = :seen"),
-            &expr,
-        )
-        .await
+        self.store
+            .delete_item(
+                &self.store.shard_at(scope, shard).await?,
+                Some("#updated = :seen"),
+                &expr,
+            )
+            .await
     }
 
     /// Clears `parent` from the child's pending parents (the parent was
     /// depleted without its children being known); `false` if the child has
     /// no state.
     pub async fn clear_pending_parent(
-        &self,
+        self,
         scope: &ShardScope,
         child: &ShardId,
         parent: &ShardId,
@@ -254,13 +274,13 @@ impl StateStore {
                 "parent",
                 AttributeValue::Ss(vec![parent.as_str().to_owned()]),
             )
-            .value("now", n(self.now()));
-        let req = self.update_req(
-            &self.shard_at(scope, child).await?,
+            .value("now", n(self.store.now()));
+        let req = self.store.update_req(
+            &self.store.shard_at(scope, child).await?,
             &expr,
             "SET #updated = :now DELETE #pending :parent",
             Some("attribute_exists(pk)"),
         );
-        Ok(self.conditional_update(req).await?.is_ok())
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 }

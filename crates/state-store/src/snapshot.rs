@@ -51,7 +51,7 @@ impl StateStore {
     /// Reads the whole group: one strongly consistent Query (paginated) of
     /// the home key and of each bucket, several at once.
     pub async fn load_group(&self) -> Result<GroupSnapshot> {
-        let buckets = self.buckets().await?;
+        let buckets = self.layout().buckets().await?;
         let items = self.query_all(buckets, "", true).await?;
         let mut snap = GroupSnapshot {
             taken_at: self.now(),

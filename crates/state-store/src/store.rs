@@ -1,13 +1,24 @@
-//! The state store handle: configuration, and the thin request helpers every operation uses.
+//! The state store: its configuration, the handles it is seen through, and
+//! the thin request helpers every operation uses.
 
 use crate::buckets::Buckets;
+use crate::checkpoint::Checkpoints;
 use crate::clock::{Clock, EpochMillis, SystemClock};
+use crate::consumer::Consumers;
+use crate::efo::EfoConsumers;
 use crate::error::{Result, Service, StateError};
 use crate::item::{s, Expr, RawItem};
+use crate::layout::Layout;
+use crate::lease::Leases;
 use crate::names::GroupName;
+use crate::positions::Positions;
+use crate::records::RecordState;
 use crate::retry::{with_retries, CallError, RetryPolicy};
 use crate::schema::{self, PK, SK};
+use crate::shard::Shards;
+use crate::stream::StreamItem;
 use crate::stream_address::StreamAddress;
+use crate::table::Table;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -96,6 +107,10 @@ pub(crate) struct Inner {
 
 /// The shared state of one consumer group on one stream, in one DynamoDB table.
 ///
+/// Its operations are on handles, one per concept ([`StateStore::leases`],
+/// [`StateStore::checkpoints`], ...: see the crate docs); a handle is a
+/// borrowed view, free to make.
+///
 /// Cheap to clone: clones share the client, the clock and the counters.
 #[derive(Debug, Clone)]
 pub struct StateStore {
@@ -133,28 +148,66 @@ impl StateStore {
         &self.inner.config
     }
 
-    /// The home key of this group: the partition key of its own items (and
-    /// of every item while it has one bucket).
-    pub fn partition_key(&self) -> &str {
-        &self.inner.pk
-    }
-
-    /// The partition key of bucket `bucket` of `buckets`: the home key when
-    /// there is one bucket, else `<home key>#<bucket>`.
-    pub fn bucket_key(&self, buckets: Buckets, bucket: u16) -> String {
-        if buckets == Buckets::ONE {
-            self.inner.pk.clone()
-        } else {
-            format!("{}#{bucket}", self.inner.pk)
-        }
-    }
-
     /// An item under the home key.
     pub(crate) fn home(&self, sk: impl Into<String>) -> At {
         At {
             pk: self.inner.pk.clone(),
             sk: sk.into(),
         }
+    }
+
+    /// Shard leases: take, renew, release, claim, and who owns what.
+    pub fn leases(&self) -> Leases<'_> {
+        Leases { store: self }
+    }
+
+    /// Checkpoints: fenced, un-leased and EFO-locked writes, reads, depletion
+    /// at SHARD_END, and an operator's reset.
+    pub fn checkpoints(&self) -> Checkpoints<'_> {
+        Checkpoints { store: self }
+    }
+
+    /// The group's consumers: heartbeats (registration), the active flag,
+    /// given shards, and reaping dead ones.
+    pub fn consumers(&self) -> Consumers<'_> {
+        Consumers { store: self }
+    }
+
+    /// The enhanced fan-out consumers of the pool and their locks.
+    pub fn efo_consumers(&self) -> EfoConsumers<'_> {
+        EfoConsumers { store: self }
+    }
+
+    /// Shard items: creating them (parents recorded), reading, removing.
+    pub fn shards(&self) -> Shards<'_> {
+        Shards { store: self }
+    }
+
+    /// Per-record state of event-source-mapped processing: batch progress,
+    /// attempts of failing records, parked records.
+    pub fn record_state(&self) -> RecordState<'_> {
+        RecordState { store: self }
+    }
+
+    /// DynamoDB Streams shard positions.
+    pub fn positions(&self) -> Positions<'_> {
+        Positions { store: self }
+    }
+
+    /// The group's layout: home key, buckets, respread.
+    pub fn layout(&self) -> Layout<'_> {
+        Layout { store: self }
+    }
+
+    /// The state table itself: created, checked, tagged.
+    pub fn table(&self) -> Table<'_> {
+        Table { store: self }
+    }
+
+    /// The stream item: the stream's creation time and ARN, and the reset
+    /// when the stream was re-created.
+    pub fn stream_item(&self) -> StreamItem<'_> {
+        StreamItem { store: self }
     }
 
     /// The DynamoDB client.
@@ -191,7 +244,7 @@ impl StateStore {
         self.inner.stopped.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn table(&self) -> &str {
+    pub(crate) fn table_name(&self) -> &str {
         &self.inner.config.table
     }
 
@@ -258,7 +311,7 @@ impl StateStore {
         let expr = expr.used_in(&[update, condition.unwrap_or("")]);
         self.client()
             .update_item()
-            .table_name(self.table())
+            .table_name(self.table_name())
             .key(PK, s(&at.pk))
             .key(SK, s(&at.sk))
             .update_expression(update)
@@ -290,7 +343,7 @@ impl StateStore {
         let req = self
             .client()
             .get_item()
-            .table_name(self.table())
+            .table_name(self.table_name())
             .key(PK, s(&at.pk))
             .key(SK, s(&at.sk))
             .consistent_read(true);
@@ -310,7 +363,7 @@ impl StateStore {
         let req = self
             .client()
             .delete_item()
-            .table_name(self.table())
+            .table_name(self.table_name())
             .key(PK, s(&at.pk))
             .key(SK, s(&at.sk))
             .set_condition_expression(condition.map(str::to_owned))
@@ -338,7 +391,7 @@ impl StateStore {
             let mut req = self
                 .client()
                 .query()
-                .table_name(self.table())
+                .table_name(self.table_name())
                 .consistent_read(true)
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":pk", s(pk))

@@ -13,7 +13,7 @@ use crate::table::{TableOptions, TableReport};
 use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
 use std::collections::HashMap;
 
-/// What [`StateStore::init_stream`] found.
+/// What [`StreamItem::init`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamInit {
     /// There was no state for the stream; it was recorded now.
@@ -58,16 +58,27 @@ impl StateStore {
     /// Starts the store: ensures the table (created if missing, ACTIVE, right
     /// schema, tagged) and the stream state (reset if the stream was re-created).
     pub async fn start(&self, options: &StartOptions) -> Result<StartReport> {
-        let table = self.ensure_table(&options.table).await?;
+        let table = self.table().ensure(&options.table).await?;
         let stream = self
-            .init_stream(options.stream_created, options.stream_arn.as_deref())
+            .stream_item()
+            .init(options.stream_created, options.stream_arn.as_deref())
             .await?;
         Ok(StartReport { table, stream })
     }
+}
 
+/// The stream item: the stream's creation time and ARN and the schema of
+/// the group's state. From [`StateStore::stream_item`].
+#[derive(Debug, Clone, Copy)]
+pub struct StreamItem<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl StreamItem<'_> {
     /// The stream item, if any.
-    pub async fn stream_state(&self) -> Result<Option<StreamState>> {
-        self.get_item(&self.home(SK_STREAM))
+    pub async fn state(self) -> Result<Option<StreamState>> {
+        self.store
+            .get_item(&self.store.home(SK_STREAM))
             .await?
             .map(|item| StreamState::from_item(&item))
             .transpose()
@@ -82,17 +93,17 @@ impl StateStore {
     /// creation time, the stream was deleted and re-created: every item of
     /// the group is deleted (logged as a warning) and the state starts anew.
     /// Only one of several racing callers performs the reset.
-    pub async fn init_stream(
-        &self,
+    pub async fn init(
+        self,
         stream_created: EpochMillis,
         stream_arn: Option<&str>,
     ) -> Result<StreamInit> {
         // Laid out before the stream item is written: a group whose stream
         // item came first is one written before buckets existed.
-        let version = schema_version(self.laid_out().await?);
+        let version = schema_version(self.store.laid_out().await?);
         let mut reset = None;
         for _ in 0..5 {
-            match self.stream_state().await? {
+            match self.state().await? {
                 Some(state) if state.schema_version > SCHEMA_VERSION => {
                     return Err(StateError::NewerSchema {
                         found: state.schema_version,
@@ -110,7 +121,7 @@ impl StateStore {
                 }
                 Some(state) if state.stream_created == stream_created => {
                     if state.schema_version < version {
-                        self.raise_schema(version).await?;
+                        self.store.raise_schema(version).await?;
                     }
                     if let (None, Some(arn)) = (&state.stream_arn, stream_arn) {
                         self.record_stream_arn(arn).await?;
@@ -122,12 +133,17 @@ impl StateStore {
                         .names(&[attr::STREAM_CREATED])
                         .value("old", n(state.stream_created));
                     let won = self
-                        .delete_item(&self.home(SK_STREAM), Some("#stream_created = :old"), &expr)
+                        .store
+                        .delete_item(
+                            &self.store.home(SK_STREAM),
+                            Some("#stream_created = :old"),
+                            &expr,
+                        )
                         .await?;
                     if won {
-                        let deleted = self.delete_items(false).await?;
+                        let deleted = self.store.delete_items(false).await?;
                         tracing::warn!(
-                            pk = self.partition_key(),
+                            pk = self.store.layout().partition_key(),
                             previous_created = state.stream_created,
                             stream_created,
                             deleted,
@@ -140,7 +156,7 @@ impl StateStore {
                     }
                 }
                 None => {
-                    let now = self.now();
+                    let now = self.store.now();
                     let mut expr = Expr::new()
                         .names(&[attr::STREAM_CREATED, attr::SCHEMA, attr::UPDATED])
                         .value("created", n(stream_created))
@@ -153,14 +169,17 @@ impl StateStore {
                         expr = expr.names(&[attr::STREAM_ARN]).value("arn", s(arn));
                         set.push_str(", #stream_arn = :arn");
                     }
-                    let req = self.update_req(
-                        &self.home(SK_STREAM),
+                    let req = self.store.update_req(
+                        &self.store.home(SK_STREAM),
                         &expr,
                         &set,
                         Some("attribute_not_exists(pk)"),
                     );
-                    if self.conditional_update(req).await?.is_ok() {
-                        tracing::debug!(pk = self.partition_key(), "recorded the stream state");
+                    if self.store.conditional_update(req).await?.is_ok() {
+                        tracing::debug!(
+                            pk = self.store.layout().partition_key(),
+                            "recorded the stream state"
+                        );
                         return Ok(reset.unwrap_or(StreamInit::Created));
                     }
                 }
@@ -175,18 +194,20 @@ impl StateStore {
     }
 
     /// Records the stream ARN on a stream item from before ARNs were.
-    async fn record_stream_arn(&self, arn: &str) -> Result<()> {
+    async fn record_stream_arn(self, arn: &str) -> Result<()> {
         let expr = Expr::new().names(&[attr::STREAM_ARN]).value("arn", s(arn));
-        let req = self.update_req(
-            &self.home(SK_STREAM),
+        let req = self.store.update_req(
+            &self.store.home(SK_STREAM),
             &expr,
             "SET #stream_arn = :arn",
             Some("attribute_exists(pk) AND attribute_not_exists(#stream_arn)"),
         );
-        self.conditional_update(req).await?.ok();
+        self.store.conditional_update(req).await?.ok();
         Ok(())
     }
+}
 
+impl StateStore {
     /// Records that the group's state is of layout `version` now.
     pub(crate) async fn raise_schema(&self, version: u32) -> Result<()> {
         let expr = Expr::new().names(&[attr::SCHEMA]).value("v", n(version));
@@ -213,7 +234,7 @@ impl StateStore {
     /// already, conditionally, and a racing start may have written the new
     /// one; the layout says where the new state goes).
     async fn delete_items(&self, everything: bool) -> Result<usize> {
-        let buckets = self.buckets().await?;
+        let buckets = self.layout().buckets().await?;
         let items = self.query_all(buckets, "", true).await?;
         let kept = |item: &RawItem| {
             [SK_STREAM, SK_BUCKETS]
@@ -259,13 +280,13 @@ impl StateStore {
                 let req = self
                     .client()
                     .batch_write_item()
-                    .request_items(self.table(), pending.clone());
+                    .request_items(self.table_name(), pending.clone());
                 let out = self
                     .call_plain("BatchWriteItem", || req.clone().send())
                     .await?;
                 pending = out
                     .unprocessed_items
-                    .and_then(|mut m| m.remove(self.table()))
+                    .and_then(|mut m| m.remove(self.table_name()))
                     .unwrap_or_default();
             }
         }

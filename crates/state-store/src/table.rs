@@ -53,7 +53,7 @@ impl Default for TableOptions {
     }
 }
 
-/// What [`StateStore::ensure_table`] found or did.
+/// What [`Table::ensure`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableReport {
     /// The table ARN.
@@ -92,11 +92,17 @@ fn check_schema(table: &str, desc: &TableDescription) -> Result<()> {
     Ok(())
 }
 
-impl StateStore {
+/// The state table (see the module docs). From [`StateStore::table`].
+#[derive(Debug, Clone, Copy)]
+pub struct Table<'a> {
+    pub(crate) store: &'a StateStore,
+}
+
+impl Table<'_> {
     /// Creates the table if it is missing, waits until it is ACTIVE, checks its
     /// key schema (a table with another schema is a typed error, never used),
     /// enables TTL on a created table and makes sure it carries `options.tags`.
-    pub async fn ensure_table(&self, options: &TableOptions) -> Result<TableReport> {
+    pub async fn ensure(self, options: &TableOptions) -> Result<TableReport> {
         let mut created = false;
         let desc = match self.describe_table().await? {
             Some(desc) => desc,
@@ -110,13 +116,14 @@ impl StateStore {
         } else {
             self.wait_active(options).await?
         };
-        check_schema(self.table(), &desc)?;
+        check_schema(self.store.table_name(), &desc)?;
         let arn = desc.table_arn().unwrap_or_default().to_owned();
         if created {
             let req = self
+                .store
                 .client()
                 .update_time_to_live()
-                .table_name(self.table())
+                .table_name(self.store.table_name())
                 .time_to_live_specification(
                     TimeToLiveSpecification::builder()
                         .enabled(true)
@@ -124,9 +131,10 @@ impl StateStore {
                         .build()
                         .map_err(|e| StateError::validation("ttl", e.to_string()))?,
                 );
-            self.call_plain("UpdateTimeToLive", || req.clone().send())
+            self.store
+                .call_plain("UpdateTimeToLive", || req.clone().send())
                 .await?;
-            tracing::info!(table = self.table(), "created the state table");
+            tracing::info!(table = self.store.table_name(), "created the state table");
         }
         let tags_set = self.confirm_tags(&arn, &options.tags).await?;
         Ok(TableReport {
@@ -136,9 +144,14 @@ impl StateStore {
         })
     }
 
-    async fn describe_table(&self) -> Result<Option<TableDescription>> {
-        let req = self.client().describe_table().table_name(self.table());
+    async fn describe_table(self) -> Result<Option<TableDescription>> {
+        let req = self
+            .store
+            .client()
+            .describe_table()
+            .table_name(self.store.table_name());
         match self
+            .store
             .call_plain("DescribeTable", || req.clone().send())
             .await
         {
@@ -151,7 +164,7 @@ impl StateStore {
     }
 
     /// Creates the table; `false` if another process created it first.
-    async fn create_table(&self, options: &TableOptions) -> Result<bool> {
+    async fn create_table(self, options: &TableOptions) -> Result<bool> {
         let key = |name: &str, kind: KeyType| {
             KeySchemaElement::builder()
                 .attribute_name(name)
@@ -168,9 +181,10 @@ impl StateStore {
             StateError::validation("table definition", e.to_string())
         };
         let mut req = self
+            .store
             .client()
             .create_table()
-            .table_name(self.table())
+            .table_name(self.store.table_name())
             .key_schema(key(PK, KeyType::Hash).map_err(build)?)
             .key_schema(key(SK, KeyType::Range).map_err(build)?)
             .attribute_definitions(def(PK).map_err(build)?)
@@ -193,7 +207,11 @@ impl StateStore {
         for (k, v) in &options.tags {
             req = req.tags(Tag::builder().key(k).value(v).build().map_err(build)?);
         }
-        match self.call_plain("CreateTable", || req.clone().send()).await {
+        match self
+            .store
+            .call_plain("CreateTable", || req.clone().send())
+            .await
+        {
             Ok(_) => Ok(true),
             Err(StateError::Sdk {
                 code: Some(code), ..
@@ -202,7 +220,7 @@ impl StateStore {
         }
     }
 
-    async fn wait_active(&self, options: &TableOptions) -> Result<TableDescription> {
+    async fn wait_active(self, options: &TableOptions) -> Result<TableDescription> {
         let started = tokio::time::Instant::now();
         loop {
             let desc = self.describe_table().await?;
@@ -216,7 +234,7 @@ impl StateStore {
             }
             if started.elapsed() >= options.wait_timeout {
                 return Err(StateError::TableNotActive {
-                    table: self.table().to_owned(),
+                    table: self.store.table_name().to_owned(),
                     status,
                     waited_ms: started.elapsed().as_millis() as u64,
                 });
@@ -227,15 +245,20 @@ impl StateStore {
 
     /// Makes sure the table carries `tags`; returns the keys it set.
     pub async fn confirm_tags(
-        &self,
+        self,
         arn: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<Vec<String>> {
         if tags.is_empty() {
             return Ok(Vec::new());
         }
-        let req = self.client().list_tags_of_resource().resource_arn(arn);
+        let req = self
+            .store
+            .client()
+            .list_tags_of_resource()
+            .resource_arn(arn);
         let out = self
+            .store
             .call_plain("ListTagsOfResource", || req.clone().send())
             .await?;
         let present: BTreeMap<&str, &str> =
@@ -247,7 +270,7 @@ impl StateStore {
         if missing.is_empty() {
             return Ok(Vec::new());
         }
-        let mut req = self.client().tag_resource().resource_arn(arn);
+        let mut req = self.store.client().tag_resource().resource_arn(arn);
         for (k, v) in &missing {
             req = req.tags(
                 Tag::builder()
@@ -257,7 +280,8 @@ impl StateStore {
                     .map_err(|e| StateError::validation("tag", e.to_string()))?,
             );
         }
-        self.call_plain("TagResource", || req.clone().send())
+        self.store
+            .call_plain("TagResource", || req.clone().send())
             .await?;
         Ok(missing.into_iter().map(|(k, _)| k.clone()).collect())
     }

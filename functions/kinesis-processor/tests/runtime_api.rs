@@ -85,7 +85,11 @@ async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
         aws.dynamodb.clone(),
         StoreConfig::new("orders-app", "orders").unwrap(),
     );
-    store.ensure_table(&TableOptions::default()).await.unwrap();
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
     aws.dynamodb
         .create_table()
         .table_name("orders")

@@ -17,7 +17,7 @@ async fn main() -> Result<(), Error> {
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
     let store = StateStore::new(dynamodb.clone(), store_config);
     // Warm the connection once, at init.
-    store.stream_state().await?;
+    store.stream_item().state().await?;
     let processor = processor(
         Projector {
             dynamodb,

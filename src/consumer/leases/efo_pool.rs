@@ -158,10 +158,10 @@ pub async fn lock_or_grow(
     pool.validate()?;
     let mut stream: Option<String> = None;
     for _ in 0..=pool.size {
-        if let Some(lock) = store.get_or_lock_efo(consumer).await? {
+        if let Some(lock) = store.efo_consumers().get_or_lock(consumer).await? {
             return Ok(Some(lock));
         }
-        let known = store.list_efo().await?;
+        let known = store.efo_consumers().list().await?;
         let Some(name) = (0..pool.size)
             .map(|i| pool.name(i))
             .find(|n| known.iter().all(|e| e.name.as_str() != n))
@@ -177,7 +177,11 @@ pub async fn lock_or_grow(
             }
         };
         let arn = register_active(kinesis, &store.config().retry, &stream_arn, &name, pool).await?;
-        if store.register_efo(&EfoName::new(&name)?, &arn).await? {
+        if store
+            .efo_consumers()
+            .register(&EfoName::new(&name)?, &arn)
+            .await?
+        {
             tracing::info!(efo = %name, %consumer, "registered an enhanced fan-out consumer for the pool");
         }
     }

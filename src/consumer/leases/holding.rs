@@ -44,6 +44,7 @@ impl Holding {
         acked: &BTreeSet<ShardId>,
     ) -> Result<Heartbeat> {
         let mut beat = store
+            .consumers()
             .heartbeat_as(info, &self.token, !self.taken, acked)
             .await?;
         self.taken = true;

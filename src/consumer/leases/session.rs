@@ -121,7 +121,7 @@ impl ConsumerSession {
     /// at the end is released by [`ConsumerSession::leave`].
     pub async fn drain(&mut self) -> Result<()> {
         self.beat().await?;
-        self.store.set_consumer_active(self.id(), false).await?;
+        self.store.consumers().set_active(self.id(), false).await?;
         Ok(())
     }
 
@@ -165,7 +165,7 @@ impl ConsumerSession {
     /// Renews `lease` now, noting when the request was sent.
     async fn renew(&mut self, lease: &Lease) -> Result<crate::state::Renewal> {
         let sent = Instant::now();
-        let renewal = self.store.renew_lease(lease, self.lease_term).await?;
+        let renewal = self.store.leases().renew(lease, self.lease_term).await?;
         self.leases
             .insert(lease.shard_id.clone(), renewal.lease.clone());
         self.renewed_at.insert(lease.shard_id.clone(), sent);
@@ -251,7 +251,7 @@ impl ConsumerSession {
             return Ok(());
         }
         let owned = if full {
-            self.store.owned_shards(self.id()).await?
+            self.store.leases().owned_shards(self.id()).await?
         } else {
             self.given_to_me(&named).await?
         };
@@ -273,7 +273,8 @@ impl ConsumerSession {
             // (None: it moved meanwhile.)
             let taken = self
                 .store
-                .take_lease(
+                .leases()
+                .take(
                     &shard.shard_id,
                     self.id(),
                     &from,
@@ -304,7 +305,7 @@ impl ConsumerSession {
             let mut reads = tokio::task::JoinSet::new();
             for shard in chunk {
                 let (store, shard) = (self.store.clone(), shard.clone());
-                reads.spawn(async move { store.get_shard(&ShardScope::Group, &shard).await });
+                reads.spawn(async move { store.shards().get(&ShardScope::Group, &shard).await });
             }
             while let Some(read) = reads.join_next().await {
                 let read = read.map_err(|e| StateError::Sdk {
@@ -333,9 +334,9 @@ impl ConsumerSession {
     ) -> Result<Released> {
         self.forget(&lease.shard_id);
         if let Some((cp, arrival)) = progress(&lease.shard_id) {
-            self.store.checkpoint(lease, &cp, arrival).await?;
+            self.store.checkpoints().save(lease, &cp, arrival).await?;
         }
-        self.store.release_lease(lease, self.lease_term).await
+        self.store.leases().release(lease, self.lease_term).await
     }
 
     /// Stores a checkpoint on a held lease. A lost lease is dropped from the
@@ -347,7 +348,7 @@ impl ConsumerSession {
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
         let lease = self.held(shard)?;
-        let out = self.store.checkpoint(&lease, cp, arrival).await;
+        let out = self.store.checkpoints().save(&lease, cp, arrival).await;
         if matches!(out, Err(StateError::LeaseLost { .. })) {
             self.forget(shard);
         }
@@ -362,7 +363,11 @@ impl ConsumerSession {
         children: &[ShardSpec],
     ) -> Result<Depleted> {
         let lease = self.held(shard)?;
-        let out = self.store.mark_depleted(&lease, children).await;
+        let out = self
+            .store
+            .checkpoints()
+            .mark_depleted(&lease, children)
+            .await;
         // The lease ends with the write; a write that failed transiently
         // keeps it, to be made again (depletion is idempotent).
         if out.is_ok() || out.as_ref().is_err_and(StateError::is_lease_lost) {
@@ -401,13 +406,14 @@ impl ConsumerSession {
         // A process superseded under its id leaves nothing: the id, and the
         // leases in its name, are the newer process's now.
         self.beat().await?;
-        self.store.set_consumer_active(self.id(), false).await?;
+        self.store.consumers().set_active(self.id(), false).await?;
         let mut released = self.release_all(progress).await?;
-        self.store.deregister_consumer(self.id()).await?;
-        for shard in self.store.owned_shards(self.id()).await? {
+        self.store.consumers().deregister(self.id()).await?;
+        for shard in self.store.leases().owned_shards(self.id()).await? {
             if self
                 .store
-                .remove_lease_owner(&shard.shard_id, self.id(), Some(shard.counter))
+                .leases()
+                .remove_owner(&shard.shard_id, self.id(), Some(shard.counter))
                 .await?
             {
                 released.push(shard.shard_id);

@@ -99,12 +99,12 @@ impl StandaloneSession {
                 ..SessionTick::default()
             });
         }
-        let known = self.store.list_shards(&self.scope).await?;
+        let known = self.store.shards().list(&self.scope).await?;
         let report = discover_shards_in(&self.store, &self.kinesis, &self.scope, &known).await?;
         let shards = if report.created.is_empty() && report.closed.is_empty() {
             known
         } else {
-            self.store.list_shards(&self.scope).await?
+            self.store.shards().list(&self.scope).await?
         };
         let view = GroupSnapshot {
             shards,
@@ -131,10 +131,16 @@ impl StandaloneSession {
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
         match &self.efo {
-            Efo::Locked(Some(lock)) => self.store.checkpoint_efo(lock, shard, cp, arrival).await,
+            Efo::Locked(Some(lock)) => {
+                self.store
+                    .checkpoints()
+                    .save_efo(lock, shard, cp, arrival)
+                    .await
+            }
             _ => {
                 self.store
-                    .checkpoint_unleased(&self.scope, shard, cp, arrival)
+                    .checkpoints()
+                    .save_unleased(&self.scope, shard, cp, arrival)
                     .await
             }
         }
@@ -154,7 +160,8 @@ impl StandaloneSession {
         if let Efo::Locked(Some(lock)) = &self.efo {
             let end = self
                 .store
-                .checkpoint_efo(lock, shard, &Checkpoint::ShardEnd, None)
+                .checkpoints()
+                .save_efo(lock, shard, &Checkpoint::ShardEnd, None)
                 .await;
             if let Err(e) = end {
                 if e.is_lease_lost() {
@@ -165,6 +172,7 @@ impl StandaloneSession {
         }
         let depleted = self
             .store
+            .checkpoints()
             .mark_depleted_unleased(&self.scope, shard, children)
             .await?;
         self.reading.remove(shard);

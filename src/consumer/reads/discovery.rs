@@ -119,7 +119,7 @@ pub async fn discover_shards_in(
         if !changed {
             continue;
         }
-        match store.ensure_shard(scope, &spec).await? {
+        match store.shards().ensure(scope, &spec).await? {
             EnsureShard::Created => report.created.push(spec.shard_id.to_string()),
             EnsureShard::Closed => report.closed.push(spec.shard_id.to_string()),
             EnsureShard::Existing => {}

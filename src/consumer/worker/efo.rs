@@ -41,7 +41,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(());
         };
         tracing::warn!(consumer = %self.mode.id(), efo = %lock.name, %why, "enhanced fan-out consumer gone from Kinesis");
-        self.store.retire_lent_efo(&lock).await?;
+        self.store.efo_consumers().retire_lent(&lock).await?;
         self.efo_lock = None;
         self.efo_recheck = true;
         self.lock_efo().await

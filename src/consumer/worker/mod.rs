@@ -285,7 +285,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn open_pending(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         while let Some(shard) = self.pending.first().cloned() {
-            let state = self.store.get_shard(&self.mode.scope(), &shard).await?;
+            let state = self.store.shards().get(&self.mode.scope(), &shard).await?;
             self.pending.remove(&shard);
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),

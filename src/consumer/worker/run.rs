@@ -88,7 +88,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.stopped(&shard, StopReason::Released);
         }
         if let Some(lock) = self.efo_lock.take() {
-            self.store.release_efo(&lock).await?;
+            self.store.efo_consumers().release(&lock).await?;
             self.mode.set_efo_lock(None);
         }
         Ok(())

@@ -367,7 +367,11 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         if let Some(store) = self.store.filter(|_| !batch.sink.degraded()) {
             let sequence = SequenceNumber::new(&record.sequence_number)?;
             let key = batch.sink.record_key(record, &sequence)?;
-            let attempts = match store.record_attempt(&key, ATTEMPTS_TTL).await {
+            let attempts = match store
+                .record_state()
+                .record_attempt(&key, ATTEMPTS_TTL)
+                .await
+            {
                 Ok(attempts) => attempts,
                 Err(e) => {
                     batch.unavailable(e)?;

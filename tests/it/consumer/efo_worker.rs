@@ -44,7 +44,11 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
     let (_servers, ctx) = ctx_with_subscription_lifetime(Duration::from_millis(700)).await;
     let stream = create_stream(&ctx.aws, 4).await;
     let store = ctx.store(&stream);
-    store.ensure_table(&TableOptions::default()).await.unwrap();
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
     let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx.aws.kinesis, &stream, 20, 0..5).await;
     let log: Log = Arc::default();
@@ -82,7 +86,7 @@ async fn efo_workers_share_a_pool_smaller_than_the_group_and_lose_nothing_throug
         "the worker without EFO holds no lease"
     );
     assert_eq!(idle.report().shards.processed, 0, "{:?}", idle.report());
-    let consumers = store.list_consumers().await.unwrap();
+    let consumers = store.consumers().list().await.unwrap();
     let inactive: Vec<_> = consumers.iter().filter(|c| !c.active).collect();
     assert_eq!(inactive.len(), 1, "{consumers:?}");
 
@@ -126,7 +130,7 @@ async fn a_standalone_efo_reader_carries_on_as_its_efo_consumer() {
         "without an EFO consumer it reads nothing"
     );
     let scope = ShardScope::Efo(lock.name.clone());
-    let shards = store.list_shards(&scope).await.unwrap();
+    let shards = store.shards().list(&scope).await.unwrap();
     assert_eq!(shards.len(), 2, "{shards:?}");
     assert!(shards.iter().all(|s| s.checkpoint.is_some()), "{shards:?}");
 
@@ -162,7 +166,11 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
     let (_servers, ctx) = ctx_with_subscription_lifetime(Duration::from_millis(500)).await;
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
-    store.ensure_table(&TableOptions::default()).await.unwrap();
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
     let rebalancer = rebalancer(&ctx.aws, &store);
     produce(&ctx.aws.kinesis, &stream, 5, 0..2).await;
     let log: Log = Arc::default();
@@ -214,7 +222,7 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
     check(&log, 5, 4);
     let second = workers[0].efo_lock().expect("another EFO consumer").clone();
     assert_ne!(second.name, first.name);
-    let pool = store.list_efo().await.unwrap();
+    let pool = store.efo_consumers().list().await.unwrap();
     let old = pool.iter().find(|e| e.name == first.name).unwrap();
     assert!(old.retiring && old.used_by.is_none(), "{old:?}");
 

@@ -27,7 +27,7 @@ async fn depletion_after_split_and_merge_releases_children_in_order() {
     let me = ConsumerId::new("worker").unwrap();
     for spec in discover(&ctx, &stream).await.values() {
         assert_eq!(
-            store.ensure_shard(&scope, spec).await.unwrap(),
+            store.shards().ensure(&scope, spec).await.unwrap(),
             EnsureShard::Created
         );
     }
@@ -74,19 +74,25 @@ async fn depletion_after_split_and_merge_releases_children_in_order() {
     assert_eq!(children.len(), 2, "{after_split:?}");
     // Discovery records the closed parent and creates children with s0 pending.
     assert_eq!(
-        store.ensure_shard(&scope, &after_split[&s0]).await.unwrap(),
+        store
+            .shards()
+            .ensure(&scope, &after_split[&s0])
+            .await
+            .unwrap(),
         EnsureShard::Closed
     );
     for child in &children {
-        store.ensure_shard(&scope, child).await.unwrap();
+        store.shards().ensure(&scope, child).await.unwrap();
         assert!(store
-            .acquire_lease(&child.shard_id, &me, TERM)
+            .leases()
+            .acquire(&child.shard_id, &me, TERM)
             .await
             .unwrap()
             .is_none());
     }
     let parent = store
-        .get_shard(&scope, &ShardId::new(&s0).unwrap())
+        .shards()
+        .get(&scope, &ShardId::new(&s0).unwrap())
         .await
         .unwrap();
     assert!(
@@ -96,22 +102,28 @@ async fn depletion_after_split_and_merge_releases_children_in_order() {
 
     // The consumer reads s0 to its end, checkpoints, and depletes it.
     let lease = store
-        .acquire_lease(&parent.shard_id, &me, TERM)
+        .leases()
+        .acquire(&parent.shard_id, &me, TERM)
         .await
         .unwrap()
         .unwrap();
     store
-        .checkpoint(
+        .checkpoints()
+        .save(
             &lease,
             &Checkpoint::after(put.sequence_number()).unwrap(),
             None,
         )
         .await
         .unwrap();
-    let done = store.mark_depleted(&lease, &children).await.unwrap();
+    let done = store
+        .checkpoints()
+        .mark_depleted(&lease, &children)
+        .await
+        .unwrap();
     assert_eq!(done.children_started.len(), 2);
     for child in &children {
-        let state = store.get_shard(&scope, &child.shard_id).await.unwrap();
+        let state = store.shards().get(&scope, &child.shard_id).await.unwrap();
         assert!(state.is_leasable());
         assert_eq!(
             state.checkpoint,
@@ -152,31 +164,36 @@ async fn depletion_after_split_and_merge_releases_children_in_order() {
         .clone();
     for parent in &merged.parents {
         store
-            .ensure_shard(&scope, &after_merge[parent.as_str()])
+            .shards()
+            .ensure(&scope, &after_merge[parent.as_str()])
             .await
             .unwrap();
     }
-    store.ensure_shard(&scope, &merged).await.unwrap();
-    let state = store.get_shard(&scope, &merged.shard_id).await.unwrap();
+    store.shards().ensure(&scope, &merged).await.unwrap();
+    let state = store.shards().get(&scope, &merged.shard_id).await.unwrap();
     assert_eq!(state.pending_parents.len(), 2, "{state:?}");
     for parent in &merged.parents {
         assert!(store
-            .acquire_lease(&merged.shard_id, &me, TERM)
+            .leases()
+            .acquire(&merged.shard_id, &me, TERM)
             .await
             .unwrap()
             .is_none());
         let lease = store
-            .acquire_lease(parent, &me, TERM)
+            .leases()
+            .acquire(parent, &me, TERM)
             .await
             .unwrap()
             .unwrap();
         store
+            .checkpoints()
             .mark_depleted(&lease, std::slice::from_ref(&merged))
             .await
             .unwrap();
     }
     assert!(store
-        .acquire_lease(&merged.shard_id, &me, TERM)
+        .leases()
+        .acquire(&merged.shard_id, &me, TERM)
         .await
         .unwrap()
         .is_some());

@@ -88,12 +88,14 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
     assert_eq!(log.lock().unwrap().len(), 4);
     // Another consumer takes the lease (a forced take).
     let state = store
-        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .shards()
+        .get(&shardkeeper::state::ShardScope::Group, &shard)
         .await
         .unwrap();
     let thief = ConsumerId::new("thief").unwrap();
     store
-        .take_lease(
+        .leases()
+        .take(
             &shard,
             &thief,
             &seen_as_stale(&state),
@@ -109,7 +111,8 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
     assert_eq!(w.report().leases_lost, 1);
     // Its checkpoint did not land: the thief's stored checkpoint is where w0 last wrote under its lease.
     let after = store
-        .get_shard(&shardkeeper::state::ShardScope::Group, &shard)
+        .shards()
+        .get(&shardkeeper::state::ShardScope::Group, &shard)
         .await
         .unwrap();
     assert_eq!(after.owner, Some(thief));
@@ -133,7 +136,8 @@ async fn an_expired_iterator_is_refreshed_at_the_checkpoint_without_loss() {
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     store
-        .ensure_table(&shardkeeper::state::TableOptions::default())
+        .table()
+        .ensure(&shardkeeper::state::TableOptions::default())
         .await
         .unwrap();
     let rebalancer = rebalancer(&ctx.aws, &store);
@@ -222,9 +226,10 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
     check(&log, 4, 3);
     // At the deadline the leases were released, checkpointed, and the
     // invocation's consumer deregistered.
-    assert!(store.list_consumers().await.unwrap().is_empty());
+    assert!(store.consumers().list().await.unwrap().is_empty());
     let shards = store
-        .list_shards(&shardkeeper::state::ShardScope::Group)
+        .shards()
+        .list(&shardkeeper::state::ShardScope::Group)
         .await
         .unwrap();
     assert!(
@@ -264,10 +269,16 @@ async fn a_standalone_worker_reads_every_shard_with_its_own_checkpoints_and_no_l
     let tick = rebalancer.tick().await.unwrap();
     assert_eq!(tick.live_consumers, 1, "{tick:?}");
     let solo_id = ConsumerId::new("solo").unwrap();
-    assert!(store.owned_shards(&solo_id).await.unwrap().is_empty());
+    assert!(store
+        .leases()
+        .owned_shards(&solo_id)
+        .await
+        .unwrap()
+        .is_empty());
     // Its checkpoints are its own: the parent depleted, the rest checkpointed.
     let own = store
-        .list_shards(&ShardScope::Consumer(solo_id))
+        .shards()
+        .list(&ShardScope::Consumer(solo_id))
         .await
         .unwrap();
     assert_eq!(own.len(), 4, "{own:?}");
@@ -359,10 +370,15 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
         }
     }
     let child = workers[0].shards()[0].clone();
-    let state = store.get_shard(&ShardScope::Group, &child).await.unwrap();
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &child)
+        .await
+        .unwrap();
     let thief = ConsumerId::new("thief").unwrap();
     store
-        .take_lease(
+        .leases()
+        .take(
             &child,
             &thief,
             &seen_as_stale(&state),
@@ -455,7 +471,8 @@ async fn a_slow_handler_never_outlives_the_lease() {
             let me = ConsumerId::new("thief").unwrap();
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 if store
-                    .acquire_lease(&shard, &me, term)
+                    .leases()
+                    .acquire(&shard, &me, term)
                     .await
                     .unwrap()
                     .is_some()

@@ -179,7 +179,8 @@ async fn a_restarted_reader_resumes_after_the_committed_position() {
 
     let saved = ctx
         .store_for(&group, &table)
-        .load_positions()
+        .positions()
+        .load()
         .await
         .unwrap();
     assert_eq!(saved.len(), 1);
@@ -590,7 +591,8 @@ fn fake_reader(ctx: &Ctx, fake: &Fake, config: ReaderConfig) -> (StreamReader<Fa
 
 async fn saved_shards(store: &StateStore) -> BTreeSet<String> {
     store
-        .load_positions()
+        .positions()
+        .load()
         .await
         .unwrap()
         .into_iter()
@@ -798,7 +800,7 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
         matches!(&err, ReaderError::Handler { sequence_number, .. } if *sequence_number == fake.seq_of("r2").to_string()),
         "{err}"
     );
-    let saved = store.load_positions().await.unwrap();
+    let saved = store.positions().load().await.unwrap();
     assert_eq!(saved[0].sequence_number, Some(fake.seq_of("r1")));
     // The failing shard pauses before it is read again.
     ctx.clock.advance(Duration::from_secs(1));
@@ -983,7 +985,7 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     let report = reader.poll(&handler).await.unwrap();
     assert_eq!((report.shards.processed, report.shards.parked), (1, 1));
     assert_eq!(seen.lock().unwrap().clone(), ["a1", "b1", "b2", "b3", "a3"]);
-    let parked = store.list_parked().await.unwrap();
+    let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].key.sequence, fake.seq_of("a2"));
     assert_eq!(parked[0].attempts, 2);

@@ -58,7 +58,7 @@ async fn given_leases_are_read_by_name_not_by_reading_the_group() {
     assert!(tick.gained.is_empty() && tick.lost.is_empty(), "{tick:?}");
     assert_eq!(sent(counter, &before, "Query"), 0);
     assert_eq!(sent(counter, &before, "GetItem"), 0);
-    let item = raw_item(&ctx, store.partition_key(), "CONSUMER#a")
+    let item = raw_item(&ctx, store.layout().partition_key(), "CONSUMER#a")
         .await
         .unwrap();
     assert!(!item.contains_key("given"), "acknowledged: {item:?}");
@@ -89,7 +89,8 @@ async fn a_give_left_unnamed_is_found_by_reading_the_group() {
     a.tick(no_progress).await.unwrap();
     let me = ConsumerId::new("a").unwrap();
     store
-        .take_lease(
+        .leases()
+        .take(
             &shards[1],
             &me,
             &TakeFrom::Stale {
@@ -102,7 +103,7 @@ async fn a_give_left_unnamed_is_found_by_reading_the_group() {
         .await
         .unwrap()
         .unwrap();
-    assert!(store.notify_assigned(&me, &[]).await.unwrap());
+    assert!(store.consumers().notify_assigned(&me, &[]).await.unwrap());
     let before = counter.snapshot();
     let tick = a.tick(no_progress).await.unwrap();
     assert_eq!(tick.gained, vec![shards[1].clone()]);
@@ -118,19 +119,24 @@ async fn names_stop_at_their_bound_and_the_counter_still_moves() {
     let ctx = ctx().await;
     let store = ctx.store("pickup-bound");
     let me = ConsumerInfo::for_this_process(ConsumerId::new("old").unwrap(), store.now());
-    store.heartbeat(&me).await.unwrap();
+    store.consumers().heartbeat(&me).await.unwrap();
     let names: Vec<ShardId> = (0..MAX_GIVEN)
         .map(|i| ShardId::new(format!("shardId-{i:012}")).unwrap())
         .collect();
     for chunk in names.chunks(250) {
-        assert!(store.notify_assigned(&me.id, chunk).await.unwrap());
+        assert!(store
+            .consumers()
+            .notify_assigned(&me.id, chunk)
+            .await
+            .unwrap());
     }
     let one_more = ShardId::new("shardId-999999999999").unwrap();
     assert!(store
+        .consumers()
         .notify_assigned(&me.id, std::slice::from_ref(&one_more))
         .await
         .unwrap());
-    let beat = store.heartbeat(&me).await.unwrap();
+    let beat = store.consumers().heartbeat(&me).await.unwrap();
     assert_eq!(beat.given.len(), MAX_GIVEN);
     assert!(!beat.given.contains(&one_more));
     assert_eq!((beat.assignments, beat.named), (5, 4));

@@ -140,18 +140,21 @@ async fn a_consumer_that_leaves_hands_everything_over_at_the_next_tick() {
     // A rebalancer that read the group before the leave assigns one more
     // shard to it: the leave frees that one too.
     let extra = store
-        .list_shards(&ShardScope::Group)
+        .shards()
+        .list(&ShardScope::Group)
         .await
         .unwrap()
         .into_iter()
         .find(|s| s.owner.as_ref().is_some_and(|o| o.as_str() == "stays"))
         .unwrap();
     store
-        .remove_lease_owner(&extra.shard_id, &ConsumerId::new("stays").unwrap(), None)
+        .leases()
+        .remove_owner(&extra.shard_id, &ConsumerId::new("stays").unwrap(), None)
         .await
         .unwrap();
     store
-        .acquire_lease(&extra.shard_id, leaving.id(), TERM)
+        .leases()
+        .acquire(&extra.shard_id, leaving.id(), TERM)
         .await
         .unwrap()
         .expect("assigned to the leaving consumer");
@@ -161,12 +164,17 @@ async fn a_consumer_that_leaves_hands_everything_over_at_the_next_tick() {
         .unwrap();
     assert_eq!(released.len(), 4, "{released:?}");
     assert!(store
-        .list_consumers()
+        .consumers()
+        .list()
         .await
         .unwrap()
         .iter()
         .all(|c| c.id().as_str() == "stays"));
-    let left = store.get_shard(&ShardScope::Group, &first).await.unwrap();
+    let left = store
+        .shards()
+        .get(&ShardScope::Group, &first)
+        .await
+        .unwrap();
     assert_eq!(left.checkpoint, Some(cp), "checkpointed before release");
     // The next tick gives all six to the consumer that stayed.
     rebalancer.tick().await.unwrap();
@@ -254,7 +262,7 @@ async fn split_and_merge_during_consumption_keep_parents_first() {
     sessions[0].complete_shard(first, &[]).await.unwrap();
     rebalancer.tick().await.unwrap();
     assert_eq!(
-        store.get_lease_owner(&merged).await.unwrap(),
+        store.leases().get_owner(&merged).await.unwrap(),
         None,
         "one parent is still open"
     );
@@ -263,7 +271,7 @@ async fn split_and_merge_during_consumption_keep_parents_first() {
     rebalancer.tick().await.unwrap();
     rebalancer.tick().await.unwrap();
     assert_eq!(
-        store.get_lease_owner(&merged).await.unwrap(),
+        store.leases().get_owner(&merged).await.unwrap(),
         Some(ConsumerId::new("a").unwrap())
     );
 }
@@ -303,7 +311,8 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let mut dead = session(&store, "dead");
     dead.tick(no_progress).await.unwrap();
     store
-        .get_or_lock_efo(&ConsumerId::new("dead").unwrap())
+        .efo_consumers()
+        .get_or_lock(&ConsumerId::new("dead").unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -349,7 +358,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
         .filter(|c| c.consumer_status().as_str() != "DELETING")
         .count();
     assert_eq!(remaining, 1, "one EFO consumer is kept on Kinesis");
-    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
 fn scheduled_event() -> EventBridgeEvent {
@@ -405,10 +414,10 @@ async fn both_functions_run_through_the_lambda_service_with_the_fixture() {
     let json = serde_json::to_value(&summary).unwrap();
     assert!(json["ticks"].as_u64().unwrap() >= 1, "{json}");
     assert!(
-        store.list_consumers().await.unwrap().is_empty(),
+        store.consumers().list().await.unwrap().is_empty(),
         "the silent worker was reaped"
     );
-    let free = store.list_shards(&ShardScope::Group).await.unwrap();
+    let free = store.shards().list(&ShardScope::Group).await.unwrap();
     assert!(free.iter().all(|s| s.owner.is_none()));
 }
 
@@ -498,12 +507,14 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
         "{err}"
     );
     assert!(store
-        .get_consumer(&ConsumerId::new("dup").unwrap())
+        .consumers()
+        .get(&ConsumerId::new("dup").unwrap())
         .await
         .unwrap()
         .is_some_and(|c| c.active));
     assert_eq!(
         store
+            .leases()
             .owned_shards(&ConsumerId::new("dup").unwrap())
             .await
             .unwrap()

@@ -37,7 +37,8 @@ fn session(store: &StateStore, name: &str) -> ConsumerSession {
 /// Owner and counter of every shard.
 async fn owners(store: &StateStore) -> BTreeMap<ShardId, (Option<String>, u64)> {
     store
-        .list_shards(&ShardScope::Group)
+        .shards()
+        .list(&ShardScope::Group)
         .await
         .unwrap()
         .into_iter()

@@ -208,7 +208,7 @@ async fn attempts_follow_the_record_across_retries_that_start_at_it() {
         .await
         .unwrap();
     assert_eq!((retry.parked, retry.processed), (1, 2), "{retry:?}");
-    let parked = store.list_parked().await.unwrap();
+    let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(
         parked[0].key.sequence.as_str(),
         records[1].dynamodb().unwrap().sequence_number().unwrap()

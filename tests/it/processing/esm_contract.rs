@@ -144,6 +144,7 @@ async fn property_run(
         let invoke = processor(completions.clone(), store.clone(), options.clone());
         let run = lambda_esm::run(invoke, function, records, &config).await;
         let parked: BTreeSet<String> = store
+            .record_state()
             .list_parked()
             .await
             .unwrap()
@@ -414,7 +415,7 @@ async fn two_functions_on_one_stream_each_run_every_record() {
     assert_eq!(failures, vec![records[0].sequence.clone()]);
     assert!(invoke_as(&notifier, "notifier", &records).await.is_empty());
     assert_eq!(notify.lock().unwrap().len(), 20, "every record, not 0");
-    assert!(store.list_parked().await.unwrap().is_empty());
+    assert!(store.record_state().list_parked().await.unwrap().is_empty());
 
     // A retry of each function's batch is still de-duplicated for it.
     assert!(invoke_as(&archiver, "archiver", &records).await.is_empty());
@@ -578,17 +579,20 @@ async fn esm_checkpoints_never_read_or_write_a_lease() {
     // A consumer of the same group leases the shard and checkpoints far ahead.
     let id = ShardId::new(&shard).unwrap();
     store
-        .ensure_shard(&ShardScope::Group, &ShardSpec::new(&shard).unwrap())
+        .shards()
+        .ensure(&ShardScope::Group, &ShardSpec::new(&shard).unwrap())
         .await
         .unwrap();
     let me = ConsumerId::new("worker").unwrap();
     let lease = store
-        .acquire_lease(&id, &me, Duration::from_secs(30))
+        .leases()
+        .acquire(&id, &me, Duration::from_secs(30))
         .await
         .unwrap()
         .expect("the shard is leasable");
     store
-        .checkpoint(
+        .checkpoints()
+        .save(
             &lease,
             &Checkpoint::after(&records[5].sequence).unwrap(),
             None,
@@ -602,7 +606,7 @@ async fn esm_checkpoints_never_read_or_write_a_lease() {
         .await
         .unwrap();
     assert_eq!((report.processed, report.duplicates_skipped), (4, 0));
-    let state = store.get_shard(&ShardScope::Group, &id).await.unwrap();
+    let state = store.shards().get(&ShardScope::Group, &id).await.unwrap();
     assert_eq!(state.owner, Some(me));
     assert_eq!(state.checkpoint.unwrap().to_string(), records[5].sequence);
     assert_eq!(completions.lock().unwrap().len(), 6);

@@ -65,6 +65,7 @@ async fn batch_progress(
     records: &[aws_sdk_kinesis::types::Record],
 ) -> shardkeeper::state::Checkpoint {
     store
+        .record_state()
         .batch_progress(&batch_of(fx, records))
         .await
         .unwrap()
@@ -175,7 +176,8 @@ async fn a_retried_batch_does_not_repeat_side_effects() {
     );
     // Never in the group's lease items.
     let lease_item = store
-        .get_shard(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
+        .shards()
+        .get(&ShardScope::Group, &ShardId::new(&fx.shard).unwrap())
         .await;
     assert!(lease_item.is_err(), "{lease_item:?}");
 
@@ -224,7 +226,7 @@ async fn a_poison_record_is_parked_after_max_attempts_and_the_shard_moves_on() {
         "the next record is processed: {report:?}"
     );
     assert_eq!(report.processed, 1);
-    let parked = store.list_parked().await.unwrap();
+    let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(parked.len(), 1);
     assert_eq!(
         parked[0].key.sequence.as_str(),
@@ -538,7 +540,7 @@ async fn a_batch_handler_maps_each_failure_back_to_its_record() {
     let second = processor.process(&event.to_string(), None).await.unwrap();
     assert!(second.failures.is_empty(), "{second:?}");
     assert_eq!((second.parked, second.processed), (1, 2));
-    let parked = store.list_parked().await.unwrap();
+    let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(parked.len(), 1);
     assert_eq!(
         parked[0].key.sequence.as_str(),
@@ -610,7 +612,7 @@ async fn an_oversized_record_is_parked_with_a_bounded_payload() {
     let event = kinesis_event(&fx.arn, &fx.shard, &records);
     let report = processor.process(&event.to_string(), None).await.unwrap();
     assert_eq!(report.parked, 1, "{report:?}");
-    let parked = store.list_parked().await.unwrap();
+    let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(parked[0].data_size, big.len() as u64);
     assert_eq!(parked[0].data, &big.as_bytes()[..1024]);
     let sha: String = {

@@ -18,30 +18,43 @@ async fn assignments_cover_leases_standalone_and_standalone_efo() {
     for id in [&leased, &solo, &efo_user] {
         let mut info = ConsumerInfo::for_this_process(id.clone(), now);
         info.standalone = id != &leased;
-        store.heartbeat(&info).await.unwrap();
+        store.consumers().heartbeat(&info).await.unwrap();
     }
     store
-        .acquire_lease(&shards[2], &leased, Duration::from_secs(30))
+        .leases()
+        .acquire(&shards[2], &leased, Duration::from_secs(30))
         .await
         .unwrap()
         .unwrap();
     store
-        .acquire_lease(&shards[0], &leased, Duration::from_secs(30))
+        .leases()
+        .acquire(&shards[0], &leased, Duration::from_secs(30))
         .await
         .unwrap()
         .unwrap();
     let own = ShardScope::Consumer(solo.clone());
     for shard in &shards {
         store
-            .checkpoint_unleased(&own, shard, &Checkpoint::TrimHorizon, None)
+            .checkpoints()
+            .save_unleased(&own, shard, &Checkpoint::TrimHorizon, None)
             .await
             .unwrap();
     }
     let efo = EfoName::new("pool-0").unwrap();
-    store.register_efo(&efo, "arn:efo:0").await.unwrap();
-    let lock = store.get_or_lock_efo(&efo_user).await.unwrap().unwrap();
     store
-        .checkpoint_efo(
+        .efo_consumers()
+        .register(&efo, "arn:efo:0")
+        .await
+        .unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&efo_user)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoints()
+        .save_efo(
             &lock,
             &ShardId::new("shardId-000000000001").unwrap(),
             &Checkpoint::Latest,

@@ -57,20 +57,22 @@ async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole()
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("spread");
     let store = store_with(&ctx, &group, 8);
-    store.init_stream(1_000, None).await.unwrap();
+    store.stream_item().init(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 64).await;
     let me = ConsumerId::new("w").unwrap();
     let lease = store
-        .acquire_lease(&shards[5], &me, Duration::from_secs(10))
+        .leases()
+        .acquire(&shards[5], &me, Duration::from_secs(10))
         .await
         .unwrap()
         .unwrap();
     store
-        .checkpoint(&lease, &Checkpoint::after("12345").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("12345").unwrap(), None)
         .await
         .unwrap();
 
-    let home = store.partition_key().to_owned();
+    let home = store.layout().partition_key().to_owned();
     let keys = items_by_key(&ctx, &home).await;
     // The home key holds the group's own items; each shard lives in the
     // bucket its id hashes to, and nowhere else.
@@ -82,7 +84,7 @@ async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole()
     for shard in &shards {
         let pk = format!("{home}#{}", buckets.of(shard.as_str()));
         assert!(keys[&pk].contains(&format!("SHARD#{shard}")), "{shard}");
-        assert_eq!(store.key_of(shard.as_str()).await.unwrap(), pk);
+        assert_eq!(store.layout().key_of(shard.as_str()).await.unwrap(), pk);
     }
     assert_eq!(keys.len(), 9, "the home key and 8 buckets: {keys:?}");
     assert_eq!(keys.values().map(BTreeSet::len).sum::<usize>(), 64 + 2);
@@ -96,7 +98,7 @@ async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole()
         2,
         "code that knows no buckets refuses it"
     );
-    assert_eq!(store.owned_shards(&me).await.unwrap().len(), 1);
+    assert_eq!(store.leases().owned_shards(&me).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -108,9 +110,10 @@ async fn the_layout_is_recorded_once_and_every_process_follows_the_stored_one() 
     // A process configured otherwise (another deploy, a different shard
     // count at its start) reads and writes where the first one laid out.
     let second = store_with(&ctx, &group, 2);
-    assert_eq!(second.buckets().await.unwrap().count(), 16);
+    assert_eq!(second.layout().buckets().await.unwrap().count(), 16);
     let lease = second
-        .acquire_lease(
+        .leases()
+        .acquire(
             &shards[3],
             &ConsumerId::new("b").unwrap(),
             Duration::from_secs(10),
@@ -119,16 +122,18 @@ async fn the_layout_is_recorded_once_and_every_process_follows_the_stored_one() 
         .unwrap()
         .unwrap();
     second
-        .checkpoint(&lease, &Checkpoint::after("7").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("7").unwrap(), None)
         .await
         .unwrap();
     let seen = first
-        .get_shard(&ShardScope::Group, &shards[3])
+        .shards()
+        .get(&ShardScope::Group, &shards[3])
         .await
         .unwrap();
     assert_eq!(seen.checkpoint, Some(Checkpoint::after("7").unwrap()));
     assert_eq!(first.load_group().await.unwrap().shards.len(), 20);
-    let keys = items_by_key(&ctx, first.partition_key()).await;
+    let keys = items_by_key(&ctx, first.layout().partition_key()).await;
     assert!(keys.len() > 2, "spread over 16 buckets: {keys:?}");
 }
 
@@ -139,7 +144,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     // Written as a group of one key is, then its layout item removed: what
     // code from before buckets leaves behind.
     let old = store_with(&ctx, &group, 1);
-    old.init_stream(1_000, None).await.unwrap();
+    old.stream_item().init(1_000, None).await.unwrap();
     seed_shards(&old, 10).await;
     ctx.aws
         .dynamodb
@@ -147,7 +152,7 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
         .table_name(&ctx.table)
         .key(
             "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(old.partition_key().into()),
+            aws_sdk_dynamodb::types::AttributeValue::S(old.layout().partition_key().into()),
         )
         .key(
             "sk",
@@ -160,20 +165,26 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
     // Upgraded code configured for many buckets finds that state and keeps
     // the group under its one key.
     let new = store_with(&ctx, &group, 64);
-    new.init_stream(1_000, None).await.unwrap();
-    assert_eq!(new.buckets().await.unwrap(), Buckets::ONE);
+    new.stream_item().init(1_000, None).await.unwrap();
+    assert_eq!(new.layout().buckets().await.unwrap(), Buckets::ONE);
     assert_eq!(new.load_group().await.unwrap().shards.len(), 10);
-    new.ensure_shard(
-        &ShardScope::Group,
-        &shardkeeper::state::ShardSpec::new("shardId-000000000099").unwrap(),
-    )
-    .await
-    .unwrap();
-    let keys = items_by_key(&ctx, new.partition_key()).await;
+    new.shards()
+        .ensure(
+            &ShardScope::Group,
+            &shardkeeper::state::ShardSpec::new("shardId-000000000099").unwrap(),
+        )
+        .await
+        .unwrap();
+    let keys = items_by_key(&ctx, new.layout().partition_key()).await;
     assert_eq!(keys.len(), 1, "one key: {keys:?}");
-    assert_eq!(keys[new.partition_key()].len(), 10 + 1 + 2);
+    assert_eq!(keys[new.layout().partition_key()].len(), 10 + 1 + 2);
     assert_eq!(
-        new.stream_state().await.unwrap().unwrap().schema_version,
+        new.stream_item()
+            .state()
+            .await
+            .unwrap()
+            .unwrap()
+            .schema_version,
         1,
         "still readable by the code before buckets, which reads up to 1 of {SCHEMA_VERSION}"
     );
@@ -197,6 +208,7 @@ async fn records_without_a_shard_are_spread_by_event_id_and_listed_from_every_bu
         };
         assert_eq!(
             store
+                .record_state()
                 .record_attempt(&key, Duration::from_secs(60))
                 .await
                 .unwrap(),
@@ -213,20 +225,25 @@ async fn records_without_a_shard_are_spread_by_event_id_and_listed_from_every_bu
             parked_at: ctx.clock_now(),
         };
         store
-            .park_record(&record, Duration::from_secs(60))
+            .record_state()
+            .park(&record, Duration::from_secs(60))
             .await
             .unwrap();
         parked.push(record);
     }
-    let keys = items_by_key(&ctx, store.partition_key()).await;
+    let keys = items_by_key(&ctx, store.layout().partition_key()).await;
     assert!(keys.len() > 4, "spread by event id: {keys:?}");
-    let listed = store.list_parked().await.unwrap();
+    let listed = store.record_state().list_parked().await.unwrap();
     assert_eq!(listed, parked, "every bucket, in sequence order");
-    assert!(store.remove_parked(&parked[4].key).await.unwrap());
-    assert_eq!(store.list_parked().await.unwrap().len(), 11);
+    assert!(store
+        .record_state()
+        .remove_parked(&parked[4].key)
+        .await
+        .unwrap());
+    assert_eq!(store.record_state().list_parked().await.unwrap().len(), 11);
 }
 
-/// Moves an item the way a `respread` cut short had: put under `pk`, deleted
+/// Moves an item the way a `layout().respread` cut short had: put under `pk`, deleted
 /// where it was.
 async fn move_raw(ctx: &Ctx, from_pk: &str, sk: &str, to_pk: &str) {
     use aws_sdk_dynamodb::types::AttributeValue::S;
@@ -258,31 +275,38 @@ async fn a_group_moved_to_more_buckets_keeps_every_item_lease_and_checkpoint() {
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("respread");
     let store = store_with(&ctx, &group, 1);
-    store.init_stream(1_000, None).await.unwrap();
+    store.stream_item().init(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 40).await;
     let me = ConsumerId::new("w").unwrap();
     let lease = store
-        .acquire_lease(&shards[7], &me, Duration::from_secs(60))
+        .leases()
+        .acquire(&shards[7], &me, Duration::from_secs(60))
         .await
         .unwrap()
         .unwrap();
     store
-        .checkpoint(&lease, &Checkpoint::after("99").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("99").unwrap(), None)
         .await
         .unwrap();
     let own = ShardScope::Consumer(me.clone());
     store
-        .checkpoint_unleased(&own, &shards[3], &Checkpoint::after("5").unwrap(), None)
+        .checkpoints()
+        .save_unleased(&own, &shards[3], &Checkpoint::after("5").unwrap(), None)
         .await
         .unwrap();
     let before = store.load_group().await.unwrap();
 
-    let report = store.respread(Buckets::new(8).unwrap()).await.unwrap();
+    let report = store
+        .layout()
+        .respread(Buckets::new(8).unwrap())
+        .await
+        .unwrap();
     assert_eq!((report.from.count(), report.to.count()), (1, 8));
     assert_eq!(report.moved + report.in_place, 41);
     assert!(report.moved > 30, "{report:?}");
 
-    let keys = items_by_key(&ctx, store.partition_key()).await;
+    let keys = items_by_key(&ctx, store.layout().partition_key()).await;
     assert_eq!(keys.len(), 9, "{keys:?}");
     let after = store.load_group().await.unwrap();
     assert_eq!(
@@ -295,18 +319,21 @@ async fn a_group_moved_to_more_buckets_keeps_every_item_lease_and_checkpoint() {
     // The lease taken before the move still fences: its holder renews and
     // checkpoints it where it is now.
     store
-        .renew_lease(&lease, Duration::from_secs(60))
+        .leases()
+        .renew(&lease, Duration::from_secs(60))
         .await
         .unwrap();
     store
-        .checkpoint(&lease, &Checkpoint::after("100").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("100").unwrap(), None)
         .await
         .unwrap();
     // A process started afterwards, configured for one bucket, follows.
     let later = store_with(&ctx, &group, 1);
     assert_eq!(
         later
-            .get_shard(&ShardScope::Group, &shards[7])
+            .shards()
+            .get(&ShardScope::Group, &shards[7])
             .await
             .unwrap()
             .checkpoint,
@@ -319,9 +346,9 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
     let ctx = ctx().await;
     let group = shardkeeper_local::unique_name("respread");
     let store = store_with(&ctx, &group, 1);
-    store.init_stream(1_000, None).await.unwrap();
+    store.stream_item().init(1_000, None).await.unwrap();
     let shards = seed_shards(&store, 20).await;
-    let home = store.partition_key().to_owned();
+    let home = store.layout().partition_key().to_owned();
     // A run cut short: the layout marked, five items moved, the rest not.
     ctx.aws
         .dynamodb
@@ -345,13 +372,13 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
         .unwrap();
     let eight = Buckets::new(8).unwrap();
     for shard in &shards[..5] {
-        let to = store.bucket_key(eight, eight.of(shard.as_str()));
+        let to = store.layout().bucket_key(eight, eight.of(shard.as_str()));
         move_raw(&ctx, &home, &format!("SHARD#{shard}"), &to).await;
     }
 
     // A process starting now is refused, with a clear error.
     let starting = store_with(&ctx, &group, 1);
-    let err = starting.init_stream(1_000, None).await.unwrap_err();
+    let err = starting.stream_item().init(1_000, None).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -360,16 +387,20 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
         "{err}"
     );
     // Another count is refused too: the move under way must finish first.
-    let err = store.respread(Buckets::new(4).unwrap()).await.unwrap_err();
+    let err = store
+        .layout()
+        .respread(Buckets::new(4).unwrap())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, shardkeeper::state::StateError::Respreading { .. }),
         "{err}"
     );
 
-    let report = store.respread(eight).await.unwrap();
+    let report = store.layout().respread(eight).await.unwrap();
     assert_eq!((report.moved, report.in_place), (15, 5));
     let started = store_with(&ctx, &group, 1);
-    started.init_stream(1_000, None).await.unwrap();
+    started.stream_item().init(1_000, None).await.unwrap();
     let read: Vec<_> = started
         .load_group()
         .await

@@ -17,19 +17,21 @@ async fn a_checkpoint_never_moves_backwards() {
     let shard = seed_shards(&store, 1).await.remove(0);
     let me = ConsumerId::new("a").unwrap();
     let lease = store
-        .acquire_lease(&shard, &me, TERM)
+        .leases()
+        .acquire(&shard, &me, TERM)
         .await
         .unwrap()
         .unwrap();
     // 10 < 9 as strings: compared as numbers here.
     let ten = Checkpoint::after("10").unwrap();
     assert_eq!(
-        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        store.checkpoints().save(&lease, &ten, None).await.unwrap(),
         CheckpointOutcome::Stored
     );
     assert_eq!(
         store
-            .checkpoint(&lease, &Checkpoint::after("9").unwrap(), None)
+            .checkpoints()
+            .save(&lease, &Checkpoint::after("9").unwrap(), None)
             .await
             .unwrap(),
         CheckpointOutcome::Stale {
@@ -38,22 +40,23 @@ async fn a_checkpoint_never_moves_backwards() {
     );
     // Equal is idempotent; sub-sequence numbers move it on.
     assert_eq!(
-        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        store.checkpoints().save(&lease, &ten, None).await.unwrap(),
         CheckpointOutcome::Stored
     );
     let sub = Checkpoint::after_sub("10", 4).unwrap();
     assert_eq!(
-        store.checkpoint(&lease, &sub, None).await.unwrap(),
+        store.checkpoints().save(&lease, &sub, None).await.unwrap(),
         CheckpointOutcome::Stored
     );
     assert!(matches!(
-        store.checkpoint(&lease, &ten, None).await.unwrap(),
+        store.checkpoints().save(&lease, &ten, None).await.unwrap(),
         CheckpointOutcome::Stale { .. }
     ));
     // A sentinel can't rewind progress.
     assert!(matches!(
         store
-            .checkpoint(&lease, &Checkpoint::TrimHorizon, None)
+            .checkpoints()
+            .save(&lease, &Checkpoint::TrimHorizon, None)
             .await
             .unwrap(),
         CheckpointOutcome::Stale { .. }
@@ -61,14 +64,16 @@ async fn a_checkpoint_never_moves_backwards() {
     let big = "9".repeat(129);
     assert_eq!(
         store
-            .checkpoint(&lease, &Checkpoint::after(&big).unwrap(), None)
+            .checkpoints()
+            .save(&lease, &Checkpoint::after(&big).unwrap(), None)
             .await
             .unwrap(),
         CheckpointOutcome::Stored
     );
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Group, &shard)
+            .checkpoints()
+            .fetch(&ShardScope::Group, &shard)
             .await
             .unwrap(),
         Checkpoint::after(&big).unwrap()
@@ -81,13 +86,15 @@ async fn fetch_checkpoint_is_a_typed_not_found() {
     let store = ctx.store("notfound");
     let shard = seed_shards(&store, 1).await.remove(0);
     let err = store
-        .fetch_checkpoint(&ShardScope::Group, &shard)
+        .checkpoints()
+        .fetch(&ShardScope::Group, &shard)
         .await
         .unwrap_err();
     assert!(matches!(err, StateError::NotFound { .. }), "{err}");
     let missing = ShardId::new("shardId-999").unwrap();
     let err = store
-        .fetch_checkpoint(&ShardScope::Group, &missing)
+        .checkpoints()
+        .fetch(&ShardScope::Group, &missing)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("shardId-999"), "{err}");
@@ -102,7 +109,8 @@ async fn unleased_checkpoints_for_event_source_mappings_are_monotonic() {
     let a = Checkpoint::after("49590338271490256608559692538361571095921575989136588898").unwrap();
     assert_eq!(
         store
-            .checkpoint_unleased(&scope, &shard, &a, Some(1_700_000_000_000))
+            .checkpoints()
+            .save_unleased(&scope, &shard, &a, Some(1_700_000_000_000))
             .await
             .unwrap(),
         CheckpointOutcome::Stored
@@ -110,25 +118,27 @@ async fn unleased_checkpoints_for_event_source_mappings_are_monotonic() {
     let b = Checkpoint::after("49590338271490256608559692538361571095921575989136588897").unwrap();
     assert_eq!(
         store
-            .checkpoint_unleased(&scope, &shard, &b, None)
+            .checkpoints()
+            .save_unleased(&scope, &shard, &b, None)
             .await
             .unwrap(),
         CheckpointOutcome::Stale { current: a.clone() }
     );
-    let state = store.get_shard(&scope, &shard).await.unwrap();
+    let state = store.shards().get(&scope, &shard).await.unwrap();
     assert_eq!(state.checkpoint, Some(a));
     assert_eq!(state.checkpoint_arrival, Some(1_700_000_000_000));
     // Standalone scopes keep their own checkpoints apart.
     let own = ShardScope::Consumer(ConsumerId::new("solo").unwrap());
     assert!(matches!(
-        store.fetch_checkpoint(&own, &shard).await,
+        store.checkpoints().fetch(&own, &shard).await,
         Err(StateError::NotFound { .. })
     ));
     store
-        .checkpoint_unleased(&own, &shard, &b, None)
+        .checkpoints()
+        .save_unleased(&own, &shard, &b, None)
         .await
         .unwrap();
-    assert_eq!(store.fetch_checkpoint(&own, &shard).await.unwrap(), b);
+    assert_eq!(store.checkpoints().fetch(&own, &shard).await.unwrap(), b);
 }
 
 #[tokio::test]
@@ -139,20 +149,26 @@ async fn a_checkpoint_is_one_request_of_one_write_unit_whatever_the_shard_count(
         let ids = seed_shards(&store, shards).await;
         let me = ConsumerId::new("worker-with-a-long-id-0123456789").unwrap();
         let lease = store
-            .acquire_lease(&ids[shards - 1], &me, TERM)
+            .leases()
+            .acquire(&ids[shards - 1], &me, TERM)
             .await
             .unwrap()
             .unwrap();
         let before = ctx.aws.dynamodb_requests.snapshot();
         let cp = Checkpoint::after_sub(&"4".repeat(56), 3).unwrap();
         store
-            .checkpoint(&lease, &cp, Some(1_700_000_000_000))
+            .checkpoints()
+            .save(&lease, &cp, Some(1_700_000_000_000))
             .await
             .unwrap();
         let sent = ctx.aws.dynamodb_requests.since(&before);
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert_eq!(sent["UpdateItem"].requests, 1, "{shards} shards: {sent:?}");
-        let pk = store.key_of(ids[shards - 1].as_str()).await.unwrap();
+        let pk = store
+            .layout()
+            .key_of(ids[shards - 1].as_str())
+            .await
+            .unwrap();
         let sk = format!("SHARD#{}", ids[shards - 1]);
         let item = crate::support::common::raw_item(&ctx, &pk, &sk)
             .await
@@ -189,7 +205,7 @@ proptest! {
                 let shard = shard.clone();
                 tasks.spawn(async move {
                     let cp = Checkpoint::after_sub(&seq, sub).unwrap();
-                    let outcome = store.checkpoint_unleased(&ShardScope::Group, &shard, &cp, None).await.unwrap();
+                    let outcome = store.checkpoints().save_unleased(&ShardScope::Group, &shard, &cp, None).await.unwrap();
                     (cp, outcome)
                 });
             }
@@ -199,7 +215,7 @@ proptest! {
                 .map(|(s, sub)| (SequenceNumber::new(s).unwrap(), *sub))
                 .max()
                 .unwrap();
-            let stored = store.fetch_checkpoint(&scope, &shard).await.unwrap();
+            let stored = store.checkpoints().fetch(&scope, &shard).await.unwrap();
             assert_eq!(stored, Checkpoint::After { sequence: max.0, sub_sequence: max.1 });
             for (cp, outcome) in results {
                 if let CheckpointOutcome::Stale { current } = outcome {
@@ -221,15 +237,17 @@ async fn standalone_scopes_deplete_without_leases() {
         .with_parents(&["shardId-000000000000"])
         .unwrap();
     child.starting_sequence = Some("77".parse().unwrap());
-    store.ensure_shard(&scope, &parent).await.unwrap();
-    store.ensure_shard(&scope, &child).await.unwrap();
+    store.shards().ensure(&scope, &parent).await.unwrap();
+    store.shards().ensure(&scope, &child).await.unwrap();
     assert!(!store
-        .get_shard(&scope, &child.shard_id)
+        .shards()
+        .get(&scope, &child.shard_id)
         .await
         .unwrap()
         .is_leasable());
     store
-        .checkpoint_unleased(
+        .checkpoints()
+        .save_unleased(
             &scope,
             &parent.shard_id,
             &Checkpoint::after("70").unwrap(),
@@ -238,11 +256,12 @@ async fn standalone_scopes_deplete_without_leases() {
         .await
         .unwrap();
     let done = store
+        .checkpoints()
         .mark_depleted_unleased(&scope, &parent.shard_id, std::slice::from_ref(&child))
         .await
         .unwrap();
     assert_eq!(done.children_started, vec![child.shard_id.clone()]);
-    let state = store.get_shard(&scope, &child.shard_id).await.unwrap();
+    let state = store.shards().get(&scope, &child.shard_id).await.unwrap();
     assert!(state.is_leasable());
     assert_eq!(
         state.checkpoint,
@@ -250,13 +269,17 @@ async fn standalone_scopes_deplete_without_leases() {
     );
     // The group scope of the same store saw none of it.
     assert!(store
-        .list_shards(&ShardScope::Group)
+        .shards()
+        .list(&ShardScope::Group)
         .await
         .unwrap()
         .is_empty());
     let missing = ShardId::new("shardId-404").unwrap();
     assert!(matches!(
-        store.mark_depleted_unleased(&scope, &missing, &[]).await,
+        store
+            .checkpoints()
+            .mark_depleted_unleased(&scope, &missing, &[])
+            .await,
         Err(StateError::NotFound { .. })
     ));
 }
@@ -266,21 +289,27 @@ async fn a_reset_of_a_shard_without_state_creates_nothing() {
     let ctx = ctx().await;
     let store = ctx.store("reset-nothing");
     let shard = seed_shards(&store, 1).await.remove(0);
-    let mut seen = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    let mut seen = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     seen.shard_id = ShardId::new("shardId-000000000099").unwrap();
     let applied = store
-        .reset_checkpoint(&ShardScope::Group, &seen, &Checkpoint::TrimHorizon, true)
+        .checkpoints()
+        .reset(&ShardScope::Group, &seen, &Checkpoint::TrimHorizon, true)
         .await
         .unwrap();
     assert!(!applied);
     let err = store
-        .get_shard(&ShardScope::Group, &seen.shard_id)
+        .shards()
+        .get(&ShardScope::Group, &seen.shard_id)
         .await
         .unwrap_err();
     assert!(matches!(err, StateError::NotFound { .. }), "{err}");
     // Every item of the group still reads as a shard.
     assert_eq!(
-        store.list_shards(&ShardScope::Group).await.unwrap().len(),
+        store.shards().list(&ShardScope::Group).await.unwrap().len(),
         1
     );
 }

@@ -14,13 +14,13 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
     let store = ctx.store("consumers");
     let me = info("host-1:42", ctx.clock_now());
     let before = ctx.aws.dynamodb_requests.snapshot();
-    assert!(store.heartbeat(&me).await.unwrap().registered);
+    assert!(store.consumers().heartbeat(&me).await.unwrap().registered);
     assert_eq!(
         ctx.aws.dynamodb_requests.since(&before)["UpdateItem"].requests,
         1
     );
     ctx.clock.advance(Duration::from_secs(5));
-    let beat = store.heartbeat(&me).await.unwrap();
+    let beat = store.consumers().heartbeat(&me).await.unwrap();
     assert_eq!(
         beat,
         Heartbeat {
@@ -31,33 +31,43 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
             incarnation: beat.incarnation.clone(),
         }
     );
-    assert!(store.notify_assigned(&me.id, &[]).await.unwrap());
-    assert_eq!(store.heartbeat(&me).await.unwrap().assignments, 1);
+    assert!(store
+        .consumers()
+        .notify_assigned(&me.id, &[])
+        .await
+        .unwrap());
+    assert_eq!(
+        store.consumers().heartbeat(&me).await.unwrap().assignments,
+        1
+    );
     assert!(!store
+        .consumers()
         .notify_assigned(&ConsumerId::new("nobody").unwrap(), &[])
         .await
         .unwrap());
-    let state = store.get_consumer(&me.id).await.unwrap().unwrap();
+    let state = store.consumers().get(&me.id).await.unwrap().unwrap();
     assert_eq!(state.heartbeat, ctx.clock_now());
     assert_eq!(state.info.pid, std::process::id());
     assert!(state.active && !state.info.standalone);
 
-    assert!(store.set_consumer_active(&me.id, false).await.unwrap());
-    store.heartbeat(&me).await.unwrap();
+    assert!(store.consumers().set_active(&me.id, false).await.unwrap());
+    store.consumers().heartbeat(&me).await.unwrap();
     assert!(
-        !store.get_consumer(&me.id).await.unwrap().unwrap().active,
+        !store.consumers().get(&me.id).await.unwrap().unwrap().active,
         "heartbeat keeps the flag"
     );
     assert!(!store
-        .set_consumer_active(&ConsumerId::new("ghost").unwrap(), true)
+        .consumers()
+        .set_active(&ConsumerId::new("ghost").unwrap(), true)
         .await
         .unwrap());
     assert!(store
-        .get_consumer(&ConsumerId::new("ghost").unwrap())
+        .consumers()
+        .get(&ConsumerId::new("ghost").unwrap())
         .await
         .unwrap()
         .is_none());
-    assert_eq!(store.list_consumers().await.unwrap().len(), 1);
+    assert_eq!(store.consumers().list().await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -67,12 +77,13 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
     let term = Duration::from_secs(300);
     let shards = seed_shards(&store, 4).await;
     let (dead, alive) = (info("dead", 0), info("alive", 0));
-    store.heartbeat(&dead).await.unwrap();
-    store.heartbeat(&alive).await.unwrap();
+    store.consumers().heartbeat(&dead).await.unwrap();
+    store.consumers().heartbeat(&alive).await.unwrap();
     for (i, shard) in shards.iter().enumerate() {
         let owner = if i < 3 { &dead.id } else { &alive.id };
         store
-            .acquire_lease(shard, owner, term)
+            .leases()
+            .acquire(shard, owner, term)
             .await
             .unwrap()
             .unwrap();
@@ -80,26 +91,39 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
     for name in ["efo-a", "efo-b", "efo-c"] {
         let name = EfoName::new(name).unwrap();
         store
-            .register_efo(
+            .efo_consumers()
+            .register(
                 &name,
                 &format!("arn:aws:kinesis:us-east-1:0:stream/s/consumer/{name}:1"),
             )
             .await
             .unwrap();
     }
-    let dead_lock = store.get_or_lock_efo(&dead.id).await.unwrap().unwrap();
-    let alive_lock = store.get_or_lock_efo(&alive.id).await.unwrap().unwrap();
+    let dead_lock = store
+        .efo_consumers()
+        .get_or_lock(&dead.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let alive_lock = store
+        .efo_consumers()
+        .get_or_lock(&alive.id)
+        .await
+        .unwrap()
+        .unwrap();
     let ghost_lock = store
-        .get_or_lock_efo(&ConsumerId::new("ghost").unwrap())
+        .efo_consumers()
+        .get_or_lock(&ConsumerId::new("ghost").unwrap())
         .await
         .unwrap()
         .unwrap();
 
     ctx.clock.advance(Duration::from_secs(30));
-    store.heartbeat(&alive).await.unwrap();
+    store.consumers().heartbeat(&alive).await.unwrap();
     ctx.clock.advance(Duration::from_secs(15));
     let report = store
-        .clear_old_consumers(Duration::from_secs(40))
+        .consumers()
+        .clear_old(Duration::from_secs(40))
         .await
         .unwrap();
     assert_eq!(report.removed, vec![dead.id.clone()]);
@@ -113,22 +137,23 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
         "the dead consumer's and an unknown holder's locks"
     );
 
-    let consumers = store.list_consumers().await.unwrap();
+    let consumers = store.consumers().list().await.unwrap();
     assert_eq!(consumers.len(), 1);
     for shard in &shards[..3] {
-        assert_eq!(store.get_lease_owner(shard).await.unwrap(), None);
+        assert_eq!(store.leases().get_owner(shard).await.unwrap(), None);
     }
     assert_eq!(
-        store.get_lease_owner(&shards[3]).await.unwrap(),
+        store.leases().get_owner(&shards[3]).await.unwrap(),
         Some(alive.id.clone())
     );
-    let pool = store.list_efo().await.unwrap();
+    let pool = store.efo_consumers().list().await.unwrap();
     let held: Vec<_> = pool.iter().filter(|e| e.used_by.is_some()).collect();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].name, alive_lock.name);
     // Running it again changes nothing.
     let again = store
-        .clear_old_consumers(Duration::from_secs(40))
+        .consumers()
+        .clear_old(Duration::from_secs(40))
         .await
         .unwrap();
     assert!(
@@ -137,7 +162,7 @@ async fn clearing_old_consumers_releases_their_leases_and_efo_locks() {
             && again.efo_released.is_empty()
     );
     // A cleared consumer that comes back registers anew.
-    assert!(store.heartbeat(&dead).await.unwrap().registered);
+    assert!(store.consumers().heartbeat(&dead).await.unwrap().registered);
 }
 
 #[tokio::test]
@@ -145,10 +170,10 @@ async fn a_consumer_that_heartbeats_after_the_snapshot_is_not_removed() {
     let ctx = ctx().await;
     let store = ctx.store("late-beat");
     let me = info("slow", 0);
-    store.heartbeat(&me).await.unwrap();
-    let seen = store.get_consumer(&me.id).await.unwrap().unwrap();
+    store.consumers().heartbeat(&me).await.unwrap();
+    let seen = store.consumers().get(&me.id).await.unwrap().unwrap();
     ctx.clock.advance(Duration::from_secs(1));
-    store.heartbeat(&me).await.unwrap();
-    assert!(!store.remove_consumer_if_unchanged(&seen).await.unwrap());
-    assert!(store.get_consumer(&me.id).await.unwrap().is_some());
+    store.consumers().heartbeat(&me).await.unwrap();
+    assert!(!store.consumers().remove_if_unchanged(&seen).await.unwrap());
+    assert!(store.consumers().get(&me.id).await.unwrap().is_some());
 }

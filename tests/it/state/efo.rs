@@ -17,11 +17,16 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
     for i in 0..pool {
         let name = EfoName::new(format!("efo-{i}")).unwrap();
         assert!(store
-            .register_efo(&name, &format!("arn:efo:{i}"))
+            .efo_consumers()
+            .register(&name, &format!("arn:efo:{i}"))
             .await
             .unwrap());
         assert!(
-            !store.register_efo(&name, "arn:other").await.unwrap(),
+            !store
+                .efo_consumers()
+                .register(&name, "arn:other")
+                .await
+                .unwrap(),
             "registered once"
         );
     }
@@ -33,10 +38,14 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
         tasks.spawn(async move {
             let id = ConsumerId::new(format!("c{i}")).unwrap();
             store
+                .consumers()
                 .heartbeat(&ConsumerInfo::for_this_process(id.clone(), now))
                 .await
                 .unwrap();
-            (id.clone(), store.get_or_lock_efo(&id).await.unwrap())
+            (
+                id.clone(),
+                store.efo_consumers().get_or_lock(&id).await.unwrap(),
+            )
         });
     }
     let results = tasks.join_all().await;
@@ -49,7 +58,7 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
         "no enhanced consumer is shared: {locks:?}"
     );
     for (id, lock) in &results {
-        let state = store.get_consumer(id).await.unwrap().unwrap();
+        let state = store.consumers().get(id).await.unwrap().unwrap();
         assert_eq!(
             state.active,
             lock.is_some(),
@@ -59,23 +68,33 @@ async fn consumers_racing_for_enhanced_consumers_never_share_one() {
     // Asking again returns the same lock; releasing frees it for a waiting consumer.
     let (holder, lock) = results.iter().find(|(_, l)| l.is_some()).unwrap();
     assert_eq!(
-        store.get_or_lock_efo(holder).await.unwrap().as_ref(),
+        store
+            .efo_consumers()
+            .get_or_lock(holder)
+            .await
+            .unwrap()
+            .as_ref(),
         lock.as_ref()
     );
     let lock = lock.clone().unwrap();
-    assert!(store.release_efo(&lock).await.unwrap());
+    assert!(store.efo_consumers().release(&lock).await.unwrap());
     assert!(
-        store.release_efo(&lock).await.unwrap(),
+        store.efo_consumers().release(&lock).await.unwrap(),
         "a release applied again (a retry) reports the release"
     );
     let (waiter, _) = results.iter().find(|(_, l)| l.is_none()).unwrap();
-    let got = store.get_or_lock_efo(waiter).await.unwrap().unwrap();
+    let got = store
+        .efo_consumers()
+        .get_or_lock(waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.name, lock.name);
     assert!(
-        !store.release_efo(&lock).await.unwrap(),
+        !store.efo_consumers().release(&lock).await.unwrap(),
         "a stale lock can't release another consumer's"
     );
-    assert!(store.get_consumer(waiter).await.unwrap().unwrap().active);
+    assert!(store.consumers().get(waiter).await.unwrap().unwrap().active);
 }
 
 #[tokio::test]
@@ -83,43 +102,62 @@ async fn standalone_efo_checkpoints_are_fenced_by_the_lock() {
     let ctx = ctx().await;
     let store = ctx.store("efo-fence");
     let name = EfoName::new("efo-x").unwrap();
-    store.register_efo(&name, "arn:efo:x").await.unwrap();
+    store
+        .efo_consumers()
+        .register(&name, "arn:efo:x")
+        .await
+        .unwrap();
     let a = ConsumerId::new("a").unwrap();
-    let lock = store.get_or_lock_efo(&a).await.unwrap().unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&a)
+        .await
+        .unwrap()
+        .unwrap();
     let shard = ShardId::new("shardId-000000000001").unwrap();
     let cp = Checkpoint::after("12").unwrap();
     assert_eq!(
         store
-            .checkpoint_efo(&lock, &shard, &cp, None)
+            .checkpoints()
+            .save_efo(&lock, &shard, &cp, None)
             .await
             .unwrap(),
         CheckpointOutcome::Stored
     );
     assert!(matches!(
         store
-            .checkpoint_efo(&lock, &shard, &Checkpoint::after("11").unwrap(), None)
+            .checkpoints()
+            .save_efo(&lock, &shard, &Checkpoint::after("11").unwrap(), None)
             .await
             .unwrap(),
         CheckpointOutcome::Stale { .. }
     ));
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Efo(name.clone()), &shard)
+            .checkpoints()
+            .fetch(&ShardScope::Efo(name.clone()), &shard)
             .await
             .unwrap(),
         cp
     );
-    store.release_efo(&lock).await.unwrap();
+    store.efo_consumers().release(&lock).await.unwrap();
     let b = ConsumerId::new("b").unwrap();
-    store.get_or_lock_efo(&b).await.unwrap().unwrap();
+    store
+        .efo_consumers()
+        .get_or_lock(&b)
+        .await
+        .unwrap()
+        .unwrap();
     let err = store
-        .checkpoint_efo(&lock, &shard, &Checkpoint::after("13").unwrap(), None)
+        .checkpoints()
+        .save_efo(&lock, &shard, &Checkpoint::after("13").unwrap(), None)
         .await
         .unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Efo(name), &shard)
+            .checkpoints()
+            .fetch(&ShardScope::Efo(name), &shard)
             .await
             .unwrap(),
         cp
@@ -140,18 +178,25 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
     )
     .await;
     let busy = ConsumerId::new("busy").unwrap();
-    let held = store.get_or_lock_efo(&busy).await.unwrap().unwrap();
+    let held = store
+        .efo_consumers()
+        .get_or_lock(&busy)
+        .await
+        .unwrap()
+        .unwrap();
 
     // Not idle long enough yet: nothing goes.
     ctx.clock.advance(Duration::from_secs(60));
     let none = store
-        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .efo_consumers()
+        .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
     assert!(none.is_empty());
     ctx.clock.advance(Duration::from_secs(600));
     let gone = store
-        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .efo_consumers()
+        .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
     assert_eq!(
@@ -159,21 +204,22 @@ async fn idle_enhanced_consumers_are_deregistered_keeping_one() {
         3,
         "every idle one goes while one is in use: {gone:?}"
     );
-    let remaining = store.list_efo().await.unwrap();
+    let remaining = store.efo_consumers().list().await.unwrap();
     assert_eq!(remaining.len(), 1);
     assert_eq!(remaining[0].name, held.name);
     let on_kinesis = kinesis_consumers(&ctx.aws, &stream_arn).await;
     assert_eq!(on_kinesis, BTreeSet::from([held.name.to_string()]));
 
     // With none in use, the last idle one is kept.
-    store.release_efo(&held).await.unwrap();
+    store.efo_consumers().release(&held).await.unwrap();
     ctx.clock.advance(Duration::from_secs(3600));
     let last = store
-        .deregister_idle_efo(&ctx.aws.kinesis, Duration::from_secs(600))
+        .efo_consumers()
+        .deregister_idle(&ctx.aws.kinesis, Duration::from_secs(600))
         .await
         .unwrap();
     assert!(last.is_empty(), "the pool keeps at least one: {last:?}");
-    assert_eq!(store.list_efo().await.unwrap().len(), 1);
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -181,12 +227,16 @@ async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
     let ctx = ctx().await;
     let store = ctx.store("efo-deregister");
     let name = EfoName::new("gone").unwrap();
-    store.register_efo(&name, "arn:efo:gone").await.unwrap();
-    assert_eq!(store.list_efo().await.unwrap().len(), 1);
-    assert!(store.deregister_efo(&name).await.unwrap());
-    assert!(!store.deregister_efo(&name).await.unwrap());
-    assert!(store.list_efo().await.unwrap().is_empty());
-    let err = store.register_efo(&name, "").await.unwrap_err();
+    store
+        .efo_consumers()
+        .register(&name, "arn:efo:gone")
+        .await
+        .unwrap();
+    assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
+    assert!(store.efo_consumers().deregister(&name).await.unwrap());
+    assert!(!store.efo_consumers().deregister(&name).await.unwrap());
+    assert!(store.efo_consumers().list().await.unwrap().is_empty());
+    let err = store.efo_consumers().register(&name, "").await.unwrap_err();
     assert!(
         matches!(err, shardkeeper::state::StateError::Validation { .. }),
         "{err}"
@@ -213,6 +263,7 @@ async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
         .collect();
     for id in &ids {
         store
+            .consumers()
             .heartbeat(&ConsumerInfo::for_this_process(id.clone(), store.now()))
             .await
             .unwrap();
@@ -260,14 +311,19 @@ async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
     assert_eq!(on_kinesis.consumers().len(), 3, "registered once each");
     assert_eq!(waiting.len(), 3);
     for id in &waiting {
-        let state = store.get_consumer(id).await.unwrap().unwrap();
+        let state = store.consumers().get(id).await.unwrap().unwrap();
         assert!(!state.active, "{id} waits inactive, so it gets no leases");
     }
 
     // A released lock goes to a waiting consumer; nothing new is registered.
     let holder = ids.iter().find(|id| !waiting.contains(id)).unwrap();
-    let held = store.get_or_lock_efo(holder).await.unwrap().unwrap();
-    assert!(store.release_efo(&held).await.unwrap());
+    let held = store
+        .efo_consumers()
+        .get_or_lock(holder)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.efo_consumers().release(&held).await.unwrap());
     let next = lock_or_grow(&store, &ctx.aws.kinesis, &waiting[0], &pool)
         .await
         .unwrap()
@@ -275,7 +331,8 @@ async fn the_pool_grows_on_demand_to_its_size_and_never_past_it_when_racing() {
     assert_eq!(next.name, held.name);
     assert!(
         store
-            .get_consumer(&waiting[0])
+            .consumers()
+            .get(&waiting[0])
             .await
             .unwrap()
             .unwrap()
@@ -333,19 +390,24 @@ async fn a_retirement_cut_short_after_the_mark_is_finished_and_the_consumer_neve
         .kinesis
         .set_faults(crate::support::faulty::every_request_fails())
         .unwrap();
-    let cut = store.remove_idle_efo(&ctx.aws.kinesis, name, arn, 0).await;
+    let cut = store
+        .efo_consumers()
+        .remove_idle(&ctx.aws.kinesis, name, arn, 0)
+        .await;
     assert!(cut.is_err(), "{cut:?}");
-    let seen = store.list_efo().await.unwrap();
+    let seen = store.efo_consumers().list().await.unwrap();
     assert!(seen[0].retiring && !seen[1].retiring, "{seen:?}");
     // A retiring consumer is lent to nobody: the other one is locked.
     let lock = store
-        .get_or_lock_efo(&ConsumerId::new("c").unwrap())
+        .efo_consumers()
+        .get_or_lock(&ConsumerId::new("c").unwrap())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(lock.name, pool[1].0);
     assert!(store
-        .lock_efo(&seen[0], &ConsumerId::new("d").unwrap())
+        .efo_consumers()
+        .lock(&seen[0], &ConsumerId::new("d").unwrap())
         .await
         .unwrap()
         .is_none());
@@ -368,9 +430,18 @@ async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
     let ctx = ctx().await;
     let store = ctx.store("efo-deplete-fence");
     let name = EfoName::new("efo-d").unwrap();
-    store.register_efo(&name, "arn:efo:d").await.unwrap();
+    store
+        .efo_consumers()
+        .register(&name, "arn:efo:d")
+        .await
+        .unwrap();
     let a = ConsumerId::new("a").unwrap();
-    let lock = store.get_or_lock_efo(&a).await.unwrap().unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&a)
+        .await
+        .unwrap()
+        .unwrap();
     let info = ConsumerInfo::for_this_process(a.clone(), store.now());
     let mut reader =
         shardkeeper::consumer::StandaloneSession::new(store.clone(), ctx.aws.kinesis.clone(), info);
@@ -378,20 +449,23 @@ async fn a_standalone_efo_reader_that_lost_its_lock_never_marks_a_shard_done() {
     let shard = ShardId::new("shardId-000000000001").unwrap();
     let cp = Checkpoint::after("12").unwrap();
     store
-        .checkpoint_efo(&lock, &shard, &cp, None)
+        .checkpoints()
+        .save_efo(&lock, &shard, &cp, None)
         .await
         .unwrap();
     // The lock goes to another reader.
-    store.release_efo(&lock).await.unwrap();
+    store.efo_consumers().release(&lock).await.unwrap();
     store
-        .get_or_lock_efo(&ConsumerId::new("b").unwrap())
+        .efo_consumers()
+        .get_or_lock(&ConsumerId::new("b").unwrap())
         .await
         .unwrap()
         .unwrap();
     let err = reader.complete_shard(&shard, &[]).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
     let state = store
-        .get_shard(&ShardScope::Efo(name), &shard)
+        .shards()
+        .get(&ShardScope::Efo(name), &shard)
         .await
         .unwrap();
     assert!(!state.depleted);

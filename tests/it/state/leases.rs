@@ -1,10 +1,7 @@
 //! Shard leases on the real DynamoDB-compatible server: races, fencing, hand-off, expiry.
 
 use crate::support::common::{ctx, lease, seed_shards};
-use shardkeeper::state::{
-    Checkpoint, ConsumerId, Released, ShardScope, ShardSpec, StateError, TakeFrom,
-};
-use std::collections::BTreeSet;
+use shardkeeper::state::{Checkpoint, ConsumerId, Released, ShardScope, StateError, TakeFrom};
 use std::time::Duration;
 
 const TERM: Duration = Duration::from_secs(30);
@@ -25,12 +22,12 @@ async fn many_consumers_racing_for_one_lease_exactly_one_wins() {
             let shard = shard.clone();
             tasks.spawn(async move {
                 let me = cid(&format!("c{i}"));
-                store.acquire_lease(&shard, &me, TERM).await.unwrap()
+                store.leases().acquire(&shard, &me, TERM).await.unwrap()
             });
         }
         let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
         assert_eq!(winners.len(), 1, "winners for {shard}: {winners:?}");
-        let owner = store.get_lease_owner(shard).await.unwrap();
+        let owner = store.leases().get_owner(shard).await.unwrap();
         assert_eq!(owner.as_ref(), Some(&winners[0].owner));
         assert_eq!(winners[0].counter, 1);
     }
@@ -50,10 +47,14 @@ async fn a_consumer_whose_lease_was_taken_cannot_renew_checkpoint_or_release() {
 
     let cp = Checkpoint::after("100").unwrap();
     for err in [
-        store.renew_lease(&old, TERM).await.unwrap_err(),
-        store.checkpoint(&old, &cp, None).await.unwrap_err(),
-        store.release_lease(&old, TERM).await.unwrap_err(),
-        store.mark_depleted(&old, &[]).await.unwrap_err(),
+        store.leases().renew(&old, TERM).await.unwrap_err(),
+        store.checkpoints().save(&old, &cp, None).await.unwrap_err(),
+        store.leases().release(&old, TERM).await.unwrap_err(),
+        store
+            .checkpoints()
+            .mark_depleted(&old, &[])
+            .await
+            .unwrap_err(),
     ] {
         match &err {
             StateError::LeaseLost { shard_id, reason } => {
@@ -65,12 +66,17 @@ async fn a_consumer_whose_lease_was_taken_cannot_renew_checkpoint_or_release() {
     }
     // The new owner's work is untouched and it can go on.
     assert!(store
-        .fetch_checkpoint(&ShardScope::Group, &shard)
+        .checkpoints()
+        .fetch(&ShardScope::Group, &shard)
         .await
         .is_err());
-    store.checkpoint(&new, &cp, Some(5)).await.unwrap();
-    store.renew_lease(&new, TERM).await.unwrap();
-    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    store.checkpoints().save(&new, &cp, Some(5)).await.unwrap();
+    store.leases().renew(&new, TERM).await.unwrap();
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     assert_eq!(state.checkpoint, Some(cp));
     assert_eq!(state.checkpoint_arrival, Some(5));
 }
@@ -83,12 +89,13 @@ async fn a_live_lease_is_not_acquirable_until_it_expires() {
     let lease = lease(&store, &shard, "a").await;
     assert_eq!(lease.expires, ctx.clock_now() + 30_000);
     assert!(store
-        .acquire_lease(&shard, &cid("b"), TERM)
+        .leases()
+        .acquire(&shard, &cid("b"), TERM)
         .await
         .unwrap()
         .is_none());
     ctx.clock.advance(Duration::from_secs(20));
-    let renewed = store.renew_lease(&lease, TERM).await.unwrap();
+    let renewed = store.leases().renew(&lease, TERM).await.unwrap();
     assert!(renewed.claim.is_none());
     assert_eq!(
         renewed.lease.counter, lease.counter,
@@ -96,13 +103,15 @@ async fn a_live_lease_is_not_acquirable_until_it_expires() {
     );
     ctx.clock.advance(Duration::from_secs(20));
     assert!(store
-        .acquire_lease(&shard, &cid("b"), TERM)
+        .leases()
+        .acquire(&shard, &cid("b"), TERM)
         .await
         .unwrap()
         .is_none());
     ctx.clock.advance(Duration::from_secs(11));
     assert!(store
-        .acquire_lease(&shard, &cid("b"), TERM)
+        .leases()
+        .acquire(&shard, &cid("b"), TERM)
         .await
         .unwrap()
         .is_some());
@@ -116,43 +125,53 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
     let lease = lease(&store, &shard, "a").await;
     // Claims with a stale counter, by the owner itself, or twice are refused.
     assert!(!store
-        .claim_lease(&shard, &cid("b"), lease.counter + 1)
+        .leases()
+        .claim(&shard, &cid("b"), lease.counter + 1)
         .await
         .unwrap());
     assert!(!store
-        .claim_lease(&shard, &cid("a"), lease.counter)
+        .leases()
+        .claim(&shard, &cid("a"), lease.counter)
         .await
         .unwrap());
     assert!(store
-        .claim_lease(&shard, &cid("b"), lease.counter)
+        .leases()
+        .claim(&shard, &cid("b"), lease.counter)
         .await
         .unwrap());
     assert!(!store
-        .claim_lease(&shard, &cid("c"), lease.counter)
+        .leases()
+        .claim(&shard, &cid("c"), lease.counter)
         .await
         .unwrap());
 
-    let renewal = store.renew_lease(&lease, TERM).await.unwrap();
+    let renewal = store.leases().renew(&lease, TERM).await.unwrap();
     let claim = renewal.claim.expect("owner sees the claim");
     assert_eq!(claim.by, cid("b"));
     store
-        .checkpoint(&lease, &Checkpoint::after("7").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("7").unwrap(), None)
         .await
         .unwrap();
     assert_eq!(
-        store.release_lease(&lease, TERM).await.unwrap(),
+        store.leases().release(&lease, TERM).await.unwrap(),
         Released::HandedOff(cid("b"))
     );
-    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     assert_eq!(state.owner, Some(cid("b")));
     assert_eq!(state.counter, lease.counter + 1);
     assert!(state.claim.is_none());
     assert_eq!(state.checkpoint, Some(Checkpoint::after("7").unwrap()));
-    let owned = store.owned_shards(&cid("b")).await.unwrap();
+    let owned = store.leases().owned_shards(&cid("b")).await.unwrap();
     assert_eq!(owned.len(), 1);
     // The old owner is fenced out.
     assert!(store
-        .renew_lease(&lease, TERM)
+        .leases()
+        .renew(&lease, TERM)
         .await
         .unwrap_err()
         .is_lease_lost());
@@ -165,12 +184,14 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
     let shard = seed_shards(&store, 1).await.remove(0);
     let lease = lease(&store, &shard, "a").await;
     assert!(store
-        .claim_lease(&shard, &cid("b"), lease.counter)
+        .leases()
+        .claim(&shard, &cid("b"), lease.counter)
         .await
         .unwrap());
     // The owner never honours it: the rebalancer takes the lease by counter.
     assert!(store
-        .take_lease(
+        .leases()
+        .take(
             &shard,
             &cid("b"),
             &TakeFrom::Claimed {
@@ -183,7 +204,8 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
         .unwrap()
         .is_none());
     let taken = store
-        .take_lease(
+        .leases()
+        .take(
             &shard,
             &cid("b"),
             &TakeFrom::Claimed {
@@ -197,16 +219,17 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
         .unwrap();
     assert_eq!(taken.owner, cid("b"));
     assert!(store
-        .get_shard(&ShardScope::Group, &shard)
+        .shards()
+        .get(&ShardScope::Group, &shard)
         .await
         .unwrap()
         .claim
         .is_none());
     assert_eq!(
-        store.release_lease(&taken, TERM).await.unwrap(),
+        store.leases().release(&taken, TERM).await.unwrap(),
         Released::Free
     );
-    assert_eq!(store.get_lease_owner(&shard).await.unwrap(), None);
+    assert_eq!(store.leases().get_owner(&shard).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -217,130 +240,70 @@ async fn remove_owner_remove_shard_and_listing() {
     for (i, shard) in shards.iter().enumerate() {
         let owner = cid(if i % 2 == 0 { "even" } else { "odd" });
         store
-            .acquire_lease(shard, &owner, TERM)
+            .leases()
+            .acquire(shard, &owner, TERM)
             .await
             .unwrap()
             .unwrap();
     }
-    let workers = store.list_active_workers().await.unwrap();
+    let workers = store.leases().list_active_workers().await.unwrap();
     assert_eq!(workers[&cid("even")].len(), 3);
     assert_eq!(workers[&cid("odd")].len(), 2);
-    assert_eq!(store.owned_shards(&cid("odd")).await.unwrap().len(), 2);
+    assert_eq!(
+        store
+            .leases()
+            .owned_shards(&cid("odd"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     assert!(!store
-        .remove_lease_owner(&shards[0], &cid("odd"), None)
+        .leases()
+        .remove_owner(&shards[0], &cid("odd"), None)
         .await
         .unwrap());
     assert!(store
-        .remove_lease_owner(&shards[0], &cid("even"), None)
+        .leases()
+        .remove_owner(&shards[0], &cid("even"), None)
         .await
         .unwrap());
-    assert_eq!(store.get_lease_owner(&shards[0]).await.unwrap(), None);
+    assert_eq!(store.leases().get_owner(&shards[0]).await.unwrap(), None);
 
     assert!(store
-        .remove_shard(&ShardScope::Group, &shards[1])
+        .shards()
+        .remove(&ShardScope::Group, &shards[1])
         .await
         .unwrap());
     assert!(!store
-        .remove_shard(&ShardScope::Group, &shards[1])
+        .shards()
+        .remove(&ShardScope::Group, &shards[1])
         .await
         .unwrap());
     assert!(matches!(
-        store.get_lease_owner(&shards[1]).await,
+        store.leases().get_owner(&shards[1]).await,
         Err(StateError::NotFound { .. })
     ));
     // A lease stays in its owner's name past its stored expiry (a consumer
     // takes up what it was given whatever the clocks say), but its owner is
     // no longer listed as an active worker.
     ctx.clock.advance(TERM * 2);
-    assert_eq!(store.owned_shards(&cid("even")).await.unwrap().len(), 2);
-    assert!(store.list_active_workers().await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn children_are_not_leasable_until_every_parent_is_depleted() {
-    let ctx = ctx().await;
-    let store = ctx.store("parents");
-    let group = ShardScope::Group;
-    for p in ["shardId-p1", "shardId-p2"] {
-        store
-            .ensure_shard(&group, &ShardSpec::new(p).unwrap())
-            .await
-            .unwrap();
-    }
-    let mut child = ShardSpec::new("shardId-child")
-        .unwrap()
-        .with_parents(&["shardId-p1", "shardId-p2"])
-        .unwrap();
-    child.starting_sequence = Some("500".parse().unwrap());
-    store.ensure_shard(&group, &child).await.unwrap();
-    let state = store.get_shard(&group, &child.shard_id).await.unwrap();
-    let pending: BTreeSet<_> = state.pending_parents.iter().map(|p| p.as_str()).collect();
-    assert_eq!(pending, BTreeSet::from(["shardId-p1", "shardId-p2"]));
-    assert!(store
-        .acquire_lease(&child.shard_id, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .is_none());
-
-    let p1 = store
-        .acquire_lease(&"shardId-p1".try_into().unwrap(), &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
-    store
-        .checkpoint(&p1, &Checkpoint::after("499").unwrap(), None)
-        .await
-        .unwrap();
-    let done = store
-        .mark_depleted(&p1, std::slice::from_ref(&child))
-        .await
-        .unwrap();
-    assert_eq!(done.children, vec![child.shard_id.clone()]);
-    // Still blocked on p2, which never had a checkpoint.
-    assert!(store
-        .acquire_lease(&child.shard_id, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .is_none());
-    let p2 = store
-        .acquire_lease(&"shardId-p2".try_into().unwrap(), &cid("a"), TERM)
-        .await
-        .unwrap()
-        .unwrap();
-    store
-        .mark_depleted(&p2, std::slice::from_ref(&child))
-        .await
-        .unwrap();
-    // Repeating it is harmless; the depleted parent can't be leased again.
-    store
-        .mark_depleted(&p2, std::slice::from_ref(&child))
-        .await
-        .unwrap();
-    assert!(store
-        .acquire_lease(&p2.shard_id, &cid("a"), TERM)
-        .await
-        .unwrap()
-        .is_none());
-
-    let lease = store
-        .acquire_lease(&child.shard_id, &cid("a"), TERM)
-        .await
-        .unwrap();
-    assert!(
-        lease.is_some(),
-        "child leasable once both parents are depleted"
-    );
-    let state = store.get_shard(&group, &child.shard_id).await.unwrap();
     assert_eq!(
-        state.checkpoint,
-        Some(Checkpoint::AtSequence("500".parse().unwrap())),
-        "child starts at its starting sequence number because p1 had a checkpoint"
+        store
+            .leases()
+            .owned_shards(&cid("even"))
+            .await
+            .unwrap()
+            .len(),
+        2
     );
-    let parent = store.get_shard(&group, &p1.shard_id).await.unwrap();
-    assert!(parent.depleted);
-    assert_eq!(parent.checkpoint, Some(Checkpoint::ShardEnd));
-    assert_eq!(parent.owner, None);
+    assert!(store
+        .leases()
+        .list_active_workers()
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +312,8 @@ async fn racing_assignments_on_the_same_counter_give_the_lease_once() {
     let store = ctx.store("take-race");
     let shard = seed_shards(&store, 1).await.remove(0);
     let seen = store
-        .get_shard(&ShardScope::Group, &shard)
+        .shards()
+        .get(&ShardScope::Group, &shard)
         .await
         .unwrap()
         .counter;
@@ -358,7 +322,8 @@ async fn racing_assignments_on_the_same_counter_give_the_lease_once() {
         let (store, shard) = (store.clone(), shard.clone());
         tasks.spawn(async move {
             store
-                .take_lease(
+                .leases()
+                .take(
                     &shard,
                     &cid(&format!("c{i}")),
                     &TakeFrom::Stale {
@@ -375,45 +340,9 @@ async fn racing_assignments_on_the_same_counter_give_the_lease_once() {
     let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
     assert_eq!(winners.len(), 1, "{winners:?}");
     assert_eq!(
-        store.get_lease_owner(&shard).await.unwrap(),
+        store.leases().get_owner(&shard).await.unwrap(),
         Some(winners[0].owner.clone())
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn discovery_racing_with_depletion_never_strands_a_child() {
-    let ctx = ctx().await;
-    let store = ctx.store("child-race");
-    let group = ShardScope::Group;
-    for round in 0..12 {
-        let parent = ShardSpec::new(&format!("shardId-p{round}")).unwrap();
-        store.ensure_shard(&group, &parent).await.unwrap();
-        let child = ShardSpec::new(&format!("shardId-c{round}"))
-            .unwrap()
-            .with_parents(&[parent.shard_id.as_str()])
-            .unwrap();
-        let lease = lease(&store, &parent.shard_id, "a").await;
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..6 {
-            let (store, child) = (store.clone(), child.clone());
-            tasks.spawn(async move {
-                store
-                    .ensure_shard(&ShardScope::Group, &child)
-                    .await
-                    .unwrap();
-            });
-        }
-        let (s, c) = (store.clone(), child.clone());
-        tasks.spawn(async move {
-            s.mark_depleted(&lease, std::slice::from_ref(&c))
-                .await
-                .unwrap();
-        });
-        tasks.join_all().await;
-        let state = store.get_shard(&group, &child.shard_id).await.unwrap();
-        assert!(state.pending_parents.is_empty(), "round {round}: {state:?}");
-        assert!(state.is_leasable());
-    }
 }
 
 #[tokio::test]
@@ -430,28 +359,33 @@ async fn a_consumer_whose_clock_runs_ahead_takes_leases_early_but_never_writes_o
     );
     let a = lease(&store, &shard, "a").await;
     store
-        .checkpoint(&a, &Checkpoint::after("10").unwrap(), None)
+        .checkpoints()
+        .save(&a, &Checkpoint::after("10").unwrap(), None)
         .await
         .unwrap();
     // To b, a's fresh lease has already expired: it takes it early.
     let b = skewed
-        .acquire_lease(&shard, &cid("b"), TERM)
+        .leases()
+        .acquire(&shard, &cid("b"), TERM)
         .await
         .unwrap()
         .expect("taken early by the skewed clock");
     // a is fenced at once: its next write fails, and b's state stands.
     let err = store
-        .checkpoint(&a, &Checkpoint::after("20").unwrap(), None)
+        .checkpoints()
+        .save(&a, &Checkpoint::after("20").unwrap(), None)
         .await
         .unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
     skewed
-        .checkpoint(&b, &Checkpoint::after("15").unwrap(), None)
+        .checkpoints()
+        .save(&b, &Checkpoint::after("15").unwrap(), None)
         .await
         .unwrap();
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Group, &shard)
+            .checkpoints()
+            .fetch(&ShardScope::Group, &shard)
             .await
             .unwrap(),
         Checkpoint::after("15").unwrap()

@@ -39,28 +39,35 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
     // Take: applied, answer lost, retried.
     faulty.dynamodb.lose_next_responses(1);
     let lease = store
-        .take_lease(&shard, &cid("a"), &free(0), Some("token-a"), TERM)
+        .leases()
+        .take(&shard, &cid("a"), &free(0), Some("token-a"), TERM)
         .await
         .unwrap()
         .expect("the retry recognises the take it made");
     assert_eq!((lease.owner.clone(), lease.counter), (cid("a"), 1));
     assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
     store
-        .checkpoint(&lease, &Checkpoint::after("10").unwrap(), None)
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("10").unwrap(), None)
         .await
         .expect("the lease the retry reported is the one stored");
 
     // Hand-off to a claimant: applied, answer lost, retried.
-    assert!(store.claim_lease(&shard, &cid("b"), 1).await.unwrap());
+    assert!(store.leases().claim(&shard, &cid("b"), 1).await.unwrap());
     faulty.dynamodb.lose_next_responses(2);
-    let released = store.release_lease(&lease, TERM).await.unwrap();
+    let released = store.leases().release(&lease, TERM).await.unwrap();
     assert_eq!(released, Released::HandedOff(cid("b")));
-    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     assert_eq!((state.owner, state.counter), (Some(cid("b")), 2));
 
     // Plain release: applied, answer lost, retried.
     let b = store
-        .take_lease(
+        .leases()
+        .take(
             &shard,
             &cid("b"),
             &TakeFrom::Named { counter: 2 },
@@ -71,8 +78,15 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
         .unwrap()
         .unwrap();
     faulty.dynamodb.lose_next_responses(1);
-    assert_eq!(store.release_lease(&b, TERM).await.unwrap(), Released::Free);
-    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    assert_eq!(
+        store.leases().release(&b, TERM).await.unwrap(),
+        Released::Free
+    );
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     assert_eq!((state.owner, state.counter), (None, 4));
 }
 
@@ -82,14 +96,16 @@ async fn a_take_by_another_process_under_the_same_id_is_not_mistaken_for_ones_ow
     let shard = seed_shards(&store, 1).await.remove(0);
     // The older process took the shard at counter 0.
     store
-        .take_lease(&shard, &cid("a"), &free(0), Some("old-process"), TERM)
+        .leases()
+        .take(&shard, &cid("a"), &free(0), Some("old-process"), TERM)
         .await
         .unwrap()
         .unwrap();
     // The newer one, deciding on the same counter, must not read the older
     // one's take as its own (same id, next counter): only its token tells.
     let mine = store
-        .take_lease(&shard, &cid("a"), &free(0), Some("new-process"), TERM)
+        .leases()
+        .take(&shard, &cid("a"), &free(0), Some("new-process"), TERM)
         .await
         .unwrap();
     assert_eq!(mine, None);
@@ -100,25 +116,32 @@ async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
     let (faulty, store) = setup("lost-efo").await;
     let name = EfoName::new("pool-00").unwrap();
     assert!(store
-        .register_efo(
+        .efo_consumers()
+        .register(
             &name,
             "arn:aws:kinesis:us-east-1:1:stream/s/consumer/pool-00:1"
         )
         .await
         .unwrap());
-    let efo = store.list_efo().await.unwrap().remove(0);
+    let efo = store.efo_consumers().list().await.unwrap().remove(0);
     faulty.dynamodb.lose_next_responses(1);
     let lock = store
-        .lock_efo(&efo, &cid("a"))
+        .efo_consumers()
+        .lock(&efo, &cid("a"))
         .await
         .unwrap()
         .expect("the retry recognises the lock it took");
     assert_eq!(lock.lock_counter, efo.lock_counter + 1);
     // Another consumer deciding on the same state does not get it.
-    assert!(store.lock_efo(&efo, &cid("b")).await.unwrap().is_none());
+    assert!(store
+        .efo_consumers()
+        .lock(&efo, &cid("b"))
+        .await
+        .unwrap()
+        .is_none());
     faulty.dynamodb.lose_next_responses(1);
-    assert!(store.release_efo(&lock).await.unwrap());
-    let pool = store.list_efo().await.unwrap();
+    assert!(store.efo_consumers().release(&lock).await.unwrap());
+    let pool = store.efo_consumers().list().await.unwrap();
     assert_eq!(pool[0].used_by, None);
 }
 
@@ -127,21 +150,24 @@ async fn a_retried_heartbeat_that_registered_still_reports_the_registration() {
     let (faulty, store) = setup("lost-beat").await;
     let me = ConsumerInfo::for_this_process(cid("a"), store.now());
     let first = store
+        .consumers()
         .heartbeat_as(&me, "token-a", true, &Default::default())
         .await
         .unwrap();
     assert!(first.registered);
     // The reaper removes the consumer; its next heartbeat re-registers it,
     // but the answer is lost and the retry finds the consumer registered.
-    assert!(store.deregister_consumer(&me.id).await.unwrap());
+    assert!(store.consumers().deregister(&me.id).await.unwrap());
     faulty.dynamodb.lose_next_responses(1);
     let beat = store
+        .consumers()
         .heartbeat_as(&me, "token-a", false, &Default::default())
         .await
         .unwrap();
     // The registration's identity shows what happened.
     assert_ne!(beat.incarnation, first.incarnation, "{beat:?}");
     let again = store
+        .consumers()
         .heartbeat_as(&me, "token-a", false, &Default::default())
         .await
         .unwrap();
@@ -156,11 +182,13 @@ async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() 
     let mut session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, TERM);
     session.tick(|_| None).await.unwrap();
     store
-        .take_lease(&shard, &cid("a"), &free(0), None, TERM)
+        .leases()
+        .take(&shard, &cid("a"), &free(0), None, TERM)
         .await
         .unwrap()
         .unwrap();
     assert!(store
+        .consumers()
         .notify_assigned(&cid("a"), std::slice::from_ref(&shard))
         .await
         .unwrap());
@@ -180,7 +208,11 @@ async fn a_depletion_that_fails_transiently_keeps_the_lease_and_is_made_again() 
     // Made again: depletion is idempotent.
     session.complete_shard(&shard, &[]).await.unwrap();
     assert!(session.lease(&shard).is_none());
-    let state = store.get_shard(&ShardScope::Group, &shard).await.unwrap();
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
     assert!(state.depleted && state.owner.is_none());
 }
 
@@ -191,7 +223,8 @@ async fn a_session_tick_that_fails_part_way_reports_the_leases_it_took_at_the_ne
     // Both shards are given to "a" (as the rebalancer does).
     for shard in &shards {
         store
-            .take_lease(shard, &cid("a"), &free(0), None, TERM)
+            .leases()
+            .take(shard, &cid("a"), &free(0), None, TERM)
             .await
             .unwrap()
             .unwrap();
@@ -221,7 +254,8 @@ async fn a_hand_over_that_fails_part_way_reports_the_shard_lost_so_it_is_read_no
     let (faulty, store) = setup("hand-over-fails").await;
     let shard = seed_shards(&store, 1).await.remove(0);
     store
-        .take_lease(&shard, &cid("a"), &free(0), None, TERM)
+        .leases()
+        .take(&shard, &cid("a"), &free(0), None, TERM)
         .await
         .unwrap()
         .unwrap();
@@ -230,11 +264,16 @@ async fn a_hand_over_that_fails_part_way_reports_the_shard_lost_so_it_is_read_no
     let tick = session.tick(|_| None).await.unwrap();
     assert_eq!(tick.gained, vec![shard.clone()]);
     let counter = store
-        .get_shard(&ShardScope::Group, &shard)
+        .shards()
+        .get(&ShardScope::Group, &shard)
         .await
         .unwrap()
         .counter;
-    assert!(store.claim_lease(&shard, &cid("b"), counter).await.unwrap());
+    assert!(store
+        .leases()
+        .claim(&shard, &cid("b"), counter)
+        .await
+        .unwrap());
     // The heartbeat and the renewal (which finds the claim) go through; the
     // hand-over's checkpoint fails past the retries.
     faulty.dynamodb.lose_responses_after(2, 10);

@@ -8,6 +8,7 @@ mod consumers;
 mod efo;
 mod leases;
 mod lost_responses;
+mod parents;
 mod positions;
 mod scale;
 mod stream;

@@ -22,8 +22,8 @@ async fn shard_positions_are_saved_restored_and_removed() {
     let store = ctx.store(&table);
     let start =
         StoredShardPosition::new(&stream_arn, &shard_id, "TRIM_HORIZON", None, None).unwrap();
-    store.save_position(&start).await.unwrap();
-    let loaded = store.load_positions().await.unwrap();
+    store.positions().save(&start).await.unwrap();
+    let loaded = store.positions().load().await.unwrap();
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].iterator_type, "TRIM_HORIZON");
     assert_eq!(loaded[0].stream_arn, stream_arn);
@@ -36,8 +36,8 @@ async fn shard_positions_are_saved_restored_and_removed() {
         Some("shardId-parent"),
     )
     .unwrap();
-    store.save_position(&moved).await.unwrap();
-    let loaded = store.load_positions().await.unwrap();
+    store.positions().save(&moved).await.unwrap();
+    let loaded = store.positions().load().await.unwrap();
     assert_eq!(loaded[0].sequence_number.as_ref().unwrap().as_str(), "42");
     assert_eq!(
         loaded[0].parent_shard_id.as_ref().unwrap().as_str(),
@@ -45,20 +45,20 @@ async fn shard_positions_are_saved_restored_and_removed() {
     );
     // Seeking back to a time-based start replaces the position and drops the sequence number.
     store
-        .save_position(
-            &StoredShardPosition::new(&stream_arn, &shard_id, "LATEST", None, None).unwrap(),
-        )
+        .positions()
+        .save(&StoredShardPosition::new(&stream_arn, &shard_id, "LATEST", None, None).unwrap())
         .await
         .unwrap();
-    let loaded = store.load_positions().await.unwrap();
+    let loaded = store.positions().load().await.unwrap();
     assert_eq!(loaded[0].iterator_type, "LATEST");
     assert!(loaded[0].sequence_number.is_none() && loaded[0].parent_shard_id.is_none());
 
     assert!(store
-        .remove_position(&ShardId::new(&shard_id).unwrap())
+        .positions()
+        .remove(&ShardId::new(&shard_id).unwrap())
         .await
         .unwrap());
-    assert!(store.load_positions().await.unwrap().is_empty());
+    assert!(store.positions().load().await.unwrap().is_empty());
 
     for (iter, seq) in [
         ("AT_TIMESTAMP", None),

@@ -16,7 +16,11 @@ async fn a_group_of_ten_thousand_shards_reads_back_whole() {
         tasks.spawn(async move {
             for i in (w..count).step_by(workers) {
                 let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
-                store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+                store
+                    .shards()
+                    .ensure(&ShardScope::Group, &spec)
+                    .await
+                    .unwrap();
             }
         });
     }
@@ -24,7 +28,8 @@ async fn a_group_of_ten_thousand_shards_reads_back_whole() {
     let me = ConsumerId::new("w").unwrap();
     let last = "shardId-000000009999".try_into().unwrap();
     store
-        .acquire_lease(&last, &me, Duration::from_secs(10))
+        .leases()
+        .acquire(&last, &me, Duration::from_secs(10))
         .await
         .unwrap()
         .unwrap();
@@ -44,5 +49,5 @@ async fn a_group_of_ten_thousand_shards_reads_back_whole() {
         .collect();
     ids.dedup();
     assert_eq!(ids.len(), count);
-    assert_eq!(store.owned_shards(&me).await.unwrap().len(), 1);
+    assert_eq!(store.leases().owned_shards(&me).await.unwrap().len(), 1);
 }

@@ -36,6 +36,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     seed_shards(&store, 3).await;
     let me = ConsumerId::new("c").unwrap();
     store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me, 0))
         .await
         .unwrap();
@@ -86,8 +87,8 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     let other = store.clone();
     let arn = Some(again.arn.as_str());
     let (a, b) = tokio::join!(
-        store.init_stream(recreated, arn),
-        other.init_stream(recreated, arn)
+        store.stream_item().init(recreated, arn),
+        other.stream_item().init(recreated, arn)
     );
     let outcomes = [a.unwrap(), b.unwrap()];
     let resets: Vec<_> = outcomes
@@ -130,14 +131,14 @@ async fn unknown_stream_is_a_typed_not_found() {
 async fn state_of_a_newer_schema_is_refused_at_start() {
     let ctx = ctx().await;
     let store = ctx.store("schema-check");
-    store.init_stream(1_000, None).await.unwrap();
+    store.stream_item().init(1_000, None).await.unwrap();
     ctx.aws
         .dynamodb
         .update_item()
         .table_name(&ctx.table)
         .key(
             "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(store.partition_key().to_owned()),
+            aws_sdk_dynamodb::types::AttributeValue::S(store.layout().partition_key().to_owned()),
         )
         .key(
             "sk",
@@ -152,7 +153,7 @@ async fn state_of_a_newer_schema_is_refused_at_start() {
         .send()
         .await
         .unwrap();
-    let err = store.init_stream(1_000, None).await.unwrap_err();
+    let err = store.stream_item().init(1_000, None).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -177,11 +178,15 @@ async fn state_of_a_same_named_stream_elsewhere_is_refused_and_kept() {
     let theirs = "arn:aws:kinesis:eu-west-1:222222222222:stream/arn-check";
     let store = ctx.store("arn-check");
     assert_eq!(
-        store.init_stream(1_000, Some(ours)).await.unwrap(),
+        store.stream_item().init(1_000, Some(ours)).await.unwrap(),
         StreamInit::Created
     );
     seed_shards(&store, 2).await;
-    let err = store.init_stream(2_000, Some(theirs)).await.unwrap_err();
+    let err = store
+        .stream_item()
+        .init(2_000, Some(theirs))
+        .await
+        .unwrap_err();
     match &err {
         StateError::OtherStream { recorded, found } => {
             assert_eq!((recorded.as_str(), found.as_str()), (ours, theirs));
@@ -198,22 +203,32 @@ async fn state_of_a_same_named_stream_elsewhere_is_refused_and_kept() {
     assert_eq!(snapshot.shards.len(), 2, "nothing deleted");
     // A start that does not know the ARN (a processor) goes on as before.
     assert_eq!(
-        store.init_stream(1_000, None).await.unwrap(),
+        store.stream_item().init(1_000, None).await.unwrap(),
         StreamInit::Existing
     );
 
     // State recorded before ARNs were gets the ARN of its next start, and
     // is then told apart in the same way.
     let older = ctx.store("arn-later");
-    older.init_stream(1_000, None).await.unwrap();
+    older.stream_item().init(1_000, None).await.unwrap();
     assert_eq!(
-        older.init_stream(1_000, Some(ours)).await.unwrap(),
+        older.stream_item().init(1_000, Some(ours)).await.unwrap(),
         StreamInit::Existing
     );
-    let recorded = older.stream_state().await.unwrap().unwrap().stream_arn;
+    let recorded = older
+        .stream_item()
+        .state()
+        .await
+        .unwrap()
+        .unwrap()
+        .stream_arn;
     assert_eq!(recorded.as_deref(), Some(ours));
     assert!(matches!(
-        older.init_stream(1_000, Some(theirs)).await.unwrap_err(),
+        older
+            .stream_item()
+            .init(1_000, Some(theirs))
+            .await
+            .unwrap_err(),
         StateError::OtherStream { .. }
     ));
 }

@@ -27,9 +27,9 @@ async fn creates_the_table_once_encrypted_with_ttl_and_tags() {
         tags: tags.clone(),
         ..fast()
     };
-    let first = store.ensure_table(&options).await.unwrap();
+    let first = store.table().ensure(&options).await.unwrap();
     assert!(first.created);
-    let second = store.ensure_table(&options).await.unwrap();
+    let second = store.table().ensure(&options).await.unwrap();
     assert!(!second.created);
     assert!(second.tags_set.is_empty(), "tags were already there");
     assert_eq!(first.arn, second.arn);
@@ -72,7 +72,7 @@ async fn creates_the_table_once_encrypted_with_ttl_and_tags() {
         ]),
         ..fast()
     };
-    let third = store.ensure_table(&more).await.unwrap();
+    let third = store.table().ensure(&more).await.unwrap();
     assert_eq!(third.tags_set, vec!["env".to_owned()]);
     let listed = ctx
         .aws
@@ -102,7 +102,7 @@ async fn provisioned_billing_on_request() {
         billing: Billing::Provisioned { read: 5, write: 7 },
         ..fast()
     };
-    store.ensure_table(&options).await.unwrap();
+    store.table().ensure(&options).await.unwrap();
     let desc = ctx
         .aws
         .dynamodb
@@ -125,7 +125,7 @@ async fn a_table_with_another_schema_is_refused() {
         ctx.aws.dynamodb.clone(),
         StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),
     );
-    let err = store.ensure_table(&fast()).await.unwrap_err();
+    let err = store.table().ensure(&fast()).await.unwrap_err();
     match err {
         StateError::WrongTableSchema { table: t, reason } => {
             assert_eq!(t, table);
@@ -197,7 +197,7 @@ async fn throttling_is_retried_with_backoff_then_reported_as_throttled() {
         client.clone(),
         StoreConfig::new("g", "s").unwrap().retry(retry),
     );
-    let err = store.list_consumers().await.unwrap_err();
+    let err = store.consumers().list().await.unwrap_err();
     match &err {
         StateError::Throttled {
             service,
@@ -226,7 +226,7 @@ async fn throttling_is_retried_with_backoff_then_reported_as_throttled() {
             .build(),
     );
     let store = StateStore::new(client, StoreConfig::new("g", "s").unwrap().retry(retry));
-    match store.list_consumers().await.unwrap_err() {
+    match store.consumers().list().await.unwrap_err() {
         StateError::Sdk {
             code, operation, ..
         } => {
@@ -242,11 +242,11 @@ async fn throttling_is_retried_with_backoff_then_reported_as_throttled() {
 async fn a_stopped_store_refuses_calls() {
     let ctx = ctx().await;
     let store = ctx.store("stopped");
-    store.list_consumers().await.unwrap();
+    store.consumers().list().await.unwrap();
     store.stop();
     assert!(store.is_stopped());
     assert!(matches!(
-        store.list_consumers().await,
+        store.consumers().list().await,
         Err(StateError::Stopped)
     ));
 }
@@ -263,6 +263,7 @@ async fn a_missing_table_is_an_error_naming_the_aws_code() {
     );
     let me = shardkeeper::state::ConsumerId::new("c").unwrap();
     let err = store
+        .consumers()
         .heartbeat(&shardkeeper::state::ConsumerInfo::for_this_process(
             me,
             store.now(),
@@ -275,9 +276,10 @@ async fn a_missing_table_is_an_error_naming_the_aws_code() {
         }
         other => panic!("expected an SDK error, got {other:?}"),
     }
-    // `ensure_table` (what every function runs at init) creates it.
-    store.ensure_table(&fast()).await.unwrap();
+    // `table().ensure` (what every function runs at init) creates it.
+    store.table().ensure(&fast()).await.unwrap();
     store
+        .consumers()
         .heartbeat(&shardkeeper::state::ConsumerInfo::for_this_process(
             shardkeeper::state::ConsumerId::new("c").unwrap(),
             store.now(),

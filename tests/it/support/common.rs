@@ -37,7 +37,8 @@ pub async fn ctx() -> Ctx {
                 .unwrap();
             let clients = test_clients().await.expect("test servers");
             StateStore::new(clients.dynamodb.clone(), config)
-                .ensure_table(&TableOptions {
+                .table()
+                .ensure(&TableOptions {
                     poll_interval: Duration::from_millis(50),
                     ..TableOptions::default()
                 })
@@ -100,7 +101,11 @@ pub async fn seed_shards(store: &StateStore, count: usize) -> Vec<ShardId> {
     let mut ids = Vec::with_capacity(count);
     for i in 0..count {
         let spec = ShardSpec::new(&format!("shardId-{i:012}")).unwrap();
-        store.ensure_shard(&ShardScope::Group, &spec).await.unwrap();
+        store
+            .shards()
+            .ensure(&ShardScope::Group, &spec)
+            .await
+            .unwrap();
         ids.push(spec.shard_id);
     }
     ids
@@ -226,7 +231,8 @@ pub async fn create_stream_table(aws: &AwsClients) -> (String, String) {
 /// Acquires a lease the test expects to be free.
 pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
     store
-        .acquire_lease(
+        .leases()
+        .acquire(
             shard,
             &ConsumerId::new(owner).unwrap(),
             Duration::from_secs(30),
@@ -340,7 +346,7 @@ pub async fn register_pool(
     for name in names {
         let arn = active_efo_consumer(aws, stream_arn, &name).await;
         let name = shardkeeper::state::EfoName::new(name).unwrap();
-        store.register_efo(&name, &arn).await.unwrap();
+        store.efo_consumers().register(&name, &arn).await.unwrap();
         pool.push((name, arn));
     }
     pool
@@ -349,7 +355,8 @@ pub async fn register_pool(
 /// The names in the group's EFO pool.
 pub async fn pool_names(store: &StateStore) -> Vec<shardkeeper::state::EfoName> {
     store
-        .list_efo()
+        .efo_consumers()
+        .list()
         .await
         .unwrap()
         .into_iter()

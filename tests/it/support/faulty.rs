@@ -70,7 +70,8 @@ impl Faulty {
                 .table(&ctx.table)
                 .unwrap(),
         )
-        .ensure_table(&TableOptions {
+        .table()
+        .ensure(&TableOptions {
             poll_interval: Duration::from_millis(50),
             ..TableOptions::default()
         })

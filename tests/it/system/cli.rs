@@ -35,12 +35,14 @@ async fn status_shows_consumers_leases_checkpoints_and_claims() {
     let shards = seed_shards(&store, 3).await;
     let me = ConsumerId::new("worker-a").unwrap();
     store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now()))
         .await
         .unwrap();
     let held = lease(&store, &shards[0], "worker-a").await;
     store
-        .checkpoint(
+        .checkpoints()
+        .save(
             &held,
             &Checkpoint::after("42").unwrap(),
             Some(store.now() - 5_000),
@@ -48,7 +50,8 @@ async fn status_shows_consumers_leases_checkpoints_and_claims() {
         .await
         .unwrap();
     assert!(store
-        .claim_lease(
+        .leases()
+        .claim(
             &shards[0],
             &ConsumerId::new("worker-b").unwrap(),
             held.counter
@@ -113,7 +116,8 @@ async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holde
     let shards = seed_shards(&store, 2).await;
     let held = lease(&store, &shards[0], "worker-a").await;
     store
-        .checkpoint(&held, &Checkpoint::after("900").unwrap(), None)
+        .checkpoints()
+        .save(&held, &Checkpoint::after("900").unwrap(), None)
         .await
         .unwrap();
 
@@ -127,7 +131,8 @@ async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holde
         other => panic!("{other:?}"),
     }
     let cp = store
-        .fetch_checkpoint(&ShardScope::Group, &shards[0])
+        .checkpoints()
+        .fetch(&ShardScope::Group, &shards[0])
         .await
         .unwrap();
     assert_eq!(cp, Checkpoint::after("900").unwrap(), "nothing was written");
@@ -148,7 +153,15 @@ async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holde
         asked.contains("reset 2 shard(s)") && asked.contains("ending the live leases"),
         "{asked}"
     );
-    assert_eq!(store.owned_shards(&held.owner).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .leases()
+            .owned_shards(&held.owner)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     // Forced: the checkpoint moves back and the holder can no longer write.
     let mut forced = reset_args(&store, "trim-horizon");
@@ -156,12 +169,14 @@ async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holde
     let out = commands::reset(&store, &forced, |_| true).await.unwrap();
     assert!(out.contains("reset: 2 shard(s)"), "{out}");
     let cp = store
-        .fetch_checkpoint(&ShardScope::Group, &shards[0])
+        .checkpoints()
+        .fetch(&ShardScope::Group, &shards[0])
         .await
         .unwrap();
     assert_eq!(cp, Checkpoint::TrimHorizon);
     let late = store
-        .checkpoint(&held, &Checkpoint::after("950").unwrap(), None)
+        .checkpoints()
+        .save(&held, &Checkpoint::after("950").unwrap(), None)
         .await
         .unwrap_err();
     assert!(matches!(late, StateError::LeaseLost { .. }), "{late:?}");
@@ -175,11 +190,13 @@ async fn reset_of_one_shard_and_its_bad_inputs() {
     for shard in &shards {
         let l = lease(&store, shard, "worker-a").await;
         store
-            .checkpoint(&l, &Checkpoint::after("500").unwrap(), None)
+            .checkpoints()
+            .save(&l, &Checkpoint::after("500").unwrap(), None)
             .await
             .unwrap();
         store
-            .release_lease(&l, Duration::from_secs(10))
+            .leases()
+            .release(&l, Duration::from_secs(10))
             .await
             .unwrap();
     }
@@ -192,14 +209,16 @@ async fn reset_of_one_shard_and_its_bad_inputs() {
     assert_eq!(json["reset"], serde_json::json!([shards[1].as_str()]));
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Group, &shards[1])
+            .checkpoints()
+            .fetch(&ShardScope::Group, &shards[1])
             .await
             .unwrap(),
         Checkpoint::AtTimestamp(1_795_255_200_000)
     );
     assert_eq!(
         store
-            .fetch_checkpoint(&ShardScope::Group, &shards[0])
+            .checkpoints()
+            .fetch(&ShardScope::Group, &shards[0])
             .await
             .unwrap(),
         Checkpoint::after("500").unwrap(),
@@ -208,7 +227,8 @@ async fn reset_of_one_shard_and_its_bad_inputs() {
     // A consumer resumes from the reset position and moves forward again.
     let l = lease(&store, &shards[1], "worker-b").await;
     store
-        .checkpoint(&l, &Checkpoint::after("7").unwrap(), None)
+        .checkpoints()
+        .save(&l, &Checkpoint::after("7").unwrap(), None)
         .await
         .unwrap();
 
@@ -311,7 +331,8 @@ async fn parked_lists_the_parked_records() {
         parked_at: store.now(),
     };
     store
-        .park_record(&record, Duration::from_secs(3600))
+        .record_state()
+        .park(&record, Duration::from_secs(3600))
         .await
         .unwrap();
     let text = commands::parked(&store, &args(false)).await.unwrap();
@@ -377,7 +398,7 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
             false,
         ),
     ] {
-        store.park_record(&record, Duration::from_secs(3600)).await.unwrap();
+        store.record_state().park(&record, Duration::from_secs(3600)).await.unwrap();
     }
     let text = commands::replay_parked(&store, &ctx.aws.kinesis, &args)
         .await
@@ -390,6 +411,7 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
     );
     assert!(text.contains("1 of 3 parked records replayed"), "{text}");
     let left: std::collections::BTreeSet<String> = store
+        .record_state()
         .list_parked()
         .await
         .unwrap()
@@ -438,7 +460,7 @@ async fn groups_lists_each_group_of_the_table_with_its_counts() {
         shardkeeper::state::ConsumerId::new("c1").unwrap(),
         store.now(),
     );
-    store.heartbeat(&me).await.unwrap();
+    store.consumers().heartbeat(&me).await.unwrap();
     let args = |json| shardkeeper_cli::args::GroupsArgs {
         table: ctx.table.clone(),
         conn: Default::default(),
@@ -487,6 +509,7 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
     let shards = seed_shards(&store, 30).await;
     let held = lease(&store, &shards[0], "worker-a").await;
     store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(
             ConsumerId::new("worker-a").unwrap(),
             store.now(),
@@ -507,7 +530,11 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
         matches!(&err, Error::SpreadRefused(why) if why.contains("worker-a")),
         "{err}"
     );
-    assert_eq!(store.buckets().await.unwrap().count(), 1, "nothing moved");
+    assert_eq!(
+        store.layout().buckets().await.unwrap().count(),
+        1,
+        "nothing moved"
+    );
 
     // Stopped: its heartbeat is older than the timeout.
     ctx.clock.advance(Duration::from_secs(11));
@@ -522,7 +549,7 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
     assert_eq!(snapshot.buckets.count(), 8);
     assert_eq!(snapshot.shards.len(), 30);
     assert_eq!(
-        store.get_lease_owner(&shards[0]).await.unwrap(),
+        store.leases().get_owner(&shards[0]).await.unwrap(),
         Some(held.owner)
     );
     let bad = shardkeeper_cli::args::SpreadArgs {

@@ -33,8 +33,13 @@ async fn file_backed_dynamodb_keeps_state_across_a_restart_on_fixed_ports() {
     );
     let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
-    store.ensure_table(&TableOptions::default()).await.unwrap();
     store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
+    store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me.clone(), 42))
         .await
         .unwrap();
@@ -44,10 +49,15 @@ async fn file_backed_dynamodb_keeps_state_across_a_restart_on_fixed_ports() {
     let servers = LocalServers::start(options).unwrap();
     let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
-    let report = store.ensure_table(&TableOptions::default()).await.unwrap();
+    let report = store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
     assert!(!report.created, "the table survived the restart");
     let back = store
-        .get_consumer(&me)
+        .consumers()
+        .get(&me)
         .await
         .unwrap()
         .expect("consumer survived");
@@ -69,23 +79,28 @@ async fn a_stopped_dynamodb_fails_calls_as_transient_and_comes_back_on_its_file(
     let endpoint = servers.dynamodb_endpoint();
     let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap());
-    store.ensure_table(&TableOptions::default()).await.unwrap();
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
     let me = ConsumerId::new("steady").unwrap();
     store
+        .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me.clone(), 7))
         .await
         .unwrap();
 
     servers.stop_dynamodb().unwrap();
     assert!(!servers.dynamodb_running());
-    let err = store.get_consumer(&me).await.unwrap_err();
+    let err = store.consumers().get(&me).await.unwrap_err();
     assert!(err.is_transient(), "no answer is transient: {err}");
     assert!(!err.is_lease_lost());
 
     servers.start_dynamodb().unwrap();
     assert_eq!(servers.dynamodb_endpoint(), endpoint, "the same port");
     // The same client, whose pooled connections died with the server.
-    let back = store.get_consumer(&me).await.unwrap().expect("kept");
+    let back = store.consumers().get(&me).await.unwrap().expect("kept");
     assert_eq!(back.info.started, 7);
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);

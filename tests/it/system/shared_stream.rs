@@ -97,7 +97,13 @@ async fn a_stream_another_account_shares_is_read_whole_by_its_arn() {
 
     // By ARN: a group polling, and a group reading with enhanced fan-out.
     let polling = start_group(&theirs, &ctx.table, &unique_name("poll"), &arn).await;
-    let recorded = polling.stream_state().await.unwrap().unwrap().stream_arn;
+    let recorded = polling
+        .stream_item()
+        .state()
+        .await
+        .unwrap()
+        .unwrap()
+        .stream_arn;
     assert_eq!(recorded.as_deref(), Some(arn.as_str()));
     check(
         &consume_all(&theirs, &polling, eager()).await,

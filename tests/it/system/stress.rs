@@ -454,7 +454,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     let pinned = Instant::now();
     loop {
         let shards = store
-            .list_shards(&ShardScope::Group)
+            .shards()
+            .list(&ShardScope::Group)
             .await
             .unwrap_or_default();
         if !shards.is_empty() && shards.iter().all(|s| s.checkpoint.is_some()) {

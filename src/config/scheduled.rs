@@ -1,0 +1,147 @@
+//! What the heartbeat-reaper and lease-rebalancer functions read at init:
+//! tick timing, lease and planner settings, the EFO pool, where new shards
+//! start, and the fleet of shard workers.
+
+use super::store::{buckets, store_config};
+use super::vars::*;
+use super::ConfigError;
+use crate::consumer::{EfoPool, InitialPosition, WorkerConfig, MAX_EFO_CONSUMERS};
+use crate::group::{FleetConfig, ReapConfig, RebalanceConfig};
+use crate::state::{Buckets, StoreConfig};
+use std::time::Duration;
+
+/// When the scheduled functions tick within one invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickTiming {
+    /// Time between tick starts.
+    pub tick: Duration,
+    /// Time kept free before the deadline: no tick starts later than deadline - margin - tick.
+    pub margin: Duration,
+}
+
+/// Everything the heartbeat-reaper and lease-rebalancer functions read at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledConfig {
+    /// Which state: table, group, stream.
+    pub store: StoreConfig,
+    /// Tick timing.
+    pub timing: TickTiming,
+    /// Lease term of assignments.
+    pub lease_term: Duration,
+    /// The rebalancer's planner settings.
+    pub rebalance: RebalanceConfig,
+    /// The reaper's planner settings.
+    pub reap: ReapConfig,
+    /// Enhanced fan-out consumers the shard workers share (0: they poll).
+    pub efo_pool_size: usize,
+    /// Where a shard worker starts a shard with no checkpoint.
+    pub initial_position: InitialPosition,
+    /// The bucket count a new group is laid out with; `None`: chosen from the
+    /// stream's open shards at start.
+    pub buckets: Option<Buckets>,
+    /// How long before its end a shard-worker invocation drains.
+    pub drain: Duration,
+    /// The shard-worker function the rebalancer starts workers of.
+    pub worker_function: Option<String>,
+    /// How the rebalancer sizes the fleet of shard workers.
+    pub fleet: FleetConfig,
+}
+
+/// Reads [`INITIAL_POSITION`] (unset: `TRIM_HORIZON`).
+fn initial_position(value: Option<String>) -> Result<InitialPosition, ConfigError> {
+    let Some(value) = value else {
+        return Ok(InitialPosition::TrimHorizon);
+    };
+    let text = value.trim();
+    let malformed = |reason: &str| ConfigError::Malformed {
+        var: INITIAL_POSITION,
+        value: value.clone(),
+        reason: reason.to_owned(),
+    };
+    match text {
+        "TRIM_HORIZON" => Ok(InitialPosition::TrimHorizon),
+        "LATEST" => Ok(InitialPosition::Latest),
+        _ => match text.strip_prefix("AT_TIMESTAMP:") {
+            Some(ms) => ms
+                .parse()
+                .map(InitialPosition::AtTimestamp)
+                .map_err(|_| malformed("AT_TIMESTAMP: needs epoch milliseconds")),
+            None => Err(malformed(
+                "one of TRIM_HORIZON, LATEST, AT_TIMESTAMP:<epoch ms>",
+            )),
+        },
+    }
+}
+
+impl ScheduledConfig {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `lookup` (variable name to value).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let vars = Vars(lookup);
+        let store = store_config(&vars)?;
+        let secs = Duration::from_secs;
+        let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
+        let lease_term = secs(vars.positive(LEASE_TERM_SECONDS, 10)?);
+        let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
+        let drain = secs(vars.number(DRAIN_SECONDS, 15)?);
+        Ok(ScheduledConfig {
+            store,
+            timing: TickTiming {
+                tick: secs(vars.positive(TICK_SECONDS, 5)?),
+                margin: Duration::from_millis(vars.number(DEADLINE_MARGIN_MS, 2000)?),
+            },
+            lease_term,
+            rebalance: RebalanceConfig {
+                lease_term,
+                heartbeat_timeout,
+                handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 10)?),
+                max_moves_per_tick: (moves > 0).then_some(moves as usize),
+            },
+            reap: ReapConfig {
+                heartbeat_timeout,
+                efo_idle_timeout: secs(vars.positive(EFO_IDLE_TIMEOUT_SECONDS, 900)?),
+                retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
+            },
+            initial_position: initial_position(vars.get(INITIAL_POSITION))?,
+            buckets: buckets(&vars)?,
+            drain,
+            worker_function: vars.get(WORKER_FUNCTION),
+            fleet: FleetConfig {
+                min_workers: vars.number(MIN_WORKERS, 1)? as usize,
+                max_workers: vars.positive(MAX_WORKERS, 64)? as usize,
+                shards_per_worker: vars.positive(SHARDS_PER_WORKER, 32)? as usize,
+                // The drain, a start, and room for ticks and a slow start.
+                lead: drain + Duration::from_secs(45),
+                heartbeat_timeout,
+                ..FleetConfig::default()
+            },
+            efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
+                n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
+                n => {
+                    return Err(ConfigError::Malformed {
+                        var: EFO_POOL_SIZE,
+                        value: n.to_string(),
+                        reason: format!("Kinesis allows at most {MAX_EFO_CONSUMERS} per stream"),
+                    })
+                }
+            },
+        })
+    }
+
+    /// The shard worker's settings: the defaults, reading with enhanced
+    /// fan-out from a pool named after the group (`:` becomes `-`, which
+    /// consumer names allow) when its size is not 0.
+    pub fn worker_config(&self) -> WorkerConfig {
+        let prefix = self.store.group.as_str().replace(':', "-");
+        WorkerConfig {
+            initial_position: self.initial_position,
+            enhanced_fan_out: (self.efo_pool_size > 0)
+                .then(|| EfoPool::new(&prefix, self.efo_pool_size)),
+            ..WorkerConfig::default()
+        }
+    }
+}

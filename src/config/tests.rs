@@ -1,0 +1,180 @@
+//! The configuration read from a map of variables: defaults, overrides,
+//! and errors that name the variable.
+
+use super::*;
+use crate::consumer::InitialPosition;
+use crate::state::Buckets;
+use std::collections::HashMap;
+use std::time::Duration;
+
+fn config(vars: &[(&str, &str)]) -> Result<ScheduledConfig, ConfigError> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ScheduledConfig::from_lookup(|k| map.get(k).cloned())
+}
+
+#[test]
+fn defaults_and_overrides() {
+    let c = config(&[(GROUP, "billing"), (STREAM, "orders")]).unwrap();
+    assert_eq!(c.store.table, "shardkeeper-state");
+    assert_eq!(c.timing.tick, Duration::from_secs(5));
+    assert_eq!(c.lease_term, Duration::from_secs(10));
+    assert_eq!(c.rebalance.max_moves_per_tick, None);
+    assert_eq!(c.reap.retention, Duration::from_secs(86_400));
+    let c = config(&[
+        (GROUP, "billing"),
+        (STREAM, "orders"),
+        (TABLE, "my-state"),
+        (MAX_MOVES_PER_TICK, "2"),
+        (TICK_SECONDS, "10"),
+    ])
+    .unwrap();
+    assert_eq!(c.store.table, "my-state");
+    assert_eq!(c.rebalance.max_moves_per_tick, Some(2));
+    assert_eq!(c.timing.tick, Duration::from_secs(10));
+    assert!(
+        c.worker_config().enhanced_fan_out.is_none(),
+        "polls by default"
+    );
+}
+
+#[test]
+fn the_initial_position_is_read_and_checked() {
+    let base = [(GROUP, "billing"), (STREAM, "orders")];
+    let at = |v: &str| {
+        let mut vars = base.to_vec();
+        vars.push((INITIAL_POSITION, v));
+        config(&vars)
+    };
+    assert_eq!(
+        config(&base).unwrap().worker_config().initial_position,
+        InitialPosition::TrimHorizon
+    );
+    assert_eq!(
+        at("LATEST").unwrap().worker_config().initial_position,
+        InitialPosition::Latest
+    );
+    assert_eq!(
+        at("AT_TIMESTAMP:1700000000000").unwrap().initial_position,
+        InitialPosition::AtTimestamp(1_700_000_000_000)
+    );
+    for bad in ["latest", "AT_TIMESTAMP:soon", "NOW"] {
+        let err = at(bad).unwrap_err().to_string();
+        assert!(err.contains("SHARDKEEPER_INITIAL_POSITION"), "{err}");
+    }
+}
+
+#[test]
+fn the_efo_pool_size_turns_on_enhanced_fan_out_within_the_kinesis_limit() {
+    let c = config(&[(GROUP, "billing"), (STREAM, "orders"), (EFO_POOL_SIZE, "3")]).unwrap();
+    let pool = c.worker_config().enhanced_fan_out.unwrap();
+    assert_eq!((pool.prefix.as_str(), pool.size), ("billing", 3));
+    let err = config(&[
+        (GROUP, "billing"),
+        (STREAM, "orders"),
+        (EFO_POOL_SIZE, "21"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("SHARDKEEPER_EFO_POOL_SIZE") && err.contains("20"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_and_malformed_variables_are_named() {
+    assert_eq!(
+        config(&[(STREAM, "orders")]).unwrap_err(),
+        ConfigError::Missing { var: GROUP }
+    );
+    let err = config(&[(GROUP, "g"), (STREAM, "orders"), (TICK_SECONDS, "soon")]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("SHARDKEEPER_TICK_SECONDS=\"soon\""),
+        "{err}"
+    );
+    let err = config(&[(GROUP, "g"), (STREAM, "orders"), (LEASE_TERM_SECONDS, "0")]).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Malformed {
+            var: LEASE_TERM_SECONDS,
+            ..
+        }
+    ));
+    let err = config(&[(GROUP, "a#b"), (STREAM, "orders")]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Malformed { var: GROUP, .. }),
+        "{err}"
+    );
+    let err = config(&[(GROUP, "g"), (STREAM, "bad stream")]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Malformed { var: STREAM, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_stream_is_a_name_or_an_arn_of_the_functions_region() {
+    let arn = "arn:aws:kinesis:eu-west-1:210987654321:stream/orders";
+    let by_arn = config(&[(GROUP, "g"), (STREAM, arn), ("AWS_REGION", "eu-west-1")]).unwrap();
+    assert_eq!(by_arn.store.stream.arn().map(|a| a.as_str()), Some(arn));
+    assert_eq!(by_arn.store.stream.name().as_str(), "orders");
+    let by_name = config(&[(GROUP, "g"), (STREAM, "orders")]).unwrap();
+    assert_eq!(by_name.store.stream.arn(), None);
+    assert_eq!(
+        by_name.store.stream.name(),
+        by_arn.store.stream.name(),
+        "one state for both"
+    );
+    let elsewhere = config(&[(GROUP, "g"), (STREAM, arn), ("AWS_REGION", "us-east-1")]);
+    match elsewhere.unwrap_err() {
+        ConfigError::Malformed { var, reason, .. } => {
+            assert_eq!(var, STREAM);
+            assert!(
+                reason.contains("eu-west-1") && reason.contains("us-east-1"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+    let err = config(&[
+        (GROUP, "g"),
+        (STREAM, "arn:aws:kinesis:eu-west-1:42:stream/orders"),
+    ])
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Malformed { var: STREAM, reason, .. } if reason.contains("12 digits")),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_bucket_count_is_a_power_of_two_or_chosen_later() {
+    let base = [(GROUP, "g"), (STREAM, "orders")];
+    assert_eq!(config(&base).unwrap().buckets, None);
+    let set = config(&[base[0], base[1], (BUCKETS, "64")]).unwrap();
+    assert_eq!(set.buckets, Some(Buckets::new(64).unwrap()));
+    for bad in ["0", "48", "2048", "many"] {
+        let err = config(&[base[0], base[1], (BUCKETS, bad)]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Malformed { var: BUCKETS, .. }),
+            "{bad}: {err}"
+        );
+        assert!(err.to_string().contains("power of two"), "{err}");
+    }
+    let lookup = |vars: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let processors = processor_store_config(lookup(&[(GROUP, "g"), (STREAM, "orders")]));
+    assert_eq!(processors.unwrap().buckets.count(), PROCESSOR_BUCKETS);
+    let chosen =
+        processor_store_config(lookup(&[(GROUP, "g"), (STREAM, "orders"), (BUCKETS, "8")]));
+    assert_eq!(chosen.unwrap().buckets.count(), 8);
+}
