@@ -45,10 +45,8 @@ use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
-use shardkeeper::processing::{
-    changes, json, BatchProcessor, Change, DynamoDbProcessor, EventSource, KinesisProcessor,
-    RecordHandler, StreamRecord,
-};
+use shardkeeper::lambda::{BatchProcessor, DynamoDbProcessor, EventSource, KinesisProcessor};
+use shardkeeper::processing::{changes, json, Change, RecordHandler, StreamRecord};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 

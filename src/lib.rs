@@ -10,9 +10,11 @@
 //!
 //! * [`state`]: the state store (the `shardkeeper-state` crate): leases,
 //!   checkpoints, consumers, enhanced fan-out locks, one item per entity.
-//! * [`processing`]: the record-processing core and the event-source-mapped
-//!   processors ([`KinesisProcessor`], [`DynamoDbProcessor`]), with the
-//!   handler contract, typed payloads, parking and tumbling windows.
+//! * [`processing`]: the record-processing core, the handler contract,
+//!   typed payloads and DynamoDB changes, parking.
+//! * [`lambda`]: event source mappings: the processors
+//!   ([`KinesisProcessor`], [`DynamoDbProcessor`]) on the Lambda runtime,
+//!   event parsing, batch progress, tumbling windows.
 //! * [`pipeline`]: the shard pipeline every self-managed mode consumes a
 //!   shard with: a record source, the core, a checkpointer.
 //! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]):
@@ -45,12 +47,15 @@
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![recursion_limit = "256"]
 
 pub use shardkeeper_state as state;
 pub use state::StateStore;
 
 pub mod processing;
-pub use processing::{DynamoDbProcessor, KinesisProcessor};
+
+pub mod lambda;
+pub use lambda::{DynamoDbProcessor, KinesisProcessor};
 
 pub mod pipeline;
 

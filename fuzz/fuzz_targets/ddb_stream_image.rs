@@ -19,10 +19,8 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
 use serde_json::Value;
-use shardkeeper::processing::{
-    changes, from_image_json, Change, DynamoDbProcessor, FailureMode, HandlerError,
-    ProcessingOptions, RecordError, StreamRecord,
-};
+use shardkeeper::lambda::DynamoDbProcessor;
+use shardkeeper::processing::{changes, from_image_json, Change, FailureMode, HandlerError, ProcessingOptions, RecordError, StreamRecord};
 use shardkeeper_fuzz::block_on;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

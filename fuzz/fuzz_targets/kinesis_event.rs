@@ -9,10 +9,8 @@
 
 use aws_lambda_events::time_window::TimeWindowProperties;
 use libfuzzer_sys::fuzz_target;
-use shardkeeper::processing::{
-    FailureMode, HandlerError, KinesisProcessor, KinesisWindowProcessor, ProcessingOptions,
-    RecordError, StreamRecord, STATE_KEY,
-};
+use shardkeeper::lambda::{KinesisProcessor, KinesisWindowProcessor, STATE_KEY};
+use shardkeeper::processing::{FailureMode, HandlerError, ProcessingOptions, RecordError, StreamRecord};
 use shardkeeper::state::SequenceNumber;
 use shardkeeper_fuzz::block_on;
 use std::sync::atomic::{AtomicU64, Ordering};

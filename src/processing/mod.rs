@@ -3,34 +3,27 @@
 //! and get the stream semantics from the processing [`Core`]: order,
 //! checkpoint de-duplication, bounded retries, parking, a stop-by instant,
 //! progress. Every mode runs the core: the event-source-mapped processors
-//! here ([`KinesisProcessor`], [`DynamoDbProcessor`], which also
-//! de-aggregate KPL records), the shard worker
-//! ([`crate::consumer::ShardWorker`]) and the DynamoDB Streams reader
-//! ([`crate::ddb_streams::StreamReader`]); each supplies its units and a
-//! [`CheckpointSink`].
+//! ([`crate::lambda`]), the shard worker ([`crate::consumer::ShardWorker`])
+//! and the DynamoDB Streams reader ([`crate::ddb_streams::StreamReader`]);
+//! each supplies its units and a [`CheckpointSink`].
 //!
 //! - The core: `core` (the loop, and the batch in progress), `sink` (where a
 //!   mode keeps its positions, as the core sees it), `unit` (a record as the
 //!   core receives it, a record the DynamoDB Streams reader read handed over
 //!   decoded).
-//! - The user contract: `handler` (the trait, `json`), `change` (typed
-//!   DynamoDB changes), `change_text` (a change read from a record's JSON
-//!   text in one pass), `keys` (a changed item's keys), `image` (DynamoDB
-//!   images, as JSON text or SDK attribute values, decoded into a type),
-//!   `number` (its numbers, read exactly),
-//!   `record`, `outcome` (reports and record errors), `options`, `parking`.
-//! - Event source mappings: `processor` (the Lambda handler),
-//!   `batch_progress` (where a batch keeps its progress, per consumer),
-//!   `prefix` (the digests that say which records it covers), `runtime`
-//!   (the processor on the Lambda runtime API, each event read once from
-//!   its bytes), `source` (an event kind), `kinesis`, `dynamodb`, `window` (tumbling windows),
-//!   `scan` (the fields of event text found without parsing),
-//!   `scan_checked` (a DynamoDB Streams event's records found in the pass
-//!   that checks its JSON).
+//! - The user contract: `handler` (the trait, `json`), `record`, `outcome`
+//!   (reports and record errors), `options`, `parking`.
+//! - Typed DynamoDB changes: `change` (the type and its decoder), `keys` (a
+//!   changed item's keys), `change_text` (a change read from a record's
+//!   JSON text in one pass), `image` (DynamoDB images, as JSON text or SDK
+//!   attribute values, decoded into a type), `number` (their numbers, read
+//!   exactly), `scan` (the fields of JSON text found without parsing it, and
+//!   in the pass that checks it).
 //!
 //! ```no_run
 //! # #![recursion_limit = "256"]
-//! use shardkeeper::processing::{json, KinesisProcessor, StreamRecord};
+//! use shardkeeper::lambda::KinesisProcessor;
+//! use shardkeeper::processing::{json, StreamRecord};
 //! use shardkeeper::state::{StateStore, StoreConfig};
 //!
 //! #[derive(serde::Deserialize)]
@@ -52,43 +45,29 @@
 //! # }
 //! ```
 
-mod batch_progress;
-mod change;
+pub(crate) mod change;
 mod change_text;
-mod core;
-mod dynamodb;
-mod handler;
-mod image;
-mod keys;
-mod kinesis;
+pub(crate) mod core;
+pub(crate) mod handler;
+pub(crate) mod image;
+pub(crate) mod keys;
 mod number;
-mod options;
-mod outcome;
-mod parking;
-mod prefix;
-mod processor;
-mod record;
-mod runtime;
-mod scan;
-mod scan_checked;
-mod sink;
-mod source;
-mod unit;
-mod window;
+pub(crate) mod options;
+pub(crate) mod outcome;
+pub(crate) mod parking;
+pub(crate) mod record;
+pub(crate) mod scan;
+pub(crate) mod sink;
+pub(crate) mod unit;
 
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use core::Core;
 pub(crate) use core::Ran;
-pub use dynamodb::DynamoDbStreams;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use image::from_image_json;
 pub use keys::Keys;
-pub use kinesis::Kinesis;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
-pub use processor::{BatchProcessor, DynamoDbProcessor, KinesisProcessor};
 pub use record::StreamRecord;
 pub use sink::{CheckpointSink, NoCheckpoints};
-pub use source::{EventSource, EventUnits};
 pub use unit::Unit;
-pub use window::{KinesisWindowProcessor, WindowInfo, STATE_KEY};

@@ -10,7 +10,7 @@
 //!
 //! * `support`: set-up and helpers, no tests.
 //! * `state`: the state store (`shardkeeper-state`); `cargo test-state` runs these alone.
-//! * `processing`: the event-source-mapped processors and functions.
+//! * `lambda`: the event-source-mapped processors and functions.
 //! * `consumer`: the shard worker (polling, enhanced fan-out, resharding, a fake for reads).
 //! * `group`: the planners, the rebalancer and the reaper.
 //! * `ddb_streams`: the DynamoDB Streams reader and the replica.
@@ -22,6 +22,6 @@ mod support;
 mod consumer;
 mod ddb_streams;
 mod group;
-mod processing;
+mod lambda;
 mod state;
 mod system;

@@ -5,9 +5,8 @@
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use shardkeeper::processing::{
-    json, KinesisProcessor, Parking, ProcessingOptions, RecordHandler, StreamRecord,
-};
+use shardkeeper::lambda::KinesisProcessor;
+use shardkeeper::processing::{json, Parking, ProcessingOptions, RecordHandler, StreamRecord};
 use shardkeeper::state::{StateStore, StreamAddress};
 use std::time::Duration;
 

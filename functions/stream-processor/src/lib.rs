@@ -6,7 +6,8 @@
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use shardkeeper::processing::{changes, Change, DynamoDbProcessor, RecordHandler, StreamRecord};
+use shardkeeper::lambda::DynamoDbProcessor;
+use shardkeeper::processing::{changes, Change, RecordHandler, StreamRecord};
 use shardkeeper::state::{SequenceNumber, StateStore};
 
 /// An order item in the source table.

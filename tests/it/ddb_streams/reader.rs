@@ -16,9 +16,9 @@ use shardkeeper::ddb_streams::{
     build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
     Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
+use shardkeeper::lambda::DynamoDbProcessor;
 use shardkeeper::processing::{
-    changes, Change, DynamoDbProcessor, Keys, Parking, ProcessingOptions,
-    StreamRecord as HandlerRecord,
+    changes, Change, Keys, Parking, ProcessingOptions, StreamRecord as HandlerRecord,
 };
 use shardkeeper::state::{SequenceNumber, ShardSpec, StateStore};
 use shardkeeper_local::unique_name;

@@ -3,7 +3,8 @@
 use crate::support::common::{create_stream, ctx};
 use crate::support::esm::{kinesis_event, read_shard};
 use aws_sdk_kinesis::primitives::Blob;
-use shardkeeper::processing::{KinesisWindowProcessor, StreamRecord, WindowInfo, STATE_KEY};
+use shardkeeper::lambda::{KinesisWindowProcessor, WindowInfo, STATE_KEY};
+use shardkeeper::processing::StreamRecord;
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]

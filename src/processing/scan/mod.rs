@@ -8,7 +8,10 @@
 //! field, a value of another type, text that ends early) makes it answer
 //! `None`, so the caller falls back to serde and its errors.
 
-use crate::processing::scan_checked::{valid_string_end, valid_value_end};
+mod checked;
+pub(crate) use checked::event_records;
+
+use checked::{valid_string_end, valid_value_end};
 use memchr::memchr2;
 use std::borrow::Cow;
 

@@ -1,17 +1,17 @@
 //! The batch processor, generic over the event source.
 
+use crate::lambda::batch_progress::BatchProgressSink;
+use crate::lambda::dynamodb::DynamoDbStreams;
+use crate::lambda::kinesis::Kinesis;
+use crate::lambda::prefix::Identities;
+use crate::lambda::source::EventSource;
+use crate::lambda::source::EventUnits;
 use crate::metrics::Metric;
-use crate::processing::batch_progress::BatchProgressSink;
 use crate::processing::core::Core;
-use crate::processing::dynamodb::DynamoDbStreams;
 use crate::processing::handler::RecordHandler;
-use crate::processing::kinesis::Kinesis;
 use crate::processing::options::{ProcessingOptions, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
-use crate::processing::prefix::Identities;
 use crate::processing::sink::NoCheckpoints;
-use crate::processing::source::EventSource;
-use crate::processing::source::EventUnits;
 use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;

@@ -17,9 +17,9 @@ use aws_sdk_kinesis::primitives::Blob;
 use lambda_runtime::LambdaEvent;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use shardkeeper::lambda::DynamoDbProcessor;
 use shardkeeper::processing::{
-    changes, json, Change, DynamoDbProcessor, Parking, ProcessingOptions, RecordHandler,
-    StreamRecord,
+    changes, json, Change, Parking, ProcessingOptions, RecordHandler, StreamRecord,
 };
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ParkedRecord, ShardId, ShardScope, ShardSpec, StateStore,

@@ -11,9 +11,9 @@
 //!   without de-duplication (at-least-once) instead of failing, and says
 //!   so once in the log and in its report.
 
+use crate::lambda::prefix::{Digest16, Identities, PrefixHasher};
 use crate::processing::options::CHECKPOINT_TTL;
 use crate::processing::outcome::BatchReport;
-use crate::processing::prefix::{Digest16, Identities, PrefixHasher};
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::state::{

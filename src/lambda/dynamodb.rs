@@ -1,12 +1,11 @@
 //! DynamoDB Streams events: `DynamoDbEvent` in, typed changes to the
 //! handler, `DynamoDbEventResponse` out.
 
-use crate::processing::kinesis::{share, RawEvent};
+use crate::lambda::kinesis::{share, RawEvent};
+use crate::lambda::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
 use crate::processing::scan;
-use crate::processing::scan_checked;
-use crate::processing::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use bytes::Bytes;
@@ -15,7 +14,7 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// DynamoDB Streams events (see [`crate::processing::DynamoDbProcessor`]).
+/// DynamoDB Streams events (see [`crate::lambda::DynamoDbProcessor`]).
 ///
 /// The event does not say which stream shard a batch came from, and
 /// DynamoDB Streams sequence numbers are ordered only within a shard: a
@@ -97,8 +96,7 @@ impl EventSource for DynamoDbStreams {
         // fields: in one pass that also checks the event is valid JSON, or
         // else validated by serde first and then scanned record by record.
         let records: Vec<(&str, Option<ChangeRef<'_>>)> =
-            match scan_checked::event_records(event_json, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS)
-            {
+            match scan::event_records(event_json, RECORD_FIELDS, "dynamodb", CHANGE_FIELDS) {
                 Some(records) => records
                     .into_iter()
                     .map(|(text, fields, dynamodb)| (text, ChangeRef::from_spans(fields, dynamodb)))

@@ -4,7 +4,7 @@
 //! not of the shape expected, makes it answer `None`, so the caller falls
 //! back to serde and its errors.
 
-use crate::processing::scan::{object, skip_ws, Spans};
+use super::{object, skip_ws, Spans};
 
 /// One record of an event read by [`event_records`]: its text, the spans
 /// of its fields, and those of the fields of its inner object (if any).

@@ -9,8 +9,9 @@ use lambda_runtime::{LambdaEvent, Service};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use shardkeeper::kpl;
+use shardkeeper::lambda::KinesisProcessor;
 use shardkeeper::processing::{
-    json, FailureMode, KinesisProcessor, Parking, ProcessingOptions, RecordError, StreamRecord,
+    json, FailureMode, Parking, ProcessingOptions, RecordError, StreamRecord,
 };
 use shardkeeper::state::{BatchKey, SequenceNumber, ShardId, ShardScope, StreamAddress};
 use std::collections::BTreeMap;

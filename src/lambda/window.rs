@@ -2,8 +2,8 @@
 //! with the state carried between invocations by Lambda, and act once on
 //! the final invoke of each window.
 
+use crate::lambda::kinesis::Kinesis;
 use crate::processing::handler::HandlerError;
-use crate::processing::kinesis::Kinesis;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::unit::Unit;

@@ -1,8 +1,8 @@
 //! Kinesis events: `KinesisEvent` in, `KinesisEventResponse` out.
 
+use crate::lambda::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::record::StreamRecord;
-use crate::processing::source::{sequence_of_malformed, EventSource, EventUnits};
 use crate::processing::unit::Unit;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -23,7 +23,7 @@ pub(crate) struct RawEvent<'a> {
     pub(crate) records: Vec<&'a RawValue>,
 }
 
-/// Kinesis Data Streams events (see [`crate::processing::KinesisProcessor`]).
+/// Kinesis Data Streams events (see [`crate::lambda::KinesisProcessor`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Kinesis;
 

@@ -8,9 +8,9 @@
 //! or the error) to read back and post, so posting, error reporting and
 //! tracing stay the runtime's own.
 
+use crate::lambda::processor::BatchProcessor;
+use crate::lambda::source::EventSource;
 use crate::processing::handler::RecordHandler;
-use crate::processing::processor::BatchProcessor;
-use crate::processing::source::EventSource;
 use bytes::Bytes;
 use lambda_runtime::layers::TracingLayer;
 use lambda_runtime::tower::{Layer, Service, ServiceExt};
@@ -174,7 +174,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processing::{DynamoDbProcessor, KinesisProcessor, StreamRecord};
+    use crate::lambda::{DynamoDbProcessor, KinesisProcessor};
+    use crate::processing::StreamRecord;
     use std::sync::Mutex;
 
     /// What the runtime's inner services were given.
