@@ -5,8 +5,9 @@
 use super::store::{buckets, store_config};
 use super::vars::*;
 use super::ConfigError;
-use crate::consumer::{EfoPool, InitialPosition, WorkerConfig, MAX_EFO_CONSUMERS};
+use crate::consumer::{EfoPool, WorkerConfig, MAX_EFO_CONSUMERS};
 use crate::group::{FleetConfig, ReapConfig, RebalanceConfig};
+use crate::pipeline::InitialPosition;
 use crate::state::{Buckets, StoreConfig};
 use std::time::Duration;
 

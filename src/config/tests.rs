@@ -2,7 +2,7 @@
 //! and errors that name the variable.
 
 use super::*;
-use crate::consumer::InitialPosition;
+use crate::pipeline::InitialPosition;
 use crate::state::Buckets;
 use std::collections::HashMap;
 use std::time::Duration;

@@ -22,9 +22,6 @@ pub use leases::{
     FULL_SCAN_EVERY, MAX_EFO_CONSUMERS,
 };
 pub use reads::discovery::{
-    discover_shards, discover_shards_in, list_stream_shards, parents_first, DiscoveryReport,
+    discover_shards, discover_shards_in, list_stream_shards, DiscoveryReport,
 };
-pub(crate) use worker::LATEST_REOPEN_MARGIN_MS;
-pub use worker::{
-    InitialPosition, ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND,
-};
+pub use worker::{ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};

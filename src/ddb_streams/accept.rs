@@ -3,17 +3,17 @@
 //! `poll`, which runs each shard's records through a shard pipeline (the
 //! processing core, and the reader's positions as its checkpointer).
 
-use crate::consumer::InitialPosition;
 use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::FAILURE_BACKOFF;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
-use crate::ddb_streams::record::ChangeRecord;
+use crate::pipeline::InitialPosition;
 use crate::pipeline::{
     Checkpointer, Fetched, RecordSource, ShardPipeline, ShardReport, SourceBatch, Step,
 };
+use crate::processing::ChangeRecord;
 use crate::processing::{Core, RecordHandler, Unit};
 use crate::state::{Checkpoint, EpochMillis, Result as StateResult, ShardId, StateError};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! What one read of the stream hands out and reports.
 
-use crate::ddb_streams::record::ChangeRecord;
 use crate::pipeline::ShardReport;
+use crate::processing::ChangeRecord;
 use crate::state::{Checkpoint, ShardId};
 
 /// The records read from one shard in one [`Batch`].

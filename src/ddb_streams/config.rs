@@ -1,7 +1,7 @@
 //! How a `StreamReader` reads: its configuration, and the fixed values of
 //! its reading that no configuration has needed to change.
 
-use crate::consumer::InitialPosition;
+use crate::pipeline::InitialPosition;
 use crate::processing::ProcessingOptions;
 use crate::state::{Backoff, Jitter};
 use std::time::Duration;

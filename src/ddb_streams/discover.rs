@@ -1,7 +1,6 @@
 //! Discovery: the stream's shards (DescribeStream, every page) against the
 //! shards the reader knows and the positions the store saved.
 
-use crate::consumer::parents_first;
 use crate::ddb_streams::batch::Discovery;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
@@ -62,7 +61,7 @@ impl<C: StreamsClient> StreamReader<C> {
                 tracing::info!(shard = %id, "shard gone from the stream; its position was dropped");
             }
         }
-        let ordered = parents_first(listed);
+        let ordered = ShardSpec::parents_first(listed);
         let mut latest = Vec::new();
         for spec in &ordered {
             if let Some(cursor) = self.cursors.get_mut(&spec.shard_id) {

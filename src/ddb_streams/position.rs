@@ -15,8 +15,8 @@
 //! and an expired `LATEST` reopen at `TRIM_HORIZON` and skip the records
 //! created before the time: never at `LATEST`, which would lose records.
 
-use crate::consumer::InitialPosition;
 use crate::ddb_streams::client::StreamsIteratorStart;
+use crate::pipeline::InitialPosition;
 use crate::state::{
     Checkpoint, EpochMillis, Result, SequenceNumber, ShardSpec, StoredShardPosition,
 };

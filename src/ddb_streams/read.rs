@@ -3,14 +3,14 @@
 //! shard, an expired iterator replaced, trimmed data handled, records
 //! converted and skipped during a seek.
 
-use crate::consumer::LATEST_REOPEN_MARGIN_MS;
 use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
 use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::error::{ReaderError, StreamsError};
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
-use crate::ddb_streams::record::ChangeRecord;
+use crate::pipeline::LATEST_REOPEN_MARGIN_MS;
+use crate::processing::ChangeRecord;
 use crate::state::{Checkpoint, ShardId};
 
 impl<C: StreamsClient> StreamReader<C> {

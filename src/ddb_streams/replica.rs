@@ -4,12 +4,12 @@
 //! scan already saw is applied again, which is harmless because applying is
 //! idempotent (put on insert and modify, delete on remove, by key).
 
-use crate::consumer::InitialPosition;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::reader::StreamReader;
-use crate::ddb_streams::record::{ChangeKind, ChangeRecord, Image};
+use crate::pipeline::InitialPosition;
 use crate::processing::RecordError;
+use crate::processing::{ChangeKind, ChangeRecord, Image};
 use crate::state::{call_aws, RetryPolicy, Service};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::BTreeMap;

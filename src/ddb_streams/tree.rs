@@ -1,7 +1,7 @@
 //! The shard tree, pure: which shards appeared or went away since the last
 //! discovery, and which shards to read now (a child only once its parent is
 //! read to its end). Ordering parents before children is
-//! [`crate::parents_first`], shared with Kinesis discovery.
+//! [`crate::state::ShardSpec::parents_first`], shared with Kinesis discovery.
 
 use crate::state::{ShardId, ShardSpec};
 use std::collections::BTreeSet;

@@ -5,10 +5,8 @@ use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::consumer::{discover_shards, DiscoveryReport};
 use crate::group::ActionKind;
-use crate::group::{
-    available_shards, held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings,
-};
 use crate::group::{execute, ExecutionReport};
+use crate::group::{held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings};
 use crate::metrics::{emit_for, Metric};
 use crate::state::{Result, StateStore};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -67,7 +65,7 @@ impl Rebalancer {
             .observe(&snapshot, self.store.monotonic_now());
         let term = self.config.lease_term;
         let live = live_consumers(&snapshot, &ages, self.config.heartbeat_timeout);
-        let available = available_shards(&snapshot);
+        let available = snapshot.available_shards();
         let mut leases_per_consumer: BTreeMap<String, usize> =
             live.iter().map(|c| (c.to_string(), 0)).collect();
         let mut unowned = 0;

@@ -45,7 +45,7 @@ pub use {
     executor::execute,
     fleet::plan_fleet,
     reap::plan_reap,
-    rebalance::{available_shards, held_by, live_consumers, plan_rebalance},
+    rebalance::{held_by, live_consumers, plan_rebalance},
 };
 #[cfg(not(feature = "testing"))]
 pub(crate) use {
@@ -53,5 +53,5 @@ pub(crate) use {
     executor::execute,
     fleet::plan_fleet,
     reap::plan_reap,
-    rebalance::{available_shards, held_by, live_consumers, plan_rebalance},
+    rebalance::{held_by, live_consumers, plan_rebalance},
 };

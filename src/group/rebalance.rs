@@ -92,28 +92,6 @@ fn take_stale(shard: &ShardState) -> TakeFrom {
     }
 }
 
-/// The shards that may be leased: not depleted, every parent depleted.
-///
-/// Public only with the `testing` feature (see the `group` module's documentation).
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub fn available_shards(snapshot: &GroupSnapshot) -> Vec<&ShardState> {
-    let by_id: BTreeMap<&ShardId, &ShardState> =
-        snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
-    let mut shards: Vec<&ShardState> = snapshot
-        .shards
-        .iter()
-        .filter(|s| {
-            !s.depleted
-                && s.pending_parents.is_empty()
-                && s.parents
-                    .iter()
-                    .all(|p| by_id.get(p).is_none_or(|ps| ps.depleted))
-        })
-        .collect();
-    shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-    shards
-}
-
 /// Children whose pending parent is depleted or gone, and that parent: their
 /// depletion was recorded without the child (the repair the rebalancer makes).
 fn stranded_children(snapshot: &GroupSnapshot) -> Vec<(&ShardId, &ShardId)> {
@@ -186,7 +164,7 @@ pub fn plan_rebalance(
     let mut in_transit: BTreeSet<&ShardId> = BTreeSet::new();
     let mut free: Vec<&ShardState> = Vec::new();
     let mut orphans: Vec<&ShardState> = Vec::new();
-    for shard in available_shards(snapshot) {
+    for shard in snapshot.available_shards() {
         // A lease in the name of a consumer that is no longer registered
         // (it left, or was reaped) is free: nobody will hand it over.
         let owner = held_by(shard, ages, config.lease_term).filter(|o| registered.contains(o));

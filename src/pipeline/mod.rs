@@ -8,6 +8,8 @@
 //!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
 //! - `shard`: [`ShardPipeline`], one shard's position, source and report,
 //!   and its step.
+//! - `start`: [`InitialPosition`], where a shard with no checkpoint starts,
+//!   and the margin of a lost LATEST start.
 //! - `report`: [`ShardReport`], what one shard's pipeline did; a worker's and
 //!   a reader's reports are sums of them.
 
@@ -15,8 +17,11 @@ mod checkpointer;
 mod report;
 mod shard;
 mod source;
+mod start;
 
 pub(crate) use checkpointer::Checkpointer;
 pub use report::ShardReport;
 pub(crate) use shard::{ShardPipeline, Step};
 pub(crate) use source::{Fetched, RecordSource, SourceBatch};
+pub use start::InitialPosition;
+pub(crate) use start::LATEST_REOPEN_MARGIN_MS;

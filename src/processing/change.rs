@@ -198,7 +198,7 @@ pub(super) fn decide<T, I>(
 /// Typed DynamoDB Streams changes: each record's images decoded straight
 /// into `T`, from their DynamoDB JSON text ([`Change::from_event_json`]) or,
 /// for a record the reader read, from its attribute values
-/// ([`crate::ddb_streams::ChangeRecord::change`]).
+/// ([`crate::processing::ChangeRecord::change`]).
 pub struct Changes<T>(PhantomData<fn() -> T>);
 
 impl<T: DeserializeOwned + Send + 'static> Decode for Changes<T> {

@@ -13,7 +13,9 @@
 //!   decoded).
 //! - The user contract: `handler` (the trait, `json`), `record`, `outcome`
 //!   (reports and record errors), `options`, `parking`.
-//! - Typed DynamoDB changes: `change` (the type and its decoder), `keys` (a
+//! - Typed DynamoDB changes: `change` (the type and its decoder),
+//!   `change_record` (one record of a DynamoDB stream as the SDK reads it,
+//!   which the reader hands over), `keys` (a
 //!   changed item's keys), `change_text` (a change read from a record's
 //!   JSON text in one pass), `image` (DynamoDB images, as JSON text or SDK
 //!   attribute values, decoded into a type), `number` (their numbers, read
@@ -46,6 +48,7 @@
 //! ```
 
 pub(crate) mod change;
+mod change_record;
 mod change_text;
 pub(crate) mod core;
 pub(crate) mod handler;
@@ -61,6 +64,7 @@ pub(crate) mod sink;
 pub(crate) mod unit;
 
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
+pub use change_record::{ChangeKind, ChangeRecord, Image};
 pub use core::Core;
 pub(crate) use core::Ran;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};

@@ -210,8 +210,8 @@ mod tests {
     /// shape of a Lambda event record, as an event source mapping's is.
     #[test]
     fn a_decoded_reader_record_keeps_its_event_text() {
-        use crate::ddb_streams::{ChangeKind, ChangeRecord};
         use crate::processing::Unit;
+        use crate::processing::{ChangeKind, ChangeRecord};
         use aws_sdk_dynamodb::types::AttributeValue;
         let change = ChangeRecord {
             shard_id: crate::state::ShardId::new("shardId-1").unwrap(),

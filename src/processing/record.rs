@@ -1,7 +1,7 @@
 //! The record a handler receives.
 
-use crate::ddb_streams::ChangeRecord;
 use crate::processing::outcome::RecordError;
+use crate::processing::ChangeRecord;
 use crate::state::EpochMillis;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;

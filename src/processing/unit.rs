@@ -1,9 +1,9 @@
 //! A unit of work: one record of a batch as the core receives it.
 
-use crate::ddb_streams::ChangeRecord;
 use crate::kpl;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
+use crate::processing::ChangeRecord;
 use bytes::Bytes;
 use std::sync::Arc;
 

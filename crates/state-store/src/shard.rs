@@ -8,6 +8,7 @@ use crate::schema::{attr, ShardScope};
 use crate::sequence::SequenceNumber;
 use crate::store::StateStore;
 use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A shard as the stream describes it: what [`Shards::ensure`] records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,40 @@ pub struct ShardSpec {
 }
 
 impl ShardSpec {
+    /// Orders shards so every parent comes before its children (parents not in
+    /// the list are ignored); ties by shard id.
+    pub fn parents_first(specs: Vec<ShardSpec>) -> Vec<ShardSpec> {
+        let ids: BTreeSet<ShardId> = specs.iter().map(|s| s.shard_id.clone()).collect();
+        let mut pending: BTreeMap<ShardId, ShardSpec> =
+            specs.into_iter().map(|s| (s.shard_id.clone(), s)).collect();
+        let mut placed: BTreeSet<ShardId> = BTreeSet::new();
+        let mut ordered = Vec::with_capacity(pending.len());
+        while !pending.is_empty() {
+            let ready: Vec<ShardId> = pending
+                .values()
+                .filter(|s| {
+                    s.parents
+                        .iter()
+                        .all(|p| !ids.contains(p) || placed.contains(p))
+                })
+                .map(|s| s.shard_id.clone())
+                .collect();
+            // A cycle cannot happen in a real shard tree; place the rest as they are.
+            let batch = if ready.is_empty() {
+                pending.keys().cloned().collect()
+            } else {
+                ready
+            };
+            for id in batch {
+                if let Some(spec) = pending.remove(&id) {
+                    placed.insert(id);
+                    ordered.push(spec);
+                }
+            }
+        }
+        ordered
+    }
+
     /// A shard with no parents and nothing else known.
     pub fn new(shard_id: &str) -> Result<Self> {
         Ok(ShardSpec {

@@ -34,6 +34,28 @@ pub struct GroupSnapshot {
     pub positions: Vec<StoredShardPosition>,
 }
 
+impl GroupSnapshot {
+    /// The shards that may be leased (or, standalone, read): not depleted,
+    /// every parent depleted or gone, in shard id order.
+    pub fn available_shards(&self) -> Vec<&ShardState> {
+        let by_id: BTreeMap<&ShardId, &ShardState> =
+            self.shards.iter().map(|s| (&s.shard_id, s)).collect();
+        let mut shards: Vec<&ShardState> = self
+            .shards
+            .iter()
+            .filter(|s| {
+                !s.depleted
+                    && s.pending_parents.is_empty()
+                    && s.parents
+                        .iter()
+                        .all(|p| by_id.get(p).is_none_or(|ps| ps.depleted))
+            })
+            .collect();
+        shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        shards
+    }
+}
+
 /// One consumer and the shards assigned to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {

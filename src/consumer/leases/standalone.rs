@@ -11,7 +11,6 @@
 use crate::consumer::discover_shards_in;
 use crate::consumer::leases::holding::Holding;
 use crate::consumer::SessionTick;
-use crate::group::available_shards;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EfoLock, EpochMillis,
     GroupSnapshot, Result, ShardId, ShardScope, ShardSpec, StateStore,
@@ -114,7 +113,7 @@ impl StandaloneSession {
             registered: beat.registered,
             ..SessionTick::default()
         };
-        for shard in available_shards(&view) {
+        for shard in view.available_shards() {
             if self.reading.insert(shard.shard_id.clone()) {
                 tick.gained.push(shard.shard_id.clone());
             }

@@ -4,7 +4,7 @@ use crate::state::{
     EnsureShard, ForStream, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec,
     ShardState, StateStore, StreamAddress,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// What a discovery pass found and recorded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -47,40 +47,6 @@ pub async fn list_stream_shards(
     }
 }
 
-/// Orders shards so every parent comes before its children (parents not in
-/// the list are ignored); ties by shard id.
-pub fn parents_first(specs: Vec<ShardSpec>) -> Vec<ShardSpec> {
-    let ids: BTreeSet<ShardId> = specs.iter().map(|s| s.shard_id.clone()).collect();
-    let mut pending: BTreeMap<ShardId, ShardSpec> =
-        specs.into_iter().map(|s| (s.shard_id.clone(), s)).collect();
-    let mut placed: BTreeSet<ShardId> = BTreeSet::new();
-    let mut ordered = Vec::with_capacity(pending.len());
-    while !pending.is_empty() {
-        let ready: Vec<ShardId> = pending
-            .values()
-            .filter(|s| {
-                s.parents
-                    .iter()
-                    .all(|p| !ids.contains(p) || placed.contains(p))
-            })
-            .map(|s| s.shard_id.clone())
-            .collect();
-        // A cycle cannot happen in a real shard tree; place the rest as they are.
-        let batch = if ready.is_empty() {
-            pending.keys().cloned().collect()
-        } else {
-            ready
-        };
-        for id in batch {
-            if let Some(spec) = pending.remove(&id) {
-                placed.insert(id);
-                ordered.push(spec);
-            }
-        }
-    }
-    ordered
-}
-
 /// Lists the stream's shards and records what the snapshot lacks: new shards
 /// (parents first, so children start with their parents pending) and shards
 /// that closed since (their ending sequence number).
@@ -111,7 +77,7 @@ pub async fn discover_shards_in(
         pages,
         ..DiscoveryReport::default()
     };
-    for spec in parents_first(specs) {
+    for spec in ShardSpec::parents_first(specs) {
         let changed = match known.get(&spec.shard_id) {
             None => true,
             Some(closed) => !closed && spec.ending_sequence.is_some(),
@@ -145,7 +111,7 @@ mod tests {
             spec("x", &[]),
             spec("a", &["gone"]),
         ];
-        let order: Vec<String> = parents_first(specs)
+        let order: Vec<String> = ShardSpec::parents_first(specs)
             .iter()
             .map(|s| s.shard_id.to_string())
             .collect();

@@ -2,7 +2,7 @@
 //! GetRecords, and the back-off of a shard whose read was throttled or
 //! failed.
 
-use crate::consumer::reads::source::{Batch, FetchNotes, Next, ReadSettings};
+use crate::consumer::reads::source::{FetchNotes, Next, Page, ReadSettings};
 use crate::consumer::reads::{IteratorStart, KinesisReads, ReadError};
 use crate::state::{Backoff, Jitter, ShardId, StreamAddress};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ pub(super) async fn poll(
     start: &IteratorStart,
     settings: &ReadSettings,
     notes: &mut FetchNotes,
-) -> Result<Option<Batch>, ReadError> {
+) -> Result<Option<Page>, ReadError> {
     let page = async {
         let iterator = match iterator {
             Some(it) => it,
@@ -42,7 +42,7 @@ pub(super) async fn poll(
             .await
     };
     match page.await {
-        Ok(page) => Ok(Some(Batch {
+        Ok(page) => Ok(Some(Page {
             records: page.records,
             millis_behind: page.millis_behind_latest,
             next: Next::Iterator(page.next_iterator),

@@ -6,7 +6,8 @@ use crate::consumer::reads::poll::{backed_off_until, poll};
 use crate::consumer::reads::start::{latest_pin, start_at, wall_clock_millis};
 use crate::consumer::reads::subscription::{pump, retry_subscription_at, Events};
 use crate::consumer::reads::{IteratorStart, KinesisReads, ReadError, ReadRecord};
-use crate::consumer::{InitialPosition, WorkerConfig};
+use crate::consumer::WorkerConfig;
+use crate::pipeline::InitialPosition;
 use crate::pipeline::{Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{StreamRecord, Unit};
 use crate::state::{Checkpoint, ShardId, StreamAddress};
@@ -87,9 +88,9 @@ enum Feed {
     },
 }
 
-/// A batch of records fetched from a shard.
+/// What one read gave: a GetRecords page, or a subscription event.
 #[derive(Debug)]
-pub(super) struct Batch {
+pub(super) struct Page {
     /// The records, in shard order.
     pub records: Vec<ReadRecord>,
     /// `MillisBehindLatest` with it.
@@ -223,7 +224,7 @@ impl KinesisSource {
         shard: &ShardId,
         position: Option<&Checkpoint>,
         notes: &mut FetchNotes,
-    ) -> Result<Option<Batch>, ReadError> {
+    ) -> Result<Option<Page>, ReadError> {
         let Some(start) = start_at(position, self.settings.initial_position) else {
             return Ok(None);
         };
@@ -300,7 +301,7 @@ impl KinesisSource {
                 match rx.try_recv() {
                     Ok(Ok(event)) => {
                         let end = event.is_shard_end();
-                        Ok(Some(Batch {
+                        Ok(Some(Page {
                             records: event.records,
                             millis_behind: event.millis_behind_latest,
                             next: Next::Continuation {
@@ -360,7 +361,7 @@ impl RecordSource for KinesisSource {
         notes.count(report);
         Ok(match fetched? {
             None => Fetched::Nothing,
-            Some(Batch {
+            Some(Page {
                 records,
                 millis_behind,
                 next,

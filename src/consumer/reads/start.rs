@@ -2,7 +2,7 @@
 //! position; and the pin of a LATEST start.
 
 use crate::consumer::reads::IteratorStart;
-use crate::consumer::{InitialPosition, LATEST_REOPEN_MARGIN_MS};
+use crate::pipeline::{InitialPosition, LATEST_REOPEN_MARGIN_MS};
 use crate::state::{Checkpoint, EpochMillis};
 
 /// Where reading starts when no iterator or subscription carries on: after

@@ -16,8 +16,7 @@ mod config;
 mod efo;
 mod run;
 
-pub(crate) use config::LATEST_REOPEN_MARGIN_MS;
-pub use config::{InitialPosition, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
+pub use config::{WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
 use crate::consumer::leases::{Mode, ModeCheckpoints};
 use crate::consumer::list_stream_shards;

@@ -518,7 +518,7 @@ async fn children_of_a_parent_without_progress_start_at_their_first_record() {
     let rebalancer = rebalancer(&ctx.aws, &store);
     let log: Log = Arc::default();
     let config = WorkerConfig {
-        initial_position: shardkeeper::consumer::InitialPosition::Latest,
+        initial_position: shardkeeper::pipeline::InitialPosition::Latest,
         ..crate::support::consume::eager()
     };
     let mut workers = vec![crate::support::consume::worker_with(
@@ -577,7 +577,7 @@ async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
         handler,
         Duration::from_secs(10),
         WorkerConfig {
-            initial_position: shardkeeper::consumer::InitialPosition::Latest,
+            initial_position: shardkeeper::pipeline::InitialPosition::Latest,
             ..crate::support::consume::eager()
         },
     )];
@@ -685,7 +685,7 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
         "w0",
         log.clone(),
         WorkerConfig {
-            initial_position: shardkeeper::consumer::InitialPosition::Latest,
+            initial_position: shardkeeper::pipeline::InitialPosition::Latest,
             ..crate::support::consume::eager()
         },
     )];
@@ -727,7 +727,7 @@ async fn a_latest_start_whose_holder_crashes_before_any_record_skips_nothing() {
     let rebalancer = rebalancer(&ctx.aws, &store);
     let log: Log = Arc::default();
     let latest = || WorkerConfig {
-        initial_position: shardkeeper::consumer::InitialPosition::Latest,
+        initial_position: shardkeeper::pipeline::InitialPosition::Latest,
         ..crate::support::consume::eager()
     };
     let mut first = vec![crate::support::consume::worker_with(

@@ -10,13 +10,12 @@ use aws_sdk_dynamodbstreams::types::{
     AttributeValue as StreamValue, OperationType, Record, StreamRecord, StreamViewType,
 };
 use proptest::prelude::*;
-use shardkeeper::consumer::parents_first;
-use shardkeeper::consumer::InitialPosition;
 use shardkeeper::ddb_streams::{
     build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
     Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
 use shardkeeper::lambda::DynamoDbProcessor;
+use shardkeeper::pipeline::InitialPosition;
 use shardkeeper::processing::{
     changes, Change, Keys, Parking, ProcessingOptions, StreamRecord as HandlerRecord,
 };
@@ -1000,13 +999,13 @@ fn a_replica_applies_changes_idempotently() {
     let shard = shardkeeper::state::ShardId::new("shard").unwrap();
     let seq = SequenceNumber::new("100000000000000000001").unwrap();
     let insert =
-        shardkeeper::ddb_streams::ChangeRecord::from_sdk(&shard, 0, &sdk_record(&seq, "x", 0))
+        shardkeeper::processing::ChangeRecord::from_sdk(&shard, 0, &sdk_record(&seq, "x", 0))
             .unwrap();
     replica.apply(&insert).unwrap();
     replica.apply(&insert).unwrap();
     assert_eq!(replica.len(), 1);
     let mut remove = insert.clone();
-    remove.kind = shardkeeper::ddb_streams::ChangeKind::Remove;
+    remove.kind = shardkeeper::processing::ChangeKind::Remove;
     remove.new_image = None;
     replica.apply(&remove).unwrap();
     replica.apply(&remove).unwrap();
@@ -1070,7 +1069,7 @@ proptest! {
     #[test]
     fn parents_first_places_every_parent_before_its_children(tree in shard_tree()) {
         let ids: BTreeSet<String> = tree.iter().map(|s| s.shard_id.to_string()).collect();
-        let ordered = parents_first(tree.clone());
+        let ordered = ShardSpec::parents_first(tree.clone());
         let placed: Vec<String> = ordered.iter().map(|s| s.shard_id.to_string()).collect();
         prop_assert_eq!(placed.iter().cloned().collect::<BTreeSet<_>>(), ids);
         prop_assert_eq!(placed.len(), tree.len());

@@ -67,7 +67,7 @@ fn apply(snapshot: &GroupSnapshot, actions: &[Action]) -> GroupSnapshot {
 fn holdings(snapshot: &GroupSnapshot) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     let seen = ages(snapshot);
-    for s in shardkeeper::group::available_shards(snapshot) {
+    for s in snapshot.available_shards() {
         if let Some(owner) = shardkeeper::group::held_by(s, &seen, TERM) {
             *out.entry(owner.to_string()).or_insert(0) += 1;
         }
@@ -391,7 +391,7 @@ proptest! {
             .filter(|c| NOW - c.heartbeat < 15_000 && c.active && !c.info.standalone)
             .map(|c| c.id().to_string())
             .collect();
-        let available = shardkeeper::group::available_shards(&state).len();
+        let available = state.available_shards().len();
         if live.is_empty() || available == 0 {
             return Ok(());
         }

@@ -34,9 +34,10 @@ use crate::support::common::{create_stream, ctx, list_shards};
 use crate::support::faulty::Faulty;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::WorkerEvent;
-use shardkeeper::consumer::{EfoPool, InitialPosition, ShardWorker, WorkerConfig};
+use shardkeeper::consumer::{EfoPool, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
+use shardkeeper::pipeline::InitialPosition;
 use shardkeeper::processing::{RecordHandler, StreamRecord};
 use shardkeeper::state::{
     ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateError, StateStore, StoreConfig,
