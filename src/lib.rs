@@ -8,25 +8,28 @@
 //!
 //! # Layout
 //!
+//! The modules below are in the order imports run: each uses only those
+//! above it (and `state`, `kpl` and `metrics`, which use none of them).
+//!
 //! * [`state`]: the state store (the `shardkeeper-state` crate): leases,
 //!   checkpoints, consumers, enhanced fan-out locks, one item per entity.
 //! * [`processing`]: the record-processing core, the handler contract,
-//!   typed payloads and DynamoDB changes, parking.
+//!   records, typed payloads and DynamoDB changes, parking.
 //! * [`lambda`]: event source mappings: the processors
 //!   ([`KinesisProcessor`], [`DynamoDbProcessor`]) on the Lambda runtime,
 //!   event parsing, batch progress, tumbling windows.
 //! * [`pipeline`]: the shard pipeline every self-managed mode consumes a
 //!   shard with: a record source, the core, a checkpointer.
-//! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]):
-//!   sessions (in a group, or standalone), reads (polling and enhanced
-//!   fan-out), the EFO pool.
+//! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]): its
+//!   leases (a session in a group, or standalone; the EFO pool), its reads
+//!   (polling and enhanced fan-out, the Kinesis record source), the worker.
 //! * [`group`]: the planners of the lease-rebalancer, the heartbeat-reaper
 //!   and the shard-worker fleet, time as they see it (sightings), their
 //!   executor, the operator's reset and status.
 //! * [`ddb_streams`]: the self-managed DynamoDB Streams reader
 //!   ([`StreamReader`]) and the replica recipe.
-//! * [`functions`]: the bodies of the ready-made Lambda functions.
 //! * [`config`]: configuration from the environment.
+//! * [`functions`]: the bodies of the ready-made Lambda functions.
 //! * [`metrics`]: CloudWatch Embedded Metric Format lines.
 //! * [`kpl`]: KPL aggregation and de-aggregation.
 //!

@@ -3,10 +3,10 @@
 //! A record source reads the shard from its position, the processing core
 //! runs the records, and a checkpointer stores how far they are done.
 //!
-//! - `source`: the [`RecordSource`] trait (records from this position).
-//! - `checkpointer`: the [`Checkpointer`] trait (commit this position), and
+//! - `source`: the `RecordSource` trait (records from this position).
+//! - `checkpointer`: the `Checkpointer` trait (commit this position), and
 //!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
-//! - `shard`: [`ShardPipeline`], one shard's position, source and report,
+//! - `shard`: `ShardPipeline`, one shard's position, source and report,
 //!   and its step.
 //! - `start`: [`InitialPosition`], where a shard with no checkpoint starts,
 //!   and the margin of a lost LATEST start.

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 impl<H: RecordHandler> ShardWorker<H> {
     /// Steps until `stop()` says so or `deadline` (an invocation's deadline
     /// minus a margin) passes; then checkpoints every shard and, by default
-    /// ([`WorkerConfig::release_on_stop`]), leaves the group: leases released
+    /// ([`crate::consumer::WorkerConfig::release_on_stop`]), leaves the group: leases released
     /// (claimants get theirs) so others take over at once.
     ///
     /// Transient failures ([`StateError::is_transient`]: throttling past the
     /// retries, AWS internal errors, a table or stream endpoint that does not
     /// answer) are ridden out: the step is tried again after a capped,
-    /// growing pause and counted in [`WorkerReport::transient_errors`]. While
+    /// growing pause and counted in [`crate::pipeline::ShardReport::transient_errors`]. While
     /// renewals fail nothing is read, so no shard is processed past the
     /// lease term of its last renewal; a lease taken meanwhile is found lost
     /// at the next renewal. Any other error ends the run.
@@ -76,7 +76,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     }
 
     /// Stops at the current progress: a group consumer leaves the group (see
-    /// [`ConsumerSession::leave`]); a standalone worker checkpoints. An EFO
+    /// [`crate::consumer::ConsumerSession::leave`]); a standalone worker checkpoints. An EFO
     /// consumer held is released for the next worker.
     pub async fn leave(&mut self) -> Result<()> {
         let positions = self.positions();
