@@ -328,23 +328,5 @@ mod tests {
         assert!(error.to_string().contains("invalid value"), "{error}");
     }
 
-    /// Bytes read with `deserialize_bytes`, as `serde_bytes` reads them.
-    #[derive(Debug, PartialEq)]
-    struct Bytes(Vec<u8>);
-
-    impl<'de> Deserialize<'de> for Bytes {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
-            struct V;
-            impl serde::de::Visitor<'_> for V {
-                type Value = Bytes;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("bytes")
-                }
-                fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
-                    Ok(Bytes(v.to_vec()))
-                }
-            }
-            d.deserialize_bytes(V)
-        }
-    }
+    use crate::processing::image::tests::serde_bytes_like::Bytes;
 }

@@ -90,7 +90,7 @@ struct Order {
 struct Wrapper(String);
 
 /// Bytes through `deserialize_bytes` (what `serde_bytes` does).
-mod serde_bytes_like {
+pub(super) mod serde_bytes_like {
     #[derive(Debug, PartialEq)]
     pub struct Bytes(pub Vec<u8>);
     impl<'de> serde::Deserialize<'de> for Bytes {
