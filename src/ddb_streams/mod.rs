@@ -2,9 +2,9 @@
 //! replica recipe built on it.
 //!
 //! [`StreamReader`] discovers a stream's shard tree, reads each shard from
-//! its saved position (kept in the state store, one item per shard), a child
-//! only after its parent is read to its end, and hands out [`crate::processing::ChangeRecord`]s
-//! that decode into the same [`crate::processing::Change`] the event-source
+//! its saved position (kept in the state store, one item per shard), a
+//! child only after its parent is read to its end, and hands out
+//! [`crate::processing::ChangeRecord`]s that decode into the same [`crate::processing::Change`] the event-source
 //! handlers get; [`StreamReader::poll`] runs them through the processing
 //! core with the same handler an event source mapping runs. A position moves only when the caller commits what it
 //! accepted. [`build_replica`] keeps a copy of a table in memory: position,

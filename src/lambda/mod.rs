@@ -12,27 +12,8 @@
 //! - Progress: `batch_progress` (where a batch keeps its progress, per
 //!   consumer), `prefix` (the digests that say which records it covers).
 //!
-//! ```no_run
-//! # #![recursion_limit = "256"]
-//! use shardkeeper::lambda::KinesisProcessor;
-//! use shardkeeper::processing::{json, StreamRecord};
-//! use shardkeeper::state::{StateStore, StoreConfig};
-//!
-//! #[derive(serde::Deserialize)]
-//! struct Order { order_id: String, amount_cents: u64 }
-//!
-//! # async fn run() -> Result<(), lambda_runtime::Error> {
-//! let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-//! let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), StoreConfig::new("billing", "orders")?);
-//! let processor = KinesisProcessor::new(json(|order: Order, record: StreamRecord| async move {
-//!     println!("{} from {}: {} cents", order.order_id, record.sequence_number, order.amount_cents);
-//!     Ok::<(), std::io::Error>(())
-//! }))
-//! .with_store(store);
-//! // Each event is read once, from the bytes the runtime receives:
-//! processor.run().await
-//! # }
-//! ```
+//! The example in [`crate::processing`] runs a typed handler under a
+//! [`KinesisProcessor`].
 
 mod batch_progress;
 mod dynamodb;

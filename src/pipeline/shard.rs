@@ -1,5 +1,6 @@
-//! One shard's pipeline: its position and its record source, and the step that reads it once and runs what came through the core to
-//! the checkpointer.
+//! One shard's pipeline: its position and its record source, and the step
+//! that reads it once and runs what came through the core to the
+//! checkpointer.
 
 use super::checkpointer::PipelineSink;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
