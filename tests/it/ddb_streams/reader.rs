@@ -26,6 +26,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
 
 /// The keys of item `id` of a table made by `create_stream_table`.
 fn keys(id: &str) -> Keys {
@@ -806,6 +807,62 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     let report = reader.poll(&handler("none")).await.unwrap();
     assert_eq!(report.shards.processed, 2);
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
+}
+
+/// A poll that breaks off on a state table error (here: every request to
+/// the table fails while `r2` is handled, so its position cannot be saved)
+/// reads its shard again after the last record handled: nothing after it is
+/// skipped. Before, the reader went on after the batch it had read, and
+/// `r3`, never handled, was lost until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_broken_off_by_the_state_table_reads_its_shard_again() {
+    let faulty = crate::support::faulty::Faulty::start(11).await;
+    let now = faulty.ctx.clock_now();
+    let fake = Fake::one_shard(&["r1", "r2", "r3"], now);
+    let config = ReaderConfig {
+        processing: ProcessingOptions {
+            // A position saved after every record.
+            checkpoint_records: Some(1),
+            ..ProcessingOptions::default()
+        },
+        ..config()
+    };
+    let (mut reader, _store) = fake_reader(&faulty.ctx, &fake, config);
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (at_r2, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let paused = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (seen, at_r2, go_on, paused) =
+            (seen.clone(), at_r2.clone(), go_on.clone(), paused.clone());
+        move |record: HandlerRecord| {
+            let (seen, at_r2, go_on, paused) =
+                (seen.clone(), at_r2.clone(), go_on.clone(), paused.clone());
+            async move {
+                let keys: serde_json::Value = serde_json::from_str(&record.partition_key).unwrap();
+                let id = keys["id"]["S"].as_str().unwrap().to_owned();
+                if id == "r2" && paused.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // The table goes down while r2 is handled: its position
+                    // cannot be saved.
+                    at_r2.notify_one();
+                    go_on.notified().await;
+                }
+                seen.lock().unwrap().push(id);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let outage = async {
+        at_r2.notified().await;
+        faulty.set_faults(&crate::support::faulty::every_request_fails());
+        go_on.notify_one();
+    };
+    let (first, ()) = tokio::join!(reader.poll(&handler), outage);
+    assert!(first.is_err(), "{first:?}");
+    faulty.set_faults(&shardkeeper_local::Faults::none());
+    let second = reader.poll(&handler).await.unwrap();
+    // r2 was handled; its position is saved by the next commit. r3 comes.
+    assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
+    assert_eq!(second.shards.processed, 1);
 }
 
 /// A raw handler under the reader gets each record as the reader decoded
