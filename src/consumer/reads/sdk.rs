@@ -47,7 +47,11 @@ fn classify(
         "ResourceNotFoundException" if operation == "SubscribeToShard" => {
             ReadError::ConsumerGone(err.to_string())
         }
-        code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
+        // KMS throttling the decryption of a stream encrypted with a
+        // customer key: the shard backs off as for its own throughput.
+        code if is_throttling_code(code) || code == "KMSThrottlingException" => {
+            ReadError::Throttled(code.to_owned())
+        }
         _ => ReadError::Failed(kinesis_error(operation, err)),
     }
 }

@@ -4,5 +4,6 @@
 
 mod efo_worker;
 mod fake_reads;
+mod read_errors;
 mod split_merge;
 mod worker;
