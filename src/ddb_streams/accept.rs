@@ -149,10 +149,6 @@ impl<C: StreamsClient> StreamReader<C> {
                 continue; // removed from the stream meanwhile
             };
             let source = ReadShard(Some(SourceBatch {
-                first: shard
-                    .records
-                    .first()
-                    .map(|r| Arc::<str>::from(r.sequence_number.as_str())),
                 units: shard
                     .records
                     .into_iter()
@@ -193,10 +189,7 @@ impl<C: StreamsClient> StreamReader<C> {
                 }
             }
         }
-        self.stats.shards.processed += report.shards.processed;
-        self.stats.shards.duplicates_skipped += report.shards.duplicates_skipped;
-        self.stats.shards.parked += report.shards.parked;
-        self.stats.shards.checkpoints += report.shards.checkpoints;
+        self.stats.shards += &report.shards;
         match first_failure {
             None => Ok(report),
             Some((shard, failure)) => Err(ReaderError::Handler {

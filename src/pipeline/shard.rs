@@ -164,7 +164,7 @@ impl<S: RecordSource> ShardPipeline<S> {
         // A shard with nothing processed (started at TRIM_HORIZON, LATEST
         // or a time) is pinned to the first record it read: a failed or cut
         // batch is read again from there, never from LATEST again.
-        if let Some(first) = &batch.first {
+        if let Some((first, _)) = batch.units.first() {
             let pinned = self
                 .position
                 .as_ref()

@@ -48,11 +48,9 @@ pub(crate) enum Fetched {
 /// A batch of records from a source, as the core takes them.
 #[derive(Debug)]
 pub(crate) struct SourceBatch {
-    /// Each record's item identifier and unit, in shard order.
+    /// Each record's item identifier (its sequence number) and unit, in
+    /// shard order.
     pub units: Vec<(Arc<str>, Unit)>,
-    /// The first record's sequence number (what a shard with nothing
-    /// processed is pinned to).
-    pub first: Option<Arc<str>>,
     /// The last record's arrival time.
     pub last_arrival: Option<EpochMillis>,
     /// `MillisBehindLatest` with it.

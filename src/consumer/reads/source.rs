@@ -146,9 +146,6 @@ fn units(
     ends_shard: bool,
 ) -> SourceBatch {
     let shard: Arc<str> = shard.as_str().into();
-    let first = records
-        .first()
-        .map(|r| Arc::<str>::from(r.sequence_number.as_str()));
     let last_arrival = records.last().and_then(|r| r.arrival);
     let units = records
         .into_iter()
@@ -171,7 +168,6 @@ fn units(
         .collect();
     SourceBatch {
         units,
-        first,
         last_arrival,
         millis_behind,
         ends_shard,

@@ -284,12 +284,7 @@ mod tests {
 
     #[test]
     fn enums_newtypes_and_errors_agree() {
-        #[derive(Debug, Deserialize, PartialEq)]
-        enum Status {
-            Open,
-            Held { reason: String },
-            Moved(u8),
-        }
+        use crate::processing::image::tests::Status;
         #[derive(Debug, Deserialize, PartialEq)]
         struct Id(String);
         #[derive(Debug, Deserialize, PartialEq)]

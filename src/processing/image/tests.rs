@@ -61,7 +61,7 @@ struct Line {
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
-enum Status {
+pub(super) enum Status {
     Open,
     Held { reason: String },
     Moved(u8),
