@@ -174,6 +174,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     // What the core committed stays; the rest of the shard's
                     // records are read again, not skipped.
                     self.rewind_shard(&shard.shard_id);
+                    self.stats.shards += &report.shards;
                     return Err(e.into());
                 }
             };
