@@ -23,7 +23,7 @@ async fn save(order: Order) -> Result<(), std::io::Error> {
 
 #[allow(dead_code)]
 #[rustfmt::skip]
-async fn event_source_mapping(store: StateStore) -> Result<(), lambda_runtime::Error> {
+async fn event_source_mapping(store: StateStore) -> Result<(), shardkeeper::Error> {
     let processor = KinesisProcessor::new(json(|order: Order, _record: StreamRecord| async move {
         save(order).await // an error fails this record; the batch stops here and reports it
     }))
@@ -37,7 +37,7 @@ async fn dynamodb_stream_reader(
     streams_client: aws_sdk_dynamodbstreams::Client,
     store: StateStore,
     stream_arn: String,
-) -> Result<(), shardkeeper::ddb_streams::ReaderError> {
+) -> Result<(), shardkeeper::Error> {
     let handler = changes(|change: Change<Order>, _record: StreamRecord| async move {
         match change {
             Change::Insert { new } | Change::Modify { new, .. } => save(new).await,

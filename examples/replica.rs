@@ -116,7 +116,7 @@ async fn main() -> Result<(), Error> {
     let table = items
         .into_iter()
         .map(|item| Ok((ItemKey::of(&item, &key_names)?, item)))
-        .collect::<Result<BTreeMap<_, _>, String>>()?;
+        .collect::<Result<BTreeMap<_, _>, shardkeeper::Error>>()?;
     let copy: BTreeMap<ItemKey, _> = replica
         .items()
         .map(|(k, v)| (k.clone(), v.clone()))

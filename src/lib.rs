@@ -33,6 +33,9 @@
 //! * [`metrics`]: CloudWatch Embedded Metric Format lines.
 //! * [`kpl`]: KPL aggregation and de-aggregation.
 //!
+//! Every fallible public function returns [`Error`]; see its documentation
+//! for the detail types it carries.
+//!
 //! This is the only module map; each module's own documentation lists its
 //! parts.
 //!
@@ -54,6 +57,9 @@
 
 pub use shardkeeper_state as state;
 pub use state::StateStore;
+
+mod error;
+pub use error::{Error, Result};
 
 pub mod processing;
 

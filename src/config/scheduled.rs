@@ -76,14 +76,17 @@ fn initial_position(value: Option<String>) -> Result<InitialPosition, ConfigErro
 
 impl ScheduledConfig {
     /// Reads the configuration from the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
+    pub fn from_env() -> crate::Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
     /// Reads the configuration through `lookup` (variable name to value).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let vars = Vars(lookup);
-        let store = store_config(&vars)?;
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> crate::Result<Self> {
+        Ok(Self::read(&Vars(lookup))?)
+    }
+
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let store = store_config(vars)?;
         let secs = Duration::from_secs;
         let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
         let lease_term = secs(vars.positive(LEASE_TERM_SECONDS, 10)?);
@@ -108,7 +111,7 @@ impl ScheduledConfig {
                 retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
             },
             initial_position: initial_position(vars.get(INITIAL_POSITION))?,
-            buckets: buckets(&vars)?,
+            buckets: buckets(vars)?,
             drain,
             worker_function: vars.get(WORKER_FUNCTION),
             fleet: FleetConfig {

@@ -13,14 +13,14 @@ pub const PROCESSOR_BUCKETS: u16 = 32;
 /// The state store's table, group, stream and buckets from
 /// `SHARDKEEPER_TABLE`, `SHARDKEEPER_GROUP`, `SHARDKEEPER_STREAM` and
 /// `SHARDKEEPER_BUCKETS` (for the processing functions).
-pub fn store_config_from_env() -> Result<StoreConfig, ConfigError> {
+pub fn store_config_from_env() -> crate::Result<StoreConfig> {
     processor_store_config(|k: &str| std::env::var(k).ok())
 }
 
 /// [`store_config_from_env`] through `lookup` (variable name to value).
 pub fn processor_store_config(
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<StoreConfig, ConfigError> {
+) -> crate::Result<StoreConfig> {
     let vars = Vars(lookup);
     let buckets =
         buckets(&vars)?.unwrap_or_else(|| Buckets::new(PROCESSOR_BUCKETS).expect("a power of two"));

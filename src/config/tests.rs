@@ -12,7 +12,10 @@ fn config(vars: &[(&str, &str)]) -> Result<ScheduledConfig, ConfigError> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    ScheduledConfig::from_lookup(|k| map.get(k).cloned())
+    ScheduledConfig::from_lookup(|k| map.get(k).cloned()).map_err(|e| match e {
+        crate::Error::Config(e) => e,
+        other => panic!("not a configuration error: {other}"),
+    })
 }
 
 #[test]

@@ -53,14 +53,14 @@ pub const SHARDS_PER_WORKER: &str = "SHARDKEEPER_SHARDS_PER_WORKER";
 /// The stream's retention in hours (default 24).
 pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 
-/// A required environment variable; a missing or empty one is a [`ConfigError`] naming it.
-pub fn required_var(var: &'static str) -> Result<String, ConfigError> {
-    optional_var(var)?.ok_or(ConfigError::Missing { var })
+/// A required environment variable; a missing or empty one is an [`Error::Config`](crate::Error::Config) naming it.
+pub fn required_var(var: &'static str) -> crate::Result<String> {
+    optional_var(var)?.ok_or(ConfigError::Missing { var }.into())
 }
 
 /// An optional environment variable (unset or empty is `None`); one that is
-/// not valid UTF-8 is a [`ConfigError`] naming it.
-pub fn optional_var(var: &'static str) -> Result<Option<String>, ConfigError> {
+/// not valid UTF-8 is an [`Error::Config`](crate::Error::Config) naming it.
+pub fn optional_var(var: &'static str) -> crate::Result<Option<String>> {
     match std::env::var(var) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => Ok(Some(v)),
@@ -69,7 +69,8 @@ pub fn optional_var(var: &'static str) -> Result<Option<String>, ConfigError> {
             var,
             value: v.to_string_lossy().into_owned(),
             reason: "not valid UTF-8".to_owned(),
-        }),
+        }
+        .into()),
     }
 }
 

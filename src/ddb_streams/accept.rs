@@ -6,7 +6,6 @@
 use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::FAILURE_BACKOFF;
-use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
 use crate::pipeline::InitialPosition;
@@ -15,7 +14,8 @@ use crate::pipeline::{
 };
 use crate::processing::ChangeRecord;
 use crate::processing::{Core, RecordHandler, Unit};
-use crate::state::{Checkpoint, EpochMillis, Result as StateResult, ShardId, StateError};
+use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::Error;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ impl<C: StreamsClient> StreamReader<C> {
     /// moved). A commit never moves a position back, so committing an older
     /// batch after a newer one changes nothing. A shard read to its end and
     /// committed is finished: its children are read from the next batch.
-    pub async fn commit(&mut self, batch: &Batch) -> Result<(), ReaderError> {
+    pub async fn commit(&mut self, batch: &Batch) -> Result<(), Error> {
         for shard in &batch.shards {
             self.commit_at(&shard.shard_id, &shard.end).await?;
         }
@@ -33,12 +33,12 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     /// Accepts `record` and every record of its shard before it.
-    pub async fn commit_record(&mut self, record: &ChangeRecord) -> Result<(), ReaderError> {
+    pub async fn commit_record(&mut self, record: &ChangeRecord) -> Result<(), Error> {
         let position = position::after(&record.sequence_number);
-        Ok(self.commit_at(&record.shard_id, &position).await?)
+        self.commit_at(&record.shard_id, &position).await
     }
 
-    async fn commit_at(&mut self, shard: &ShardId, position: &Checkpoint) -> StateResult<()> {
+    async fn commit_at(&mut self, shard: &ShardId, position: &Checkpoint) -> crate::Result<()> {
         let Some(cursor) = self.cursors.get_mut(shard) else {
             return Ok(()); // removed from the stream meanwhile
         };
@@ -74,7 +74,7 @@ impl<C: StreamsClient> StreamReader<C> {
     /// committed by a seek; the new position is saved by the next commit
     /// (a time once a record after it is committed), and a child shard still
     /// waits for its parent.
-    pub async fn seek(&mut self, to: InitialPosition) -> Result<(), ReaderError> {
+    pub async fn seek(&mut self, to: InitialPosition) -> Result<(), Error> {
         if self.discovered_at.is_none() {
             self.discover().await?;
         }
@@ -115,8 +115,8 @@ impl<C: StreamsClient> StreamReader<C> {
     /// shard's accepted prefix is committed and that shard alone is read
     /// again from the failed record, after a pause (1 s, doubling while it
     /// keeps failing, up to 32 s); the other shards go on. The first
-    /// failure then comes back as [`ReaderError::Handler`].
-    pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, ReaderError> {
+    /// failure then comes back as [`Error::Handler`].
+    pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, Error> {
         self.poll_until(handler, None).await
     }
 
@@ -127,7 +127,7 @@ impl<C: StreamsClient> StreamReader<C> {
         &mut self,
         handler: &H,
         stop_by: Option<Instant>,
-    ) -> Result<PollReport, ReaderError> {
+    ) -> Result<PollReport, Error> {
         let batch = self.next_batch().await?;
         let mut report = PollReport {
             shards: ShardReport::default(),
@@ -175,7 +175,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     // records are read again, not skipped.
                     self.rewind_shard(&shard.shard_id);
                     self.stats.shards += &report.shards;
-                    return Err(e.into());
+                    return Err(e);
                 }
             };
             match failure {
@@ -193,7 +193,7 @@ impl<C: StreamsClient> StreamReader<C> {
         self.stats.shards += &report.shards;
         match first_failure {
             None => Ok(report),
-            Some((shard, failure)) => Err(ReaderError::Handler {
+            Some((shard, failure)) => Err(Error::Handler {
                 shard_id: shard.to_string(),
                 sequence_number: failure.item_identifier,
                 source: Box::new(failure.error),
@@ -235,7 +235,7 @@ impl<C: StreamsClient> StreamReader<C> {
 struct ReadShard(Option<SourceBatch>);
 
 impl RecordSource for ReadShard {
-    type Error = StateError;
+    type Error = crate::Error;
 
     fn due(&self, _: Instant) -> bool {
         self.0.is_some()
@@ -246,7 +246,7 @@ impl RecordSource for ReadShard {
         _: &ShardId,
         _: Option<&Checkpoint>,
         _: &mut ShardReport,
-    ) -> StateResult<Fetched> {
+    ) -> crate::Result<Fetched> {
         Ok(self.0.take().map_or(Fetched::Nothing, Fetched::Batch))
     }
 
@@ -272,7 +272,7 @@ impl<C: StreamsClient> Checkpointer for ReaderCheckpoints<'_, C> {
         shard: &ShardId,
         checkpoint: &Checkpoint,
         _: Option<EpochMillis>,
-    ) -> StateResult<bool> {
+    ) -> crate::Result<bool> {
         let Checkpoint::After { sequence, .. } = checkpoint else {
             return Ok(false);
         };

@@ -36,7 +36,7 @@ pub enum OnTrimmed {
     /// between are lost, the reader goes on.
     #[default]
     RestartAtTrimHorizon,
-    /// Stop with [`crate::ddb_streams::ReaderError::TrimmedData`]; the
+    /// Stop with [`crate::Error::TrimmedData`]; the
     /// position stays where it was.
     Fail,
 }

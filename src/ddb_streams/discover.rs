@@ -3,16 +3,16 @@
 
 use crate::ddb_streams::batch::Discovery;
 use crate::ddb_streams::client::StreamsClient;
-use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::{Cursor, StreamReader};
 use crate::ddb_streams::tree;
 use crate::state::{Checkpoint, ShardId, ShardSpec, StoredShardPosition};
+use crate::Error;
 use std::collections::BTreeMap;
 
 impl<C: StreamsClient> StreamReader<C> {
     /// Every shard of the stream, paged by `ExclusiveStartShardId`.
-    async fn describe_all(&self) -> Result<(Vec<ShardSpec>, usize), ReaderError> {
+    async fn describe_all(&self) -> Result<(Vec<ShardSpec>, usize), Error> {
         let mut shards = Vec::new();
         let mut pages = 0;
         let mut start: Option<String> = None;
@@ -36,7 +36,7 @@ impl<C: StreamsClient> StreamReader<C> {
     /// dropped with their saved positions. The first discovery also loads
     /// the saved positions; positions of another stream (the table's stream
     /// was re-created) count as removed.
-    pub async fn discover(&mut self) -> Result<Discovery, ReaderError> {
+    pub async fn discover(&mut self) -> Result<Discovery, Error> {
         let (listed, pages) = self.describe_all().await?;
         let now = self.store.now();
         let first = self.discovered_at.is_none();

@@ -54,7 +54,7 @@ mod tree;
 pub use batch::{Batch, Discovery, PollReport, ReaderStats, ShardBatch, TrimmedShard};
 pub use client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};
 pub use config::{OnTrimmed, ReaderConfig};
-pub use error::{ReaderError, StreamsError};
+pub use error::StreamsError;
 pub use reader::StreamReader;
 pub use replica::{build_replica, scan_table, ItemKey, KeyValue, Replica, ReplicaReport};
 pub use tree::{diff_shards, readable, ShardDiff};

@@ -6,17 +6,18 @@
 use crate::ddb_streams::batch::{ShardBatch, TrimmedShard};
 use crate::ddb_streams::client::{ChangesPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::config::{OnTrimmed, EMPTY_READS_AT_HEAD};
-use crate::ddb_streams::error::{ReaderError, StreamsError};
+use crate::ddb_streams::error::StreamsError;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::StreamReader;
 use crate::pipeline::LATEST_REOPEN_MARGIN_MS;
 use crate::processing::ChangeRecord;
 use crate::state::{Checkpoint, ShardId};
+use crate::Error;
 
 impl<C: StreamsClient> StreamReader<C> {
     /// The `LATEST` iterator of a shard whose position was just set to
     /// `LATEST` (taken at once, so what is written after is read).
-    pub(super) async fn take_latest(&mut self, id: &ShardId) -> Result<(), ReaderError> {
+    pub(super) async fn take_latest(&mut self, id: &ShardId) -> Result<(), Error> {
         let arn = &self.stream_arn;
         let client = &self.client;
         let it = self
@@ -31,7 +32,7 @@ impl<C: StreamsClient> StreamReader<C> {
         Ok(())
     }
 
-    async fn open_iterator(&mut self, id: &ShardId) -> Result<Option<String>, ReaderError> {
+    async fn open_iterator(&mut self, id: &ShardId) -> Result<Option<String>, Error> {
         let cursor = &self.cursors[id];
         let (start, skip) =
             position::reopen(&cursor.read, cursor.latest_at, LATEST_REOPEN_MARGIN_MS);
@@ -48,7 +49,7 @@ impl<C: StreamsClient> StreamReader<C> {
         Ok(it)
     }
 
-    async fn get_records(&mut self, iterator: &str) -> Result<ChangesPage, ReaderError> {
+    async fn get_records(&mut self, iterator: &str) -> Result<ChangesPage, Error> {
         self.stats.shards.polls += 1;
         let client = &self.client;
         let limit = self.config.limit;
@@ -62,7 +63,7 @@ impl<C: StreamsClient> StreamReader<C> {
         &mut self,
         id: &ShardId,
         trimmed: &mut Vec<TrimmedShard>,
-    ) -> Result<Option<ChangesPage>, ReaderError> {
+    ) -> Result<Option<ChangesPage>, Error> {
         let (mut refreshed, mut restarted) = (false, false);
         loop {
             let iterator = match self.cursors[id].iterator.clone() {
@@ -80,7 +81,7 @@ impl<C: StreamsClient> StreamReader<C> {
             };
             let cursor = self.cursors.get_mut(id).expect("cursor");
             match &error {
-                ReaderError::Streams {
+                Error::Streams {
                     error: StreamsError::ExpiredIterator(_),
                     ..
                 } if !refreshed => {
@@ -90,14 +91,14 @@ impl<C: StreamsClient> StreamReader<C> {
                     cursor.iterator = None;
                     self.stats.shards.iterators_refreshed += 1;
                 }
-                ReaderError::Streams {
+                Error::Streams {
                     error: StreamsError::TrimmedData(_),
                     ..
                 } if !restarted => {
                     restarted = true;
                     let lost_at = position::describe(&cursor.read, cursor.latest_at);
                     if self.config.on_trimmed == OnTrimmed::Fail {
-                        return Err(ReaderError::TrimmedData {
+                        return Err(Error::TrimmedData {
                             shard_id: id.to_string(),
                             position: lost_at,
                         });
@@ -120,7 +121,7 @@ impl<C: StreamsClient> StreamReader<C> {
         &mut self,
         id: &ShardId,
         trimmed: &mut Vec<TrimmedShard>,
-    ) -> Result<Option<ShardBatch>, ReaderError> {
+    ) -> Result<Option<ShardBatch>, Error> {
         if self.cursors[id].ended {
             return Ok(None);
         }
@@ -134,7 +135,7 @@ impl<C: StreamsClient> StreamReader<C> {
                     .enumerate()
                     .map(|(i, r)| ChangeRecord::from_sdk(id, i, r))
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|error| ReaderError::Record {
+                    .map_err(|error| Error::Record {
                         shard_id: id.to_string(),
                         error,
                     })?;

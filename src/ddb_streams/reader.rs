@@ -9,11 +9,12 @@
 use crate::ddb_streams::batch::{Batch, ReaderStats};
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::{ReaderConfig, DISCOVER_EVERY, EMPTY_READS_AT_HEAD};
-use crate::ddb_streams::error::{ReaderError, StreamsError};
+use crate::ddb_streams::error::StreamsError;
 use crate::ddb_streams::tree;
 use crate::state::{
     retry_throttled, Checkpoint, EpochMillis, Retried, ShardId, ShardSpec, StateStore,
 };
+use crate::Error;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,7 +172,7 @@ impl<C: StreamsClient> StreamReader<C> {
     /// before children), discovering the shards first when due. The records
     /// are handed out; [`StreamReader::commit`] accepts them. After an
     /// error, reading resumes at the committed positions.
-    pub async fn next_batch(&mut self) -> Result<Batch, ReaderError> {
+    pub async fn next_batch(&mut self) -> Result<Batch, Error> {
         let result = self.read_all().await;
         if result.is_err() {
             self.rewind();
@@ -179,7 +180,7 @@ impl<C: StreamsClient> StreamReader<C> {
         result
     }
 
-    async fn read_all(&mut self) -> Result<Batch, ReaderError> {
+    async fn read_all(&mut self) -> Result<Batch, Error> {
         let mut batch = Batch::default();
         if self.discovery_due() {
             batch.discovery = Some(self.discover().await?);
@@ -213,11 +214,7 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     /// One DynamoDB Streams call, throttling retried with the store's retry policy.
-    pub(super) async fn call<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        send: F,
-    ) -> Result<T, ReaderError>
+    pub(super) async fn call<T, F, Fut>(&self, operation: &'static str, send: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StreamsError>>,
@@ -231,12 +228,12 @@ impl<C: StreamsClient> StreamReader<C> {
         retry_throttled(retry, operation, is_throttled, || false, send)
             .await
             .map_err(|e| match e {
-                Retried::Failed { error, attempts } => ReaderError::Streams {
+                Retried::Failed { error, attempts } => Error::Streams {
                     operation,
                     attempts,
                     error,
                 },
-                Retried::Stopped => ReaderError::State(crate::state::StateError::Stopped),
+                Retried::Stopped => Error::State(crate::state::StateError::Stopped),
             })
     }
 }

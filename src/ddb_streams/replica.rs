@@ -5,12 +5,12 @@
 //! idempotent (put on insert and modify, delete on remove, by key).
 
 use crate::ddb_streams::client::StreamsClient;
-use crate::ddb_streams::error::ReaderError;
 use crate::ddb_streams::reader::StreamReader;
 use crate::pipeline::InitialPosition;
 use crate::processing::RecordError;
 use crate::processing::{ChangeKind, ChangeRecord, Image};
 use crate::state::{call_aws, RetryPolicy, Service};
+use crate::Error;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::BTreeMap;
 
@@ -31,8 +31,14 @@ pub struct ItemKey(pub Vec<(String, KeyValue)>);
 
 impl ItemKey {
     /// The key of `item` (or of a stream record's keys) for the table's key
-    /// attribute names.
-    pub fn of(item: &Image, key_names: &[String]) -> Result<ItemKey, String> {
+    /// attribute names; [`Error::Item`] when an attribute is missing or
+    /// not a key type.
+    pub fn of(item: &Image, key_names: &[String]) -> Result<ItemKey, Error> {
+        Self::read(item, key_names).map_err(|reason| Error::Item { reason })
+    }
+
+    /// The key, or what is wrong with it.
+    fn read(item: &Image, key_names: &[String]) -> Result<ItemKey, String> {
         let part = |name: &String| {
             let value = match item.get(name) {
                 Some(AttributeValue::S(s)) => KeyValue::S(s.clone()),
@@ -84,8 +90,8 @@ impl Replica {
     }
 
     /// Puts an item read from the table (replacing the one with its key).
-    pub fn put(&mut self, item: Image) -> Result<(), ReaderError> {
-        let key = ItemKey::of(&item, &self.key_names).map_err(|reason| ReaderError::Item {
+    pub fn put(&mut self, item: Image) -> Result<(), Error> {
+        let key = ItemKey::read(&item, &self.key_names).map_err(|reason| Error::Item {
             reason: format!("a table item has no usable key: {reason}"),
         })?;
         self.items.insert(key, item);
@@ -94,11 +100,16 @@ impl Replica {
 
     /// Applies one stream record: the new image is put on insert and modify,
     /// the key deleted on remove. Applying a record twice leaves the same
-    /// replica. Insert and modify need a stream view type with new images.
-    pub fn apply(&mut self, record: &ChangeRecord) -> Result<(), RecordError> {
+    /// replica. Insert and modify need a stream view type with new images:
+    /// a record that cannot be applied is an [`Error::Record`].
+    pub fn apply(&mut self, record: &ChangeRecord) -> Result<(), Error> {
         let seq = record.sequence_number.as_str();
-        let key = ItemKey::of(&record.keys, &self.key_names)
-            .map_err(|reason| RecordError::payload(seq, format!("keys: {reason}")))?;
+        let unfit = |what: String| Error::Record {
+            shard_id: record.shard_id.to_string(),
+            error: RecordError::payload(seq, what),
+        };
+        let key = ItemKey::read(&record.keys, &self.key_names)
+            .map_err(|r| unfit(format!("keys: {r}")))?;
         match (record.kind, &record.new_image) {
             (ChangeKind::Remove, _) => {
                 self.items.remove(&key);
@@ -112,7 +123,7 @@ impl Replica {
                     "{} has no new image (stream view type {view})",
                     kind.as_str()
                 );
-                return Err(RecordError::payload(seq, what));
+                return Err(unfit(what));
             }
         }
         Ok(())
@@ -146,7 +157,7 @@ impl Replica {
     pub async fn catch_up<C: StreamsClient>(
         &mut self,
         reader: &mut StreamReader<C>,
-    ) -> Result<usize, ReaderError> {
+    ) -> Result<usize, Error> {
         let since = reader.store().now();
         let mut applied = 0;
         loop {
@@ -156,11 +167,7 @@ impl Replica {
             for record in batch.records() {
                 if let Err(e) = self.apply(record) {
                     reader.rewind();
-                    return Err(ReaderError::Handler {
-                        shard_id: record.shard_id.to_string(),
-                        sequence_number: record.sequence_number.to_string(),
-                        source: Box::new(e),
-                    });
+                    return Err(e);
                 }
             }
             reader.commit(&batch).await?;
@@ -181,7 +188,7 @@ pub async fn scan_table(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     retry: &RetryPolicy,
-) -> Result<(Vec<Image>, usize), ReaderError> {
+) -> Result<(Vec<Image>, usize), Error> {
     let mut items = Vec::new();
     let mut pages = 0;
     let mut start = None;
@@ -211,7 +218,7 @@ pub async fn build_replica<C: StreamsClient>(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     reader: &mut StreamReader<C>,
-) -> Result<(Replica, ReplicaReport), ReaderError> {
+) -> Result<(Replica, ReplicaReport), Error> {
     let retry = reader.store().config().retry;
     let described = call_aws(&retry, Service::DynamoDb, "DescribeTable", || {
         dynamodb.describe_table().table_name(table).send()

@@ -4,13 +4,13 @@
 //! function in production, [`LambdaStarter`]).
 
 use crate::group::{plan_fleet, Ages, FleetConfig, FleetPlan, Starts};
-use crate::state::{call_aws, GroupSnapshot, RetryPolicy, Service, StateError, StateStore};
+use crate::state::{call_aws, GroupSnapshot, RetryPolicy, Service, StateStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 /// What starting workers returns: how many were started.
-pub type Started<'a> = Pin<Box<dyn Future<Output = Result<usize, StateError>> + Send + 'a>>;
+pub type Started<'a> = Pin<Box<dyn Future<Output = crate::Result<usize>> + Send + 'a>>;
 
 /// Starts shard workers.
 pub trait StartWorkers: Send + Sync + std::fmt::Debug {

@@ -25,7 +25,7 @@ pub async fn start_store(
     config: &crate::config::ScheduledConfig,
     dynamodb: aws_sdk_dynamodb::Client,
     kinesis: &aws_sdk_kinesis::Client,
-) -> Result<crate::state::StateStore, crate::state::StateError> {
+) -> crate::Result<crate::state::StateStore> {
     use crate::state::{
         kinesis_stream_summary, Buckets, SpreadPolicy, StartOptions, StateStore, TableOptions,
     };
@@ -60,7 +60,7 @@ pub struct ScheduledInit {
 
 /// The init of a scheduled function: logging, configuration from the
 /// environment, AWS clients from the standard chains, then [`start_store`].
-pub async fn init_scheduled() -> Result<ScheduledInit, lambda_runtime::Error> {
+pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
     init_tracing();
     let config = crate::config::ScheduledConfig::from_env()?;
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;

@@ -6,7 +6,8 @@ use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
 use crate::group::{plan_reap, ReapConfig, Sightings};
 use crate::metrics::{emit_for, Metric};
-use crate::state::{Result, StateStore};
+use crate::state::StateStore;
+use crate::Result;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use std::time::Duration;
@@ -78,7 +79,7 @@ pub async fn handle_reap(
     reaper: &Reaper,
     timing: TickTiming,
     event: LambdaEvent<EventBridgeEvent>,
-) -> Result<InvocationSummary<ReapTick>, lambda_runtime::Error> {
+) -> crate::Result<InvocationSummary<ReapTick>> {
     tracing::debug!(source = %event.payload.source, "scheduled invocation");
     let run = run_ticks(event.context.deadline(), timing, || reaper.tick()).await;
     InvocationSummary::from_loop(run)

@@ -8,7 +8,8 @@ use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
 use crate::group::{held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings};
 use crate::metrics::{emit_for, Metric};
-use crate::state::{Result, StateStore};
+use crate::state::StateStore;
+use crate::Result;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use std::collections::BTreeMap;
@@ -151,7 +152,7 @@ pub async fn handle_rebalance(
     rebalancer: &Rebalancer,
     timing: TickTiming,
     event: LambdaEvent<EventBridgeEvent>,
-) -> Result<InvocationSummary<RebalanceTick>, lambda_runtime::Error> {
+) -> crate::Result<InvocationSummary<RebalanceTick>> {
     tracing::debug!(source = %event.payload.source, detail_type = %event.payload.detail_type, "scheduled invocation");
     let run = run_ticks(event.context.deadline(), timing, || rebalancer.tick()).await;
     InvocationSummary::from_loop(run)

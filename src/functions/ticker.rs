@@ -6,17 +6,16 @@
 //! takes seconds.
 
 use crate::config::TickTiming;
-use crate::state::StateError;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 /// What the ticks of one invocation returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct TickLoop<T> {
     /// Each successful tick's result, in order.
     pub ticks: Vec<T>,
-    /// Each failed tick's error message, in order.
-    pub errors: Vec<String>,
+    /// Each failed tick's error, in order.
+    pub errors: Vec<crate::Error>,
 }
 
 /// Runs `tick` every `timing.tick` (start to start) while a tick can start
@@ -29,7 +28,7 @@ pub async fn run_ticks<T, F, Fut>(
 ) -> TickLoop<T>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StateError>>,
+    Fut: Future<Output = crate::Result<T>>,
 {
     let mut out = TickLoop {
         ticks: Vec::new(),
@@ -45,7 +44,7 @@ where
             Ok(t) => out.ticks.push(t),
             Err(e) => {
                 tracing::error!(error = %e, "tick failed");
-                out.errors.push(e.to_string());
+                out.errors.push(e);
             }
         }
         let next = started + timing.tick;
@@ -71,14 +70,17 @@ pub struct InvocationSummary<T> {
 }
 
 impl<T> InvocationSummary<T> {
-    /// Sums up a tick loop; an invocation in which every tick failed is an error.
-    pub fn from_loop(run: TickLoop<T>) -> Result<Self, lambda_runtime::Error> {
-        if run.ticks.is_empty() && !run.errors.is_empty() {
-            return Err(format!("every tick failed: {}", run.errors.join("; ")).into());
+    /// Sums up a tick loop. An invocation in which every tick failed fails
+    /// with the last tick's error (each was logged as it came).
+    pub fn from_loop(mut run: TickLoop<T>) -> crate::Result<Self> {
+        if run.ticks.is_empty() {
+            if let Some(last) = run.errors.pop() {
+                return Err(last);
+            }
         }
         Ok(InvocationSummary {
             ticks: run.ticks.len() + run.errors.len(),
-            errors: run.errors,
+            errors: run.errors.iter().map(ToString::to_string).collect(),
             last: run.ticks.into_iter().last(),
         })
     }
@@ -101,7 +103,7 @@ mod tests {
             let i = n;
             async move {
                 if i == 2 {
-                    Err(StateError::Stopped)
+                    Err(crate::state::StateError::Stopped.into())
                 } else {
                     Ok(i)
                 }
@@ -125,7 +127,7 @@ mod tests {
         let run = run_ticks(
             SystemTime::now() + Duration::from_secs(1),
             timing,
-            || async { Ok::<_, StateError>(()) },
+            || async { crate::Result::Ok(()) },
         )
         .await;
         assert!(run.ticks.is_empty());
@@ -136,7 +138,7 @@ mod tests {
     fn all_failed_is_an_error() {
         let run: TickLoop<()> = TickLoop {
             ticks: vec![],
-            errors: vec!["throttled".into()],
+            errors: vec![crate::state::StateError::Stopped.into()],
         };
         assert!(InvocationSummary::from_loop(run).is_err());
     }

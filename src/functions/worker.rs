@@ -38,7 +38,7 @@ pub struct WorkerFunction<F> {
 }
 
 /// The consumer id of one invocation: the request id (letters, digits, `-`).
-pub fn invocation_consumer_id(request_id: &str) -> Result<ConsumerId, crate::state::StateError> {
+pub fn invocation_consumer_id(request_id: &str) -> crate::Result<ConsumerId> {
     let cleaned: String = request_id
         .chars()
         .map(|c| {
@@ -49,7 +49,7 @@ pub fn invocation_consumer_id(request_id: &str) -> Result<ConsumerId, crate::sta
             }
         })
         .collect();
-    ConsumerId::new(format!("worker-{cleaned}"))
+    Ok(ConsumerId::new(format!("worker-{cleaned}"))?)
 }
 
 impl<F, H> WorkerFunction<F>
@@ -64,7 +64,7 @@ where
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,
-    ) -> Result<WorkerReport, lambda_runtime::Error> {
+    ) -> crate::Result<WorkerReport> {
         let id = invocation_consumer_id(&event.context.request_id)?;
         let left = event
             .context

@@ -7,7 +7,8 @@
 //! other service errors end an execution early.
 
 use crate::group::{Action, ActionKind};
-use crate::state::{ConsumerId, EfoName, Result, ShardId, ShardScope, StateStore, TakeFrom};
+use crate::state::{ConsumerId, EfoName, ShardId, ShardScope, StateStore, TakeFrom};
+use crate::Result;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

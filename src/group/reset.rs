@@ -3,8 +3,9 @@
 //! thin step that applies the plan with the store's guarded reset.
 
 use crate::state::{
-    Checkpoint, EpochMillis, GroupSnapshot, Result, ShardId, ShardScope, ShardState, StateStore,
+    Checkpoint, EpochMillis, GroupSnapshot, ShardId, ShardScope, ShardState, StateStore,
 };
+use crate::Result;
 use serde::Serialize;
 
 /// Why a reset was refused; nothing was written.
@@ -45,8 +46,19 @@ pub struct ResetPlan {
 }
 
 /// Decides which shards of `scope` a reset moves: one shard, or all. Refuses
-/// while any of them is leased live, unless `force` (then the leases end).
+/// while any of them is leased live, unless `force` (then the leases end):
+/// the refusal is an [`crate::Error::ResetRefused`].
 pub fn plan_reset(
+    snapshot: &GroupSnapshot,
+    scope: &ShardScope,
+    shard: Option<&ShardId>,
+    force: bool,
+    now: EpochMillis,
+) -> Result<ResetPlan> {
+    Ok(plan(snapshot, scope, shard, force, now)?)
+}
+
+fn plan(
     snapshot: &GroupSnapshot,
     scope: &ShardScope,
     shard: Option<&ShardId>,

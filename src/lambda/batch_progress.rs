@@ -17,8 +17,8 @@ use crate::processing::outcome::BatchReport;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::state::{
-    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, Result as StateResult,
-    SequenceNumber, ShardId, StateError, StateStore,
+    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, SequenceNumber, ShardId,
+    StateError, StateStore,
 };
 use std::sync::Arc;
 
@@ -116,7 +116,7 @@ impl<'a> BatchProgressSink<'a> {
 }
 
 impl CheckpointSink for BatchProgressSink<'_> {
-    async fn stored(&mut self) -> StateResult<Option<Checkpoint>> {
+    async fn stored(&mut self) -> crate::Result<Option<Checkpoint>> {
         if self.degraded {
             return Ok(None);
         }
@@ -139,7 +139,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         }))
     }
 
-    async fn commit(&mut self, checkpoint: &Checkpoint) -> StateResult<bool> {
+    async fn commit(&mut self, checkpoint: &Checkpoint) -> crate::Result<bool> {
         if self.degraded {
             return Ok(false);
         }
@@ -176,7 +176,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         &self,
         record: &StreamRecord,
         sequence: &SequenceNumber,
-    ) -> StateResult<RecordKey> {
+    ) -> crate::Result<RecordKey> {
         let shard = self
             .batch
             .shard
@@ -201,7 +201,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         })
     }
 
-    fn unavailable(&mut self, error: StateError) -> StateResult<()> {
+    fn unavailable(&mut self, error: crate::Error) -> crate::Result<()> {
         if !self.degraded {
             tracing::warn!(
                 error = %error,

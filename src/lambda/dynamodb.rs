@@ -85,10 +85,9 @@ impl<'a> ChangeRef<'a> {
     }
 }
 
-impl EventSource for DynamoDbStreams {
-    type Response = DynamoDbEventResponse;
-
-    fn units(event: &Bytes) -> Result<EventUnits, String> {
+impl DynamoDbStreams {
+    /// The units of an event, or why it is not a DynamoDB Streams event.
+    fn units_of(event: &Bytes) -> Result<EventUnits, String> {
         let event_json =
             std::str::from_utf8(event).map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let body = event;
@@ -170,6 +169,14 @@ impl EventSource for DynamoDbStreams {
             items: units,
             event_ids,
         })
+    }
+}
+
+impl EventSource for DynamoDbStreams {
+    type Response = DynamoDbEventResponse;
+
+    fn units(event: &Bytes) -> crate::Result<EventUnits> {
+        Self::units_of(event).map_err(crate::Error::Event)
     }
 
     fn response(report: &BatchReport) -> DynamoDbEventResponse {

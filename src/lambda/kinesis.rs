@@ -263,9 +263,10 @@ fn unit(
 impl EventSource for Kinesis {
     type Response = KinesisEventResponse;
 
-    fn units(event: &Bytes) -> Result<EventUnits, String> {
-        let text = std::str::from_utf8(event).map_err(|e| format!("not a Kinesis event: {e}"))?;
-        Kinesis::units_of(text)
+    fn units(event: &Bytes) -> crate::Result<EventUnits> {
+        let text = std::str::from_utf8(event)
+            .map_err(|e| crate::Error::Event(format!("not a Kinesis event: {e}")))?;
+        Kinesis::units_of(text).map_err(crate::Error::Event)
     }
 
     fn response(report: &BatchReport) -> KinesisEventResponse {

@@ -103,10 +103,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// The Lambda handler: processes the event until its deadline, logs
     /// one summary line and writes its metrics (EMF), and returns the batch
     /// item failures.
-    pub async fn handle(
-        &self,
-        event: LambdaEvent<Box<RawValue>>,
-    ) -> Result<S::Response, lambda_runtime::Error> {
+    pub async fn handle(&self, event: LambdaEvent<Box<RawValue>>) -> crate::Result<S::Response> {
         // The text moves into the event's buffer: no copy.
         let text: Box<str> = event.payload.into();
         let body = Bytes::from(String::from(text));
@@ -122,7 +119,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         &self,
         body: Bytes,
         context: &lambda_runtime::Context,
-    ) -> Result<S::Response, lambda_runtime::Error> {
+    ) -> crate::Result<S::Response> {
         let started = SystemTime::now();
         let function = Some(context.env_config.function_name.as_str());
         let report = self
@@ -144,7 +141,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         &self,
         event_json: &str,
         deadline: Option<SystemTime>,
-    ) -> Result<BatchReport, lambda_runtime::Error> {
+    ) -> crate::Result<BatchReport> {
         self.process_bytes(Bytes::copy_from_slice(event_json.as_bytes()), deadline)
             .await
     }
@@ -156,7 +153,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         &self,
         event: Bytes,
         deadline: Option<SystemTime>,
-    ) -> Result<BatchReport, lambda_runtime::Error> {
+    ) -> crate::Result<BatchReport> {
         let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
         self.run_event(event, deadline, function.as_deref()).await
     }
@@ -168,13 +165,13 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         event: Bytes,
         deadline: Option<SystemTime>,
         function: Option<&str>,
-    ) -> Result<BatchReport, lambda_runtime::Error> {
+    ) -> crate::Result<BatchReport> {
         let units = S::units(&event)?;
         let inner = &*self.inner;
         let stop_by = deadline.map(|d| stop_by(d, DEADLINE_MARGIN));
         let Some(store) = &inner.store else {
             let core = Core::new(&inner.handler, None, &inner.options);
-            return Ok(core.run(units.items, stop_by, &mut NoCheckpoints).await?);
+            return core.run(units.items, stop_by, &mut NoCheckpoints).await;
         };
         let consumer = consumer_of(&inner.options, function);
         let batch = match batch_key(&units, consumer) {
@@ -335,10 +332,10 @@ impl<H: RecordHandler, S: EventSource> lambda_runtime::tower::Service<LambdaEven
     for BatchProcessor<H, S>
 {
     type Response = S::Response;
-    type Error = lambda_runtime::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, lambda_runtime::Error>> + Send>>;
+    type Error = crate::Error;
+    type Future = Pin<Box<dyn Future<Output = crate::Result<S::Response>> + Send>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), lambda_runtime::Error>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<crate::Result<()>> {
         Poll::Ready(Ok(()))
     }
 

@@ -33,7 +33,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// pass into a `RawValue`. A handler's panic fails its invocation with a
     /// `Panic` error, as `lambda_runtime` reports one, and the process goes
     /// on to the next event.
-    pub async fn run(self) -> Result<(), lambda_runtime::Error> {
+    pub async fn run(self) -> crate::Result<()> {
         let post =
             service_fn(|event: LambdaEvent<Answer>| async move { event.payload.into_result() });
         Runtime::new(post)
@@ -41,6 +41,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
             .layer(TracingLayer::new())
             .run()
             .await
+            .map_err(crate::Error::Runtime)
     }
 }
 
@@ -255,6 +256,8 @@ mod tests {
         let mut service = ReadOnce { processor }.layer(posted.clone());
         block_on(service.call(invocation("{\"not\": \"an event\"}"))).unwrap();
         let error = answer_of(&posted).unwrap_err();
+        // Lambda records the error's type as the invocation's `errorType`.
+        assert_eq!(error.error_type, "shardkeeper::Event");
         assert!(
             error.error_message.contains("not a DynamoDB Streams event"),
             "{error:?}"

@@ -16,7 +16,7 @@ pub trait EventSource: Send + Sync + 'static {
     /// work (records may keep slices of `event`, not copies). An error is
     /// for an event that is not UTF-8 JSON of this kind, or a record whose
     /// item identifier cannot be found.
-    fn units(event: &Bytes) -> Result<EventUnits, String>;
+    fn units(event: &Bytes) -> crate::Result<EventUnits>;
 
     /// The batch item failures of a report.
     fn response(report: &BatchReport) -> Self::Response;

@@ -82,17 +82,14 @@ where
     pub async fn handle(
         &self,
         event: LambdaEvent<Box<RawValue>>,
-    ) -> Result<KinesisTimeWindowEventResponse, lambda_runtime::Error> {
+    ) -> crate::Result<KinesisTimeWindowEventResponse> {
         self.process(event.payload.get()).await
     }
 
     /// Processes one time-window event (its JSON text).
-    pub async fn process(
-        &self,
-        event_json: &str,
-    ) -> Result<KinesisTimeWindowEventResponse, lambda_runtime::Error> {
+    pub async fn process(&self, event_json: &str) -> crate::Result<KinesisTimeWindowEventResponse> {
         let props: TimeWindowProperties = serde_json::from_str(event_json)
-            .map_err(|e| format!("not a Kinesis time-window event: {e}"))?;
+            .map_err(|e| crate::Error::Event(format!("not a Kinesis time-window event: {e}")))?;
         let mut state: S = match props.state.get(STATE_KEY) {
             Some(json) => serde_json::from_str(json).unwrap_or_else(|e| {
                 tracing::error!(
@@ -107,7 +104,10 @@ where
             None => S::default(),
         };
         let mut failure: Option<(String, RecordError)> = None;
-        'records: for (item, unit) in Kinesis::units_of(event_json)?.items {
+        'records: for (item, unit) in Kinesis::units_of(event_json)
+            .map_err(crate::Error::Event)?
+            .items
+        {
             let records = match unit {
                 Unit::Record(record) => vec![record],
                 Unit::Records(records) => records,
@@ -133,6 +133,16 @@ where
                 }
             }
         }
+        let action = |source| crate::Error::Window {
+            what: "action",
+            source,
+        };
+        let encoded = |state: &S| {
+            serde_json::to_string(state).map_err(|e| crate::Error::Window {
+                what: "state",
+                source: e.into(),
+            })
+        };
         let window = |terminated_early| WindowInfo {
             start: props.window.start,
             end: props.window.end,
@@ -147,11 +157,13 @@ where
                 serde_json::json!([{ "itemIdentifier": item }]),
             );
         } else if props.is_final_invoke_for_window {
-            (self.on_window)(state, window(props.is_window_terminated_early)).await?;
+            (self.on_window)(state, window(props.is_window_terminated_early))
+                .await
+                .map_err(action)?;
             return Ok(response);
         }
-        let mut kept = serde_json::to_string(&state)?;
-        let sent = sent_size(&kept)?;
+        let mut kept = encoded(&state)?;
+        let sent = sent_size(&kept);
         if sent > MAX_STATE_BYTES {
             tracing::warn!(
                 bytes = sent,
@@ -159,8 +171,10 @@ where
                 "the window state would pass what Lambda carries: the window ends early \
                  and goes on with a fresh state"
             );
-            (self.on_window)(state, window(true)).await?;
-            kept = serde_json::to_string(&S::default())?;
+            (self.on_window)(state, window(true))
+                .await
+                .map_err(action)?;
+            kept = encoded(&S::default())?;
         }
         response
             .time_window_event_response_properties
@@ -172,9 +186,11 @@ where
 
 /// The size of the state map `{"<STATE_KEY>": "<state>"}` as the response
 /// sends it: the state's JSON text is a string there, escaped.
-fn sent_size(state_json: &str) -> Result<usize, serde_json::Error> {
+fn sent_size(state_json: &str) -> usize {
     let map = std::collections::BTreeMap::from([(STATE_KEY, state_json)]);
-    Ok(serde_json::to_string(&map)?.len())
+    serde_json::to_string(&map)
+        .expect("a map of strings encodes")
+        .len()
 }
 
 #[cfg(test)]
@@ -185,7 +201,7 @@ mod tests {
     fn the_size_sent_counts_escapes() {
         let state = r#"{"a":"b"}"#;
         let sent = r#"{"shardkeeper":"{\"a\":\"b\"}"}"#;
-        assert_eq!(sent_size(state).unwrap(), sent.len());
+        assert_eq!(sent_size(state), sent.len());
         let unescaped = format!(r#"{{"{STATE_KEY}":"{state}"}}"#);
         assert_eq!(sent.len(), unescaped.len() + 4, "one backslash per quote");
     }

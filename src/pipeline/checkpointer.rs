@@ -4,7 +4,8 @@
 //! processing core commits to it.
 
 use crate::processing::CheckpointSink;
-use crate::state::{Checkpoint, EpochMillis, Result, ShardId};
+use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::Result;
 use std::future::Future;
 
 /// Stores a shard's position in one scope.

@@ -5,7 +5,7 @@
 use super::checkpointer::PipelineSink;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{Core, Ran, RecordFailure, RecordHandler};
-use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId, StateError};
+use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId};
 use std::time::Instant;
 
 /// How a step went.
@@ -131,7 +131,7 @@ impl<S: RecordSource> ShardPipeline<S> {
         &mut self,
         checkpointer: &mut C,
         report: &mut ShardReport,
-    ) -> Result<bool, StateError> {
+    ) -> crate::Result<bool> {
         let pin = match &self.position {
             Some(pin @ Checkpoint::AtTimestamp(_)) if self.pin_unstored => pin.clone(),
             _ => return Ok(false),
@@ -158,7 +158,7 @@ impl<S: RecordSource> ShardPipeline<S> {
         checkpointer: &mut C,
         stop_by: Option<Instant>,
         report: &mut ShardReport,
-    ) -> Result<Step, StateError> {
+    ) -> crate::Result<Step> {
         tracing::trace!(shard = %self.shard, records = batch.units.len(), "read");
         checkpointer.batch_starts(&self.shard);
         // A shard with nothing processed (started at TRIM_HORIZON, LATEST

@@ -3,7 +3,7 @@
 
 use crate::pipeline::ShardReport;
 use crate::processing::Unit;
-use crate::state::{Checkpoint, EpochMillis, ShardId, StateError};
+use crate::state::{Checkpoint, EpochMillis, ShardId};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +11,7 @@ use std::time::Instant;
 /// Reads one shard.
 pub(crate) trait RecordSource: Send {
     /// What a read of the source can fail with, beyond the state store.
-    type Error: From<StateError> + Send;
+    type Error: From<crate::Error> + Send;
 
     /// Due to be read now.
     fn due(&self, now: Instant) -> bool;

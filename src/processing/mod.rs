@@ -31,7 +31,7 @@
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount_cents: u64 }
 //!
-//! # async fn run() -> Result<(), lambda_runtime::Error> {
+//! # async fn run() -> Result<(), shardkeeper::Error> {
 //! let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
 //! let store = StateStore::new(aws_sdk_dynamodb::Client::new(&aws), StoreConfig::new("billing", "orders")?);
 //! let processor = KinesisProcessor::new(json(|order: Order, record: StreamRecord| async move {

@@ -10,7 +10,8 @@
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
-use crate::state::{call_kinesis, ForStream, ParkedRecord, RecordKey, Result, StateStore};
+use crate::state::{call_kinesis, ForStream, ParkedRecord, RecordKey, StateStore};
+use crate::Result;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;

@@ -3,7 +3,8 @@
 //! processing without a state store.
 
 use crate::processing::record::StreamRecord;
-use crate::state::{Checkpoint, RecordKey, Result, SequenceNumber, ShardId, StateError};
+use crate::state::{Checkpoint, RecordKey, SequenceNumber, ShardId};
+use crate::Result;
 use std::future::Future;
 
 /// Where a mode keeps its positions (what is already done, and what a batch
@@ -18,7 +19,7 @@ pub trait CheckpointSink: Send {
     /// that only moves forward. Returns whether a write was stored
     /// (`false`: the stored position was already at or past it). An error
     /// ends the batch (after [`CheckpointSink::unavailable`]); a lost lease
-    /// ([`StateError::is_lease_lost`]) ends it at once: nothing more of it
+    /// ([`crate::Error::is_lease_lost`]) ends it at once: nothing more of it
     /// starts, and nothing more is committed.
     fn commit(&mut self, checkpoint: &Checkpoint) -> impl Future<Output = Result<bool>> + Send;
 
@@ -27,7 +28,7 @@ pub trait CheckpointSink: Send {
     /// sink that can go on without its state notes it and returns `Ok`,
     /// and from then on ([`CheckpointSink::degraded`]) the core neither
     /// commits nor counts attempts in this batch.
-    fn unavailable(&mut self, error: StateError) -> Result<()> {
+    fn unavailable(&mut self, error: crate::Error) -> Result<()> {
         Err(error)
     }
 

@@ -32,6 +32,21 @@ pub enum Error {
     /// Terminal or file I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// Anything else the library failed with.
+    #[error(transparent)]
+    Library(shardkeeper::Error),
+}
+
+impl From<shardkeeper::Error> for Error {
+    /// The library's state and refusal errors as the CLI's own kinds, so a
+    /// script matches one name whichever call failed.
+    fn from(e: shardkeeper::Error) -> Self {
+        match e {
+            shardkeeper::Error::State(e) => Error::State(e),
+            shardkeeper::Error::ResetRefused(r) => Error::Refused(r),
+            other => Error::Library(other),
+        }
+    }
 }
 
 impl Error {

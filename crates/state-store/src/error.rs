@@ -190,15 +190,7 @@ impl StateError {
             StateError::Sdk { code: None, .. } => true,
             StateError::Sdk {
                 code: Some(code), ..
-            } => matches!(
-                code.as_str(),
-                "InternalServerError"
-                    | "InternalFailure"
-                    | "ServiceUnavailable"
-                    | "ServiceUnavailableException"
-                    | "RequestTimeout"
-                    | "RequestTimeoutException"
-            ),
+            } => crate::retry::is_server_fault_code(code),
             _ => false,
         }
     }

@@ -126,6 +126,20 @@ pub fn is_throttling_code(code: &str) -> bool {
     )
 }
 
+/// Error codes that mean the service failed on its side, so the same call
+/// may succeed when sent again.
+pub fn is_server_fault_code(code: &str) -> bool {
+    matches!(
+        code,
+        "InternalServerError"
+            | "InternalFailure"
+            | "ServiceUnavailable"
+            | "ServiceUnavailableException"
+            | "RequestTimeout"
+            | "RequestTimeoutException"
+    )
+}
+
 /// What a failed call was, once retries are done.
 #[derive(Debug)]
 pub(crate) enum CallError<E> {

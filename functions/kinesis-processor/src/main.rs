@@ -39,5 +39,5 @@ async fn main() -> Result<(), Error> {
     };
     let processor = processor(writer, store, aws_sdk_kinesis::Client::new(&aws), &settings);
     // Each event is read once, from the bytes the runtime receives.
-    processor.run().await
+    Ok(processor.run().await?)
 }

@@ -26,5 +26,5 @@ async fn main() -> Result<(), Error> {
         store,
     );
     // Each event is read once, from the bytes the runtime receives.
-    processor.run().await
+    Ok(processor.run().await?)
 }

@@ -9,9 +9,9 @@
 //! deregistered, one is kept).
 
 use crate::state::{
-    call_kinesis, ConsumerId, EfoLock, EfoName, ForStream, Result, RetryPolicy, StateError,
-    StateStore,
+    call_kinesis, ConsumerId, EfoLock, EfoName, ForStream, RetryPolicy, StateError, StateStore,
 };
+use crate::Result;
 use std::time::{Duration, Instant};
 
 /// Kinesis allows at most this many registered consumers per stream.
@@ -42,7 +42,7 @@ impl EfoPool {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<(), StateError> {
         if !(1..=MAX_EFO_CONSUMERS).contains(&self.size) {
             return Err(StateError::validation(
                 "EFO pool size",
@@ -84,9 +84,10 @@ pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -
         req.clone().send()
     })
     .await?;
-    out.stream_description_summary()
+    Ok(out
+        .stream_description_summary()
         .map(|s| s.stream_arn().to_owned())
-        .ok_or_else(|| StateError::not_found("stream description"))
+        .ok_or_else(|| StateError::not_found("stream description"))?)
 }
 
 /// Registers `name` with Kinesis (or adopts it if it exists) and waits
@@ -122,7 +123,7 @@ async fn register_active(
                 .map(|c| c.consumer_arn().to_owned())
                 .ok_or_else(|| StateError::not_found("described consumer"))?
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let started = Instant::now();
     let describe = kinesis.describe_stream_consumer().consumer_arn(&arn);
@@ -139,7 +140,8 @@ async fn register_active(
                 name: name.to_owned(),
                 status: status.unwrap_or_default(),
                 waited_ms: started.elapsed().as_millis() as u64,
-            });
+            }
+            .into());
         }
         tokio::time::sleep(pool.poll_interval).await;
     }

@@ -3,7 +3,8 @@
 //! still runs) the newer takes the id over and the older learns it must
 //! stop.
 
-use crate::state::{ConsumerInfo, Heartbeat, Result, ShardId, StateStore};
+use crate::state::{ConsumerInfo, Heartbeat, ShardId, StateStore};
+use crate::Result;
 use std::collections::BTreeSet;
 
 /// The token of this process's session under its consumer id.

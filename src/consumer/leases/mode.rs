@@ -6,9 +6,10 @@ use crate::consumer::StandaloneSession;
 use crate::consumer::{ConsumerSession, Observer, SessionTick, WorkerEvent};
 use crate::pipeline::Checkpointer;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, Result, ShardId,
-    ShardScope, ShardSpec,
+    Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, ShardId, ShardScope,
+    ShardSpec,
 };
+use crate::Result;
 use std::time::Instant;
 
 /// The progress of each shard: where to checkpoint it.

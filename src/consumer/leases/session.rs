@@ -4,8 +4,9 @@
 use crate::consumer::leases::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
-    Released, Result, ShardId, ShardScope, ShardSpec, StateError, StateStore, TakeFrom,
+    Released, ShardId, ShardScope, ShardSpec, StateError, StateStore, TakeFrom,
 };
+use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -319,7 +320,7 @@ impl ConsumerSession {
                         owned.push(state)
                     }
                     Ok(_) | Err(StateError::NotFound { .. }) => {}
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -336,11 +337,11 @@ impl ConsumerSession {
         if let Some((cp, arrival)) = progress(&lease.shard_id) {
             self.store.checkpoints().save(lease, &cp, arrival).await?;
         }
-        self.store.leases().release(lease, self.lease_term).await
+        Ok(self.store.leases().release(lease, self.lease_term).await?)
     }
 
     /// Stores a checkpoint on a held lease. A lost lease is dropped from the
-    /// session and comes back as [`StateError::LeaseLost`]: stop that shard.
+    /// session and comes back as a lost lease ([`crate::Error::is_lease_lost`]): stop that shard.
     pub async fn checkpoint(
         &mut self,
         shard: &ShardId,
@@ -352,7 +353,7 @@ impl ConsumerSession {
         if matches!(out, Err(StateError::LeaseLost { .. })) {
             self.forget(shard);
         }
-        out
+        Ok(out?)
     }
 
     /// The shard was read to its end: marks it depleted (its lease ends) and
@@ -373,7 +374,7 @@ impl ConsumerSession {
         if out.is_ok() || out.as_ref().is_err_and(StateError::is_lease_lost) {
             self.forget(shard);
         }
-        out
+        Ok(out?)
     }
 
     /// Checkpoints every held shard at its progress and releases it (a
@@ -442,12 +443,10 @@ impl ConsumerSession {
     }
 
     fn held(&self, shard: &ShardId) -> Result<Lease> {
-        self.leases
-            .get(shard)
-            .cloned()
-            .ok_or_else(|| StateError::LeaseLost {
-                shard_id: shard.to_string(),
-                reason: format!("{} holds no lease on it", self.info.id),
-            })
+        let lost = || StateError::LeaseLost {
+            shard_id: shard.to_string(),
+            reason: format!("{} holds no lease on it", self.info.id),
+        };
+        Ok(self.leases.get(shard).cloned().ok_or_else(lost)?)
     }
 }

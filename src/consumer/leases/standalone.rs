@@ -13,8 +13,9 @@ use crate::consumer::leases::holding::Holding;
 use crate::consumer::SessionTick;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EfoLock, EpochMillis,
-    GroupSnapshot, Result, ShardId, ShardScope, ShardSpec, StateStore,
+    GroupSnapshot, ShardId, ShardScope, ShardSpec, StateStore,
 };
+use crate::Result;
 use std::collections::BTreeSet;
 
 /// The shards a standalone consumer reads, kept current by [`StandaloneSession::tick`].
@@ -129,20 +130,16 @@ impl StandaloneSession {
         cp: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<CheckpointOutcome> {
-        match &self.efo {
-            Efo::Locked(Some(lock)) => {
-                self.store
-                    .checkpoints()
-                    .save_efo(lock, shard, cp, arrival)
-                    .await
-            }
+        let checkpoints = self.store.checkpoints();
+        let out = match &self.efo {
+            Efo::Locked(Some(lock)) => checkpoints.save_efo(lock, shard, cp, arrival).await,
             _ => {
-                self.store
-                    .checkpoints()
+                checkpoints
                     .save_unleased(&self.scope, shard, cp, arrival)
                     .await
             }
-        }
+        };
+        Ok(out?)
     }
 
     /// The shard was read to its end: depleted in its scope, children next.
@@ -166,7 +163,7 @@ impl StandaloneSession {
                 if e.is_lease_lost() {
                     self.reading.remove(shard);
                 }
-                return Err(e);
+                return Err(e.into());
             }
         }
         let depleted = self

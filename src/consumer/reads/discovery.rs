@@ -1,9 +1,10 @@
 //! Shard discovery: the stream's shards into the state, parents first.
 
 use crate::state::{
-    EnsureShard, ForStream, GroupSnapshot, Result, RetryPolicy, ShardId, ShardScope, ShardSpec,
-    ShardState, StateStore, StreamAddress,
+    EnsureShard, ForStream, GroupSnapshot, RetryPolicy, ShardId, ShardScope, ShardSpec, ShardState,
+    StateStore, StreamAddress,
 };
+use crate::Result;
 use std::collections::BTreeMap;
 
 /// What a discovery pass found and recorded.

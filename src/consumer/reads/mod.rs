@@ -110,14 +110,20 @@ pub enum ReadError {
     ConsumerGone(String),
     /// Anything else.
     #[error(transparent)]
-    Failed(#[from] StateError),
+    Failed(#[from] crate::Error),
 }
 
-impl From<ReadError> for StateError {
-    /// A read error the worker cannot handle itself, as a state error.
+impl From<StateError> for ReadError {
+    fn from(e: StateError) -> Self {
+        ReadError::Failed(e.into())
+    }
+}
+
+impl From<ReadError> for crate::Error {
+    /// A read error the worker cannot handle itself, as the crate's error.
     fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::Failed(e) => e,
+        let sdk = match e {
+            ReadError::Failed(e) => return e,
             ReadError::Throttled(code) => StateError::Sdk {
                 service: crate::state::Service::Kinesis,
                 operation: "GetRecords",
@@ -136,7 +142,8 @@ impl From<ReadError> for StateError {
                 code: None,
                 message: other.to_string(),
             },
-        }
+        };
+        sdk.into()
     }
 }
 

@@ -52,7 +52,7 @@ fn classify(
         code if is_throttling_code(code) || code == "KMSThrottlingException" => {
             ReadError::Throttled(code.to_owned())
         }
-        _ => ReadError::Failed(kinesis_error(operation, err)),
+        _ => ReadError::from(kinesis_error(operation, err)),
     }
 }
 
@@ -125,7 +125,7 @@ impl KinesisReads for SdkReads {
                 .set_timestamp(timestamp);
             let out = call_kinesis(&self.retry, "GetShardIterator", || req.clone().send()).await?;
             out.shard_iterator.ok_or_else(|| {
-                ReadError::Failed(StateError::validation(
+                ReadError::from(StateError::validation(
                     "GetShardIterator answer",
                     format!("no iterator for {shard}"),
                 ))
@@ -188,7 +188,7 @@ impl KinesisReads for SdkReads {
             let out = tokio::time::timeout(SUBSCRIBE_ANSWER_WITHIN, subscribing)
                 .await
                 .map_err(|_| {
-                    ReadError::Failed(StateError::Sdk {
+                    ReadError::from(StateError::Sdk {
                         service: crate::state::Service::Kinesis,
                         operation: "SubscribeToShard",
                         code: None,

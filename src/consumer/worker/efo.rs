@@ -5,7 +5,7 @@
 use super::ShardWorker;
 use crate::consumer::{lock_or_grow, StopReason};
 use crate::processing::RecordHandler;
-use crate::state::Result;
+use crate::Result;
 
 impl<H: RecordHandler> ShardWorker<H> {
     /// Locks an EFO consumer from the pool (or keeps the one held); without

@@ -4,7 +4,7 @@
 use super::{ShardWorker, STOP_ATTEMPTS};
 use crate::consumer::{StopReason, WorkerReport};
 use crate::processing::RecordHandler;
-use crate::state::{Result, StateError};
+use crate::Result;
 use std::time::{Duration, Instant};
 
 impl<H: RecordHandler> ShardWorker<H> {
@@ -70,7 +70,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
     }
 
-    fn transient(&mut self, error: &StateError, what: &str) {
+    fn transient(&mut self, error: &crate::Error, what: &str) {
         self.report.shards.transient_errors += 1;
         tracing::warn!(consumer = %self.mode.id(), %error, "{what}");
     }

@@ -8,7 +8,8 @@ use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
-use crate::state::{Checkpoint, Result, SequenceNumber, StateError, MAX_SEQUENCE_DIGITS};
+use crate::state::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
+use crate::Result;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,7 +44,7 @@ pub(super) fn check_sequence(sequence: &str) -> Result<()> {
     if plain {
         Ok(())
     } else {
-        SequenceNumber::new(sequence).map(drop)
+        Ok(SequenceNumber::new(sequence).map(drop)?)
     }
 }
 
@@ -168,7 +169,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
 
     /// The sink's state failed: the batch ends with the error, or goes on
     /// without it (counted) where the sink allows.
-    pub(super) fn unavailable(&mut self, error: StateError) -> Result<()> {
+    pub(super) fn unavailable(&mut self, error: crate::Error) -> Result<()> {
         self.sink.unavailable(error)?;
         self.report.state_errors += 1;
         self.report.deduplication_off = true;

@@ -25,7 +25,8 @@ use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
-use crate::state::{Checkpoint, Result, SequenceNumber, StateStore};
+use crate::state::{Checkpoint, SequenceNumber, StateStore};
+use crate::Result;
 use batch::{check_sequence, Batch};
 use std::future::Future;
 use std::sync::Arc;
@@ -374,7 +375,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             {
                 Ok(attempts) => attempts,
                 Err(e) => {
-                    batch.unavailable(e)?;
+                    batch.unavailable(e.into())?;
                     0
                 }
             };

@@ -106,7 +106,7 @@ impl KinesisReads for FakeReads {
             ))
         } else if !shard.fail.is_empty() {
             let code = shard.fail.remove(0);
-            Err(ReadError::Failed(StateError::Sdk {
+            Err(ReadError::from(StateError::Sdk {
                 service: shardkeeper::state::Service::Kinesis,
                 operation: "GetRecords",
                 code: Some(code.into()),
@@ -146,7 +146,7 @@ impl KinesisReads for FakeReads {
             Err(ReadError::SubscriptionInUse("refused".into()))
         } else if shard.fail_subscriptions > 0 {
             shard.fail_subscriptions -= 1;
-            Err(ReadError::Failed(StateError::Sdk {
+            Err(ReadError::from(StateError::Sdk {
                 service: shardkeeper::state::Service::Kinesis,
                 operation: "SubscribeToShard",
                 code: None,
@@ -187,7 +187,7 @@ impl Subscription for FakeSubscription {
             self.next = end;
             let at_end = shard.closed && batch.is_empty();
             if at_end && shard.undecodable_end {
-                return Err(ReadError::Failed(StateError::Sdk {
+                return Err(ReadError::from(StateError::Sdk {
                     service: shardkeeper::state::Service::Kinesis,
                     operation: "SubscribeToShard",
                     code: None,

@@ -11,8 +11,8 @@ use aws_sdk_dynamodbstreams::types::{
 };
 use proptest::prelude::*;
 use shardkeeper::ddb_streams::{
-    build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, ReaderError,
-    Replica, ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
+    build_replica, Batch, ChangesPage, ItemKey, KeyValue, OnTrimmed, ReaderConfig, Replica,
+    ShardPage, StreamReader, StreamsClient, StreamsError, StreamsIteratorStart,
 };
 use shardkeeper::lambda::DynamoDbProcessor;
 use shardkeeper::pipeline::InitialPosition;
@@ -20,6 +20,7 @@ use shardkeeper::processing::{
     changes, Change, Keys, Parking, ProcessingOptions, StreamRecord as HandlerRecord,
 };
 use shardkeeper::state::{SequenceNumber, ShardSpec, StateStore};
+use shardkeeper::Error;
 use shardkeeper_local::unique_name;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -762,7 +763,7 @@ async fn trimmed_data_restarts_at_trim_horizon_and_is_reported_or_fails_when_ask
             _ => {
                 let err = reader.next_batch().await.unwrap_err();
                 assert!(
-                    matches!(&err, ReaderError::TrimmedData { shard_id, .. } if shard_id == "shard"),
+                    matches!(&err, Error::TrimmedData { shard_id, .. } if shard_id == "shard"),
                     "{err}"
                 );
             }
@@ -797,7 +798,7 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     };
     let err = reader.poll(&handler("r2")).await.unwrap_err();
     assert!(
-        matches!(&err, ReaderError::Handler { sequence_number, .. } if *sequence_number == fake.seq_of("r2").to_string()),
+        matches!(&err, Error::Handler { sequence_number, .. } if *sequence_number == fake.seq_of("r2").to_string()),
         "{err}"
     );
     let saved = store.positions().load().await.unwrap();
@@ -1024,7 +1025,7 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     };
     let err = reader.poll(&handler).await.unwrap_err();
     assert!(
-        matches!(&err, ReaderError::Handler { shard_id, sequence_number, .. }
+        matches!(&err, Error::Handler { shard_id, sequence_number, .. }
             if shard_id == "a" && *sequence_number == fake.seq_of("a2").to_string()),
         "{err}"
     );

@@ -493,7 +493,10 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     assert!(err.is_lease_lost(), "{err}");
     let err = old.tick(no_progress).await.unwrap_err();
     assert!(
-        matches!(err, shardkeeper::state::StateError::Superseded { .. }),
+        matches!(
+            err,
+            shardkeeper::Error::State(shardkeeper::state::StateError::Superseded { .. })
+        ),
         "{err}"
     );
     new.checkpoint(&shards[0], &later, None).await.unwrap();
@@ -503,7 +506,10 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     // not the registration, not the leases in the id's name.
     let err = old.leave(no_progress).await.unwrap_err();
     assert!(
-        matches!(err, shardkeeper::state::StateError::Superseded { .. }),
+        matches!(
+            err,
+            shardkeeper::Error::State(shardkeeper::state::StateError::Superseded { .. })
+        ),
         "{err}"
     );
     assert!(store

@@ -364,7 +364,10 @@ async fn a_pool_outside_the_kinesis_limits_is_a_validation_error() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, shardkeeper::state::StateError::Validation { .. }),
+            matches!(
+                err,
+                shardkeeper::Error::State(shardkeeper::state::StateError::Validation { .. })
+            ),
             "{pool:?}: {err:?}"
         );
     }

@@ -225,7 +225,7 @@ fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>
             .await
         {
             Ok(_) => Ended::Stopped,
-            Err(StateError::Superseded { .. }) => Ended::Superseded,
+            Err(shardkeeper::Error::State(StateError::Superseded { .. })) => Ended::Superseded,
             Err(e) => {
                 tracing::warn!(consumer = %me, error = %e, "worker stopped");
                 Ended::Failed
