@@ -178,7 +178,6 @@ fn main() {
             config: RebalanceConfig {
                 lease_term: TERM,
                 heartbeat_timeout: TERM,
-                handoff_timeout: TERM,
                 max_moves_per_tick: None,
             },
             emit_metrics: false,

@@ -74,6 +74,35 @@ fn initial_position(value: Option<String>) -> Result<InitialPosition, ConfigErro
     }
 }
 
+/// The variable that set the hand-off timeout, which a forced take no
+/// longer waits for (it waits for the lease term).
+const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
+
+/// [`HEARTBEAT_TIMEOUT_SECONDS`] (default: the lease term plus 5 s). A
+/// timeout shorter than the term plus a worker's renewal interval is
+/// refused: a consumer whose tick runs a little late would be judged dead
+/// while it still holds its leases.
+fn heartbeat_timeout<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<F>,
+    lease_term: Duration,
+) -> Result<Duration, ConfigError> {
+    let default = lease_term.as_secs() + 5;
+    let timeout = Duration::from_secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, default)?);
+    let least = lease_term + WorkerConfig::default().renew_every;
+    if timeout < least {
+        return Err(ConfigError::Malformed {
+            var: HEARTBEAT_TIMEOUT_SECONDS,
+            value: timeout.as_secs().to_string(),
+            reason: format!(
+                "at least the lease term plus a renewal interval ({} s): a consumer whose tick \
+                 runs late would be judged dead while it holds its leases",
+                least.as_secs_f64().ceil()
+            ),
+        });
+    }
+    Ok(timeout)
+}
+
 impl ScheduledConfig {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> crate::Result<Self> {
@@ -88,8 +117,14 @@ impl ScheduledConfig {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let store = store_config(vars)?;
         let secs = Duration::from_secs;
-        let heartbeat_timeout = secs(vars.positive(HEARTBEAT_TIMEOUT_SECONDS, 10)?);
         let lease_term = secs(vars.positive(LEASE_TERM_SECONDS, 10)?);
+        let heartbeat_timeout = heartbeat_timeout(vars, lease_term)?;
+        if vars.get(HANDOFF_TIMEOUT_SECONDS).is_some() {
+            tracing::warn!(
+                "{HANDOFF_TIMEOUT_SECONDS} is no longer read: a claimed lease that its owner \
+                 neither hands over nor renews moves once its term has passed"
+            );
+        }
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
         let drain = secs(vars.number(DRAIN_SECONDS, 15)?);
         Ok(ScheduledConfig {
@@ -102,11 +137,11 @@ impl ScheduledConfig {
             rebalance: RebalanceConfig {
                 lease_term,
                 heartbeat_timeout,
-                handoff_timeout: secs(vars.positive(HANDOFF_TIMEOUT_SECONDS, 10)?),
                 max_moves_per_tick: (moves > 0).then_some(moves as usize),
             },
             reap: ReapConfig {
                 heartbeat_timeout,
+                lease_term,
                 efo_idle_timeout: secs(vars.positive(EFO_IDLE_TIMEOUT_SECONDS, 900)?),
                 retention: secs(3600 * vars.positive(RETENTION_HOURS, 24)?),
             },

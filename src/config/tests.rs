@@ -181,3 +181,28 @@ fn the_bucket_count_is_a_power_of_two_or_chosen_later() {
         processor_store_config(lookup(&[(GROUP, "g"), (STREAM, "orders"), (BUCKETS, "8")]));
     assert_eq!(chosen.unwrap().buckets.count(), 8);
 }
+
+#[test]
+fn a_heartbeat_timeout_shorter_than_the_term_plus_a_renewal_interval_is_refused() {
+    let base = [(GROUP, "g"), (STREAM, "orders"), (LEASE_TERM_SECONDS, "10")];
+    let with = |timeout: &'static str| {
+        let mut vars = base.to_vec();
+        vars.push((HEARTBEAT_TIMEOUT_SECONDS, timeout));
+        config(&vars)
+    };
+    // The worker renews every 3 s: 10 s + 3 s is the least.
+    let err = with("12").unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Malformed { var: HEARTBEAT_TIMEOUT_SECONDS, reason, .. }
+            if reason.contains("13 s")),
+        "{err}"
+    );
+    assert_eq!(
+        with("13").unwrap().reap.heartbeat_timeout,
+        Duration::from_secs(13)
+    );
+    // The default follows the term.
+    let long = config(&[(GROUP, "g"), (STREAM, "orders"), (LEASE_TERM_SECONDS, "30")]).unwrap();
+    assert_eq!(long.rebalance.heartbeat_timeout, Duration::from_secs(35));
+    assert_eq!(long.reap.lease_term, Duration::from_secs(30));
+}

@@ -14,13 +14,12 @@ pub const STREAM: &str = "SHARDKEEPER_STREAM";
 pub const TICK_SECONDS: &str = "SHARDKEEPER_TICK_SECONDS";
 /// Milliseconds kept free before the Lambda deadline (default 2000).
 pub const DEADLINE_MARGIN_MS: &str = "SHARDKEEPER_DEADLINE_MARGIN_MS";
-/// Seconds without a heartbeat before a consumer is dead (default 10).
+/// Seconds without a heartbeat before a consumer is dead (default: the
+/// lease term plus 5; at least the term plus a renewal interval).
 pub const HEARTBEAT_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HEARTBEAT_TIMEOUT_SECONDS";
 /// Lease term in seconds given by an assignment (default 10).
 pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";
-/// Seconds a claim may stay unhonoured before a forced take (default 10).
-pub const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
-/// Claims and forced takes per tick; 0 = as many as balance needs (default 0).
+/// Claims per tick; 0 = as many as balance needs (default 0).
 pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
 /// Enhanced fan-out consumers the shard workers share (0, the default: they poll; at most 20).
 pub const EFO_POOL_SIZE: &str = "SHARDKEEPER_EFO_POOL_SIZE";

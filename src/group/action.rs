@@ -1,7 +1,7 @@
 //! What the planners decide: actions, each applied with one conditional write.
 
 use crate::state::{
-    ConsumerId, ConsumerState, EfoLock, EfoName, EpochMillis, ShardId, ShardScope, TakeFrom,
+    ConsumerId, ConsumerState, EfoLock, EfoName, EpochMillis, Lease, ShardId, ShardScope, TakeFrom,
 };
 
 /// One change to the group's state. Every action carries the state it was
@@ -67,8 +67,9 @@ pub enum Action {
     ReapConsumer {
         /// The consumer as seen (removed only if its heartbeat is still this one).
         seen: ConsumerState,
-        /// Its leases: shard and counter seen.
-        leases: Vec<(ShardId, u64)>,
+        /// Its leases seen unrenewed for a term, as seen (freed only if
+        /// still so).
+        leases: Vec<Lease>,
         /// The EFO consumers it held.
         efo: Vec<EfoLock>,
     },

@@ -5,9 +5,11 @@
 //! retention compares a stored time (`updated`, at a scale of hours) with
 //! the reaper's clock.
 //!
-//! - Consumers that missed their heartbeat are removed with their leases and
-//!   EFO locks; EFO consumers held by consumers that are not registered are
-//!   unlocked.
+//! - Consumers that missed their heartbeat are removed, with their EFO
+//!   locks and the leases seen unrenewed for a term (a lease moves only once
+//!   its holder can no longer be processing under it: the others run out
+//!   and the rebalancer gives them away then); EFO consumers held by
+//!   consumers that are not registered are unlocked.
 //! - EFO consumers free for longer than the idle timeout are retired
 //!   (marked, deregistered, removed; an interrupted retirement is finished
 //!   at the next tick). At least one is kept: they cost money per
@@ -20,6 +22,7 @@
 use crate::group::{Action, Ages};
 use crate::state::{
     duration_millis, Checkpoint, ConsumerId, EfoName, EpochMillis, GroupSnapshot, ShardScope,
+    ShardState,
 };
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -29,6 +32,9 @@ use std::time::Duration;
 pub struct ReapConfig {
     /// A consumer whose heartbeat has not changed for longer than this (as observed) is removed.
     pub heartbeat_timeout: Duration,
+    /// The lease term: a removed consumer's lease is freed only once it has
+    /// gone unrenewed this long (as observed).
+    pub lease_term: Duration,
     /// An EFO consumer free for longer than this (as observed) is deregistered.
     pub efo_idle_timeout: Duration,
     /// The stream's retention period: a depleted shard depleted longer ago
@@ -39,7 +45,8 @@ pub struct ReapConfig {
 impl Default for ReapConfig {
     fn default() -> Self {
         ReapConfig {
-            heartbeat_timeout: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(15),
+            lease_term: Duration::from_secs(10),
             efo_idle_timeout: Duration::from_secs(15 * 60),
             retention: Duration::from_secs(24 * 3600),
         }
@@ -67,8 +74,9 @@ pub fn plan_reap(
             leases: snapshot
                 .shards
                 .iter()
-                .filter(|s| s.owner.as_ref() == Some(consumer.id()))
-                .map(|s| (s.shard_id.clone(), s.counter))
+                .filter(|s| ages.lease(&s.shard_id) >= config.lease_term)
+                .filter_map(ShardState::lease)
+                .filter(|l| l.owner == *consumer.id())
                 .collect(),
             efo: snapshot
                 .efo

@@ -10,13 +10,18 @@
 //! take by force, or whose claims to cancel, so that every live consumer ends
 //! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
 //! the leases they hold up to their quota (sticky); free and expired leases go
-//! first to the consumers furthest below quota (a lease whose owner is no
-//! longer registered counts as free; an expired lease is not given
+//! first to the consumers furthest below quota (an expired lease is not given
 //! back to its owner by preference: a live owner renews its leases, so one
 //! whose lease expired is not processing it); then leases move off consumers over
 //! quota, and off consumers that are not live, by a claim that the owner
-//! honours at its next renewal (hand-off), or by a forced take once the claim
-//! is older than the hand-off timeout.
+//! honours at its next renewal (hand-off).
+//!
+//! A lease moves only when its holder can no longer be processing under it:
+//! it is free, it was released (a hand-off), or it has gone unrenewed for a
+//! term as observed. A lease whose owner is no longer registered (it left
+//! or was reaped) waits out its term too; a claimed lease the owner neither
+//! hands over nor renews for a term goes to its claimant (a forced take),
+//! on the renewal seen, so a renewal that lands meanwhile keeps it.
 
 use crate::group::{Action, Ages};
 use crate::state::{ConsumerId, GroupSnapshot, ShardId, ShardState, TakeFrom};
@@ -31,10 +36,8 @@ pub struct RebalanceConfig {
     pub lease_term: Duration,
     /// A consumer whose heartbeat has not changed for this long (as observed) is not live.
     pub heartbeat_timeout: Duration,
-    /// A claim not honoured within this time ends in a forced take.
-    pub handoff_timeout: Duration,
-    /// The most claims and forced takes per tick; `None`: as many as reach
-    /// balance in one tick. Free leases are always assigned.
+    /// The most claims per tick; `None`: as many as reach balance in one
+    /// tick. Free and expired leases (a forced take too) are always given.
     pub max_moves_per_tick: Option<usize>,
 }
 
@@ -42,17 +45,15 @@ impl Default for RebalanceConfig {
     fn default() -> Self {
         RebalanceConfig {
             lease_term: Duration::from_secs(10),
-            heartbeat_timeout: Duration::from_secs(10),
-            handoff_timeout: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(15),
             max_moves_per_tick: None,
         }
     }
 }
 
 /// The consumers that may hold leases: a heartbeat seen changing less than
-/// the timeout ago, active, not standalone. (With the timeout equal to the
-/// lease term, a consumer is dead by the tick its leases expire, so they are
-/// not given back to it.)
+/// the timeout ago, active, not standalone. (The planner also passes over a
+/// consumer that let a lease run out, see [`plan_rebalance`].)
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -138,7 +139,20 @@ pub fn plan_rebalance(
     ages: &Ages,
     config: &RebalanceConfig,
 ) -> Vec<Action> {
-    let live = live_consumers(snapshot, ages, config.heartbeat_timeout);
+    // A consumer renews all its leases at every tick: one that let a lease
+    // run out (as observed) is likely not ticking, even if its last
+    // heartbeat is within the timeout (longer than the term). It is passed
+    // over while others are live, so its leases go to them.
+    let stalled: BTreeSet<&ConsumerId> = snapshot
+        .available_shards()
+        .into_iter()
+        .filter(|s| ages.lease(&s.shard_id) >= config.lease_term)
+        .filter_map(|s| s.owner.as_ref())
+        .collect();
+    let mut live = live_consumers(snapshot, ages, config.heartbeat_timeout);
+    if live.iter().any(|c| !stalled.contains(c)) {
+        live.retain(|c| !stalled.contains(c));
+    }
     let registered: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
     let tokens: BTreeMap<&ConsumerId, &str> = snapshot
         .consumers
@@ -165,36 +179,40 @@ pub fn plan_rebalance(
     let mut free: Vec<&ShardState> = Vec::new();
     let mut orphans: Vec<&ShardState> = Vec::new();
     for shard in snapshot.available_shards() {
-        // A lease in the name of a consumer that is no longer registered
-        // (it left, or was reaped) is free: nobody will hand it over.
-        let owner = held_by(shard, ages, config.lease_term).filter(|o| registered.contains(o));
-        let Some(owner) = owner else {
-            free.push(shard);
-            continue;
-        };
-        match &shard.claim {
-            Some(claim) if live.contains(&claim.by) => {
+        let owner = held_by(shard, ages, config.lease_term);
+        match (&shard.claim, &shard.owner) {
+            (Some(claim), Some(from)) if live.contains(&claim.by) => {
                 holdings.entry(&claim.by).or_default().push(shard);
                 in_transit.insert(&shard.shard_id);
-                if ages.claim(&shard.shard_id) >= config.handoff_timeout && moves_left > 0 {
-                    moves_left -= 1;
+                if owner.is_none() {
+                    // Neither handed over nor renewed for a term.
                     moves.push(Action::ForceTake {
                         shard: shard.shard_id.clone(),
-                        from: owner.clone(),
+                        from: from.clone(),
                         to: claim.by.clone(),
                         from_state: TakeFrom::Claimed {
                             counter: shard.counter,
+                            expires: shard.expires,
                         },
                         holder: holder(&claim.by),
                     });
                 }
                 continue;
             }
-            Some(claim) => cancels.push(Action::CancelClaim {
+            (Some(claim), _) if owner.is_some() => cancels.push(Action::CancelClaim {
                 shard: shard.shard_id.clone(),
                 claimant: claim.by.clone(),
             }),
-            None => {}
+            _ => {}
+        }
+        let Some(owner) = owner else {
+            free.push(shard);
+            continue;
+        };
+        if !registered.contains(owner) {
+            // It left or was reaped, and may still be inside a batch: the
+            // lease is free once its term has passed unrenewed.
+            continue;
         }
         match holdings.get_mut(owner) {
             Some(held) => held.push(shard),

@@ -3,7 +3,7 @@
 use crate::clock::{duration_millis, EpochMillis};
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, ItemReader};
-use crate::model::{ConsumerInfo, ConsumerState, EfoLock};
+use crate::model::{ConsumerInfo, ConsumerState, EfoLock, Lease};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{attr, consumer_sk, SK_CONSUMER};
 use crate::store::{sk_suffix, StateStore};
@@ -318,13 +318,15 @@ impl Consumers<'_> {
     }
 
     /// Removes a consumer that missed its heartbeat, if its heartbeat is
-    /// still the one seen, then frees the leases it held (each on the counter
-    /// seen) and unlocks the EFO consumers it held (each on the lock counter
-    /// seen). `None` if the consumer heartbeated since (nothing is touched).
+    /// still the one seen, then frees the leases given (each only if it is
+    /// still as seen: not renewed since; pass only leases seen unrenewed
+    /// for a term, the others run out and are given away later) and unlocks
+    /// the EFO consumers it held (each on the lock counter seen). `None` if
+    /// the consumer heartbeated since (nothing is touched).
     pub async fn reap(
         self,
         seen: &ConsumerState,
-        leases: &[(ShardId, u64)],
+        leases: &[Lease],
         efo: &[EfoLock],
     ) -> Result<Option<ClearReport>> {
         if !self.remove_if_unchanged(seen).await? {
@@ -335,14 +337,9 @@ impl Consumers<'_> {
             removed: vec![seen.id().clone()],
             ..ClearReport::default()
         };
-        for (shard, counter) in leases {
-            if self
-                .store
-                .leases()
-                .remove_owner(shard, seen.id(), Some(*counter))
-                .await?
-            {
-                report.leases_released.push(shard.clone());
+        for lease in leases.iter().filter(|l| l.owner == *seen.id()) {
+            if self.store.leases().free_stale(lease).await? {
+                report.leases_released.push(lease.shard_id.clone());
             }
         }
         for lock in efo {
@@ -353,9 +350,11 @@ impl Consumers<'_> {
         Ok(Some(report))
     }
 
-    /// Removes consumers whose heartbeat is older than `timeout`, releases
-    /// their shard leases, and unlocks EFO consumers held by removed or
-    /// unknown consumers. Every write is conditional on the state it was
+    /// Removes consumers whose heartbeat is older than `timeout`, frees
+    /// their leases whose stored expiry has passed, and unlocks EFO
+    /// consumers held by removed or unknown consumers, all by the store's
+    /// clock (an operator's clean-up; the reaper judges by what it
+    /// observed instead). Every write is conditional on the state it was
     /// decided on, so it is safe to run from several places at once.
     pub async fn clear_old(self, timeout: Duration) -> Result<ClearReport> {
         let snapshot = self.store.load_group().await?;
@@ -366,11 +365,12 @@ impl Consumers<'_> {
             if now - consumer.heartbeat <= limit {
                 continue;
             }
-            let leases: Vec<(ShardId, u64)> = snapshot
+            let leases: Vec<Lease> = snapshot
                 .shards
                 .iter()
-                .filter(|s| s.owner.as_ref() == Some(consumer.id()))
-                .map(|s| (s.shard_id.clone(), s.counter))
+                .filter(|s| s.expires.is_some_and(|e| e < now))
+                .filter_map(|s| s.lease())
+                .filter(|l| l.owner == *consumer.id())
                 .collect();
             let locks: Vec<EfoLock> = snapshot
                 .efo

@@ -38,18 +38,25 @@ pub enum TakeFrom {
         /// The stored expiry seen.
         expires: Option<EpochMillis>,
     },
-    /// Claimed by the taker and not handed over in time: taken at the
-    /// counter seen while the claim stands, whatever the owner renewed.
+    /// Claimed by the taker, and not handed over nor renewed for a term
+    /// as an observer judged it: taken while the claim stands, on the
+    /// counter and the renewal seen (a renewal since fails the take).
     Claimed {
         /// The lease counter seen.
         counter: u64,
+        /// The stored expiry seen.
+        expires: Option<EpochMillis>,
     },
     /// Already in the taker's name (given by the rebalancer, or held by
     /// an earlier process under the same consumer id): taken at the counter
-    /// seen, which fences out whoever held it under that name.
+    /// seen, which fences out whoever held it under that name. With
+    /// `expires`, only if it was not renewed since (a lease an earlier
+    /// process under the name may still hold, waited out for a term).
     Named {
         /// The lease counter seen.
         counter: u64,
+        /// The stored expiry seen, when the take must find it unchanged.
+        expires: Option<EpochMillis>,
     },
 }
 
@@ -58,8 +65,8 @@ impl TakeFrom {
     pub fn counter(&self) -> u64 {
         match self {
             TakeFrom::Stale { counter, .. }
-            | TakeFrom::Claimed { counter }
-            | TakeFrom::Named { counter } => *counter,
+            | TakeFrom::Claimed { counter, .. }
+            | TakeFrom::Named { counter, .. } => *counter,
         }
     }
 }
@@ -188,19 +195,20 @@ impl Leases<'_> {
         let mut expr = self
             .owner_expr(new_owner, holder, term)
             .value("n", n(from.counter()));
-        let condition = match from {
-            TakeFrom::Stale { expires: None, .. } => {
-                format!("{LEASABLE} AND #counter = :n AND attribute_not_exists(#expires)")
-            }
-            TakeFrom::Stale {
-                expires: Some(e), ..
-            } => {
-                expr = expr.value("seen", n(*e));
-                format!("{LEASABLE} AND #counter = :n AND #expires = :seen")
-            }
-            TakeFrom::Claimed { .. } => format!("{LEASABLE} AND #counter = :n AND #claim_by = :me"),
-            TakeFrom::Named { .. } => format!("{LEASABLE} AND #counter = :n AND #owner = :me"),
+        let (who, expires) = match from {
+            TakeFrom::Stale { expires, .. } => ("", Some(*expires)),
+            TakeFrom::Claimed { expires, .. } => (" AND #claim_by = :me", Some(*expires)),
+            TakeFrom::Named { expires, .. } => (" AND #owner = :me", expires.map(Some)),
         };
+        let renewal = match expires {
+            None => "",
+            Some(None) => " AND attribute_not_exists(#expires)",
+            Some(Some(seen)) => {
+                expr = expr.value("seen", n(seen));
+                " AND #expires = :seen"
+            }
+        };
+        let condition = format!("{LEASABLE} AND #counter = :n{who}{renewal}");
         let old = match self.set_owner(shard, expr, holder, &condition).await? {
             Ok(lease) => return Ok(Some(lease)),
             Err(old) => old,
@@ -427,6 +435,25 @@ impl Leases<'_> {
             }
             None => "#owner = :me",
         };
+        self.clear_owner(shard, expr, condition).await
+    }
+
+    /// Frees `lease` if it is still exactly as seen: its owner, counter and
+    /// stored expiry (a renewal since leaves it held). For the reaper, on a
+    /// lease it observed unrenewed for a term. `true` if it was freed.
+    pub async fn free_stale(self, lease: &Lease) -> Result<bool> {
+        let expr = lease_names(Expr::new())
+            .value("me", s(lease.owner.as_str()))
+            .value("n", n(lease.counter))
+            .value("seen", n(lease.expires))
+            .value("now", n(self.store.now()))
+            .value("one", n(1));
+        let condition = "#owner = :me AND #counter = :n AND #expires = :seen";
+        self.clear_owner(&lease.shard_id, expr, condition).await
+    }
+
+    /// Removes the lease's owner under `condition`, moving the counter on.
+    async fn clear_owner(self, shard: &ShardId, expr: Expr, condition: &str) -> Result<bool> {
         let req = self.store.update_req(
             &self.lease_at(shard).await?,
             &expr,

@@ -157,17 +157,20 @@ pub struct ShardState {
 }
 
 impl ShardState {
-    /// The lease as held now, if the shard has an owner whose lease has not run out.
+    /// The lease as stored, if the shard has an owner (run out or not).
+    pub fn lease(&self) -> Option<Lease> {
+        Some(Lease {
+            shard_id: self.shard_id.clone(),
+            owner: self.owner.clone()?,
+            counter: self.counter,
+            expires: self.expires?,
+        })
+    }
+
+    /// The lease as held now, if the shard has an owner whose lease has not
+    /// run out by the stored expiry and `now`.
     pub fn live_lease(&self, now: EpochMillis) -> Option<Lease> {
-        match (&self.owner, self.expires) {
-            (Some(owner), Some(expires)) if expires > now => Some(Lease {
-                shard_id: self.shard_id.clone(),
-                owner: owner.clone(),
-                counter: self.counter,
-                expires,
-            }),
-            _ => None,
-        }
+        self.lease().filter(|l| l.expires > now)
     }
 
     /// True when the shard may be leased: not depleted and no parent pending.

@@ -2,10 +2,20 @@
 //! that of two processes started under one id (a restart while the old one
 //! still runs) the newer takes the id over and the older learns it must
 //! stop.
+//!
+//! The older may still be inside a batch when the newer takes the id over,
+//! until its leases' local expiry. So a lease in the id's name that another
+//! process's token holds is taken only once this process has seen it
+//! unrenewed for a term (on its own monotonic clock, as the rebalancer
+//! judges expiry), on the renewal seen: the older process stops before the
+//! newer one reads.
 
-use crate::state::{ConsumerInfo, Heartbeat, ShardId, StateStore};
+use crate::state::{
+    ConsumerInfo, EpochMillis, Heartbeat, ShardId, ShardState, StateStore, TakeFrom,
+};
 use crate::Result;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// The token of this process's session under its consumer id.
 #[derive(Debug)]
@@ -13,6 +23,9 @@ pub(crate) struct Holding {
     token: String,
     taken: bool,
     incarnation: Option<String>,
+    /// Leases in the id's name held by another process's token: the
+    /// renewal seen (counter, stored expiry) and when it was first seen.
+    waiting: BTreeMap<ShardId, ((u64, Option<EpochMillis>), EpochMillis)>,
 }
 
 impl Holding {
@@ -22,7 +35,50 @@ impl Holding {
             token: format!("{:016x}", fastrand::u64(..)),
             taken: false,
             incarnation: None,
+            waiting: BTreeMap::new(),
         }
+    }
+
+    /// How this process may take `shard`, a lease in its id's name, at
+    /// `now` (a monotonic reading): at once when no other process's token
+    /// holds it (given by the rebalancer or a hand-off, or taken by this
+    /// process before); else only once it has been seen unrenewed for
+    /// `term`, and only if still so. `None`: not yet.
+    pub(crate) fn take_from(
+        &mut self,
+        shard: &ShardState,
+        now: EpochMillis,
+        term: Duration,
+    ) -> Option<TakeFrom> {
+        let foreign = shard.holder.as_ref().is_some_and(|h| *h != self.token);
+        if !foreign {
+            self.waiting.remove(&shard.shard_id);
+            return Some(TakeFrom::Named {
+                counter: shard.counter,
+                expires: None,
+            });
+        }
+        let seen = (shard.counter, shard.expires);
+        let since = match self.waiting.get(&shard.shard_id) {
+            Some((last, since)) if *last == seen => *since,
+            _ => now,
+        };
+        self.waiting.insert(shard.shard_id.clone(), (seen, since));
+        (now - since >= crate::state::duration_millis(term)).then_some(TakeFrom::Named {
+            counter: shard.counter,
+            expires: shard.expires,
+        })
+    }
+
+    /// The leases waited on: read again at each tick until taken.
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = &ShardId> {
+        self.waiting.keys()
+    }
+
+    /// Forgets the leases waited on that are not in `seen` (taken, moved
+    /// or gone).
+    pub(crate) fn keep_waiting_on(&mut self, seen: &BTreeSet<ShardId>) {
+        self.waiting.retain(|shard, _| seen.contains(shard));
     }
 
     /// The token, stored with the leases taken for this process.

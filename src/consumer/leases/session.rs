@@ -4,7 +4,7 @@
 use crate::consumer::leases::holding::Holding;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
-    Released, ShardId, ShardScope, ShardSpec, StateError, StateStore, TakeFrom,
+    Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
 };
 use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
@@ -200,8 +200,9 @@ impl ConsumerSession {
         tick: &mut SessionTick,
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
-        let beat = self.beat().await?;
-        tick.registered |= beat.registered;
+        // Renewals first, the heartbeat after: a heartbeat is never newer
+        // than the renewals of its tick, so a consumer whose heartbeat looks
+        // stale has not renewed since either.
         let held: Vec<Lease> = self.leases.values().cloned().collect();
         for lease in held {
             let shard = lease.shard_id.clone();
@@ -230,6 +231,8 @@ impl ConsumerSession {
                 Err(e) => return Err(e),
             }
         }
+        let beat = self.beat().await?;
+        tick.registered |= beat.registered;
         self.ticks_since_scan += 1;
         let now = (beat.assignments, beat.named);
         let unnamed = match self.assignments {
@@ -239,12 +242,16 @@ impl ConsumerSession {
         };
         let full = beat.registered || unnamed || self.ticks_since_scan >= FULL_SCAN_EVERY;
         // A named shard held already needs no read (given again after it
-        // was lost, it is not held: a renewal above found it lost).
+        // was lost, it is not held: a renewal above found it lost). Leases
+        // waited on are read again.
         let named: Vec<ShardId> = beat
             .given
             .iter()
+            .chain(self.holding.waiting())
             .filter(|s| !self.leases.contains_key(*s))
             .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .collect();
         if !full && named.is_empty() {
             self.acking.extend(beat.given);
@@ -258,19 +265,23 @@ impl ConsumerSession {
         };
         // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
+        let seen: BTreeSet<ShardId> = owned.iter().map(|s| s.shard_id.clone()).collect();
+        self.holding.keep_waiting_on(&seen);
         for shard in owned {
             if self.leases.contains_key(&shard.shard_id) {
                 continue;
             }
-            // Taken at once, moving the counter on: a process that held it
-            // under this id before (a restart while the old one still runs)
-            // can no longer renew or checkpoint it; and its local expiry is
-            // known on this process's clock. Its stored expiry is not
-            // looked at: the giver's clock may differ from this one.
-            let sent = Instant::now();
-            let from = TakeFrom::Named {
-                counter: shard.counter,
+            // Taken moving the counter on, so whoever held it under this id
+            // before can no longer renew or checkpoint it, and its local
+            // expiry is known on this process's clock; one that another
+            // process of this id may still hold, only once it has been seen
+            // unrenewed for a term (see `Holding::take_from`). Its stored
+            // expiry is never compared with a clock: the giver's may differ.
+            let now = self.store.monotonic_now();
+            let Some(from) = self.holding.take_from(&shard, now, self.lease_term) else {
+                continue;
             };
+            let sent = Instant::now();
             // (None: it moved meanwhile.)
             let taken = self
                 .store

@@ -361,6 +361,70 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
+/// A consumer whose heartbeat went stale while it still renews its lease
+/// (a slow tick: the renewal of a shard about to be read goes out, the
+/// heartbeat does not) may still be inside a batch: the reaper removes it
+/// but leaves the lease, and the rebalancer gives the lease away only once
+/// it has gone unrenewed for a term.
+#[tokio::test]
+async fn a_reaped_consumers_lease_moves_only_once_it_went_unrenewed_for_a_term() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let reaper = Reaper {
+        store: store.clone(),
+        kinesis: ctx.aws.kinesis.clone(),
+        config: ReapConfig::default(),
+        emit_metrics: false,
+        sightings: Default::default(),
+    };
+    let mut slow = session(&store, "slow");
+    slow.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    let shard = slow.tick(no_progress).await.unwrap().gained.remove(0);
+    let mut other = session(&store, "other");
+    other.tick(no_progress).await.unwrap();
+    let owner = || async { store.leases().get_owner(&shard).await.unwrap() };
+
+    // 30 s of renewals without a heartbeat: reaped, the lease kept.
+    reaper.tick().await.unwrap();
+    let mut reaped = 0;
+    for _ in 0..10 {
+        ctx.clock.advance(Duration::from_secs(3));
+        slow.renew_one(&shard).await.unwrap();
+        other.tick(no_progress).await.unwrap();
+        let tick = reaper.tick().await.unwrap();
+        reaped += tick
+            .execution
+            .applied(shardkeeper::group::ActionKind::ReapConsumer);
+        assert_eq!(tick.execution.leases_released, 0, "{tick:?}");
+        rebalancer.tick().await.unwrap();
+        assert_eq!(
+            owner().await.unwrap().as_str(),
+            "slow",
+            "moved while renewed"
+        );
+    }
+    assert_eq!(reaped, 1, "the silent consumer was reaped");
+
+    // It stops renewing: the lease moves once a term has passed, not before.
+    for _ in 0..3 {
+        ctx.clock.advance(Duration::from_secs(3));
+        other.tick(no_progress).await.unwrap();
+        rebalancer.tick().await.unwrap();
+        assert_eq!(
+            owner().await.unwrap().as_str(),
+            "slow",
+            "moved within the term"
+        );
+    }
+    ctx.clock.advance(Duration::from_secs(2));
+    rebalancer.tick().await.unwrap();
+    assert_eq!(owner().await.unwrap().as_str(), "other");
+    assert_eq!(other.tick(no_progress).await.unwrap().gained, [shard]);
+}
+
 fn scheduled_event() -> EventBridgeEvent {
     serde_json::from_str(include_str!("../../../events/scheduled.json")).expect("fixture parses")
 }
@@ -466,9 +530,12 @@ async fn a_session_reads_only_the_shards_it_was_given() {
 }
 
 /// Two processes under one consumer id (a restart while the old process
-/// still runs, with `release_on_stop = false`): the newer takes the id and
-/// its leases over (the lease counter moves), so the older can neither
-/// checkpoint nor renew, and its next heartbeat says it was superseded.
+/// still runs, with `release_on_stop = false`): the newer takes the id over
+/// at once, and the older's next tick says it was superseded; it stops. The
+/// older may still be inside a batch until its leases' local expiry, so the
+/// newer takes the leases (moving the counter, so the older can neither
+/// checkpoint nor renew) only once it has seen them unrenewed for a term:
+/// the older stops before the newer reads.
 #[tokio::test]
 async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     let ctx = ctx().await;
@@ -486,11 +553,10 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
 
     let mut new = session(&store, "dup");
     let tick = new.tick(no_progress).await.unwrap();
-    assert_eq!(tick.gained.len(), 2, "{tick:?}");
-
-    let later = Checkpoint::after("200").unwrap();
-    let err = old.checkpoint(&shards[0], &later, None).await.unwrap_err();
-    assert!(err.is_lease_lost(), "{err}");
+    assert!(tick.gained.is_empty(), "{tick:?}");
+    // The older renews (its tick renews before it heartbeats), then learns
+    // it was superseded.
+    ctx.clock.advance(TERM / 2);
     let err = old.tick(no_progress).await.unwrap_err();
     assert!(
         matches!(
@@ -499,6 +565,18 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
         ),
         "{err}"
     );
+    // Its last renewal is seen, and waited out for a term from then (a term
+    // from the first sighting would be too early).
+    assert!(new.tick(no_progress).await.unwrap().gained.is_empty());
+    ctx.clock.advance(TERM / 2);
+    assert!(new.tick(no_progress).await.unwrap().gained.is_empty());
+    ctx.clock.advance(TERM / 2);
+    let tick = new.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained.len(), 2, "{tick:?}");
+
+    let later = Checkpoint::after("200").unwrap();
+    let err = old.checkpoint(&shards[0], &later, None).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
     new.checkpoint(&shards[0], &later, None).await.unwrap();
     new.tick(no_progress).await.unwrap();
     assert_eq!(new.leases().count(), 2);

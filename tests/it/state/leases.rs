@@ -178,7 +178,7 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
 }
 
 #[tokio::test]
-async fn forced_take_after_hand_off_timeout_and_plain_release() {
+async fn forced_take_on_the_renewal_seen_and_plain_release() {
     let ctx = ctx().await;
     let store = ctx.store("take");
     let shard = seed_shards(&store, 1).await.remove(0);
@@ -188,14 +188,32 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
         .claim(&shard, &cid("b"), lease.counter)
         .await
         .unwrap());
-    // The owner never honours it: the rebalancer takes the lease by counter.
+    // The owner never honours it nor renews: the rebalancer takes the lease
+    // on the counter and the renewal it saw. A renewal since (another
+    // stored expiry), or another counter, keeps it with its owner.
     assert!(store
         .leases()
         .take(
             &shard,
             &cid("b"),
             &TakeFrom::Claimed {
-                counter: lease.counter + 5
+                counter: lease.counter,
+                expires: Some(lease.expires - 1),
+            },
+            None,
+            TERM
+        )
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .leases()
+        .take(
+            &shard,
+            &cid("b"),
+            &TakeFrom::Claimed {
+                counter: lease.counter + 5,
+                expires: Some(lease.expires),
             },
             None,
             TERM
@@ -210,6 +228,7 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
             &cid("b"),
             &TakeFrom::Claimed {
                 counter: lease.counter,
+                expires: Some(lease.expires),
             },
             None,
             TERM,
@@ -229,6 +248,34 @@ async fn forced_take_after_hand_off_timeout_and_plain_release() {
         store.leases().release(&taken, TERM).await.unwrap(),
         Released::Free
     );
+    assert_eq!(store.leases().get_owner(&shard).await.unwrap(), None);
+}
+
+/// The reaper frees a lease only as it saw it: a renewal since (another
+/// stored expiry) keeps it with its owner.
+#[tokio::test]
+async fn a_stale_lease_is_freed_only_if_not_renewed_since() {
+    let ctx = ctx().await;
+    let store = ctx.store("free-stale");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let seen = lease(&store, &shard, "a").await;
+    ctx.clock.advance(Duration::from_secs(1));
+    store.leases().renew(&seen, TERM).await.unwrap();
+    assert!(!store.leases().free_stale(&seen).await.unwrap());
+    assert_eq!(
+        store.leases().get_owner(&shard).await.unwrap(),
+        Some(cid("a"))
+    );
+    let now = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert!(store
+        .leases()
+        .free_stale(&now.lease().unwrap())
+        .await
+        .unwrap());
     assert_eq!(store.leases().get_owner(&shard).await.unwrap(), None);
 }
 

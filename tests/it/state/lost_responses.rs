@@ -70,7 +70,10 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
         .take(
             &shard,
             &cid("b"),
-            &TakeFrom::Named { counter: 2 },
+            &TakeFrom::Named {
+                counter: 2,
+                expires: None,
+            },
             Some("token-b"),
             TERM,
         )

@@ -92,7 +92,6 @@ async fn a_fleet_of_short_lived_workers_hands_every_shard_to_a_running_worker() 
         config: RebalanceConfig {
             lease_term: TERM,
             heartbeat_timeout: TERM,
-            handoff_timeout: TERM,
             max_moves_per_tick: None,
         },
         emit_metrics: false,

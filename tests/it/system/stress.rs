@@ -393,7 +393,6 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         config: RebalanceConfig {
             lease_term,
             heartbeat_timeout: lease_term,
-            handoff_timeout: lease_term,
             max_moves_per_tick: None,
         },
         emit_metrics: false,

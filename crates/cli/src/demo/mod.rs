@@ -284,7 +284,6 @@ async fn run_on(
         config: RebalanceConfig {
             lease_term: LEASE_TERM,
             heartbeat_timeout: LEASE_TERM,
-            handoff_timeout: LEASE_TERM,
             max_moves_per_tick: None,
         },
         emit_metrics: false,
