@@ -103,6 +103,18 @@ fn heartbeat_timeout<F: Fn(&str) -> Option<String>>(
     Ok(timeout)
 }
 
+/// [`EFO_POOL_SIZE`]: 0 (poll) to Kinesis' limit of consumers per stream.
+fn efo_pool_size<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<usize, ConfigError> {
+    match vars.number(EFO_POOL_SIZE, 0)? {
+        n if n <= MAX_EFO_CONSUMERS as u64 => Ok(n as usize),
+        n => Err(ConfigError::Malformed {
+            var: EFO_POOL_SIZE,
+            value: n.to_string(),
+            reason: format!("Kinesis allows at most {MAX_EFO_CONSUMERS} per stream"),
+        }),
+    }
+}
+
 impl ScheduledConfig {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> crate::Result<Self> {
@@ -127,6 +139,7 @@ impl ScheduledConfig {
         }
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
         let drain = secs(vars.number(DRAIN_SECONDS, 15)?);
+        let efo_pool_size = efo_pool_size(vars)?;
         Ok(ScheduledConfig {
             store,
             timing: TickTiming {
@@ -156,18 +169,10 @@ impl ScheduledConfig {
                 // The drain, a start, and room for ticks and a slow start.
                 lead: drain + Duration::from_secs(45),
                 heartbeat_timeout,
+                efo_pool_size: (efo_pool_size > 0).then_some(efo_pool_size),
                 ..FleetConfig::default()
             },
-            efo_pool_size: match vars.number(EFO_POOL_SIZE, 0)? {
-                n if n <= MAX_EFO_CONSUMERS as u64 => n as usize,
-                n => {
-                    return Err(ConfigError::Malformed {
-                        var: EFO_POOL_SIZE,
-                        value: n.to_string(),
-                        reason: format!("Kinesis allows at most {MAX_EFO_CONSUMERS} per stream"),
-                    })
-                }
-            },
+            efo_pool_size,
         })
     }
 

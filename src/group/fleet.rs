@@ -2,9 +2,9 @@
 //! how many the group wants, how many stay long enough, how many to start
 //! now. Pure, no I/O; the rebalancer starts them.
 //!
-//! - A worker is counted as **staying** while it is live (see
-//!   [`live_consumers`]) and its run ends more than [`FleetConfig::lead`]
-//!   from now. Its end is read as the time left at its last heartbeat (its
+//! - A worker is counted as **staying** while it heartbeats (active, or
+//!   waiting for an enhanced fan-out consumer of the pool) and its run ends
+//!   more than [`FleetConfig::lead`] from now. Its end is read as the time left at its last heartbeat (its
 //!   `ends` minus its heartbeat time, both on its own clock) less how long
 //!   that heartbeat has been seen unchanged, so clocks that differ do not
 //!   matter.
@@ -12,14 +12,17 @@
 //!   ([`FleetConfig::shards_per_worker`]) and for its load (the handlers'
 //!   busy time reported by every heartbeating worker, over
 //!   [`FleetConfig::target_busy`]), no more than one per open shard, within
-//!   [`FleetConfig::min_workers`] and [`FleetConfig::max_workers`].
+//!   [`FleetConfig::min_workers`] and [`FleetConfig::max_workers`], and no
+//!   more than an enhanced fan-out pool serves
+//!   ([`FleetConfig::efo_pool_size`]: each worker reads through one of its
+//!   consumers, and one without waits).
 //! - Workers started and not registered yet count as **starting** until
 //!   they register or [`FleetConfig::start_timeout`] passes.
 //! - The plan starts `wanted - staying - starting` workers. So a worker's
 //!   replacement runs before it drains, and a fleet larger than wanted
 //!   shrinks as runs end (each hands its shards to the workers that stay).
 
-use crate::group::{live_consumers, Ages};
+use crate::group::Ages;
 use crate::state::{ConsumerId, EpochMillis, GroupSnapshot};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
@@ -44,6 +47,9 @@ pub struct FleetConfig {
     pub start_timeout: Duration,
     /// The heartbeat timeout: a consumer silent this long is not live.
     pub heartbeat_timeout: Duration,
+    /// The size of the enhanced fan-out pool the workers read through, if
+    /// they do: no more workers are wanted than it has consumers.
+    pub efo_pool_size: Option<usize>,
 }
 
 impl Default for FleetConfig {
@@ -55,7 +61,8 @@ impl Default for FleetConfig {
             target_busy: 700,
             lead: Duration::from_secs(60),
             start_timeout: Duration::from_secs(30),
-            heartbeat_timeout: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(15),
+            efo_pool_size: None,
         }
     }
 }
@@ -92,10 +99,13 @@ pub fn plan_fleet(
     starting: usize,
     config: &FleetConfig,
 ) -> FleetPlan {
-    let live = live_consumers(snapshot, ages, config.heartbeat_timeout);
-    let staying = live
+    // Heartbeating workers, active or waiting for an EFO consumer (a
+    // draining one ends within the lead, so it does not stay).
+    let staying = snapshot
+        .consumers
         .iter()
-        .filter(|c| time_left(snapshot, ages, c).is_none_or(|left| left > config.lead))
+        .filter(|c| !c.info.standalone && ages.heartbeat(c.id()) < config.heartbeat_timeout)
+        .filter(|c| time_left(snapshot, ages, c.id()).is_none_or(|left| left > config.lead))
         .count();
     let busy: u32 = snapshot
         .consumers
@@ -105,10 +115,15 @@ pub fn plan_fleet(
         .sum();
     let by_shards = open_shards.div_ceil(config.shards_per_worker.max(1));
     let by_load = busy.div_ceil(config.target_busy.max(1)) as usize;
-    let wanted = by_shards.max(by_load).min(open_shards).clamp(
-        config.min_workers,
-        config.max_workers.max(config.min_workers),
-    );
+    let most = config
+        .max_workers
+        .max(config.min_workers)
+        .min(config.efo_pool_size.unwrap_or(usize::MAX));
+    let wanted = by_shards
+        .max(by_load)
+        .min(open_shards)
+        .max(config.min_workers)
+        .min(most);
     FleetPlan {
         wanted,
         staying,

@@ -104,3 +104,26 @@ fn a_start_counts_until_a_new_consumer_registers_or_it_times_out() {
         "the other never came"
     );
 }
+
+/// On enhanced fan-out each worker reads through one consumer of the pool:
+/// a worker waiting for one (inactive) stays, and the fleet never wants
+/// more workers than the pool has consumers.
+#[test]
+fn on_enhanced_fan_out_a_waiting_worker_stays_and_the_pool_bounds_the_fleet() {
+    let config = FleetConfig {
+        shards_per_worker: 1,
+        efo_pool_size: Some(2),
+        ..FleetConfig::default()
+    };
+    let mut waiting = worker("b", 0, 10 * LEAD_MS, 0);
+    waiting.active = false;
+    let snap = group(vec![worker("a", 0, 10 * LEAD_MS, 900), waiting]);
+    let plan = plan_fleet(&snap, &ages(&snap), 8, 0, &config);
+    assert_eq!((plan.wanted, plan.staying, plan.start), (2, 2, 0));
+    // Without a pool, 8 shards at one per worker want 8.
+    let polling = FleetConfig {
+        efo_pool_size: None,
+        ..config
+    };
+    assert_eq!(plan_fleet(&snap, &ages(&snap), 8, 0, &polling).start, 6);
+}
