@@ -24,4 +24,4 @@ pub use report::ShardReport;
 pub(crate) use shard::{ShardPipeline, Step};
 pub(crate) use source::{Fetched, RecordSource, SourceBatch};
 pub use start::InitialPosition;
-pub(crate) use start::LATEST_REOPEN_MARGIN_MS;
+pub(crate) use start::{unpinned, LATEST_REOPEN_MARGIN_MS};

@@ -3,6 +3,7 @@
 //! checkpointer.
 
 use super::checkpointer::PipelineSink;
+use super::start::unpinned;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{Core, Ran, RecordFailure, RecordHandler};
 use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId};
@@ -107,7 +108,7 @@ impl<S: RecordSource> ShardPipeline<S> {
             .fetch(&self.shard, self.position.as_ref(), report)
             .await;
         if let Some(pin) = self.source.take_pin() {
-            if self.position.is_none() {
+            if unpinned(self.position.as_ref()) {
                 self.position = Some(pin);
                 self.pin_unstored = true;
             }

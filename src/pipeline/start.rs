@@ -1,7 +1,7 @@
 //! Where a shard pipeline starts when its shard has no checkpoint, and how
 //! far back a lost LATEST start reads again: the same for every source.
 
-use crate::state::EpochMillis;
+use crate::state::{Checkpoint, EpochMillis};
 
 /// Where a shard with no checkpoint starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,3 +22,10 @@ pub enum InitialPosition {
 /// between this machine and the service, whose record times the reopened
 /// reading compares with. The one LATEST margin of both sources.
 pub(crate) const LATEST_REOPEN_MARGIN_MS: EpochMillis = 30_000;
+
+/// A position a LATEST start is pinned from: none, or a stored `LATEST`
+/// (after an operator's reset), which would otherwise open at a new LATEST
+/// at each failed read or hand-over, skipping what came between.
+pub(crate) fn unpinned(position: Option<&Checkpoint>) -> bool {
+    matches!(position, None | Some(Checkpoint::Latest))
+}

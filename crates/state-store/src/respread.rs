@@ -23,9 +23,10 @@ use crate::item::{n, s, Expr, RawItem};
 use crate::layout::Layout;
 use crate::layout::{moving_to, SK_BUCKETS};
 use crate::records::{SK_ATTEMPTS, SK_PARKED};
+use crate::retry::CallError;
 use crate::schema::{attr, schema_version, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
 use crate::store::{sk_suffix, At};
-use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 
 /// What [`Layout::respread`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,13 +179,11 @@ impl Layout<'_> {
         Ok(report)
     }
 
-    /// Puts `item` under `pk` and deletes it where it was, in one transaction.
+    /// Puts `item` under `pk` and deletes it where it was, in one
+    /// transaction, on the item as read: a writer still running from before
+    /// the mark that changed it since fails the move, and the item is read
+    /// again and moved as it is now, so its write is not lost.
     async fn move_item(self, item: &RawItem, pk: &str) -> Result<()> {
-        let build = |e: aws_sdk_dynamodb::error::BuildError| {
-            StateError::validation("transaction", e.to_string())
-        };
-        let mut copy = item.clone();
-        copy.insert(PK.to_owned(), s(pk));
         let old = At {
             pk: item
                 .get(PK)
@@ -193,6 +192,37 @@ impl Layout<'_> {
                 .unwrap_or_default(),
             sk: sk_suffix(item, "").unwrap_or_default().to_owned(),
         };
+        let mut item = item.clone();
+        for _ in 0..MOVE_ATTEMPTS {
+            if self.try_move(&item, &old, pk).await? {
+                return Ok(());
+            }
+            match self.store.get_item(&old).await? {
+                Some(now) => item = now,
+                // Gone from the old key since (moved by another run).
+                None => return Ok(()),
+            }
+        }
+        Err(StateError::Sdk {
+            service: crate::error::Service::DynamoDb,
+            operation: "TransactWriteItems",
+            code: None,
+            message: format!(
+                "item {} kept changing while it was moved ({MOVE_ATTEMPTS} attempts): stop the group's functions and run the move again",
+                old.sk
+            ),
+        })
+    }
+
+    /// One move of `item` from `old` to `pk`; `false` if the item changed
+    /// since it was read (or is already at `pk`).
+    async fn try_move(self, item: &RawItem, old: &At, pk: &str) -> Result<bool> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| {
+            StateError::validation("transaction", e.to_string())
+        };
+        let mut copy = item.clone();
+        copy.insert(PK.to_owned(), s(pk));
+        let (unchanged, expr) = unchanged(item);
         let put = Put::builder()
             .table_name(self.store.table_name())
             .set_item(Some(copy))
@@ -202,7 +232,9 @@ impl Layout<'_> {
         let delete = Delete::builder()
             .table_name(self.store.table_name())
             .set_key(Some(old.key()))
-            .condition_expression("attribute_exists(pk)")
+            .condition_expression(unchanged)
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt())
             .build()
             .map_err(build)?;
         let req = self
@@ -211,11 +243,52 @@ impl Layout<'_> {
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put).build())
             .transact_items(TransactWriteItem::builder().delete(delete).build());
-        self.store
-            .call_plain("TransactWriteItems", || req.clone().send())
-            .await?;
-        Ok(())
+        match self
+            .store
+            .call("TransactWriteItems", || req.clone().send())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(CallError::Condition(_)) => Ok(false),
+            Err(CallError::Failed(e)) => Err(e),
+        }
     }
+}
+
+/// How many times an item that keeps changing is read again and moved.
+const MOVE_ATTEMPTS: usize = 5;
+
+/// A condition that the item is still as read: each of its scalar
+/// attributes equal, each set, list or map of the same size (every write
+/// of the store also moves a scalar: `updated`, a counter, a position).
+fn unchanged(item: &RawItem) -> (String, Expr) {
+    let mut expr = Expr::new();
+    let mut parts = vec!["attribute_exists(pk)".to_owned()];
+    let mut names: Vec<&String> = item.keys().filter(|k| *k != PK && *k != SK).collect();
+    names.sort();
+    for (i, name) in names.into_iter().enumerate() {
+        let size = match &item[name] {
+            AttributeValue::Ss(v) => Some(v.len()),
+            AttributeValue::Ns(v) => Some(v.len()),
+            AttributeValue::Bs(v) => Some(v.len()),
+            AttributeValue::L(v) => Some(v.len()),
+            AttributeValue::M(v) => Some(v.len()),
+            AttributeValue::Null(_) => continue,
+            _ => None,
+        };
+        expr.names.insert(format!("#u{i}"), name.clone());
+        match size {
+            Some(len) => {
+                parts.push(format!("size(#u{i}) = :u{i}"));
+                expr = expr.value(&format!("u{i}"), n(len as u64));
+            }
+            None => {
+                parts.push(format!("#u{i} = :u{i}"));
+                expr = expr.value(&format!("u{i}"), item[name].clone());
+            }
+        }
+    }
+    (parts.join(" AND "), expr)
 }
 
 #[cfg(test)]

@@ -3,14 +3,15 @@
 //! told how each went.
 
 use crate::consumer::reads::poll::{backed_off_until, poll};
-use crate::consumer::reads::start::{latest_pin, start_at, wall_clock_millis};
+use crate::consumer::reads::start::{latest_pin, start_at};
 use crate::consumer::reads::subscription::{pump, retry_subscription_at, Events};
 use crate::consumer::reads::{IteratorStart, KinesisReads, ReadError, ReadRecord};
 use crate::consumer::WorkerConfig;
+use crate::pipeline::unpinned;
 use crate::pipeline::InitialPosition;
 use crate::pipeline::{Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{StreamRecord, Unit};
-use crate::state::{Checkpoint, ShardId, StreamAddress};
+use crate::state::{Checkpoint, ShardId, StateStore, StreamAddress};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -51,6 +52,8 @@ pub(crate) struct KinesisSource {
     next_poll: Instant,
     /// A LATEST start's pin, until the pipeline takes it.
     pin: Option<Checkpoint>,
+    /// The state store, for its clock: a pin is a time on it.
+    clock: StateStore,
     /// The last batch handed out: where it leaves the reading, and its size.
     last: Option<Handed>,
     feed: Feed,
@@ -183,6 +186,7 @@ impl KinesisSource {
         settings: ReadSettings,
         subscribed: bool,
         consumer_arn: Option<String>,
+        clock: StateStore,
     ) -> Self {
         KinesisSource {
             reads,
@@ -191,6 +195,7 @@ impl KinesisSource {
             consumer_arn,
             next_poll: Instant::now(),
             pin: None,
+            clock,
             last: None,
             feed: if subscribed {
                 Feed::Subscribed {
@@ -230,10 +235,10 @@ impl KinesisSource {
         match &mut self.feed {
             Feed::Polling { iterator } => {
                 let it = iterator.take();
-                let opened_at = wall_clock_millis();
+                let opened_at = self.clock.now();
                 let opens = it.is_none();
                 let fetched = poll(reads, stream, shard, it, &start, settings, notes).await;
-                if opens && notes.polled && position.is_none() {
+                if opens && notes.polled && unpinned(position) {
                     self.pin = latest_pin(&start, opened_at);
                 }
                 let fetched = fetched?;
@@ -274,11 +279,11 @@ impl KinesisSource {
                         }
                         _ => start,
                     };
-                    let opened_at = wall_clock_millis();
+                    let opened_at = self.clock.now();
                     match reads.subscribe(arn, shard, &start).await {
                         Ok(subscription) => {
                             notes.subscribed = true;
-                            if position.is_none() {
+                            if unpinned(position) {
                                 self.pin = latest_pin(&start, opened_at);
                             }
                             *events = Some(pump(subscription, settings.subscription_lifetime));

@@ -39,8 +39,3 @@ pub(super) fn latest_pin(start: &IteratorStart, opened_at: EpochMillis) -> Optio
     matches!(start, IteratorStart::Latest)
         .then(|| Checkpoint::AtTimestamp(opened_at - LATEST_REOPEN_MARGIN_MS))
 }
-
-pub(super) fn wall_clock_millis() -> EpochMillis {
-    use crate::state::Clock;
-    crate::state::SystemClock.now_millis()
-}

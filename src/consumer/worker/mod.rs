@@ -307,6 +307,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 ReadSettings::from(&self.config),
                 efo,
                 self.efo_lock.as_ref().map(|l| l.arn.clone()),
+                self.store.clone(),
             );
             let pipeline =
                 ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source);

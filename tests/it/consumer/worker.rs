@@ -715,6 +715,67 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
     check(&log, 2, 3);
 }
 
+/// A shard reset to LATEST by an operator (a stored `LATEST`) is pinned as
+/// an initial LATEST start is: when its first iterator is lost before
+/// anything came, the next one opens at a time before the first, not at a
+/// new LATEST, and the records written in between are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_latest_whose_first_iterator_is_lost_skips_nothing_written_since() {
+    let faulty = crate::support::faulty::Faulty::start(9).await;
+    let ctx = &faulty.ctx;
+    let stream = create_stream(&faulty.direct, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    rebalancer.tick().await.unwrap();
+    let shard = store
+        .shards()
+        .list(&shardkeeper::state::ShardScope::Group)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(store
+        .checkpoints()
+        .reset(
+            &shardkeeper::state::ShardScope::Group,
+            &shard,
+            &shardkeeper::state::Checkpoint::Latest,
+            false
+        )
+        .await
+        .unwrap());
+    let log: Log = Arc::default();
+    let mut workers = vec![crate::support::consume::worker_with(
+        &store,
+        &ctx.aws.kinesis,
+        "w0",
+        log.clone(),
+        crate::support::consume::eager(),
+    )];
+    for _ in 0..3 {
+        tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
+    }
+    assert_eq!(workers[0].shards().len(), 1);
+    produce(&faulty.direct.kinesis, &stream, 2, 0..3).await;
+    // The next read fails: its iterator is gone.
+    faulty
+        .kinesis
+        .set_faults(crate::support::faulty::every_request_fails())
+        .unwrap();
+    workers[0].step().await.unwrap();
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await; // the shard's back-off
+        workers[0].step().await.unwrap();
+        if log.lock().unwrap().len() >= 6 {
+            break;
+        }
+    }
+    check(&log, 2, 3);
+}
+
 /// A LATEST start's holder crashes before any record came: its successor
 /// starts where the first one's iterator opened (the pin is stored as soon
 /// as it is made), not at a new LATEST that would skip the records written
@@ -741,6 +802,21 @@ async fn a_latest_start_whose_holder_crashes_before_any_record_skips_nothing() {
         tick_and_step(&rebalancer, &mut first).await; // holds the shard, reads LATEST: nothing
     }
     assert_eq!(first[0].shards().len(), 1);
+    // The pin is a time on the store's clock (here the test's, standing
+    // still), the margin before the first iterator opened.
+    let pinned = store
+        .shards()
+        .list(&shardkeeper::state::ShardScope::Group)
+        .await
+        .unwrap()
+        .remove(0)
+        .checkpoint;
+    assert_eq!(
+        pinned,
+        Some(shardkeeper::state::Checkpoint::AtTimestamp(
+            ctx.clock_now() - 30_000
+        ))
+    );
     drop(first); // crashed: no release, no checkpoint of its own
     produce(&ctx.aws.kinesis, &stream, 2, 0..3).await;
     let mut second = vec![crate::support::consume::worker_with(

@@ -412,3 +412,77 @@ async fn a_move_cut_short_stops_new_processes_and_finishes_when_run_again() {
     assert_eq!(read, shards);
     assert_eq!(items_by_key(&ctx, &home).await.len(), 9);
 }
+
+/// A writer still running from before the move (it read the old layout)
+/// stores a checkpoint after the move read the group and before it moved
+/// that item: the move finds the item changed, reads it again and moves it
+/// as it is now. Before, the copy read first replaced it, and the
+/// checkpoint moved back.
+#[tokio::test]
+async fn a_write_between_the_moves_read_and_its_move_is_kept() {
+    let faulty = crate::support::faulty::Faulty::start(13).await;
+    let group = shardkeeper_local::unique_name("respread-race");
+    // The move goes through a proxy that holds every request 300 ms; the
+    // writer goes straight to the server.
+    let moving = store_with(&faulty.ctx, &group, 1);
+    let direct_ctx = crate::support::common::Ctx {
+        aws: faulty.direct.clone(),
+        table: faulty.ctx.table.clone(),
+        clock: faulty.ctx.clock.clone(),
+    };
+    let writer = store_with(&direct_ctx, &group, 1);
+    writer.stream_item().init(1_000, None).await.unwrap();
+    let shards = seed_shards(&writer, 4).await;
+    let last = shards.last().unwrap();
+    let lease = writer
+        .leases()
+        .acquire(
+            last,
+            &ConsumerId::new("w").unwrap(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    writer
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("10").unwrap(), None)
+        .await
+        .unwrap();
+    faulty
+        .dynamodb
+        .set_faults(shardkeeper_local::Faults {
+            delay: 1.0,
+            latency: Duration::from_millis(300)..=Duration::from_millis(300),
+            ..shardkeeper_local::Faults::none()
+        })
+        .unwrap();
+    let respread =
+        tokio::spawn(async move { moving.layout().respread(Buckets::new(8).unwrap()).await });
+    // The mark, then the reads of the group (300 ms each): the items are
+    // read; the last one is moved at least three moves (900 ms) later.
+    let marked = std::time::Instant::now();
+    while crate::support::common::raw_item(&direct_ctx, writer.layout().partition_key(), "BUCKETS")
+        .await
+        .and_then(|item| item.get("moving_to").cloned())
+        .is_none()
+    {
+        assert!(marked.elapsed() < Duration::from_secs(10), "never marked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    writer
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("20").unwrap(), None)
+        .await
+        .unwrap();
+    let report = respread.await.unwrap().unwrap();
+    assert_eq!(report.to.count(), 8);
+    faulty
+        .dynamodb
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    let after = store_with(&direct_ctx, &group, 8);
+    let state = after.shards().get(&ShardScope::Group, last).await.unwrap();
+    assert_eq!(state.checkpoint, Some(Checkpoint::after("20").unwrap()));
+}

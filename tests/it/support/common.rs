@@ -1,8 +1,8 @@
 //! Shared set-up: clients for the test servers, one state table per test run, unique groups.
 
 use shardkeeper::state::{
-    Buckets, ConsumerId, Lease, ManualClock, RetryPolicy, ShardId, ShardScope, ShardSpec,
-    StateStore, StoreConfig, TableOptions,
+    Buckets, Clock as _, ConsumerId, Lease, ManualClock, RetryPolicy, ShardId, ShardScope,
+    ShardSpec, StateStore, StoreConfig, TableOptions,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::sync::Arc;
@@ -51,7 +51,9 @@ pub async fn ctx() -> Ctx {
     Ctx {
         aws,
         table,
-        clock: ManualClock::new(1_800_000_000_000),
+        // Starts at the real time: a LATEST start's pin is a time on this
+        // clock, which the servers compare with the records' arrival times.
+        clock: ManualClock::new(shardkeeper::state::SystemClock.now_millis()),
     }
 }
 
