@@ -80,14 +80,6 @@ pub struct FleetPlan {
     pub start: usize,
 }
 
-/// Time left in `consumer`'s run as observed, `None` when no end is planned.
-fn time_left(snapshot: &GroupSnapshot, ages: &Ages, consumer: &ConsumerId) -> Option<Duration> {
-    let state = snapshot.consumers.iter().find(|c| c.id() == consumer)?;
-    let ends = state.info.ends?;
-    let at_beat = Duration::from_millis(ends.saturating_sub(state.heartbeat).max(0) as u64);
-    Some(at_beat.saturating_sub(ages.heartbeat(consumer)))
-}
-
 /// How many workers to start (see the module docs).
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
@@ -105,7 +97,7 @@ pub fn plan_fleet(
         .consumers
         .iter()
         .filter(|c| !c.info.standalone && ages.heartbeat(c.id()) < config.heartbeat_timeout)
-        .filter(|c| time_left(snapshot, ages, c.id()).is_none_or(|left| left > config.lead))
+        .filter(|c| ages.time_left(c).is_none_or(|left| left > config.lead))
         .count();
     let busy: u32 = snapshot
         .consumers

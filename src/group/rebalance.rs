@@ -52,8 +52,10 @@ impl Default for RebalanceConfig {
 }
 
 /// The consumers that may hold leases: a heartbeat seen changing less than
-/// the timeout ago, active, not standalone. (The planner also passes over a
-/// consumer that let a lease run out, see [`plan_rebalance`].)
+/// the timeout ago, active, not draining (a worker at the end of its run:
+/// a lease given to it would only move again), not standalone. (The planner
+/// also passes over a consumer that let a lease run out, see
+/// [`plan_rebalance`].)
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -66,6 +68,7 @@ pub fn live_consumers<'a>(
         .consumers
         .iter()
         .filter(|c| ages.heartbeat(c.id()) < heartbeat_timeout && c.active && !c.info.standalone)
+        .filter(|c| !c.info.draining)
         .map(|c| c.id())
         .collect()
 }
@@ -116,12 +119,13 @@ impl<'a> Ledger<'a> {
         self.quota[c].saturating_sub(self.held[c])
     }
 
-    /// The consumer furthest below quota (ties: the smallest id).
-    fn pick(&self) -> Option<&'a ConsumerId> {
+    /// The consumer furthest below quota (ties: the smallest id) of those
+    /// `eligible`.
+    fn pick(&self, eligible: impl Fn(&ConsumerId) -> bool) -> Option<&'a ConsumerId> {
         self.quota
             .keys()
             .copied()
-            .filter(|c| self.need(c) > 0)
+            .filter(|c| self.need(c) > 0 && eligible(c))
             .max_by(|a, b| self.need(a).cmp(&self.need(b)).then_with(|| b.cmp(a)))
     }
 
@@ -257,7 +261,7 @@ pub fn plan_rebalance(
     }
 
     for shard in free {
-        let Some(to) = ledger.pick() else {
+        let Some(to) = ledger.pick(|_| true) else {
             break;
         };
         ledger.give(to);
@@ -276,7 +280,10 @@ pub fn plan_rebalance(
         if moves_left == 0 {
             break;
         }
-        let (Some(from), Some(to)) = (from, ledger.pick()) else {
+        // A lease is taken from its owner only for a consumer seen alive
+        // (see the sightings): one that died just before this observer
+        // started looks as fresh as a living one.
+        let (Some(from), Some(to)) = (from, ledger.pick(|c| ages.beating.contains(c))) else {
             break;
         };
         ledger.give(to);

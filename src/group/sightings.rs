@@ -17,13 +17,18 @@
 //! - A free EFO consumer's state is its lock counter.
 //!
 //! An observer that just started has seen nothing age: everything is fresh
-//! for one timeout after its first look. Memory is kept only for what the
-//! last snapshot held.
+//! for one timeout after its first look. So it also notes which consumers
+//! it has seen heartbeat (their heartbeat changed while it watched, or they
+//! registered after its first look): only those are known to be alive, and
+//! only they are given leases by claim (a consumer that died just before
+//! the observer started looks fresh, and would take leases away from
+//! living ones). Memory is kept only for what
+//! the last snapshot held.
 //!
 //! [`StateStore::monotonic_now`]: crate::state::StateStore::monotonic_now
 
-use crate::state::{ConsumerId, EfoName, EpochMillis, GroupSnapshot, ShardId};
-use std::collections::{BTreeMap, HashMap};
+use crate::state::{ConsumerId, ConsumerState, EfoName, EpochMillis, GroupSnapshot, ShardId};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,6 +45,9 @@ pub struct Ages {
     pub claims: BTreeMap<ShardId, Duration>,
     /// Free EFO consumers: how long they have been free.
     pub efo_free: BTreeMap<EfoName, Duration>,
+    /// Consumers whose heartbeat this observer saw change, or that
+    /// registered after its first look: alive while it watched.
+    pub beating: BTreeSet<ConsumerId>,
 }
 
 impl Ages {
@@ -62,6 +70,16 @@ impl Ages {
     pub fn efo_free(&self, name: &EfoName) -> Duration {
         self.efo_free.get(name).copied().unwrap_or_default()
     }
+
+    /// Time left in `consumer`'s run as observed (`None`: no end planned):
+    /// the time left at its last heartbeat (its `ends` less its heartbeat
+    /// time, both on its own clock) less how long that heartbeat has been
+    /// seen unchanged, so clocks that differ do not matter.
+    pub fn time_left(&self, consumer: &ConsumerState) -> Option<Duration> {
+        let ends = consumer.info.ends?;
+        let at_beat = Duration::from_millis(ends.saturating_sub(consumer.heartbeat).max(0) as u64);
+        Some(at_beat.saturating_sub(self.heartbeat(consumer.id())))
+    }
 }
 
 /// One observer's sightings: when it first saw each value in its current state.
@@ -79,16 +97,20 @@ struct Memory {
     efo_free: FirstSeen<EfoName, u64>,
 }
 
-/// First sightings of one kind of value, by key.
+/// First sightings of one kind of value, by key: the value, when it was
+/// first seen, and whether it was seen to change (or to appear after the
+/// first look).
 #[derive(Debug)]
 struct FirstSeen<K, V> {
-    first_seen: HashMap<K, (V, EpochMillis)>,
+    first_seen: HashMap<K, (V, EpochMillis, bool)>,
+    looked: bool,
 }
 
 impl<K, V> Default for FirstSeen<K, V> {
     fn default() -> Self {
         FirstSeen {
             first_seen: HashMap::new(),
+            looked: false,
         }
     }
 }
@@ -104,16 +126,26 @@ impl<K: Hash + Eq + Clone + Ord, V: PartialEq> FirstSeen<K, V> {
         let mut kept = HashMap::new();
         let mut ages = BTreeMap::new();
         for (key, value) in seen {
-            let since = match self.first_seen.remove(&key) {
-                Some((old, since)) if old == value => since,
-                _ => at,
+            let (since, changed) = match self.first_seen.remove(&key) {
+                Some((old, since, changed)) if old == value => (since, changed),
+                Some(_) => (at, true),
+                None => (at, self.looked),
             };
             let age = Duration::from_millis(u64::try_from(at - since).unwrap_or(0));
             ages.insert(key.clone(), age);
-            kept.insert(key, (value, since));
+            kept.insert(key, (value, since, changed));
         }
         self.first_seen = kept;
+        self.looked = true;
         ages
+    }
+
+    /// The keys whose value was seen to change.
+    fn changed(&self) -> impl Iterator<Item = &K> {
+        self.first_seen
+            .iter()
+            .filter(|(_, (_, _, changed))| *changed)
+            .map(|(k, _)| k)
     }
 }
 
@@ -139,9 +171,11 @@ impl Sightings {
             .iter()
             .filter(|e| e.used_by.is_none())
             .map(|e| (e.name.clone(), e.lock_counter));
+        let heartbeats = memory.heartbeats.observe(heartbeats, at);
         Ages {
             leases: memory.leases.observe(leases, at),
-            heartbeats: memory.heartbeats.observe(heartbeats, at),
+            beating: memory.heartbeats.changed().cloned().collect(),
+            heartbeats,
             claims: memory.claims.observe(claims, at),
             efo_free: memory.efo_free.observe(efo_free, at),
         }
@@ -174,5 +208,23 @@ mod tests {
         seen.observe(std::iter::empty(), 5_000);
         let back = seen.observe([(id("a"), 1)].into_iter(), 20_000);
         assert_eq!(back[&id("a")], Duration::ZERO);
+    }
+
+    #[test]
+    fn a_value_seen_changing_or_appearing_after_the_first_look_is_known_to_change() {
+        let mut seen: FirstSeen<ShardId, u64> = FirstSeen::default();
+        seen.observe([(id("a"), 1), (id("b"), 1)].into_iter(), 0);
+        assert_eq!(
+            seen.changed().count(),
+            0,
+            "nothing seen change at the first look"
+        );
+        seen.observe(
+            [(id("a"), 2), (id("b"), 1), (id("c"), 1)].into_iter(),
+            1_000,
+        );
+        let mut changed: Vec<_> = seen.changed().cloned().collect();
+        changed.sort();
+        assert_eq!(changed, [id("a"), id("c")]);
     }
 }

@@ -34,6 +34,7 @@ impl ConsumerInfo {
             standalone: false,
             ends: None,
             busy: None,
+            draining: false,
         }
     }
 }
@@ -146,11 +147,22 @@ impl Consumers<'_> {
             .value("env", s(&info.env))
             .value("pid", n(info.pid))
             .value("started", n(info.started))
-            .value("true", AttributeValue::Bool(true))
-            .value("standalone", AttributeValue::Bool(info.standalone));
-        let mut update = "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
-                 #started = :started, #standalone = :standalone, #active = if_not_exists(#active, :true)"
-            .to_owned();
+            .value("standalone", AttributeValue::Bool(info.standalone))
+            .names(&[attr::DRAINING])
+            .value("draining", AttributeValue::Bool(info.draining));
+        // A draining consumer stays inactive, even when this heartbeat
+        // registers it again (after a reap).
+        let active = if info.draining {
+            expr = expr.value("false", AttributeValue::Bool(false));
+            ":false"
+        } else {
+            expr = expr.value("true", AttributeValue::Bool(true));
+            "if_not_exists(#active, :true)"
+        };
+        let mut update = format!(
+            "SET #heartbeat = :now, #app = :app, #host = :host, #env = :env, #pid = :pid, \
+             #started = :started, #standalone = :standalone, #active = {active}, #draining = :draining"
+        );
         for (name, value) in [
             (attr::ENDS, info.ends),
             (attr::BUSY, info.busy.map(i64::from)),
@@ -255,16 +267,25 @@ impl Consumers<'_> {
     }
 
     /// Sets the consumer's active flag (an inactive consumer is given no
-    /// leases); `false` if the consumer is not registered.
+    /// leases); `false` if the consumer is not registered, or is draining
+    /// and would be made active.
     pub async fn set_active(self, consumer: &ConsumerId, active: bool) -> Result<bool> {
-        let expr = Expr::new()
+        let mut expr = Expr::new()
             .names(&[attr::ACTIVE])
             .value("active", AttributeValue::Bool(active));
+        let condition = if active {
+            expr = expr
+                .names(&[attr::DRAINING])
+                .value("false", AttributeValue::Bool(false));
+            "attribute_exists(pk) AND (attribute_not_exists(#draining) OR #draining = :false)"
+        } else {
+            "attribute_exists(pk)"
+        };
         let req = self.store.update_req(
             &self.store.home(consumer_sk(consumer)),
             &expr,
             "SET #active = :active",
-            Some("attribute_exists(pk)"),
+            Some(condition),
         );
         Ok(self.store.conditional_update(req).await?.is_ok())
     }

@@ -44,6 +44,10 @@ pub struct ConsumerInfo {
     /// How busy its handler was since its last heartbeat, in thousandths of
     /// the time (`None`: not measured).
     pub busy: Option<u16>,
+    /// It drains (the end of its run): its heartbeats keep it inactive, and
+    /// nothing makes it active again (not a re-registration after a reap,
+    /// nor an enhanced fan-out consumer locked), so it is given no leases.
+    pub draining: bool,
 }
 
 /// A registered consumer of the group.
@@ -235,6 +239,7 @@ impl ConsumerState {
                 standalone: r.bool_or(attr::STANDALONE, false)?,
                 ends: r.opt_i64(attr::ENDS)?,
                 busy: r.opt_i64(attr::BUSY)?.map(|b| b.clamp(0, 1000) as u16),
+                draining: r.bool_or(attr::DRAINING, false)?,
             },
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,

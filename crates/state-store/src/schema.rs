@@ -103,6 +103,8 @@ pub mod attr {
     pub const ENDS: &str = "ends";
     /// Consumer: thousandths of the time its handler was busy since its last heartbeat.
     pub const BUSY: &str = "busy";
+    /// Consumer: it drains (the end of its run): kept inactive.
+    pub const DRAINING: &str = "draining";
     /// Consumer: the registration's identity, drawn when the item is created.
     pub const INCARNATION: &str = "incarnation";
     /// EFO: consumer ARN.

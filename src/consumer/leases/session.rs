@@ -121,6 +121,8 @@ impl ConsumerSession {
     /// hand-off to the claimant) at this session's next renewal. What is left
     /// at the end is released by [`ConsumerSession::leave`].
     pub async fn drain(&mut self) -> Result<()> {
+        // From now on every heartbeat keeps it inactive.
+        self.info.draining = true;
         self.beat().await?;
         self.store.consumers().set_active(self.id(), false).await?;
         Ok(())

@@ -446,3 +446,18 @@ fn leases_expiring_with_their_owners_heartbeat_go_to_the_living() {
         vec![t("s0", "alive", "assign"), t("s1", "alive", "assign")]
     );
 }
+
+/// A draining worker (the end of its run) is given nothing, even while its
+/// active flag says otherwise: a lease given to it would only move again.
+#[test]
+fn a_draining_worker_is_given_nothing() {
+    let mut draining = consumer("draining", 0);
+    draining.info.draining = true;
+    let staying = consumer("staying", 0);
+    let snap = snapshot(vec![draining, staying], vec![shard("s0"), shard("s1")]);
+    let plan = plan_rebalance(&snap, &ages(&snap), &config());
+    assert_eq!(
+        targets(&plan),
+        vec![t("s0", "staying", "assign"), t("s1", "staying", "assign")]
+    );
+}

@@ -425,6 +425,49 @@ async fn a_reaped_consumers_lease_moves_only_once_it_went_unrenewed_for_a_term()
     assert_eq!(other.tick(no_progress).await.unwrap().gained, [shard]);
 }
 
+/// A rebalancer that just started sees every heartbeat as fresh, so a
+/// consumer that died just before looks alive for a heartbeat timeout. It
+/// still gives it no lease by claim (that would take leases from a living
+/// consumer and leave them with a dead one): a lease moves by claim only to
+/// a consumer it has seen heartbeat.
+#[tokio::test]
+async fn a_fresh_rebalancer_claims_nothing_for_a_consumer_it_has_not_seen_heartbeat() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let mut alive = session(&store, "alive");
+    alive.tick(no_progress).await.unwrap();
+    rebalancer(&ctx, &store).tick().await.unwrap();
+    assert_eq!(alive.tick(no_progress).await.unwrap().gained.len(), 4);
+    // "dead" registers and dies; a new rebalancer starts.
+    session(&store, "dead").tick(no_progress).await.unwrap();
+    let fresh = rebalancer(&ctx, &store);
+    for _ in 0..4 {
+        fresh.tick().await.unwrap();
+        let claimed: Vec<_> = store
+            .shards()
+            .list(&ShardScope::Group)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|s| s.claim)
+            .collect();
+        assert!(claimed.is_empty(), "{claimed:?}");
+        ctx.clock.advance(Duration::from_secs(3));
+        alive.tick(no_progress).await.unwrap();
+    }
+    // A consumer it sees heartbeat is given its share by claims.
+    let mut joined = session(&store, "joined");
+    joined.tick(no_progress).await.unwrap();
+    fresh.tick().await.unwrap();
+    ctx.clock.advance(Duration::from_secs(3));
+    joined.tick(no_progress).await.unwrap();
+    alive.tick(no_progress).await.unwrap();
+    fresh.tick().await.unwrap();
+    alive.tick(no_progress).await.unwrap();
+    assert_eq!(joined.tick(no_progress).await.unwrap().gained.len(), 2);
+}
+
 fn scheduled_event() -> EventBridgeEvent {
     serde_json::from_str(include_str!("../../../events/scheduled.json")).expect("fixture parses")
 }

@@ -185,3 +185,42 @@ async fn a_consumer_that_heartbeats_after_the_snapshot_is_not_removed() {
     assert!(!store.consumers().remove_if_unchanged(&seen).await.unwrap());
     assert!(store.consumers().get(&me.id).await.unwrap().is_some());
 }
+
+/// A draining consumer stays inactive: its heartbeats say so, one that
+/// registers it again after a reap too, and locking an enhanced fan-out
+/// consumer (which marks a consumer active) does not make it active again.
+#[tokio::test]
+async fn a_draining_consumer_is_never_made_active_again() {
+    let ctx = ctx().await;
+    let store = ctx.store("draining");
+    let mut me = info("ending", ctx.clock_now());
+    store.consumers().heartbeat(&me).await.unwrap();
+    me.draining = true;
+    store.consumers().heartbeat(&me).await.unwrap();
+    let active = || async { store.consumers().get(&me.id).await.unwrap().unwrap().active };
+    assert!(!active().await);
+    assert!(!store.consumers().set_active(&me.id, true).await.unwrap());
+    assert!(!active().await);
+    // Reaped, then its next heartbeat registers it again: still inactive.
+    let seen = store.consumers().get(&me.id).await.unwrap().unwrap();
+    assert!(store.consumers().remove_if_unchanged(&seen).await.unwrap());
+    assert!(store.consumers().heartbeat(&me).await.unwrap().registered);
+    assert!(!active().await);
+    // Locking a pool consumer does not make it active either.
+    let name = EfoName::new("pool-0").unwrap();
+    store
+        .efo_consumers()
+        .register(
+            &name,
+            "arn:aws:kinesis:us-east-1:0:stream/s/consumer/pool-0:1",
+        )
+        .await
+        .unwrap();
+    assert!(store
+        .efo_consumers()
+        .get_or_lock(&me.id)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(!active().await);
+}

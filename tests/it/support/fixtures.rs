@@ -49,6 +49,8 @@ pub fn ages(snapshot: &GroupSnapshot) -> Ages {
             .iter()
             .filter_map(|e| Some((e.name.clone(), age(NOW - e.released?))))
             .collect(),
+        // Watched long enough to have seen every consumer heartbeat.
+        beating: snapshot.consumers.iter().map(|c| c.id().clone()).collect(),
     }
 }
 
@@ -73,6 +75,7 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
             standalone: false,
             ends: None,
             busy: None,
+            draining: false,
         },
         heartbeat: NOW - age_ms,
         active: true,
