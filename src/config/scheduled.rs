@@ -46,6 +46,9 @@ pub struct ScheduledConfig {
     pub worker_function: Option<String>,
     /// How the rebalancer sizes the fleet of shard workers.
     pub fleet: FleetConfig,
+    /// The least time between two checkpoints of a shard while records are
+    /// processed ([`CHECKPOINT_SECONDS`]).
+    pub checkpoint_every: Duration,
 }
 
 /// Reads [`INITIAL_POSITION`] (unset: `TRIM_HORIZON`).
@@ -173,6 +176,7 @@ impl ScheduledConfig {
                 ..FleetConfig::default()
             },
             efo_pool_size,
+            checkpoint_every: secs(vars.number(CHECKPOINT_SECONDS, 5)?),
         })
     }
 
@@ -185,6 +189,7 @@ impl ScheduledConfig {
             initial_position: self.initial_position,
             enhanced_fan_out: (self.efo_pool_size > 0)
                 .then(|| EfoPool::new(&prefix, self.efo_pool_size)),
+            checkpoint_every: self.checkpoint_every,
             ..WorkerConfig::default()
         }
     }

@@ -52,6 +52,10 @@ pub const SHARDS_PER_WORKER: &str = "SHARDKEEPER_SHARDS_PER_WORKER";
 /// The stream's retention in hours (default 24).
 pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 
+/// The least time between two checkpoints of a shard while records are
+/// processed, in seconds (default 5; 0: after every batch).
+pub const CHECKPOINT_SECONDS: &str = "SHARDKEEPER_CHECKPOINT_SECONDS";
+
 /// A required environment variable; a missing or empty one is an [`Error::Config`](crate::Error::Config) naming it.
 pub fn required_var(var: &'static str) -> crate::Result<String> {
     optional_var(var)?.ok_or(ConfigError::Missing { var }.into())

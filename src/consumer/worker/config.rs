@@ -40,6 +40,12 @@ pub struct WorkerConfig {
     /// How long one subscription is kept before it is renewed from where it
     /// stands (Kinesis ends every subscription after 5 minutes).
     pub subscription_lifetime: Duration,
+    /// A shard's checkpoint is written at most this often while records are
+    /// processed (one that comes sooner waits, and is written once this has
+    /// passed); always at a hand-over, a stop or a drain. A consumer that
+    /// crashes or loses a lease is followed by one that runs again at most
+    /// this much of its work. `Duration::ZERO`: after every batch.
+    pub checkpoint_every: Duration,
     /// Processing of a leased shard stops this long (at most a quarter of
     /// the lease term) before the lease's local expiry (its last renewal's
     /// send time plus the term): a slow batch is cut there, checkpointed,
@@ -60,6 +66,7 @@ impl Default for WorkerConfig {
             release_on_stop: true,
             enhanced_fan_out: None,
             subscription_lifetime: Duration::from_secs(300),
+            checkpoint_every: Duration::from_secs(5),
             expiry_margin: Duration::from_secs(2),
         }
     }

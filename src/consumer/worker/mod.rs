@@ -14,6 +14,7 @@
 
 mod config;
 mod efo;
+mod pacing;
 mod run;
 
 pub use config::{WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
@@ -28,6 +29,7 @@ use crate::pipeline::{ShardPipeline, Step};
 use crate::processing::{Core, RecordHandler};
 use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, StateStore};
 use crate::Result;
+use pacing::{PacedCheckpoints, Pacing};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +64,8 @@ pub struct ShardWorker<H> {
     /// [`ShardWorker::drain_at`]), and whether it has started to.
     drain_at: Option<Instant>,
     draining: bool,
+    /// When each shard's checkpoint was last written.
+    pacing: Pacing,
 }
 
 impl<H: RecordHandler> ShardWorker<H> {
@@ -119,6 +123,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             busy_since: Instant::now(),
             drain_at: None,
             draining: false,
+            pacing: Pacing::default(),
         }
     }
 
@@ -164,6 +169,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// released while the worker goes on).
     async fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
         self.pending.remove(shard);
+        self.pacing.forget(shard);
         if self.pipelines.remove(shard).is_some() {
             match why {
                 StopReason::Lost => self.report.leases_lost += 1,
@@ -278,6 +284,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 self.drop_shard(&shard, StopReason::Released).await;
             }
         }
+        self.write_deferred().await?;
         self.open_pending().await
     }
 
@@ -347,9 +354,13 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(false);
         };
         let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let mut checkpointer = ModeCheckpoints {
-            mode: &mut self.mode,
-            observer: self.observer.as_ref(),
+        let mut checkpointer = PacedCheckpoints {
+            inner: ModeCheckpoints {
+                mode: &mut self.mode,
+                observer: self.observer.as_ref(),
+            },
+            pacing: &mut self.pacing,
+            every: self.config.checkpoint_every,
         };
         let started = Instant::now();
         let step = pipeline

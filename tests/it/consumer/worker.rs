@@ -836,3 +836,90 @@ async fn a_latest_start_whose_holder_crashes_before_any_record_skips_nothing() {
     }
     check(&log, 2, 3);
 }
+
+/// Records `0..n` of one key, stepping `w` until it has processed them all.
+async fn process_all<H: shardkeeper::processing::RecordHandler>(
+    w: &mut shardkeeper::consumer::ShardWorker<H>,
+    log: &Log,
+    n: usize,
+) {
+    while log.lock().unwrap().len() < n {
+        w.step().await.unwrap();
+    }
+}
+
+/// A shard's checkpoint is written at most once every `checkpoint_every`
+/// while records come (one that comes sooner waits), the one that waited
+/// once that time has passed, and where the shard stands at a stop. So a
+/// successor after a crash past that time, or after a stop, runs nothing
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_are_paced_and_the_deferred_one_is_written_when_due_and_at_a_stop() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let every = Duration::from_secs(1);
+    let config = WorkerConfig {
+        checkpoint_every: every,
+        ..crate::support::consume::eager()
+    };
+    let worker = |name: &str| {
+        crate::support::consume::worker_with(
+            &store,
+            &ctx.aws.kinesis,
+            name,
+            log.clone(),
+            config.clone(),
+        )
+    };
+    let mut w0 = vec![worker("w0")];
+    while w0[0].shards().is_empty() {
+        tick_and_step(&rebalancer, &mut w0).await;
+    }
+    // Records keep coming for two `every`s, two at a time.
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while started.elapsed() < 2 * every {
+        produce(&ctx.aws.kinesis, &stream, 1, n..n + 2).await;
+        n += 2;
+        process_all(&mut w0[0], &log, n as usize).await;
+    }
+    let elapsed = started.elapsed();
+    let written = w0[0].report().shards.checkpoints;
+    let batches = n / 2;
+    assert!(
+        written as f64 <= elapsed.as_secs_f64() / every.as_secs_f64() + 2.0
+            && written < batches as u64,
+        "{written} checkpoints in {elapsed:?} for {batches} batches"
+    );
+    // The last one waited; it is written once `every` has passed. Then the
+    // worker crashes: its successor runs nothing again.
+    tokio::time::sleep(every).await;
+    w0[0].step().await.unwrap();
+    drop(w0);
+    let mut w1 = vec![worker("w1")];
+    while w1[0].shards().is_empty() {
+        ctx.clock.advance(Duration::from_secs(3));
+        tick_and_step(&rebalancer, &mut w1).await;
+    }
+    for _ in 0..3 {
+        w1[0].step().await.unwrap();
+    }
+    assert_eq!(log.lock().unwrap().len(), n as usize, "nothing ran twice");
+    // Two batches within `every`: the second waits; the stop writes it.
+    produce(&ctx.aws.kinesis, &stream, 1, n..n + 2).await;
+    process_all(&mut w1[0], &log, n as usize + 2).await;
+    produce(&ctx.aws.kinesis, &stream, 1, n + 2..n + 4).await;
+    process_all(&mut w1[0], &log, n as usize + 4).await;
+    w1[0].leave().await.unwrap();
+    let mut w2 = vec![worker("w2")];
+    while w2[0].shards().is_empty() {
+        tick_and_step(&rebalancer, &mut w2).await;
+    }
+    for _ in 0..3 {
+        w2[0].step().await.unwrap();
+    }
+    check(&log, 1, n + 4);
+}
