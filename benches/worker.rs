@@ -1,7 +1,9 @@
 //! Polling worker throughput: records per second through one shard with a
 //! fenced checkpoint after every GetRecords batch, 500-byte records, from
 //! the in-process Kinesis server, next to the Kinesis per-shard read limit
-//! (2 MB/s) as the baseline.
+//! (2 MB/s) as the baseline. Then the state table's write units per record
+//! at a steady 1 MB/s into the shard, with a checkpoint after every batch
+//! and with the default pacing (at most one every 5 s), in the same run.
 //!
 //! Run: `cargo bench --bench worker`.
 
@@ -64,6 +66,7 @@ fn main() {
         let config = WorkerConfig {
             min_poll_interval: Duration::ZERO,
             read_bytes_per_second: u64::MAX,
+            checkpoint_every: Duration::ZERO,
             ..WorkerConfig::default()
         };
         let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
@@ -135,5 +138,91 @@ fn main() {
             mbps,
             bytes / elapsed / SHARD_LIMIT_BYTES_PER_S
         );
+
+        println!("\nSteady load, 1 MB/s into one shard (2,000 records of 500 bytes a second) for {STEADY_SECONDS} s, one worker with the default reads (every 200 ms):\n");
+        println!("| checkpoints | records | GetRecords | checkpoints written | DynamoDB writes (all) | write units per record (checkpoints) | write units per record (all) |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for (name, every) in [("after every batch", Duration::ZERO), ("at most every 5 s (default)", WorkerConfig::default().checkpoint_every)] {
+            let (records, polls, checkpoints, writes) = steady(&aws, every).await;
+            println!(
+                "| {name} | {records} | {polls} | {checkpoints} | {writes} | {:.5} | {:.5} |",
+                checkpoints as f64 / records as f64,
+                writes as f64 / records as f64
+            );
+        }
     });
+}
+
+const STEADY_SECONDS: u64 = 10;
+
+/// One worker reading a shard that gets 1 MB/s for [`STEADY_SECONDS`], with
+/// `checkpoint_every`: records processed, GetRecords sent, checkpoints
+/// written, and every DynamoDB write of the worker (one write unit each:
+/// every item it writes is under 1 KB).
+async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u64, u64, u64) {
+    let stream = unique_name("steady");
+    aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
+    let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
+    let store = StateStore::new(aws.dynamodb.clone(), config);
+    store.table().ensure(&TableOptions::default()).await.unwrap();
+    let info = ConsumerInfo::for_this_process(ConsumerId::new("steady-worker").unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let config = WorkerConfig { checkpoint_every: every, ..WorkerConfig::default() };
+    let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
+    let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        emit_metrics: false,
+        sightings: Default::default(),
+        fleet: None,
+    };
+    worker.step().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    while worker.shards().is_empty() {
+        worker.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The producer: 500 records every 250 ms.
+    let producing = {
+        let (kinesis, stream) = (aws.kinesis.clone(), stream.clone());
+        tokio::spawn(async move {
+            let payload = vec![b'x'; RECORD_BYTES];
+            let started = Instant::now();
+            let mut n = 0u64;
+            while started.elapsed() < Duration::from_secs(STEADY_SECONDS) {
+                let entries: Vec<_> = (0..500)
+                    .map(|i| {
+                        PutRecordsRequestEntry::builder()
+                            .partition_key(format!("k{}", n + i))
+                            .data(Blob::new(payload.clone()))
+                            .build()
+                            .unwrap()
+                    })
+                    .collect();
+                kinesis.put_records().stream_name(&stream).set_records(Some(entries)).send().await.unwrap();
+                n += 500;
+                tokio::time::sleep_until((started + Duration::from_millis(250) * (n / 500) as u32).into()).await;
+            }
+            n
+        })
+    };
+    let d0 = aws.dynamodb_requests.snapshot();
+    while !producing.is_finished() {
+        worker.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let produced = producing.await.unwrap();
+    while worker.report().shards.processed < produced {
+        worker.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let since = aws.dynamodb_requests.since(&d0);
+    let writes: u64 = ["UpdateItem", "PutItem", "DeleteItem", "TransactWriteItems"]
+        .iter()
+        .filter_map(|op| since.get(*op).map(|c| c.requests))
+        .sum();
+    let report = worker.report();
+    (report.shards.processed, report.shards.polls, report.shards.checkpoints, writes)
 }
