@@ -175,7 +175,9 @@ pub fn is_kms_key_code(code: &str) -> bool {
 /// - DynamoDB: an item in another transaction (`TransactionConflictException`),
 ///   a transaction with the same token still running
 ///   (`TransactionInProgressException`), a write conflicting in another
-///   region of a global table (`ReplicatedWriteConflictException`);
+///   region of a global table (`ReplicatedWriteConflictException`), a
+///   table being updated while its TTL or tags are set
+///   (`ResourceInUseException` of UpdateTimeToLive and TagResource);
 /// - Kinesis ListShards: a stream not ACTIVE yet (`ResourceInUseException`),
 ///   a pagination token expired (`ExpiredNextTokenException`; the listing
 ///   starts again);
@@ -191,12 +193,15 @@ pub fn is_transient_code(service: Service, operation: &str, code: &str) -> bool 
         return true;
     }
     match service {
-        Service::DynamoDb => matches!(
-            code,
-            "TransactionConflictException"
-                | "TransactionInProgressException"
-                | "ReplicatedWriteConflictException"
-        ),
+        Service::DynamoDb => {
+            matches!(
+                code,
+                "TransactionConflictException"
+                    | "TransactionInProgressException"
+                    | "ReplicatedWriteConflictException"
+            ) || (matches!(operation, "UpdateTimeToLive" | "TagResource")
+                && code == "ResourceInUseException")
+        }
         Service::Kinesis => {
             operation == "ListShards"
                 && matches!(code, "ResourceInUseException" | "ExpiredNextTokenException")
@@ -580,6 +585,24 @@ mod tests {
                 "TransactWriteItems",
                 "IdempotentParameterMismatchException",
                 "permanent",
+            ),
+            (
+                DynamoDb,
+                "UpdateTimeToLive",
+                "ResourceInUseException",
+                "transient",
+            ),
+            (
+                DynamoDb,
+                "CreateTable",
+                "ResourceInUseException",
+                "permanent",
+            ),
+            (
+                DynamoDb,
+                "CreateTable",
+                "LimitExceededException",
+                "throttled",
             ),
             (DynamoDb, "Query", "InternalServerError", "transient"),
             (DynamoDb, "Query", "ResourceNotFoundException", "permanent"),
