@@ -84,8 +84,8 @@ impl Faults {
 }
 
 /// What a [`FaultProxy`](crate::FaultProxy) did so far. Every request is counted once in
-/// `throttled`, `errors_500`, `dropped` or `forwarded`; `delayed` counts the
-/// forwarded requests that waited first.
+/// `throttled`, `errors_500`, `dropped`, `failed_as_told` or `forwarded`;
+/// `delayed` counts the forwarded requests that waited first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultCounts {
     /// Answered with a throttling error.
@@ -101,12 +101,15 @@ pub struct FaultCounts {
     /// Forwarded and applied, with the answer then lost (also counted in
     /// `forwarded`).
     pub lost_responses: u64,
+    /// Answered with the error the test set for their operation
+    /// ([`FaultProxy::fail_operation`](crate::FaultProxy::fail_operation)).
+    pub failed_as_told: u64,
 }
 
 impl FaultCounts {
     /// Requests answered (or dropped) by the proxy itself.
     pub fn injected(&self) -> u64 {
-        self.throttled + self.errors_500 + self.dropped
+        self.throttled + self.errors_500 + self.dropped + self.failed_as_told
     }
 
     /// Requests received in all.
@@ -127,6 +130,7 @@ impl std::ops::Add for FaultCounts {
             delayed: self.delayed + other.delayed,
             forwarded: self.forwarded + other.forwarded,
             lost_responses: self.lost_responses + other.lost_responses,
+            failed_as_told: self.failed_as_told + other.failed_as_told,
         }
     }
 }
@@ -175,6 +179,7 @@ pub(crate) struct Counters {
     delayed: AtomicU64,
     forwarded: AtomicU64,
     lost_responses: AtomicU64,
+    failed_as_told: AtomicU64,
 }
 
 impl Counters {
@@ -197,6 +202,10 @@ impl Counters {
         counter.fetch_add(1, Ordering::SeqCst);
     }
 
+    pub(crate) fn failed_as_told(&self) {
+        self.failed_as_told.fetch_add(1, Ordering::SeqCst);
+    }
+
     pub(crate) fn snapshot(&self) -> FaultCounts {
         let get = |c: &AtomicU64| c.load(Ordering::SeqCst);
         FaultCounts {
@@ -206,6 +215,7 @@ impl Counters {
             delayed: get(&self.delayed),
             forwarded: get(&self.forwarded),
             lost_responses: get(&self.lost_responses),
+            failed_as_told: get(&self.failed_as_told),
         }
     }
 }

@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -69,6 +70,7 @@ impl FaultProxy {
             skip_before_losing: AtomicU64::new(0),
             counts: Counters::default(),
             other_account: Mutex::new(None),
+            told: Mutex::new(BTreeMap::new()),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
         tracing::debug!(%local, %upstream, ?service, seed, "fault proxy started");
@@ -120,6 +122,29 @@ impl FaultProxy {
     pub fn lose_responses_after(&self, skip: u64, n: u64) {
         self.shared.skip_before_losing.store(skip, Ordering::SeqCst);
         self.shared.lose_next.store(n, Ordering::SeqCst);
+    }
+
+    /// From the next request on, answers every request for `operation` (the
+    /// action its `x-amz-target` names, e.g. `UpdateItem` or
+    /// `RegisterStreamConsumer`) with the AWS error `code` and HTTP `status`,
+    /// whatever the rates and even while paused; requests for other
+    /// operations go on as before. Counted in [`FaultCounts::failed_as_told`].
+    pub fn fail_operation(
+        &self,
+        operation: &str,
+        status: u16,
+        code: &str,
+    ) -> Result<(), LocalError> {
+        let status =
+            StatusCode::from_u16(status).map_err(|e| LocalError::InvalidFaults(e.to_string()))?;
+        lock(&self.shared.told).insert(operation.to_owned(), (status, code.to_owned()));
+        Ok(())
+    }
+
+    /// Ends every [`FaultProxy::fail_operation`]: those operations go on as
+    /// the others do.
+    pub fn stop_failing_operations(&self) {
+        lock(&self.shared.told).clear();
     }
 
     /// Forwards every request at once until [`FaultProxy::resume`].
@@ -179,6 +204,8 @@ struct Shared {
     skip_before_losing: AtomicU64,
     counts: Counters,
     other_account: Mutex<Option<Arc<OtherAccount>>>,
+    /// The errors set per operation by [`FaultProxy::fail_operation`].
+    told: Mutex<BTreeMap<String, (StatusCode, String)>>,
 }
 
 impl Shared {
@@ -282,6 +309,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         }
         _ => req.map(Body::new),
     };
+    let target = target(&req);
+    let operation = target.split_once('.').map_or(target.as_str(), |(_, op)| op);
+    let told = lock(&shared.told).get(operation).cloned();
+    if let Some((status, code)) = told {
+        shared.counts.failed_as_told();
+        read_body(req).await;
+        return Ok(error_response(service, status, &code));
+    }
     match shared.fate() {
         Fate::Forward(delay) => {
             if let Some(delay) = delay {
@@ -293,7 +328,6 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             })
         }
         Fate::Throttle => {
-            let target = target(&req);
             read_body(req).await;
             let code = service.throttling_error(&target);
             Ok(error_response(service, StatusCode::BAD_REQUEST, code))

@@ -122,9 +122,11 @@ pub(crate) fn error_answer(
     resp
 }
 
-/// A loopback HTTP endpoint that fails every request with a given DynamoDB
-/// JSON error (for example `ProvisionedThroughputExceededException` with
-/// status 400), counting the requests it received.
+/// A loopback HTTP endpoint that fails every request with a given AWS JSON
+/// error (for example `ProvisionedThroughputExceededException` with status
+/// 400), counting the requests it received. [`FailingEndpoint::start`]
+/// spells it as DynamoDB does, [`FailingEndpoint::start_as`] as the service
+/// given; the SDK clients of every service read either.
 #[derive(Debug)]
 pub struct FailingEndpoint {
     url: String,
@@ -133,8 +135,17 @@ pub struct FailingEndpoint {
 }
 
 impl FailingEndpoint {
-    /// Starts the endpoint on the current runtime.
+    /// Starts the endpoint on the current runtime, answering as DynamoDB.
     pub async fn start(status: u16, error_type: &str) -> Result<Self, LocalError> {
+        Self::start_as(AwsService::DynamoDb, status, error_type).await
+    }
+
+    /// Starts the endpoint on the current runtime, answering as `service`.
+    pub async fn start_as(
+        service: AwsService,
+        status: u16,
+        error_type: &str,
+    ) -> Result<Self, LocalError> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(|e| LocalError::Start(e.to_string()))?;
@@ -150,7 +161,7 @@ impl FailingEndpoint {
         let counter = hits.clone();
         let app = axum::Router::new().fallback(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-            let resp = error_response(AwsService::DynamoDb, status, &error_type);
+            let resp = error_response(service, status, &error_type);
             async move { resp }
         });
         let task = tokio::spawn(async move {

@@ -58,6 +58,35 @@ pub enum StateError {
         /// The error message with its causes.
         message: String,
     },
+    /// Kinesis refused to register another enhanced fan-out consumer
+    /// (RegisterStreamConsumer's `LimitExceededException`, still there after
+    /// the throttling retries): the stream has reached Kinesis' limit of 20
+    /// enhanced fan-out consumers, counting every application's. Not
+    /// transient: it lasts until consumers are deregistered or the pool is
+    /// made smaller.
+    #[error("Kinesis RegisterStreamConsumer refused after {attempts} attempts: the stream has reached Kinesis' limit of 20 enhanced fan-out consumers (or too many registrations run at once); lower SHARDKEEPER_EFO_POOL_SIZE or deregister other consumers of the stream: {message}")]
+    EfoQuota {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last refusal's message.
+        message: String,
+    },
+    /// A KMS key the call needs cannot be used: the stream's encryption key
+    /// for Kinesis, the function's for Lambda (`KMSDisabledException`,
+    /// `KMSInvalidStateException`, `KMSAccessDeniedException`,
+    /// `KMSNotFoundException`, `KMSOptInRequired`). Not transient: it lasts
+    /// until the key or its policy is fixed.
+    #[error("{service} {operation} failed: {} ({code}); fix the key or its key policy: {message}", kms_problem(*service, code))]
+    KmsKey {
+        /// `Kinesis` or `Lambda`.
+        service: Service,
+        /// The API operation, e.g. `GetRecords`.
+        operation: &'static str,
+        /// The AWS error code.
+        code: String,
+        /// The error message with its causes.
+        message: String,
+    },
     /// The state table exists but does not have the expected schema.
     #[error("table {table} has the wrong schema: {reason}")]
     WrongTableSchema {
@@ -155,6 +184,23 @@ impl fmt::Display for Service {
     }
 }
 
+/// What is wrong with the KMS key of a [`StateError::KmsKey`], in words.
+fn kms_problem(service: Service, code: &str) -> String {
+    let key = match service {
+        Service::Kinesis => "the stream's KMS key",
+        Service::Lambda => "the function's KMS key",
+        Service::DynamoDb => "the table's KMS key",
+    };
+    match code {
+        "KMSDisabledException" => format!("{key} is disabled"),
+        "KMSInvalidStateException" => format!("{key} is not in a state that allows its use"),
+        "KMSAccessDeniedException" => format!("{key} may not be used by this role"),
+        "KMSNotFoundException" => format!("{key} was not found"),
+        "KMSOptInRequired" => format!("{key} cannot be used: the account is not subscribed to KMS"),
+        _ => format!("{key} cannot be used"),
+    }
+}
+
 impl StateError {
     /// A [`StateError::Validation`] of `field`.
     pub fn validation(field: &'static str, reason: impl Into<String>) -> Self {
@@ -181,16 +227,21 @@ impl StateError {
 
     /// `true` when the same call may succeed later unchanged: throttling
     /// that outlasted the retries, an AWS internal error or unavailable
-    /// service, and failures with no AWS answer at all (connection refused
-    /// or dropped, timeouts). A missing table, a wrong schema, bad input or
-    /// a lost lease are not transient.
+    /// service, a resource busy for a moment (see
+    /// [`crate::is_transient_code`]), and failures with no AWS answer at all
+    /// (connection refused or dropped, timeouts). A missing table, a wrong
+    /// schema, bad input, a denied call, an unusable KMS key, the quota of
+    /// enhanced fan-out consumers or a lost lease are not transient.
     pub fn is_transient(&self) -> bool {
         match self {
             StateError::Throttled { .. } => true,
             StateError::Sdk { code: None, .. } => true,
             StateError::Sdk {
-                code: Some(code), ..
-            } => crate::retry::is_server_fault_code(code),
+                service,
+                operation,
+                code: Some(code),
+                ..
+            } => crate::retry::is_transient_code(*service, operation, code),
             _ => false,
         }
     }

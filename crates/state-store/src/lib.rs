@@ -98,8 +98,9 @@ pub use positions::Positions;
 pub use records::{ParkedRecord, RecordKey, RecordState};
 pub use respread::Respread;
 pub use retry::{
-    call_aws, call_kinesis, is_server_fault_code, is_throttling_code, kinesis_error,
-    retry_throttled, Backoff, Jitter, Retried, RetryPolicy,
+    call_aws, call_kinesis, is_kms_key_code, is_server_fault_code, is_throttling_code,
+    is_transient_code, kinesis_coded_error, kinesis_error, retry_throttled, Backoff, Jitter,
+    Retried, RetryPolicy,
 };
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};

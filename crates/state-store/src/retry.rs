@@ -113,7 +113,14 @@ impl RetryPolicy {
     }
 }
 
-/// Error codes that mean "slow down" on DynamoDB and Kinesis.
+/// Error codes that mean "slow down" on DynamoDB, Kinesis and Lambda: the
+/// call is retried with backoff, then reported as [`StateError::Throttled`]
+/// (transient). `LimitExceededException` is Kinesis' throttling of its
+/// listing and control-plane calls (and DynamoDB Streams' of GetRecords),
+/// except from RegisterStreamConsumer, where past the retries it is the
+/// stream's quota of enhanced fan-out consumers ([`StateError::EfoQuota`]).
+/// `KMSThrottlingException` is KMS throttling the decryption (or encryption)
+/// of a stream encrypted with a customer key.
 pub fn is_throttling_code(code: &str) -> bool {
     matches!(
         code,
@@ -123,21 +130,130 @@ pub fn is_throttling_code(code: &str) -> bool {
             | "RequestLimitExceeded"
             | "LimitExceededException"
             | "TooManyRequestsException"
+            | "KMSThrottlingException"
+            | "EC2ThrottledException"
     )
 }
 
 /// Error codes that mean the service failed on its side, so the same call
-/// may succeed when sent again.
+/// may succeed when sent again: DynamoDB's `InternalServerError`, Kinesis'
+/// `InternalFailure` (common to all actions) and `InternalFailureException`
+/// (modelled for GetRecords, GetShardIterator, PutRecord and
+/// SubscribeToShard), Lambda's `ServiceException`, and the common 503s and
+/// timeouts.
 pub fn is_server_fault_code(code: &str) -> bool {
     matches!(
         code,
         "InternalServerError"
             | "InternalFailure"
+            | "InternalFailureException"
+            | "ServiceException"
             | "ServiceUnavailable"
             | "ServiceUnavailableException"
             | "RequestTimeout"
             | "RequestTimeoutException"
     )
+}
+
+/// Error codes that mean a KMS key the call needs cannot be used: the
+/// stream's for Kinesis, the function's for Lambda. Nothing changes until
+/// the key or its policy is fixed ([`StateError::KmsKey`]).
+pub fn is_kms_key_code(code: &str) -> bool {
+    matches!(
+        code,
+        "KMSDisabledException"
+            | "KMSInvalidStateException"
+            | "KMSAccessDeniedException"
+            | "KMSNotFoundException"
+            | "KMSOptInRequired"
+    )
+}
+
+/// `true` when the error `code` of `service`'s `operation` means the same
+/// call may succeed when sent again later: the service's own failures
+/// ([`is_server_fault_code`]), and what AWS documents as busy for a moment:
+/// - DynamoDB: an item in another transaction (`TransactionConflictException`),
+///   a transaction with the same token still running
+///   (`TransactionInProgressException`), a write conflicting in another
+///   region of a global table (`ReplicatedWriteConflictException`), a
+///   table being updated while its TTL or tags are set
+///   (`ResourceInUseException` of UpdateTimeToLive and TagResource);
+/// - Kinesis ListShards: a stream not ACTIVE yet (`ResourceInUseException`),
+///   a pagination token expired (`ExpiredNextTokenException`; the listing
+///   starts again);
+/// - Lambda Invoke: a function being created, updated or set up
+///   (`ResourceConflictException`, `ResourceNotReadyException`,
+///   `SnapStartNotReadyException`, `ENINotReadyException`,
+///   `CodeArtifactUserPendingException`) and EC2 failing unexpectedly
+///   while setting it up (`EC2UnexpectedException`).
+///
+/// Throttling is not here: it is [`is_throttling_code`], retried first.
+pub fn is_transient_code(service: Service, operation: &str, code: &str) -> bool {
+    if is_server_fault_code(code) {
+        return true;
+    }
+    match service {
+        Service::DynamoDb => {
+            matches!(
+                code,
+                "TransactionConflictException"
+                    | "TransactionInProgressException"
+                    | "ReplicatedWriteConflictException"
+            ) || (matches!(operation, "UpdateTimeToLive" | "TagResource")
+                && code == "ResourceInUseException")
+        }
+        Service::Kinesis => {
+            operation == "ListShards"
+                && matches!(code, "ResourceInUseException" | "ExpiredNextTokenException")
+        }
+        Service::Lambda => matches!(
+            code,
+            "ResourceConflictException"
+                | "ResourceNotReadyException"
+                | "SnapStartNotReadyException"
+                | "ENINotReadyException"
+                | "CodeArtifactUserPendingException"
+                | "EC2UnexpectedException"
+        ),
+    }
+}
+
+/// A service error as a [`StateError`], once `attempts` attempts were made:
+/// throttling is [`StateError::Throttled`] (but a registration refused past
+/// the retries is [`StateError::EfoQuota`]), an unusable KMS key
+/// [`StateError::KmsKey`], anything else [`StateError::Sdk`] with its code.
+pub(crate) fn service_error(
+    service: Service,
+    operation: &'static str,
+    code: Option<String>,
+    message: String,
+    attempts: u32,
+) -> StateError {
+    match code.as_deref() {
+        Some("LimitExceededException")
+            if service == Service::Kinesis && operation == "RegisterStreamConsumer" =>
+        {
+            StateError::EfoQuota { attempts, message }
+        }
+        Some(c) if is_throttling_code(c) => StateError::Throttled {
+            service,
+            operation,
+            attempts,
+            message,
+        },
+        Some(c) if is_kms_key_code(c) => StateError::KmsKey {
+            service,
+            operation,
+            code: c.to_owned(),
+            message,
+        },
+        _ => StateError::Sdk {
+            service,
+            operation,
+            code,
+            message,
+        },
+    }
 }
 
 /// What a failed call was, once retries are done.
@@ -162,18 +278,37 @@ fn is_condition_failure(code: Option<&str>) -> bool {
     )
 }
 
-/// A Kinesis error taken as it is (no retry): its code, and its message
-/// with every cause.
+/// A Kinesis error taken as it is (one attempt, no retry), classified as
+/// the retried calls' errors are: throttling, an unusable KMS key, or
+/// another error with its code, and its message with every cause.
 pub fn kinesis_error(
     operation: &'static str,
     err: &(impl ProvideErrorMetadata + std::error::Error),
 ) -> StateError {
-    StateError::Sdk {
-        service: Service::Kinesis,
+    service_error(
+        Service::Kinesis,
         operation,
-        code: err.code().map(str::to_owned),
-        message: error_chain(err),
-    }
+        err.code().map(str::to_owned),
+        error_chain(err),
+        1,
+    )
+}
+
+/// A Kinesis error whose code is known apart from its metadata (the
+/// modelled errors inside an event stream carry none), classified as
+/// [`kinesis_error`] does.
+pub fn kinesis_coded_error(
+    operation: &'static str,
+    code: &str,
+    err: &dyn std::error::Error,
+) -> StateError {
+    service_error(
+        Service::Kinesis,
+        operation,
+        Some(code.to_owned()),
+        error_chain(err),
+        1,
+    )
 }
 
 /// Flattens an error and its sources into one line.
@@ -270,20 +405,9 @@ where
             return Err(CallError::Condition(inner));
         }
         let message = error_chain(&inner);
-        if code.as_deref().is_some_and(is_throttling_code) {
-            return Err(CallError::Failed(StateError::Throttled {
-                service,
-                operation,
-                attempts,
-                message,
-            }));
-        }
-        return Err(CallError::Failed(StateError::Sdk {
-            service,
-            operation,
-            code,
-            message,
-        }));
+        return Err(CallError::Failed(service_error(
+            service, operation, code, message, attempts,
+        )));
     }
     Err(CallError::Failed(StateError::Sdk {
         service,
@@ -294,8 +418,8 @@ where
 }
 
 /// Sends a Kinesis request with the throttling retries of `policy`; every
-/// failure comes back as a [`StateError`] (`Throttled`, or `Sdk` with the
-/// AWS error code).
+/// failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
+/// `KmsKey`, or `Sdk` with the AWS error code).
 pub async fn call_kinesis<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
@@ -311,8 +435,9 @@ where
 }
 
 /// Sends a request to `service` with the throttling retries of `policy`;
-/// every failure comes back as a [`StateError`] (`Throttled`, or `Sdk` with
-/// the AWS error code; a failed condition is an `Sdk` error here).
+/// every failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
+/// `KmsKey`, or `Sdk` with the AWS error code; a failed condition is an
+/// `Sdk` error here).
 pub async fn call_aws<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     service: Service,
@@ -383,7 +508,140 @@ mod tests {
     fn throttling_codes() {
         assert!(is_throttling_code("ProvisionedThroughputExceededException"));
         assert!(is_throttling_code("ThrottlingException"));
+        assert!(is_throttling_code("KMSThrottlingException"));
         assert!(!is_throttling_code("ConditionalCheckFailedException"));
         assert!(!is_throttling_code("ResourceNotFoundException"));
+    }
+
+    /// Each code's class once the retries are done, by service and call:
+    /// the one table behind `StateError::is_transient` and the variants.
+    #[test]
+    fn every_code_has_its_class_by_service_and_call() {
+        use Service::{DynamoDb, Kinesis, Lambda};
+        let class = |e: &StateError| match e {
+            StateError::Throttled { .. } => "throttled",
+            StateError::EfoQuota { .. } => "efo quota",
+            StateError::KmsKey { .. } => "kms key",
+            e if e.is_transient() => "transient",
+            _ => "permanent",
+        };
+        let cases = [
+            (
+                Kinesis,
+                "RegisterStreamConsumer",
+                "LimitExceededException",
+                "efo quota",
+            ),
+            (
+                Kinesis,
+                "DescribeStreamConsumer",
+                "LimitExceededException",
+                "throttled",
+            ),
+            (Kinesis, "ListShards", "LimitExceededException", "throttled"),
+            (Kinesis, "ListShards", "ResourceInUseException", "transient"),
+            (
+                Kinesis,
+                "ListShards",
+                "ExpiredNextTokenException",
+                "transient",
+            ),
+            (
+                Kinesis,
+                "RegisterStreamConsumer",
+                "ResourceInUseException",
+                "permanent",
+            ),
+            (Kinesis, "PutRecord", "KMSThrottlingException", "throttled"),
+            (Kinesis, "PutRecord", "KMSDisabledException", "kms key"),
+            (Kinesis, "GetRecords", "KMSOptInRequired", "kms key"),
+            (
+                Kinesis,
+                "GetRecords",
+                "InternalFailureException",
+                "transient",
+            ),
+            (Kinesis, "GetRecords", "AccessDeniedException", "permanent"),
+            (
+                DynamoDb,
+                "UpdateItem",
+                "TransactionConflictException",
+                "transient",
+            ),
+            (
+                DynamoDb,
+                "UpdateItem",
+                "ReplicatedWriteConflictException",
+                "transient",
+            ),
+            (
+                DynamoDb,
+                "TransactWriteItems",
+                "TransactionInProgressException",
+                "transient",
+            ),
+            (
+                DynamoDb,
+                "TransactWriteItems",
+                "IdempotentParameterMismatchException",
+                "permanent",
+            ),
+            (
+                DynamoDb,
+                "UpdateTimeToLive",
+                "ResourceInUseException",
+                "transient",
+            ),
+            (
+                DynamoDb,
+                "CreateTable",
+                "ResourceInUseException",
+                "permanent",
+            ),
+            (
+                DynamoDb,
+                "CreateTable",
+                "LimitExceededException",
+                "throttled",
+            ),
+            (DynamoDb, "Query", "InternalServerError", "transient"),
+            (DynamoDb, "Query", "ResourceNotFoundException", "permanent"),
+            (DynamoDb, "GetItem", "RequestLimitExceeded", "throttled"),
+            (Lambda, "Invoke", "TooManyRequestsException", "throttled"),
+            (Lambda, "Invoke", "EC2ThrottledException", "throttled"),
+            (Lambda, "Invoke", "ServiceException", "transient"),
+            (Lambda, "Invoke", "ResourceConflictException", "transient"),
+            (Lambda, "Invoke", "KMSNotFoundException", "kms key"),
+            (Lambda, "Invoke", "ResourceNotFoundException", "permanent"),
+        ];
+        for (service, operation, code, expected) in cases {
+            let e = service_error(service, operation, Some(code.into()), "m".into(), 3);
+            assert_eq!(class(&e), expected, "{service} {operation} {code}: {e}");
+            let transient = matches!(expected, "throttled" | "transient");
+            assert_eq!(e.is_transient(), transient, "{service} {operation} {code}");
+        }
+        let quota = service_error(
+            Kinesis,
+            "RegisterStreamConsumer",
+            Some("LimitExceededException".into()),
+            "m".into(),
+            3,
+        );
+        assert!(
+            quota.to_string().contains("SHARDKEEPER_EFO_POOL_SIZE"),
+            "{quota}"
+        );
+        let kms = service_error(
+            Kinesis,
+            "GetRecords",
+            Some("KMSDisabledException".into()),
+            "m".into(),
+            1,
+        );
+        assert!(
+            kms.to_string()
+                .starts_with("Kinesis GetRecords failed: the stream's KMS key is disabled"),
+            "{kms}"
+        );
     }
 }

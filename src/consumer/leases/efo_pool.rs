@@ -92,7 +92,10 @@ pub async fn stream_arn(store: &StateStore, kinesis: &aws_sdk_kinesis::Client) -
 
 /// Registers `name` with Kinesis (or adopts it if it exists) and waits
 /// until it is ACTIVE; returns its ARN. Each call is retried by `retry` when
-/// throttled (Kinesis limits these calls per stream and account).
+/// throttled (Kinesis limits these calls per stream and account). A
+/// registration still refused with `LimitExceededException` after the
+/// retries is [`StateError::EfoQuota`]: the stream has the 20 consumers
+/// Kinesis allows, which no retry changes.
 async fn register_active(
     kinesis: &aws_sdk_kinesis::Client,
     retry: &RetryPolicy,
@@ -151,6 +154,8 @@ async fn register_active(
 /// one registered and locked while the pool is below its size. `None` when
 /// every one of `pool.size` consumers is locked by others (the consumer is
 /// then marked inactive, so the rebalancer gives it no leases).
+/// [`StateError::EfoQuota`] when Kinesis refuses to register another
+/// consumer of the stream: the worker's run ends with it.
 pub async fn lock_or_grow(
     store: &StateStore,
     kinesis: &aws_sdk_kinesis::Client,

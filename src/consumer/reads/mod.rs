@@ -124,11 +124,11 @@ impl From<ReadError> for crate::Error {
     fn from(e: ReadError) -> Self {
         let sdk = match e {
             ReadError::Failed(e) => return e,
-            ReadError::Throttled(code) => StateError::Sdk {
+            ReadError::Throttled(code) => StateError::Throttled {
                 service: crate::state::Service::Kinesis,
                 operation: "GetRecords",
-                message: format!("throttled: {code}"),
-                code: Some(code),
+                attempts: 1,
+                message: code,
             },
             ReadError::ConsumerGone(why) => StateError::Sdk {
                 service: crate::state::Service::Kinesis,

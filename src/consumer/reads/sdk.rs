@@ -5,8 +5,8 @@ use super::{
     SubscriptionEvent,
 };
 use crate::state::{
-    call_kinesis, is_throttling_code, kinesis_error, ForStream, RetryPolicy, ShardId, StateError,
-    StreamAddress,
+    call_kinesis, is_throttling_code, kinesis_coded_error, kinesis_error, ForStream, RetryPolicy,
+    ShardId, StateError, StreamAddress,
 };
 use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
 use aws_sdk_kinesis::types::{
@@ -41,26 +41,38 @@ fn classify(
     operation: &'static str,
     err: &(impl ProvideErrorMetadata + std::error::Error),
 ) -> ReadError {
-    match err.code().unwrap_or_default() {
+    classify_code(operation, err.code(), || kinesis_error(operation, err))
+}
+
+/// A read's error by its code: an expired iterator, a subscription still
+/// open, a consumer gone, throttling (the shard's throughput, or KMS
+/// throttling the decryption of a stream encrypted with a customer key: the
+/// shard backs off alone), or the state crate's classes (`failed`): a
+/// transient failure, an unusable KMS key, another error with its code.
+fn classify_code(
+    operation: &'static str,
+    code: Option<&str>,
+    failed: impl FnOnce() -> StateError,
+) -> ReadError {
+    match code.unwrap_or_default() {
         "ExpiredIteratorException" => ReadError::ExpiredIterator,
-        "ResourceInUseException" => ReadError::SubscriptionInUse(err.to_string()),
+        "ResourceInUseException" if operation == "SubscribeToShard" => {
+            ReadError::SubscriptionInUse(failed().to_string())
+        }
         "ResourceNotFoundException" if operation == "SubscribeToShard" => {
-            ReadError::ConsumerGone(err.to_string())
+            ReadError::ConsumerGone(failed().to_string())
         }
-        // KMS throttling the decryption of a stream encrypted with a
-        // customer key: the shard backs off as for its own throughput.
-        code if is_throttling_code(code) || code == "KMSThrottlingException" => {
-            ReadError::Throttled(code.to_owned())
-        }
-        _ => ReadError::from(kinesis_error(operation, err)),
+        code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
+        _ => ReadError::from(failed()),
     }
 }
 
 /// An error that arrives inside an open subscription's event stream. Its
 /// modelled variants carry no error code in their metadata, so they are
-/// matched by variant: a second subscription (in use), KMS throttling or an
-/// internal failure (transient: the shard backs off and subscribes again)
-/// and a consumer gone from Kinesis are told apart from the rest.
+/// matched by variant and given their code: a second subscription (in use),
+/// KMS throttling or an internal failure (the shard backs off and
+/// subscribes again), a consumer gone from Kinesis, and a KMS key that
+/// cannot be used (the run ends) are told apart from the rest.
 fn classify_event_error(
     err: &aws_sdk_kinesis::error::SdkError<
         SubscribeToShardEventStreamError,
@@ -68,17 +80,24 @@ fn classify_event_error(
     >,
 ) -> ReadError {
     use SubscribeToShardEventStreamError as E;
-    match err.as_service_error() {
-        Some(E::ResourceInUseException(e)) => ReadError::SubscriptionInUse(e.to_string()),
-        Some(E::ResourceNotFoundException(e)) => ReadError::ConsumerGone(e.to_string()),
-        Some(E::KmsThrottlingException(_)) => {
-            ReadError::Throttled("KMSThrottlingException".to_owned())
-        }
+    let code = match err.as_service_error() {
+        Some(E::ResourceInUseException(_)) => "ResourceInUseException",
+        Some(E::ResourceNotFoundException(_)) => "ResourceNotFoundException",
+        Some(E::KmsThrottlingException(_)) => "KMSThrottlingException",
+        // Kinesis failed on its side: the shard backs off as when throttled.
         Some(E::InternalFailureException(_)) => {
-            ReadError::Throttled("InternalFailureException".to_owned())
+            return ReadError::Throttled("InternalFailureException".to_owned())
         }
-        _ => classify("SubscribeToShard", err),
-    }
+        Some(E::KmsDisabledException(_)) => "KMSDisabledException",
+        Some(E::KmsInvalidStateException(_)) => "KMSInvalidStateException",
+        Some(E::KmsAccessDeniedException(_)) => "KMSAccessDeniedException",
+        Some(E::KmsNotFoundException(_)) => "KMSNotFoundException",
+        Some(E::KmsOptInRequired(_)) => "KMSOptInRequired",
+        _ => return classify("SubscribeToShard", err),
+    };
+    classify_code("SubscribeToShard", Some(code), || {
+        kinesis_coded_error("SubscribeToShard", code, err)
+    })
 }
 
 fn record(r: Record) -> ReadRecord {
@@ -255,35 +274,74 @@ mod tests {
         SdkError::service_error(e, RawMessage::invalid(None))
     }
 
+    /// The modelled errors of SubscribeToShard's event stream
+    /// (`SubscribeToShardEventStreamError`) carry no code: each variant gets
+    /// the class its code has in the API reference's "Errors" section of
+    /// SubscribeToShard
+    /// (<https://docs.aws.amazon.com/kinesis/latest/APIReference/API_SubscribeToShard.html#API_SubscribeToShard_Errors>).
     #[test]
     fn errors_inside_the_event_stream_are_told_apart_by_variant() {
-        let in_use = in_stream(SubscribeToShardEventStreamError::ResourceInUseException(
-            ResourceInUseException::builder().message("busy").build(),
-        ));
-        assert!(matches!(
-            classify_event_error(&in_use),
-            ReadError::SubscriptionInUse(_)
-        ));
-        let kms = in_stream(SubscribeToShardEventStreamError::KmsThrottlingException(
-            KmsThrottlingException::builder().build(),
-        ));
-        assert!(matches!(
-            classify_event_error(&kms),
-            ReadError::Throttled(_)
-        ));
-        let internal = in_stream(SubscribeToShardEventStreamError::InternalFailureException(
-            InternalFailureException::builder().build(),
-        ));
-        assert!(matches!(
-            classify_event_error(&internal),
-            ReadError::Throttled(_)
-        ));
-        let gone = in_stream(SubscribeToShardEventStreamError::ResourceNotFoundException(
-            ResourceNotFoundException::builder().build(),
-        ));
-        assert!(matches!(
-            classify_event_error(&gone),
-            ReadError::ConsumerGone(_)
-        ));
+        use aws_sdk_kinesis::types::error::{
+            KmsAccessDeniedException, KmsDisabledException, KmsInvalidStateException,
+            KmsNotFoundException, KmsOptInRequired,
+        };
+        use SubscribeToShardEventStreamError as E;
+        let in_use =
+            || E::ResourceInUseException(ResourceInUseException::builder().message("busy").build());
+        let cases: Vec<(E, &str)> = vec![
+            (in_use(), "in use"),
+            (
+                E::KmsThrottlingException(KmsThrottlingException::builder().build()),
+                "throttled",
+            ),
+            (
+                E::InternalFailureException(InternalFailureException::builder().build()),
+                "throttled",
+            ),
+            (
+                E::ResourceNotFoundException(ResourceNotFoundException::builder().build()),
+                "gone",
+            ),
+            (
+                E::KmsDisabledException(KmsDisabledException::builder().build()),
+                "KMSDisabledException",
+            ),
+            (
+                E::KmsInvalidStateException(KmsInvalidStateException::builder().build()),
+                "KMSInvalidStateException",
+            ),
+            (
+                E::KmsAccessDeniedException(KmsAccessDeniedException::builder().build()),
+                "KMSAccessDeniedException",
+            ),
+            (
+                E::KmsNotFoundException(KmsNotFoundException::builder().build()),
+                "KMSNotFoundException",
+            ),
+            (
+                E::KmsOptInRequired(KmsOptInRequired::builder().build()),
+                "KMSOptInRequired",
+            ),
+        ];
+        for (error, expected) in cases {
+            let read = classify_event_error(&in_stream(error));
+            match (&read, expected) {
+                (ReadError::SubscriptionInUse(_), "in use")
+                | (ReadError::Throttled(_), "throttled")
+                | (ReadError::ConsumerGone(_), "gone") => {}
+                (ReadError::Failed(e), code) => match e.as_state() {
+                    Some(StateError::KmsKey {
+                        code: got,
+                        operation: "SubscribeToShard",
+                        ..
+                    }) if got == code => {
+                        assert!(!e.is_transient(), "{read}");
+                        assert!(read.to_string().contains("stream's KMS key"), "{read}");
+                    }
+                    _ => panic!("{expected}: {read:?}"),
+                },
+                _ => panic!("{expected}: {read:?}"),
+            }
+        }
     }
 }

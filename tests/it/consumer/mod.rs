@@ -2,6 +2,7 @@
 //! enhanced fan-out, through resharding, and against a fake for what the
 //! server cannot show.
 
+mod efo_errors;
 mod efo_worker;
 mod fake_reads;
 mod read_errors;

@@ -1,6 +1,7 @@
 //! The event-source-mapped processors, driven as Lambda drives them, and
 //! the ready-made processing functions.
 
+mod call_errors;
 mod dynamodb;
 mod esm_contract;
 mod functions;

@@ -6,6 +6,7 @@ mod buckets;
 mod checkpoints;
 mod consumers;
 mod efo;
+mod errors;
 mod leases;
 mod lost_responses;
 mod parents;

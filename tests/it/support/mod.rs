@@ -1,5 +1,6 @@
 //! Set-up and helpers shared by the tests.
 
+pub mod classes;
 pub mod common;
 pub mod consume;
 pub mod esm;

@@ -415,6 +415,39 @@ async fn faults_change_and_pause_at_run_time() {
     );
 }
 
+/// An operation told to fail answers the error and status it was given,
+/// whatever the rates and even while paused; the other operations pass.
+#[tokio::test]
+async fn an_operation_told_to_fail_answers_its_error_and_the_others_pass() {
+    let p = proxied(Faults::none()).await;
+    let (ddb, _) = p.clients(RetryConfig::disabled());
+    let table = table(&direct().await).await;
+    p.dynamodb
+        .fail_operation("GetItem", 400, "TransactionConflictException")
+        .unwrap();
+    p.dynamodb.pause();
+    let err = get_item(&ddb, &table).await.unwrap_err();
+    assert_eq!(err.code(), Some("TransactionConflictException"));
+    assert_eq!(status(&err), Some(400));
+    ddb.list_tables().send().await.expect("another operation");
+    p.dynamodb
+        .fail_operation("GetItem", 500, "InternalServerError")
+        .unwrap();
+    let err = get_item(&ddb, &table).await.unwrap_err();
+    assert_eq!(
+        (err.code(), status(&err)),
+        (Some("InternalServerError"), Some(500))
+    );
+    p.dynamodb.stop_failing_operations();
+    get_item(&ddb, &table)
+        .await
+        .expect("no longer told to fail");
+    let counts = p.dynamodb.counts();
+    assert_eq!((counts.failed_as_told, counts.forwarded), (2, 2));
+    assert_eq!(counts.requests(), 4);
+    assert!(p.dynamodb.fail_operation("GetItem", 99, "X").is_err());
+}
+
 #[tokio::test]
 async fn proxies_listen_on_loopback_and_front_only_loopback() {
     let servers = shared_servers().expect("local servers");

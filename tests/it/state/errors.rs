@@ -1,0 +1,210 @@
+//! Every error the DynamoDB API reference documents for the state table's
+//! writes (UpdateItem, TransactWriteItems) and reads (GetItem, Query) gets
+//! its class, through the real SDK client and the in-process DynamoDB
+//! server, with the fault proxy answering the one call with the error and
+//! its HTTP status: throttling (retried with backoff, then transient), a
+//! transient failure (the service failed, or the item is busy in another
+//! transaction), a lost lease (a fenced write whose condition failed), not
+//! found (the table is gone), or a failure that stops the caller, naming
+//! the call and the code.
+//!
+//! The codes are each call's "Errors" section in the Amazon DynamoDB API
+//! Reference (the SDK's generated error enums), plus three of the errors
+//! common to all actions: `AccessDeniedException`, `ValidationException`
+//! (both HTTP 400) and `ServiceUnavailable` (HTTP 503).
+//! `InvalidEndpointException` (HTTP 421) belongs to endpoint discovery,
+//! which these clients do not use: permanent if it came.
+
+use crate::support::classes::{dynamodb_at, of_state, quick_retries, Class};
+use crate::support::common::{lease, seed_shards};
+use crate::support::faulty::Faulty;
+use shardkeeper::state::{
+    Checkpoint, ConsumerId, EfoName, Lease, ShardId, StateError, StateStore, StoreConfig,
+};
+use shardkeeper_local::unique_name;
+
+/// A store of a group of its own through the DynamoDB proxy, its client
+/// sending each request once and the store retrying 3 times.
+fn store(faulty: &Faulty) -> StateStore {
+    StateStore::new(
+        dynamodb_at(&faulty.ctx, faulty.dynamodb.url()),
+        StoreConfig::new(&unique_name("g"), "orders")
+            .unwrap()
+            .table(&faulty.ctx.table)
+            .unwrap()
+            .retry(quick_retries(3)),
+    )
+}
+
+/// The errors every one of these calls documents, with their classes.
+fn common_errors() -> Vec<(u16, &'static str, Class)> {
+    vec![
+        (500, "InternalServerError", Class::Transient),
+        (421, "InvalidEndpointException", Class::Permanent),
+        (
+            400,
+            "ProvisionedThroughputExceededException",
+            Class::Throttled,
+        ),
+        (400, "RequestLimitExceeded", Class::Throttled),
+        (400, "ResourceNotFoundException", Class::NotFound),
+        (400, "ThrottlingException", Class::Throttled),
+        (400, "AccessDeniedException", Class::Permanent),
+        (400, "ValidationException", Class::Permanent),
+        (503, "ServiceUnavailable", Class::Transient),
+    ]
+}
+
+/// Checks one row: the class, the message, and the attempts (3 when
+/// throttled, else 1).
+fn check(
+    faulty: &Faulty,
+    before: u64,
+    call: &str,
+    code: &str,
+    expected: Class,
+    error: &StateError,
+) {
+    assert_eq!(of_state(error), expected, "{call} {code}: {error}");
+    let transient = matches!(expected, Class::Throttled | Class::Transient);
+    assert_eq!(error.is_transient(), transient, "{call} {code}: {error}");
+    if matches!(expected, Class::Permanent | Class::NotFound) {
+        let message = error.to_string();
+        assert!(message.contains(call), "{call} {code}: {message}");
+        assert!(message.contains(code), "{call} {code}: {message}");
+    }
+    let attempts = if expected == Class::Throttled { 3 } else { 1 };
+    let told = faulty.dynamodb.counts().failed_as_told - before;
+    assert_eq!(told, attempts, "{call} {code}: attempts");
+}
+
+/// A leased shard's checkpoint is one UpdateItem fenced by the lease. Codes
+/// from
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html#API_UpdateItem_Errors>:
+/// a failed condition is a lost lease; an item in another transaction
+/// (`TransactionConflictException`) or a conflicting write in another
+/// region of a global table (`ReplicatedWriteConflictException`) is
+/// transient: the next checkpoint writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_update_item_error_has_its_class() {
+    let faulty = Faulty::start(41).await;
+    let store = store(&faulty);
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let held: Lease = lease(&store, &shard, "c0").await;
+    let mut cases = vec![
+        (400, "ConditionalCheckFailedException", Class::LeaseLost),
+        (
+            400,
+            "ItemCollectionSizeLimitExceededException",
+            Class::Permanent,
+        ),
+        (400, "ReplicatedWriteConflictException", Class::Transient),
+        (400, "TransactionConflictException", Class::Transient),
+    ];
+    cases.extend(common_errors());
+    for (status, code, expected) in cases {
+        faulty
+            .dynamodb
+            .fail_operation("UpdateItem", status, code)
+            .unwrap();
+        let before = faulty.dynamodb.counts().failed_as_told;
+        let error = store
+            .checkpoints()
+            .save(&held, &Checkpoint::after("100").unwrap(), None)
+            .await
+            .unwrap_err();
+        faulty.dynamodb.stop_failing_operations();
+        check(&faulty, before, "UpdateItem", code, expected, &error);
+    }
+}
+
+/// A standalone enhanced fan-out consumer's checkpoint is one
+/// TransactWriteItems: the EFO lock's check and the checkpoint's write.
+/// Codes from
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html#API_TransactWriteItems_Errors>:
+/// a transaction still running with the same token
+/// (`TransactionInProgressException`) is transient; a cancellation that
+/// names no reasons (the proxy names none) is answered by reading the lock
+/// and the checkpoint, and with the lock still held it is transient too.
+/// A cancellation whose reasons say the lock was lost is `LeaseLost`
+/// (`checkpoint::tests::a_cancelled_efo_checkpoint_is_told_apart_by_its_reasons`,
+/// `state::efo::standalone_efo_checkpoints_are_fenced_by_the_lock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_transact_write_items_error_has_its_class() {
+    let faulty = Faulty::start(42).await;
+    let store = store(&faulty);
+    let name = EfoName::new("pool-00").unwrap();
+    let arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/pool-00:1";
+    store.efo_consumers().register(&name, arn).await.unwrap();
+    let lock = store
+        .efo_consumers()
+        .get_or_lock(&ConsumerId::new("c0").unwrap())
+        .await
+        .unwrap()
+        .expect("the free consumer");
+    let shard = ShardId::new("shardId-000000000000").unwrap();
+    store
+        .checkpoints()
+        .save_efo(&lock, &shard, &Checkpoint::after("100").unwrap(), None)
+        .await
+        .unwrap();
+    let mut cases = vec![
+        (
+            400,
+            "IdempotentParameterMismatchException",
+            Class::Permanent,
+        ),
+        (400, "TransactionCanceledException", Class::Transient),
+        (400, "TransactionInProgressException", Class::Transient),
+    ];
+    cases.extend(common_errors());
+    for (status, code, expected) in cases {
+        faulty
+            .dynamodb
+            .fail_operation("TransactWriteItems", status, code)
+            .unwrap();
+        let before = faulty.dynamodb.counts().failed_as_told;
+        let error = store
+            .checkpoints()
+            .save_efo(&lock, &shard, &Checkpoint::after("200").unwrap(), None)
+            .await
+            .unwrap_err();
+        faulty.dynamodb.stop_failing_operations();
+        check(
+            &faulty,
+            before,
+            "TransactWriteItems",
+            code,
+            expected,
+            &error,
+        );
+    }
+}
+
+/// The reads: a shard's state is one GetItem, the group's consumers one
+/// Query. Codes from
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html#API_GetItem_Errors>
+/// and
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Query.html#API_Query_Errors>.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_get_item_and_query_error_has_its_class() {
+    let faulty = Faulty::start(43).await;
+    let store = store(&faulty);
+    let shard = seed_shards(&store, 1).await.remove(0);
+    for call in ["GetItem", "Query"] {
+        for (status, code, expected) in common_errors() {
+            faulty.dynamodb.fail_operation(call, status, code).unwrap();
+            let before = faulty.dynamodb.counts().failed_as_told;
+            let error = match call {
+                "GetItem" => store
+                    .shards()
+                    .get(&shardkeeper::state::ShardScope::Group, &shard)
+                    .await
+                    .unwrap_err(),
+                _ => store.consumers().list().await.unwrap_err(),
+            };
+            faulty.dynamodb.stop_failing_operations();
+            check(&faulty, before, call, code, expected, &error);
+        }
+    }
+}
