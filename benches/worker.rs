@@ -34,6 +34,7 @@ fn main() {
         let aws = test_clients().await.expect("servers");
         let stream = unique_name("bench");
         aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
+        active(&aws, &stream).await;
         let payload = vec![b'x'; RECORD_BYTES];
         for chunk in 0..RECORDS / 500 {
             let entries: Vec<_> = (0..500)
@@ -162,6 +163,7 @@ const STEADY_SECONDS: u64 = 10;
 async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u64, u64, u64) {
     let stream = unique_name("steady");
     aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
+    active(aws, &stream).await;
     let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
     let store = StateStore::new(aws.dynamodb.clone(), config);
     store.table().ensure(&TableOptions::default()).await.unwrap();
@@ -225,4 +227,16 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         .sum();
     let report = worker.report();
     (report.shards.processed, report.shards.polls, report.shards.checkpoints, writes)
+}
+
+/// Waits until `stream` is ACTIVE (the server creates it in the background).
+async fn active(aws: &shardkeeper_local::AwsClients, stream: &str) {
+    loop {
+        let summary = aws.kinesis.describe_stream_summary().stream_name(stream).send().await;
+        let status = summary.ok().and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
+        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
