@@ -48,9 +48,6 @@ fn main() {
                 .collect();
             aws.kinesis.put_records().stream_name(&stream).set_records(Some(entries)).send().await.unwrap();
         }
-        let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
-        let store = StateStore::new(aws.dynamodb.clone(), config);
-        store.table().ensure(&TableOptions::default()).await.unwrap();
         let counted = Arc::new(AtomicU64::new(0));
         let sink = counted.clone();
         let handler = move |record: StreamRecord| {
@@ -60,8 +57,6 @@ fn main() {
                 Ok::<(), std::io::Error>(())
             }
         };
-        let info = ConsumerInfo::for_this_process(ConsumerId::new("bench-worker").unwrap(), store.now());
-        let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
         // What the toolkit can do, so no pacing to the Kinesis limit (that
         // is the baseline the result is compared with).
         let config = WorkerConfig {
@@ -70,22 +65,7 @@ fn main() {
             checkpoint_every: Duration::ZERO,
             ..WorkerConfig::default()
         };
-        let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
-        let rebalancer = Rebalancer {
-            store: store.clone(),
-            kinesis: aws.kinesis.clone(),
-            config: RebalanceConfig::default(),
-            emit_metrics: false,
-            sightings: Default::default(),
-            fleet: None,
-        };
-        worker.step().await.unwrap();
-        rebalancer.tick().await.unwrap();
-        // Wait until the worker holds the shard (it learns at its next renewal).
-        while worker.shards().is_empty() {
-            worker.step().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut worker = holding_worker(&aws, &stream, "bench-worker", handler, config).await;
         let d0 = aws.dynamodb_requests.snapshot();
         let started = Instant::now();
         while worker.report().shards.processed < RECORDS as u64 {
@@ -162,30 +142,20 @@ const STEADY_SECONDS: u64 = 10;
 /// every item it writes is under 1 KB).
 async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u64, u64, u64) {
     let stream = unique_name("steady");
-    aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
+    aws.kinesis
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
     active(aws, &stream).await;
-    let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
-    let store = StateStore::new(aws.dynamodb.clone(), config);
-    store.table().ensure(&TableOptions::default()).await.unwrap();
-    let info = ConsumerInfo::for_this_process(ConsumerId::new("steady-worker").unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let config = WorkerConfig { checkpoint_every: every, ..WorkerConfig::default() };
-    let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
-    let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
+    let config = WorkerConfig {
+        checkpoint_every: every,
+        ..WorkerConfig::default()
     };
-    worker.step().await.unwrap();
-    rebalancer.tick().await.unwrap();
-    while worker.shards().is_empty() {
-        worker.step().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
+    let mut worker = holding_worker(aws, &stream, "steady-worker", handler, config).await;
     // The producer: 500 records every 250 ms.
     let producing = {
         let (kinesis, stream) = (aws.kinesis.clone(), stream.clone());
@@ -203,9 +173,18 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
                             .unwrap()
                     })
                     .collect();
-                kinesis.put_records().stream_name(&stream).set_records(Some(entries)).send().await.unwrap();
+                kinesis
+                    .put_records()
+                    .stream_name(&stream)
+                    .set_records(Some(entries))
+                    .send()
+                    .await
+                    .unwrap();
                 n += 500;
-                tokio::time::sleep_until((started + Duration::from_millis(250) * (n / 500) as u32).into()).await;
+                tokio::time::sleep_until(
+                    (started + Duration::from_millis(250) * (n / 500) as u32).into(),
+                )
+                .await;
             }
             n
         })
@@ -226,17 +205,68 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         .filter_map(|op| since.get(*op).map(|c| c.requests))
         .sum();
     let report = worker.report();
-    (report.shards.processed, report.shards.polls, report.shards.checkpoints, writes)
+    (
+        report.shards.processed,
+        report.shards.polls,
+        report.shards.checkpoints,
+        writes,
+    )
 }
 
 /// Waits until `stream` is ACTIVE (the server creates it in the background).
 async fn active(aws: &shardkeeper_local::AwsClients, stream: &str) {
     loop {
-        let summary = aws.kinesis.describe_stream_summary().stream_name(stream).send().await;
-        let status = summary.ok().and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
+        let summary = aws
+            .kinesis
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await;
+        let status = summary
+            .ok()
+            .and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
         if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A worker `name` on a fresh state table, holding `stream`'s one shard.
+async fn holding_worker<H: shardkeeper::processing::RecordHandler>(
+    aws: &shardkeeper_local::AwsClients,
+    stream: &str,
+    name: &str,
+    handler: H,
+    config: WorkerConfig,
+) -> ShardWorker<H> {
+    let store_config = StoreConfig::new("bench", stream)
+        .unwrap()
+        .table(&unique_name("bench"))
+        .unwrap();
+    let store = StateStore::new(aws.dynamodb.clone(), store_config);
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
+    let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: aws.kinesis.clone(),
+        config: RebalanceConfig::default(),
+        emit_metrics: false,
+        sightings: Default::default(),
+        fleet: None,
+    };
+    worker.step().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    // Wait until the worker holds the shard (it learns at its next renewal).
+    while worker.shards().is_empty() {
+        worker.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker
 }

@@ -689,30 +689,7 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
             ..crate::support::consume::eager()
         },
     )];
-    for _ in 0..3 {
-        tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
-    }
-    assert_eq!(workers[0].shards().len(), 1);
-    produce(&faulty.direct.kinesis, &stream, 2, 0..3).await;
-    // The next read fails: its iterator is gone.
-    faulty
-        .kinesis
-        .set_faults(crate::support::faulty::every_request_fails())
-        .unwrap();
-    workers[0].step().await.unwrap();
-    faulty
-        .kinesis
-        .set_faults(shardkeeper_local::Faults::none())
-        .unwrap();
-    assert!(faulty.kinesis.counts().errors_500 > 0);
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(100)).await; // the shard's back-off
-        workers[0].step().await.unwrap();
-        if log.lock().unwrap().len() >= 6 {
-            break;
-        }
-    }
-    check(&log, 2, 3);
+    lose_the_first_iterator_then_read(&faulty, &rebalancer, &mut workers, &stream, &log).await;
 }
 
 /// A shard reset to LATEST by an operator (a stored `LATEST`) is pinned as
@@ -751,29 +728,7 @@ async fn a_stored_latest_whose_first_iterator_is_lost_skips_nothing_written_sinc
         log.clone(),
         crate::support::consume::eager(),
     )];
-    for _ in 0..3 {
-        tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
-    }
-    assert_eq!(workers[0].shards().len(), 1);
-    produce(&faulty.direct.kinesis, &stream, 2, 0..3).await;
-    // The next read fails: its iterator is gone.
-    faulty
-        .kinesis
-        .set_faults(crate::support::faulty::every_request_fails())
-        .unwrap();
-    workers[0].step().await.unwrap();
-    faulty
-        .kinesis
-        .set_faults(shardkeeper_local::Faults::none())
-        .unwrap();
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(100)).await; // the shard's back-off
-        workers[0].step().await.unwrap();
-        if log.lock().unwrap().len() >= 6 {
-            break;
-        }
-    }
-    check(&log, 2, 3);
+    lose_the_first_iterator_then_read(&faulty, &rebalancer, &mut workers, &stream, &log).await;
 }
 
 /// A LATEST start's holder crashes before any record came: its successor
@@ -922,4 +877,39 @@ async fn checkpoints_are_paced_and_the_deferred_one_is_written_when_due_and_at_a
         w2[0].step().await.unwrap();
     }
     check(&log, 1, n + 4);
+}
+
+/// The worker takes the shard and reads it at LATEST (nothing); then 3
+/// records of 2 keys are written and its next read fails (the iterator is
+/// lost); then it reads again: every record written since must come.
+async fn lose_the_first_iterator_then_read<H: shardkeeper::processing::RecordHandler>(
+    faulty: &crate::support::faulty::Faulty,
+    rebalancer: &shardkeeper::functions::Rebalancer,
+    workers: &mut [shardkeeper::consumer::ShardWorker<H>],
+    stream: &str,
+    log: &Log,
+) {
+    for _ in 0..3 {
+        tick_and_step(rebalancer, workers).await; // holds the shard, reads LATEST: nothing
+    }
+    assert_eq!(workers[0].shards().len(), 1);
+    produce(&faulty.direct.kinesis, stream, 2, 0..3).await;
+    faulty
+        .kinesis
+        .set_faults(crate::support::faulty::every_request_fails())
+        .unwrap();
+    workers[0].step().await.unwrap();
+    faulty
+        .kinesis
+        .set_faults(shardkeeper_local::Faults::none())
+        .unwrap();
+    assert!(faulty.kinesis.counts().errors_500 > 0);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await; // the shard's back-off
+        workers[0].step().await.unwrap();
+        if log.lock().unwrap().len() >= 6 {
+            break;
+        }
+    }
+    check(log, 2, 3);
 }
