@@ -66,9 +66,7 @@ impl Verification {
 }
 
 /// A handler call (a [`Span`]) as the checker reports it. Its times are
-/// offsets from the history's first instant: the earliest instant it
-/// records (of its processed records, handler calls, worker events and
-/// kills).
+/// offsets from the history's first instant ([`History::origin`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Call {
     /// The consumer (process) that ran it.
@@ -377,24 +375,6 @@ fn past_lease_expiry(history: &History) -> usize {
         .count()
 }
 
-/// The earliest instant `history` records.
-fn origin(history: &History) -> Option<Instant> {
-    let events = history.events.iter().map(|(_, e)| match e {
-        WorkerEvent::Gained { at, .. }
-        | WorkerEvent::Processing { at, .. }
-        | WorkerEvent::Stopped { at, .. } => *at,
-        WorkerEvent::Checkpointed { sent, .. } => *sent,
-    });
-    history
-        .processed
-        .iter()
-        .map(|p| p.at)
-        .chain(history.spans.iter().map(|s| s.start))
-        .chain(history.killed.iter().map(|(_, at)| *at))
-        .chain(events)
-        .min()
-}
-
 /// Each shard's handler calls, by start (then end).
 fn calls_by_shard(history: &History) -> BTreeMap<&ShardId, Vec<&Span>> {
     let mut by_shard: BTreeMap<&ShardId, Vec<&Span>> = BTreeMap::new();
@@ -524,7 +504,7 @@ pub fn check(history: &History) -> Verification {
         *top = (*top).max(p.n);
     }
     let calls = calls_by_shard(history);
-    let origin = origin(history).unwrap_or_else(Instant::now);
+    let origin = history.origin().unwrap_or_else(Instant::now);
     let completed = completions(history);
     let children_before_parents: BTreeSet<ShardId> = history
         .processed

@@ -83,5 +83,26 @@ pub struct History {
     pub parents: BTreeMap<ShardId, Vec<ShardId>>,
 }
 
+impl History {
+    /// The history's first instant: the earliest it records (of its
+    /// processed records, handler calls, worker events and kills). The
+    /// checker reports times as offsets from it.
+    pub fn origin(&self) -> Option<Instant> {
+        let events = self.events.iter().map(|(_, e)| match e {
+            WorkerEvent::Gained { at, .. }
+            | WorkerEvent::Processing { at, .. }
+            | WorkerEvent::Stopped { at, .. } => *at,
+            WorkerEvent::Checkpointed { sent, .. } => *sent,
+        });
+        self.processed
+            .iter()
+            .map(|p| p.at)
+            .chain(self.spans.iter().map(|s| s.start))
+            .chain(self.killed.iter().map(|(_, at)| *at))
+            .chain(events)
+            .min()
+    }
+}
+
 /// A history shared by every task of a run.
 pub type SharedHistory = Arc<Mutex<History>>;

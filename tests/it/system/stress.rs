@@ -1,10 +1,12 @@
 //! The stress run: consumers, the rebalancer and the reaper run concurrently
 //! on the in-process servers while a producer writes numbered records with
 //! many keys; consumers are killed mid-batch and restarted, others leave and
-//! join, shards are split and merged. Every lease change, checkpoint and
-//! processed record goes to a history, and the history checker must find no
-//! double ownership, no checkpoint regression, no lost record, no per-key
-//! disorder, no unjustified duplicate and no child read before its parents.
+//! join, shards are split and merged. Every lease change, checkpoint,
+//! handler call and processed record goes to a history, and the history
+//! checker must find no double ownership, no checkpoint regression, no lost
+//! record, no per-key disorder, no unjustified duplicate, no child read
+//! before its parents, and no two consumers running the handler on one
+//! shard at once (nor one running it in another's holding).
 //!
 //! The conditions are hostile: every shard starts at LATEST (production
 //! begins once each start is stored, and no record written after may be
@@ -20,6 +22,11 @@
 //! connections, answers lost after the write was applied, latency) with the
 //! DynamoDB server restarted on its file in the middle of the run; the
 //! producer and the test's own calls go around the proxies.
+//!
+//! A third run, with slow ticks, has no chaos: half the consumers renew and
+//! heartbeat slowly and handle batches close to their stop-by instant, the
+//! others are quick to take what they are judged to have lost (see
+//! `the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard`).
 //!
 //! The default is short, for CI. Longer runs:
 //! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
@@ -155,14 +162,17 @@ impl Course {
     }
 }
 
-/// The consumers' handler, recorded.
+/// The consumers' handler (recorded), and how they reach the state table.
 #[derive(Debug, Clone)]
 enum Handler {
     /// One record at a time; 10 ms a record while [`Spawner::slow`] is set.
     PerRecord,
-    /// A batch handler whose every call takes a time drawn from the range,
-    /// whatever the batch's size.
-    SlowBatches(RangeInclusive<Duration>),
+    /// Every other consumer started is sick: its batch handler takes a time
+    /// drawn from the range for every call, whatever the batch's size, and
+    /// it reaches the state table through the run's proxy (which slows its
+    /// renewals and heartbeats). The others are healthy: they handle a
+    /// batch at once and reach the state table directly.
+    HalfSick(RangeInclusive<Duration>),
 }
 
 /// Where a run goes: the clients of the system under test, the clients of
@@ -203,6 +213,10 @@ struct Spawner<'a> {
     history: &'a SharedHistory,
     lease_term: Duration,
     handler: Handler,
+    /// The state table past any proxy (for healthy consumers).
+    direct: &'a aws_sdk_dynamodb::Client,
+    /// Processes started so far.
+    started: std::cell::Cell<usize>,
     /// While set, the per-record handler takes 10 ms a record.
     slow: Arc<AtomicBool>,
     /// The enhanced fan-out pool the workers read through (0: they poll).
@@ -213,20 +227,22 @@ impl Spawner<'_> {
     /// Starts a process under consumer id `id`, recorded as `name`, on a
     /// wall clock `skew_ms` off.
     fn spawn(&self, id: &str, name: String, skew_ms: i64) -> Consumer {
-        let clock = SkewedClock::new(Arc::new(SystemClock), skew_ms);
-        let store = StateStore::with_clock(
-            self.store.client().clone(),
-            self.store.config().clone(),
-            Arc::new(clock),
-        );
+        let clock = Arc::new(SkewedClock::new(Arc::new(SystemClock), skew_ms));
+        let config = self.store.config().clone();
+        let n = self.started.replace(self.started.get() + 1);
         match &self.handler {
             Handler::PerRecord => {
+                let store = StateStore::with_clock(self.store.client().clone(), config, clock);
                 let handler = slow_or_not(self.history, &name, &self.slow);
                 spawn_consumer(id, name, &store, self, handler)
             }
-            Handler::SlowBatches(busy) => {
-                let slow = SlowBatches { busy: busy.clone() };
-                let handler = recording_handler(self.history, &name, slow);
+            Handler::HalfSick(busy) => {
+                let (client, busy) = match n % 2 {
+                    0 => (self.store.client(), busy.clone()),
+                    _ => (self.direct, Duration::ZERO..=Duration::ZERO),
+                };
+                let store = StateStore::with_clock(client.clone(), config, clock);
+                let handler = recording_handler(self.history, &name, Batches { busy });
                 spawn_consumer(id, name, &store, self, handler)
             }
         }
@@ -250,11 +266,11 @@ fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> i
 
 /// A bulk handler that takes a time drawn from `busy` for every run of
 /// records it is handed, then succeeds for each.
-struct SlowBatches {
+struct Batches {
     busy: RangeInclusive<Duration>,
 }
 
-impl RecordHandler for SlowBatches {
+impl RecordHandler for Batches {
     const BATCHED: bool = true;
 
     async fn handle(&self, _: StreamRecord) -> Result<(), HandlerError> {
@@ -438,9 +454,10 @@ async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_rest
 }
 
 /// What the state table's proxy does in the run with slow ticks: every
-/// lease renewal and heartbeat waits, nothing else (the update expressions
-/// of `renew` in crates/state-store/src/lease.rs and of the heartbeat in
-/// consumer.rs; a take sets its owner first and is not slowed).
+/// lease renewal and heartbeat through it waits 0.3 to 1.2 s, nothing else
+/// (the update expressions of `renew` in crates/state-store/src/lease.rs
+/// and of the heartbeat in consumer.rs; a take sets its owner first and is
+/// not slowed).
 fn slow_ticks() -> Faults {
     Faults {
         slow: Some(SlowRequests {
@@ -449,18 +466,23 @@ fn slow_ticks() -> Faults {
                 "SET #expires = :until".into(),
                 "SET #heartbeat = :now".into(),
             ],
-            latency: Duration::from_millis(200)..=Duration::from_millis(900),
+            latency: Duration::from_millis(300)..=Duration::from_millis(1200),
         }),
         ..Faults::none()
     }
 }
 
-/// Renewals and heartbeats slowed by the state table's proxy, a batch
-/// handler that runs close to its stop-by instant, and the reaper's
-/// heartbeat timeout as short as the configuration allows (the lease
-/// term): consumers look dead while they are inside a batch under a lease
-/// they renewed. Two consumers must still never run the handler on one
-/// shard at once.
+/// Slow ticks: half the consumers are sick (their renewals and heartbeats
+/// slowed by the state table's proxy, their batch handler running close to
+/// its stop-by instant), the other half healthy (the state table reached
+/// directly, batches handled at once), and the heartbeat timeout of the
+/// reaper and the rebalancer as short as the configuration allows (the
+/// lease term). A sick consumer's heartbeat goes stale while it is inside a
+/// batch under a lease it has just taken or renewed, and a healthy one is
+/// quick to take what the sick one is judged to have lost. Two consumers
+/// must still never run the handler on one shard at once. No chaos; the
+/// producer writes 20 records every 100 ms for three times the run's
+/// seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "finds handler calls of two consumers on one shard at once until the lease-safety fix \
             lands (a reaper frees a dead-looking consumer's leases by counter only, the rebalancer \
@@ -479,10 +501,10 @@ async fn the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard() 
     let ms = Duration::from_millis;
     let course = Course {
         lease_term: LEASE_TERM,
-        seconds: 2 * cfg.seconds,
+        seconds: 3 * cfg.seconds,
         // Processing stops the margin (at most a quarter of the term)
         // before the local expiry: 1.5 s after a renewal's send.
-        handler: Handler::SlowBatches(ms(800)..=ms(1400)),
+        handler: Handler::HalfSick(ms(1000)..=ms(1500)),
         chaos: false,
         restarts: 0,
         batch: 20,
@@ -502,10 +524,10 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     } = setup;
     println!(
         "stress run: {cfg:?}, {}",
-        if faulty.is_some() {
-            "through faults"
-        } else {
-            "no faults"
+        match (faulty.is_some(), course.chaos) {
+            (_, false) => "slow ticks",
+            (true, true) => "through faults",
+            (false, true) => "no faults",
         }
     );
     let mut rng = fastrand::Rng::with_seed(cfg.seed);
@@ -571,6 +593,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         history: &history,
         lease_term,
         handler: course.handler.clone(),
+        direct: &direct.dynamodb,
+        started: Default::default(),
         slow: Arc::new(AtomicBool::new(false)),
         efo: cfg.efo,
     };
@@ -843,6 +867,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         verdict.intrusions.len(),
     );
     if !verdict.passed() {
+        explain_overlaps(&history, &verdict);
         explain(&history, &verdict, started);
         if verdict.unjustified_duplicates > 0 {
             explain_duplicates(&history, started);
@@ -890,17 +915,23 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
 /// holding (times since the history's first instant).
 fn failures(verdict: &Verification) -> String {
     const SHOWN: usize = 10;
-    let Verification {
-        overlaps,
-        intrusions,
-        ..
-    } = verdict;
-    let counts = Verification {
-        overlaps: Vec::new(),
-        intrusions: Vec::new(),
-        ..verdict.clone()
-    };
-    let mut out = format!("{counts:?}\n");
+    let v = verdict;
+    let mut out = format!(
+        "{} produced, {} processed ({} duplicates, {} unjustified), {} lost, \
+         {} order violations, double ownership of {:?}, regressions on {:?}, \
+         children before parents on {:?}, {} past their lease's expiry\n",
+        v.produced,
+        v.processed,
+        v.duplicates,
+        v.unjustified_duplicates,
+        v.lost,
+        v.order_violations,
+        v.double_owned,
+        v.checkpoint_regressions,
+        v.children_before_parents,
+        v.past_lease_expiry
+    );
+    let (overlaps, intrusions) = (&v.overlaps, &v.intrusions);
     if !overlaps.is_empty() {
         out.push_str(&format!(
             "{} handler calls of two consumers on one shard at once:\n",
@@ -966,6 +997,52 @@ fn explain_duplicates(history: &shardkeeper_history::History, t0: Instant) {
             {
                 println!("  {:>6} ms {who} {what}", ms(at));
             }
+        }
+    }
+}
+
+/// Prints the shard's lease events and handler calls around the first few
+/// overlaps, in ms since the history's first instant (as the overlaps are).
+fn explain_overlaps(history: &shardkeeper_history::History, verdict: &Verification) {
+    let Some(origin) = history.origin() else {
+        return;
+    };
+    let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1000.0;
+    for o in verdict.overlaps.iter().take(3) {
+        println!("around the overlap {o}:");
+        let from = origin + o.first.start.saturating_sub(Duration::from_secs(3));
+        let to = origin + o.first.end.max(o.second.end) + Duration::from_secs(1);
+        let mut lines: Vec<(Instant, String)> = Vec::new();
+        for (who, e) in &history.events {
+            let (shard, what, at) = match e {
+                WorkerEvent::Gained { shard, at, .. } => (shard, "gained".to_owned(), *at),
+                WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
+                WorkerEvent::Checkpointed { shard, sent, .. } => {
+                    (shard, "checkpoint sent (accepted)".to_owned(), *sent)
+                }
+                WorkerEvent::Processing {
+                    shard,
+                    at,
+                    lease_expiry,
+                } => (
+                    shard,
+                    format!("batch starts, lease until {:.1} ms", ms(*lease_expiry)),
+                    *at,
+                ),
+            };
+            if *shard == o.shard && (from..=to).contains(&at) {
+                lines.push((at, format!("{who} {what}")));
+            }
+        }
+        for span in &history.spans {
+            if span.shard == o.shard && span.start <= to && span.end >= from {
+                let line = format!("{} call until {:.1} ms", span.consumer, ms(span.end));
+                lines.push((span.start, line));
+            }
+        }
+        lines.sort_by_key(|(at, _)| *at);
+        for (at, line) in lines {
+            println!("  {:>9.1} ms {line}", ms(at));
         }
     }
 }
