@@ -298,6 +298,16 @@ pub fn demo(r: &crate::demo::DemoReport) -> String {
             ),
         ],
         vec![
+            "handler calls of two consumers on one shard at once".into(),
+            v.overlaps.len().to_string(),
+            check(v.overlaps.is_empty()).into(),
+        ],
+        vec![
+            "handler calls in another consumer's holding".into(),
+            v.intrusions.len().to_string(),
+            check(v.intrusions.is_empty()).into(),
+        ],
+        vec![
             "checkpoints moved backwards".into(),
             v.checkpoint_regressions.len().to_string(),
             format!(

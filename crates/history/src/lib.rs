@@ -1,7 +1,8 @@
 //! shardkeeper-history: a consumer system's history (records produced and processed, every
-//! worker's lease and checkpoint events, kills, the shard lineage) and the
-//! checker that proves a run kept the toolkit's guarantees. The demo and the
-//! stress run record one and check it; the checker is pure.
+//! handler call, every worker's lease and checkpoint events, kills, the
+//! shard lineage) and the checker that proves a run kept the toolkit's
+//! guarantees. The demo and the stress run record one and check it; the
+//! checker is pure.
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
@@ -9,7 +10,7 @@ mod check;
 mod produce;
 mod record;
 
-pub use check::{check, Verification};
+pub use check::{check, Call, Intrusion, Overlap, Verification};
 pub use produce::{produce_numbered, NumberedLoad};
 pub use record::{recording_handler, recording_observer};
 
@@ -47,6 +48,24 @@ pub struct Processed {
     pub at: Instant,
 }
 
+/// One call of a consumer's handler on one shard: a per-record
+/// [`RecordHandler::handle`](shardkeeper::processing::RecordHandler::handle),
+/// or a batch handler's `handle_batch` (one span for each shard of its
+/// records; a batch is of one shard). It runs from the call's first poll to
+/// its return, or to the instant it was dropped unfinished (cut off at its
+/// stop-by instant, or its task aborted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// The consumer (process) that ran it.
+    pub consumer: String,
+    /// The shard of its records.
+    pub shard: ShardId,
+    /// When it started.
+    pub start: Instant,
+    /// When it returned, or was dropped.
+    pub end: Instant,
+}
+
 /// Everything that happened, in the order it happened.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -54,12 +73,35 @@ pub struct History {
     pub produced: Vec<Produced>,
     /// Records processed, in processing order.
     pub processed: Vec<Processed>,
+    /// Every handler call, in the order they ended.
+    pub spans: Vec<Span>,
     /// Each worker's lease and checkpoint events, by consumer.
     pub events: Vec<(String, WorkerEvent)>,
     /// Consumers killed (no release, no more heartbeats), and when.
     pub killed: Vec<(String, Instant)>,
     /// Each shard's parents (from the stream's shard list at the end).
     pub parents: BTreeMap<ShardId, Vec<ShardId>>,
+}
+
+impl History {
+    /// The history's first instant: the earliest it records (of its
+    /// processed records, handler calls, worker events and kills). The
+    /// checker reports times as offsets from it.
+    pub fn origin(&self) -> Option<Instant> {
+        let events = self.events.iter().map(|(_, e)| match e {
+            WorkerEvent::Gained { at, .. }
+            | WorkerEvent::Processing { at, .. }
+            | WorkerEvent::Stopped { at, .. } => *at,
+            WorkerEvent::Checkpointed { sent, .. } => *sent,
+        });
+        self.processed
+            .iter()
+            .map(|p| p.at)
+            .chain(self.spans.iter().map(|s| s.start))
+            .chain(self.killed.iter().map(|(_, at)| *at))
+            .chain(events)
+            .min()
+    }
 }
 
 /// A history shared by every task of a run.

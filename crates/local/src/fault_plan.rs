@@ -11,7 +11,8 @@ use std::time::Duration;
 /// `throttle`, `server_error`, `drop` and `lose_response` are shares of all
 /// requests (each from 0.0 to 1.0, together at most 1.0); the rest is
 /// forwarded, and `delay` of those forwarded wait a time drawn from
-/// `latency` first.
+/// `latency` first. Besides, the requests `slow` matches wait before any
+/// of that.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Faults {
     /// Answered with the service's throttling error (HTTP 400).
@@ -28,6 +29,53 @@ pub struct Faults {
     pub delay: f64,
     /// How long a delayed request waits (drawn uniformly).
     pub latency: RangeInclusive<Duration>,
+    /// Requests that wait by what they are, whatever the rates (`None`:
+    /// none).
+    pub slow: Option<SlowRequests>,
+}
+
+/// Requests a [`FaultProxy`](crate::FaultProxy) delays by what they are:
+/// those of one operation whose body contains one of some strings. For
+/// example, a state table's lease renewals and heartbeats: DynamoDB
+/// `UpdateItem` requests whose update expression starts
+/// `SET #expires = :until` or `SET #heartbeat = :now`.
+///
+/// A matching request waits a time drawn from `latency` before the proxy
+/// decides its fate by the rates. The waits are drawn from a generator of
+/// their own, so the fates drawn for a seed are those drawn without them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlowRequests {
+    /// The operation: the end of the request's `x-amz-target` header after
+    /// its dot (`UpdateItem` for `DynamoDB_20120810.UpdateItem`).
+    pub operation: String,
+    /// The request body must contain one of these (empty: any body of the
+    /// operation matches).
+    pub body_contains: Vec<String>,
+    /// How long a matching request waits (drawn uniformly).
+    pub latency: RangeInclusive<Duration>,
+}
+
+impl SlowRequests {
+    /// Whether a request of `operation` with `body` matches.
+    pub(crate) fn matches(&self, operation: &str, body: &[u8]) -> bool {
+        operation == self.operation
+            && (self.body_contains.is_empty()
+                || self
+                    .body_contains
+                    .iter()
+                    .any(|s| contains(body, s.as_bytes())))
+    }
+
+    /// Draws how long a matching request waits.
+    pub(crate) fn wait(&self, rng: &mut fastrand::Rng) -> Duration {
+        let (low, high) = (self.latency.start(), self.latency.end());
+        *low + (*high - *low).mul_f64(rng.f64())
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 impl Default for Faults {
@@ -40,6 +88,7 @@ impl Default for Faults {
             lose_response: 0.0,
             delay: 0.0,
             latency: Duration::ZERO..=Duration::ZERO,
+            slow: None,
         }
     }
 }
@@ -79,13 +128,22 @@ impl Faults {
                 self.latency
             )));
         }
+        if let Some(slow) = self.slow.as_ref() {
+            if slow.latency.start() > slow.latency.end() {
+                return Err(LocalError::InvalidFaults(format!(
+                    "slow requests' latency range {:?} is reversed",
+                    slow.latency
+                )));
+            }
+        }
         Ok(())
     }
 }
 
 /// What a [`FaultProxy`](crate::FaultProxy) did so far. Every request is counted once in
 /// `throttled`, `errors_500`, `dropped`, `failed_as_told` or `forwarded`;
-/// `delayed` counts the forwarded requests that waited first.
+/// `delayed` counts the forwarded requests that waited first, and `slowed`
+/// the requests that [`Faults::slow`] matched.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultCounts {
     /// Answered with a throttling error.
@@ -104,6 +162,8 @@ pub struct FaultCounts {
     /// Answered with the error the test set for their operation
     /// ([`FaultProxy::fail_operation`](crate::FaultProxy::fail_operation)).
     pub failed_as_told: u64,
+    /// Waited as [`Faults::slow`] matched them (also counted by their fate).
+    pub slowed: u64,
 }
 
 impl FaultCounts {
@@ -131,6 +191,7 @@ impl std::ops::Add for FaultCounts {
             forwarded: self.forwarded + other.forwarded,
             lost_responses: self.lost_responses + other.lost_responses,
             failed_as_told: self.failed_as_told + other.failed_as_told,
+            slowed: self.slowed + other.slowed,
         }
     }
 }
@@ -180,9 +241,14 @@ pub(crate) struct Counters {
     forwarded: AtomicU64,
     lost_responses: AtomicU64,
     failed_as_told: AtomicU64,
+    slowed: AtomicU64,
 }
 
 impl Counters {
+    pub(crate) fn slowed(&self) {
+        self.slowed.fetch_add(1, Ordering::SeqCst);
+    }
+
     pub(crate) fn record(&self, fate: Fate) {
         let counter = match fate {
             Fate::Throttle => &self.throttled,
@@ -216,6 +282,7 @@ impl Counters {
             forwarded: get(&self.forwarded),
             lost_responses: get(&self.lost_responses),
             failed_as_told: get(&self.failed_as_told),
+            slowed: get(&self.slowed),
         }
     }
 }
@@ -253,6 +320,7 @@ mod tests {
             lose_response: 0.05,
             delay: 0.5,
             latency: Duration::from_millis(1)..=Duration::from_millis(9),
+            slow: None,
         };
         let seen = share(&faults, 20_000, 7);
         let expected = [4_000, 2_000, 1_000, 6_000, 6_000, 1_000];
@@ -308,6 +376,30 @@ mod tests {
     }
 
     #[test]
+    fn slow_requests_match_by_operation_and_body() {
+        let slow = SlowRequests {
+            operation: "UpdateItem".into(),
+            body_contains: vec!["SET #expires = :until".into(), "SET #heartbeat".into()],
+            latency: Duration::from_millis(10)..=Duration::from_millis(20),
+        };
+        let renewal = br#"{"UpdateExpression":"SET #expires = :until, #updated = :now"}"#;
+        let take = br#"{"UpdateExpression":"SET #owner = :me, #expires = :until"}"#;
+        assert!(slow.matches("UpdateItem", renewal));
+        assert!(slow.matches("UpdateItem", br#"{"x":"SET #heartbeat = :now"}"#));
+        assert!(!slow.matches("UpdateItem", take));
+        assert!(!slow.matches("PutItem", renewal));
+        let any = SlowRequests {
+            body_contains: Vec::new(),
+            ..slow.clone()
+        };
+        assert!(any.matches("UpdateItem", b""));
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..100 {
+            assert!(slow.latency.contains(&slow.wait(&mut rng)));
+        }
+    }
+
+    #[test]
     fn invalid_faults_are_refused() {
         let none = Faults::none();
         assert!(none.validate().is_ok());
@@ -331,6 +423,14 @@ mod tests {
             },
             Faults {
                 latency: Duration::from_secs(2)..=Duration::from_secs(1),
+                ..none.clone()
+            },
+            Faults {
+                slow: Some(SlowRequests {
+                    operation: "UpdateItem".into(),
+                    body_contains: Vec::new(),
+                    latency: Duration::from_secs(2)..=Duration::from_secs(1),
+                }),
                 ..none.clone()
             },
         ] {

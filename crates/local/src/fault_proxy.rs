@@ -1,6 +1,7 @@
 //! A fault-injecting HTTP/1.1 proxy in front of one loopback AWS endpoint:
 //! throttling, internal errors, dropped connections and latency at chosen
-//! rates, decided per request from a seeded generator.
+//! rates, decided per request from a seeded generator, and latency for the
+//! requests of a kind.
 
 use crate::fault_plan::{decide, Counters, Fate};
 use crate::faults::{error_answer, error_response, AwsService};
@@ -65,6 +66,7 @@ impl FaultProxy {
             upstream,
             faults: Mutex::new(faults),
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            slow_rng: Mutex::new(fastrand::Rng::with_seed(seed ^ SLOW_SEED)),
             paused: AtomicBool::new(false),
             lose_next: AtomicU64::new(0),
             skip_before_losing: AtomicU64::new(0),
@@ -193,12 +195,17 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Mixed into the seed of the generator of slow requests' waits.
+const SLOW_SEED: u64 = 0x5107_5107_5107_5107;
+
 #[derive(Debug)]
 struct Shared {
     service: AwsService,
     upstream: SocketAddr,
     faults: Mutex<Faults>,
     rng: Mutex<fastrand::Rng>,
+    /// Draws the waits of slow requests (apart, so they shift no fate).
+    slow_rng: Mutex<fastrand::Rng>,
     paused: AtomicBool,
     lose_next: AtomicU64,
     skip_before_losing: AtomicU64,
@@ -317,6 +324,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         read_body(req).await;
         return Ok(error_response(service, status, &code));
     }
+    let req = slow_down(&shared, req).await?;
     match shared.fate() {
         Fate::Forward(delay) => {
             if let Some(delay) = delay {
@@ -354,6 +362,31 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Err(NoAnswer::Dropped)
         }
     }
+}
+
+/// Waits as [`Faults::slow`] says if it matches `req` (whose body is read
+/// to look, and passed on unchanged). A paused proxy forwards at once.
+async fn slow_down(shared: &Shared, req: Request<Body>) -> Result<Request<Body>, NoAnswer> {
+    let Some(slow) = lock(&shared.faults).slow.clone() else {
+        return Ok(req);
+    };
+    let target = target(&req);
+    let operation = target
+        .rsplit_once('.')
+        .map_or(target.as_str(), |(_, op)| op);
+    if operation != slow.operation || shared.paused.load(Ordering::SeqCst) {
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .map_err(|e| NoAnswer::Upstream(e.to_string()))?;
+    if slow.matches(operation, &body) {
+        let wait = slow.wait(&mut lock(&shared.slow_rng));
+        shared.counts.slowed();
+        tokio::time::sleep(wait).await;
+    }
+    Ok(Request::from_parts(parts, Body::from(body)))
 }
 
 /// The operation a request calls, from its `x-amz-target` header (for

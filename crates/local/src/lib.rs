@@ -35,7 +35,7 @@ pub use clients::{
     KINESIS_ENDPOINT_VAR, REAL_AWS_VAR,
 };
 pub use counter::{LoggedRequest, OperationCount, RequestCounter};
-pub use fault_plan::{FaultCounts, Faults};
+pub use fault_plan::{FaultCounts, Faults, SlowRequests};
 pub use fault_proxy::FaultProxy;
 pub use faults::{AwsService, FailingEndpoint};
 pub use names::unique_name;

@@ -12,7 +12,7 @@ use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToSha
 use aws_smithy_types::retry::{ErrorKind, RetryConfig};
 use shardkeeper_local::{
     shared_servers, unique_name, AwsClients, AwsService, Endpoints, FaultProxy, Faults,
-    RequestCounter,
+    RequestCounter, SlowRequests,
 };
 use std::time::{Duration, Instant};
 
@@ -283,6 +283,60 @@ async fn delayed_requests_wait_then_succeed() {
     assert_eq!(
         (counts.delayed, counts.forwarded, counts.requests()),
         (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn only_the_requests_slow_matches_wait_and_they_go_on_unchanged() {
+    let wait = Duration::from_millis(60);
+    let p = proxied(Faults {
+        slow: Some(SlowRequests {
+            operation: "UpdateItem".into(),
+            body_contains: vec!["SET #n = :slow".into()],
+            latency: wait..=wait,
+        }),
+        ..Faults::none()
+    })
+    .await;
+    let table = table(&p.aws).await;
+    let ddb = &p.aws.dynamodb;
+    ddb.put_item()
+        .table_name(&table)
+        .set_item(Some(item("a", 1)))
+        .send()
+        .await
+        .expect("put");
+    let update = |expression: &str, value: usize| {
+        ddb.update_item()
+            .table_name(&table)
+            .key("id", AttributeValue::S("a".into()))
+            .update_expression(expression)
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_values(
+                if expression.contains(":slow") {
+                    ":slow"
+                } else {
+                    ":fast"
+                },
+                AttributeValue::N(value.to_string()),
+            )
+            .send()
+    };
+    update("SET #n = :fast", 2).await.expect("a fast update");
+    assert_eq!(p.dynamodb.counts().slowed, 0);
+    let started = Instant::now();
+    update("SET #n = :slow", 3).await.expect("a slow update");
+    assert!(started.elapsed() >= wait, "{:?}", started.elapsed());
+    get_item(ddb, &table).await.expect("get");
+    let counts = p.dynamodb.counts();
+    assert_eq!((counts.slowed, counts.injected()), (1, 0), "{counts:?}");
+    let stored = get_item(&direct().await.dynamodb, &table)
+        .await
+        .expect("get");
+    assert_eq!(
+        stored.item,
+        Some(item("a", 3)),
+        "the slow update applied as sent"
     );
 }
 

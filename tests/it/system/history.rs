@@ -74,6 +74,7 @@ fn good() -> (History, impl Fn(u64) -> Instant) {
         ],
         killed: vec![("a".into(), ms(5))],
         parents: Default::default(),
+        spans: Vec::new(),
     };
     (history, ms)
 }

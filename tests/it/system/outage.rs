@@ -87,6 +87,7 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
         lose_response: 0.0,
         delay: 0.3,
         latency: Duration::ZERO..=Duration::from_millis(50),
+        slow: None,
     });
     produce(&f.direct.kinesis, &stream, KEYS, 3..6).await;
     assert_eq!(until_processed(&log, 60).await, 60, "seed {seed}");

@@ -1,10 +1,12 @@
 //! The stress run: consumers, the rebalancer and the reaper run concurrently
 //! on the in-process servers while a producer writes numbered records with
 //! many keys; consumers are killed mid-batch and restarted, others leave and
-//! join, shards are split and merged. Every lease change, checkpoint and
-//! processed record goes to a history, and the history checker must find no
-//! double ownership, no checkpoint regression, no lost record, no per-key
-//! disorder, no unjustified duplicate and no child read before its parents.
+//! join, shards are split and merged. Every lease change, checkpoint,
+//! handler call and processed record goes to a history, and the history
+//! checker must find no double ownership, no checkpoint regression, no lost
+//! record, no per-key disorder, no unjustified duplicate, no child read
+//! before its parents, and no two consumers running the handler on one
+//! shard at once (nor one running it in another's holding).
 //!
 //! The conditions are hostile: every shard starts at LATEST (production
 //! begins once each start is stored, and no record written after may be
@@ -20,6 +22,11 @@
 //! connections, answers lost after the write was applied, latency) with the
 //! DynamoDB server restarted on its file in the middle of the run; the
 //! producer and the test's own calls go around the proxies.
+//!
+//! A third run, with slow ticks, has no chaos: half the consumers renew and
+//! heartbeat slowly and handle batches close to their stop-by instant, the
+//! others are quick to take what they are judged to have lost (see
+//! `the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard`).
 //!
 //! The default is short, for CI. Longer runs:
 //! `SHARDKEEPER_STRESS_SECONDS=120 SHARDKEEPER_STRESS_CONSUMERS=16
@@ -38,16 +45,18 @@ use shardkeeper::consumer::{EfoPool, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::pipeline::InitialPosition;
-use shardkeeper::processing::{RecordHandler, StreamRecord};
+use shardkeeper::processing::{HandlerError, RecordHandler, StreamRecord};
 use shardkeeper::state::{
     ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateError, StateStore, StoreConfig,
     SystemClock,
 };
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
+    Verification,
 };
-use shardkeeper_local::{unique_name, AwsClients, FaultCounts, Faults};
+use shardkeeper_local::{unique_name, AwsClients, FaultCounts, Faults, SlowRequests};
 use std::collections::HashSet;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,8 +122,57 @@ impl Stress {
             lose_response: r / 2.0,
             delay: (2.0 * r).min(1.0),
             latency: Duration::ZERO..=Duration::from_millis(50),
+            slow: None,
         }
     }
+}
+
+/// How a run goes.
+struct Course {
+    /// The lease term, and the heartbeat and hand-off timeouts of the
+    /// rebalancer and the reaper.
+    lease_term: Duration,
+    /// How long the producer writes.
+    seconds: u64,
+    /// The consumers' handler.
+    handler: Handler,
+    /// Every 250 ms a seeded draw may kill a consumer, have one leave and
+    /// another join, split or merge shards, slow the handler down for a
+    /// term, or start a second process under a live consumer's id.
+    chaos: bool,
+    /// DynamoDB restarts, spread over the run (with faults only).
+    restarts: u32,
+    /// Records per PutRecords, and the pause after each.
+    batch: usize,
+    pace: Duration,
+}
+
+impl Course {
+    /// The hostile run: chaos, a per-record handler.
+    fn chaos(cfg: &Stress, lease_term: Duration, restarts: u32) -> Self {
+        Course {
+            lease_term,
+            seconds: cfg.seconds,
+            handler: Handler::PerRecord,
+            chaos: true,
+            restarts,
+            batch: 100,
+            pace: Duration::from_millis(20),
+        }
+    }
+}
+
+/// The consumers' handler (recorded), and how they reach the state table.
+#[derive(Debug, Clone)]
+enum Handler {
+    /// One record at a time; 10 ms a record while [`Spawner::slow`] is set.
+    PerRecord,
+    /// Every other consumer started is sick: its batch handler takes a time
+    /// drawn from the range for every call, whatever the batch's size, and
+    /// it reaches the state table through the run's proxy (which slows its
+    /// renewals and heartbeats). The others are healthy: they handle a
+    /// batch at once and reach the state table directly.
+    HalfSick(RangeInclusive<Duration>),
 }
 
 /// Where a run goes: the clients of the system under test, the clients of
@@ -154,7 +212,12 @@ struct Spawner<'a> {
     kinesis: &'a aws_sdk_kinesis::Client,
     history: &'a SharedHistory,
     lease_term: Duration,
-    /// While set, the handler takes 10 ms a record.
+    handler: Handler,
+    /// The state table past any proxy (for healthy consumers).
+    direct: &'a aws_sdk_dynamodb::Client,
+    /// Processes started so far.
+    started: std::cell::Cell<usize>,
+    /// While set, the per-record handler takes 10 ms a record.
     slow: Arc<AtomicBool>,
     /// The enhanced fan-out pool the workers read through (0: they poll).
     efo: usize,
@@ -164,39 +227,76 @@ impl Spawner<'_> {
     /// Starts a process under consumer id `id`, recorded as `name`, on a
     /// wall clock `skew_ms` off.
     fn spawn(&self, id: &str, name: String, skew_ms: i64) -> Consumer {
-        let clock = SkewedClock::new(Arc::new(SystemClock), skew_ms);
-        let store = StateStore::with_clock(
-            self.store.client().clone(),
-            self.store.config().clone(),
-            Arc::new(clock),
-        );
-        spawn_consumer(id, name, &store, self)
-    }
-}
-
-/// The run's handler: records every record, after 10 ms while `slow` is set
-/// (a handler cut off at the lease's end records nothing).
-fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> impl RecordHandler {
-    let record = Arc::new(recording_handler(history, name));
-    let slow = slow.clone();
-    move |r: StreamRecord| {
-        let (record, slow) = (record.clone(), slow.load(Ordering::Relaxed));
-        async move {
-            if slow {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        let clock = Arc::new(SkewedClock::new(Arc::new(SystemClock), skew_ms));
+        let config = self.store.config().clone();
+        let n = self.started.replace(self.started.get() + 1);
+        match &self.handler {
+            Handler::PerRecord => {
+                let store = StateStore::with_clock(self.store.client().clone(), config, clock);
+                let handler = slow_or_not(self.history, &name, &self.slow);
+                spawn_consumer(id, name, &store, self, handler)
             }
-            record.handle(r).await
+            Handler::HalfSick(busy) => {
+                let (client, busy) = match n % 2 {
+                    0 => (self.store.client(), busy.clone()),
+                    _ => (self.direct, Duration::ZERO..=Duration::ZERO),
+                };
+                let store = StateStore::with_clock(client.clone(), config, clock);
+                let handler = recording_handler(self.history, &name, Batches { busy });
+                spawn_consumer(id, name, &store, self, handler)
+            }
         }
     }
 }
 
-fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>) -> Consumer {
+/// The run's per-record handler: every record is recorded, after 10 ms while
+/// `slow` is set (a handler cut off at the lease's end records nothing).
+fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> impl RecordHandler {
+    let slow = slow.clone();
+    recording_handler(history, name, move |_: StreamRecord| {
+        let slow = slow.load(Ordering::Relaxed);
+        async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok::<(), std::io::Error>(())
+        }
+    })
+}
+
+/// A bulk handler that takes a time drawn from `busy` for every run of
+/// records it is handed, then succeeds for each.
+struct Batches {
+    busy: RangeInclusive<Duration>,
+}
+
+impl RecordHandler for Batches {
+    const BATCHED: bool = true;
+
+    async fn handle(&self, _: StreamRecord) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_batch(&self, records: Vec<StreamRecord>) -> Vec<Result<(), HandlerError>> {
+        let (low, high) = (*self.busy.start(), *self.busy.end());
+        tokio::time::sleep(low + (high - low).mul_f64(fastrand::f64())).await;
+        records.iter().map(|_| Ok(())).collect()
+    }
+}
+
+fn spawn_consumer<H: RecordHandler>(
+    id: &str,
+    name: String,
+    store: &StateStore,
+    with: &Spawner<'_>,
+    handler: H,
+) -> Consumer {
     let (history, lease_term) = (with.history, with.lease_term);
     let info = ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, lease_term);
     let config = WorkerConfig {
         initial_position: InitialPosition::Latest,
-        renew_every: Duration::from_millis(500),
+        renew_every: RENEW_EVERY,
         min_poll_interval: Duration::from_millis(100),
         idle_poll_interval: Duration::from_millis(200),
         max_records: 200,
@@ -210,7 +310,7 @@ fn spawn_consumer(id: &str, name: String, store: &StateStore, with: &Spawner<'_>
         session,
         store.clone(),
         with.kinesis.clone(),
-        slow_or_not(history, &name, &with.slow),
+        handler,
         config,
     )
     .with_observer(recording_observer(history, &name));
@@ -334,7 +434,7 @@ async fn the_stress_run_keeps_every_guarantee() {
         table: ctx.table.clone(),
         faulty: None,
     };
-    stress(&cfg, setup).await;
+    stress(&cfg, setup, Course::chaos(&cfg, LEASE_TERM, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -348,12 +448,70 @@ async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_rest
         table: faulty.ctx.table.clone(),
         faulty: Some(&mut faulty),
     };
-    let counts = stress(&cfg, setup).await;
+    let course = Course::chaos(&cfg, FAULTY_LEASE_TERM, cfg.restarts);
+    let counts = stress(&cfg, setup, course).await;
     assert!(counts.injected() > 0, "faults were injected");
 }
 
+/// What the state table's proxy does in the run with slow ticks: every
+/// lease renewal and heartbeat through it waits 0.3 to 1.2 s, nothing else
+/// (the update expressions of `renew` in crates/state-store/src/lease.rs
+/// and of the heartbeat in consumer.rs; a take sets its owner first and is
+/// not slowed).
+fn slow_ticks() -> Faults {
+    Faults {
+        slow: Some(SlowRequests {
+            operation: "UpdateItem".into(),
+            body_contains: vec![
+                "SET #expires = :until".into(),
+                "SET #heartbeat = :now".into(),
+            ],
+            latency: Duration::from_millis(300)..=Duration::from_millis(1200),
+        }),
+        ..Faults::none()
+    }
+}
+
+/// Slow ticks: half the consumers are sick (their renewals and heartbeats
+/// slowed by the state table's proxy, their batch handler running close to
+/// its stop-by instant), the other half healthy (the state table reached
+/// directly, batches handled at once), and the heartbeat timeout of the
+/// reaper and the rebalancer as short as the configuration allows (the
+/// lease term). A sick consumer's heartbeat goes stale while it is inside a
+/// batch under a lease it has just taken or renewed, and a healthy one is
+/// quick to take what the sick one is judged to have lost. Two consumers
+/// must still never run the handler on one shard at once. No chaos; the
+/// producer writes 20 records every 100 ms for three times the run's
+/// seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard() {
+    let cfg = Stress::from_env();
+    let mut faulty = Faulty::start(cfg.seed).await;
+    faulty.dynamodb.set_faults(slow_ticks()).unwrap();
+    let setup = Setup {
+        system: faulty.ctx.aws.clone(),
+        direct: faulty.direct.clone(),
+        table: faulty.ctx.table.clone(),
+        faulty: Some(&mut faulty),
+    };
+    let ms = Duration::from_millis;
+    let course = Course {
+        lease_term: LEASE_TERM,
+        seconds: 3 * cfg.seconds,
+        // Processing stops the margin (at most a quarter of the term)
+        // before the local expiry: 1.5 s after a renewal's send.
+        handler: Handler::HalfSick(ms(1000)..=ms(1500)),
+        chaos: false,
+        restarts: 0,
+        batch: 20,
+        pace: ms(100),
+    };
+    let counts = stress(&cfg, setup, course).await;
+    assert!(counts.slowed > 0, "renewals and heartbeats were slowed");
+}
+
 /// One run; what the proxies did (nothing without them).
-async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
+async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     let Setup {
         system,
         direct,
@@ -362,18 +520,14 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     } = setup;
     println!(
         "stress run: {cfg:?}, {}",
-        if faulty.is_some() {
-            "through faults"
-        } else {
-            "no faults"
+        match (faulty.is_some(), course.chaos) {
+            (_, false) => "slow ticks",
+            (true, true) => "through faults",
+            (false, true) => "no faults",
         }
     );
     let mut rng = fastrand::Rng::with_seed(cfg.seed);
-    let lease_term = if faulty.is_some() {
-        FAULTY_LEASE_TERM
-    } else {
-        LEASE_TERM
-    };
+    let lease_term = course.lease_term;
     let stream = create_stream(&direct, cfg.shards).await;
     let store = StateStore::new(
         system.dynamodb.clone(),
@@ -392,7 +546,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         kinesis: system.kinesis.clone(),
         config: RebalanceConfig {
             lease_term,
-            heartbeat_timeout: lease_term,
+            heartbeat_timeout: heartbeat_timeout(lease_term),
             max_moves_per_tick: None,
         },
         emit_metrics: false,
@@ -403,7 +557,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         store: store.clone(),
         kinesis: system.kinesis.clone(),
         config: ReapConfig {
-            heartbeat_timeout: lease_term,
+            heartbeat_timeout: heartbeat_timeout(lease_term),
+            lease_term,
             ..ReapConfig::default()
         },
         emit_metrics: false,
@@ -433,6 +588,9 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         kinesis: &system.kinesis,
         history: &history,
         lease_term,
+        handler: course.handler.clone(),
+        direct: &direct.dynamodb,
+        started: Default::default(),
         slow: Arc::new(AtomicBool::new(false)),
         efo: cfg.efo,
     };
@@ -475,8 +633,8 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             stream: stream.clone(),
             records: None,
             keys: cfg.keys,
-            batch: 100,
-            pace: Duration::from_millis(20),
+            batch: course.batch,
+            pace: course.pace,
         };
         let (kinesis, history, stop) = (
             direct.kinesis.clone(),
@@ -494,8 +652,9 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
     let (mut restarts, mut crashes, mut doubles, mut superseded) = (0, 0, 0, 0);
     let mut slow_until: Option<Instant> = None;
     let mut slow_phases = 0;
-    let restart_every = Duration::from_secs(cfg.seconds) / (cfg.restarts + 1);
-    while started.elapsed() < Duration::from_secs(cfg.seconds) {
+    let seconds = course.seconds;
+    let restart_every = Duration::from_secs(seconds) / (course.restarts + 1);
+    while started.elapsed() < Duration::from_secs(seconds) {
         tokio::time::sleep(Duration::from_millis(250)).await;
         if slow_until.is_some_and(|t| Instant::now() >= t) {
             spawner.slow.store(false, Ordering::Relaxed);
@@ -517,7 +676,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             live.push(spawner.spawn(&id, id.clone(), skew(&mut rng)));
         }
         if let Some(faulty) = faulty.as_deref_mut() {
-            if restarts < cfg.restarts && started.elapsed() >= restart_every * (restarts + 1) {
+            if restarts < course.restarts && started.elapsed() >= restart_every * (restarts + 1) {
                 // Down for longer than a lease term: every lease expires.
                 faulty
                     .restart_dynamodb(lease_term + Duration::from_secs(1))
@@ -525,6 +684,9 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
                 restarts += 1;
                 continue;
             }
+        }
+        if !course.chaos {
+            continue;
         }
         match rng.u32(..100) {
             0..8 if !live.is_empty() => {
@@ -556,7 +718,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             n if slow_until.is_none()
                 && ((17..20).contains(&n)
                     || (slow_phases == 0
-                        && started.elapsed() >= Duration::from_secs(cfg.seconds) / 5)) =>
+                        && started.elapsed() >= Duration::from_secs(seconds) / 5)) =>
             {
                 // The handler turns slow for a while: batches outlast the term.
                 spawner.slow.store(true, Ordering::Relaxed);
@@ -568,7 +730,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             n if !live.is_empty()
                 && ((20..22).contains(&n)
                     || (doubles == 0
-                        && started.elapsed() >= Duration::from_secs(cfg.seconds) * 2 / 5)) =>
+                        && started.elapsed() >= Duration::from_secs(seconds) * 2 / 5)) =>
             {
                 // A second process starts under a live consumer's id (a
                 // restart while the old one still runs): it takes the id
@@ -668,9 +830,12 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
          {slow_phases} slow phases, {doubles} second processes under a live id ({superseded} \
          older ones stopped), clocks off by up to {MAX_SKEW_MS} ms; \
          faults: {} requests, {} throttled, {} answered 500, {} dropped, {} lost answers, {} delayed, \
+         {} slowed renewals and heartbeats, \
          {restarts} DynamoDB restarts, {crashes} workers ended by themselves; \
          checker: {} double ownership, {} regressions, {} lost, {} order violations, \
-         {} unjustified duplicates, {} children before parents, {} past their lease's expiry",
+         {} unjustified duplicates, {} children before parents, {} past their lease's expiry, \
+         {} handler calls of two consumers on one shard at once, \
+         {} handler calls in another consumer's holding",
         started.elapsed().as_secs_f64(),
         cfg.consumers,
         generation,
@@ -686,6 +851,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         counts.dropped,
         counts.lost_responses,
         counts.delayed,
+        counts.slowed,
         verdict.double_owned.len(),
         verdict.checkpoint_regressions.len(),
         verdict.lost,
@@ -693,8 +859,11 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         verdict.unjustified_duplicates,
         verdict.children_before_parents.len(),
         verdict.past_lease_expiry,
+        verdict.overlaps.len(),
+        verdict.intrusions.len(),
     );
     if !verdict.passed() {
+        explain_overlaps(&history, &verdict);
         explain(&history, &verdict, started);
         if verdict.unjustified_duplicates > 0 {
             explain_duplicates(&history, started);
@@ -712,7 +881,12 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
             println!("consumer: {row:?}");
         }
     }
-    assert!(verdict.passed(), "seed {}: {verdict:?}", cfg.seed);
+    assert!(
+        verdict.passed(),
+        "seed {}: the history checker failed\n{}",
+        cfg.seed,
+        failures(&verdict)
+    );
     assert_eq!(
         verdict.produced, produced,
         "the history holds every record written"
@@ -727,9 +901,60 @@ async fn stress(cfg: &Stress, setup: Setup<'_>) -> FaultCounts {
         cfg.seed
     );
     if faulty.is_some() {
-        assert_eq!(restarts, cfg.restarts, "DynamoDB restarted as asked");
+        assert_eq!(restarts, course.restarts, "DynamoDB restarted as asked");
     }
     counts
+}
+
+/// What the checker found, for a failed run's message: its counts, and the
+/// first of its handler calls that overlapped or ran in another consumer's
+/// holding (times since the history's first instant).
+fn failures(verdict: &Verification) -> String {
+    let v = verdict;
+    let mut out = format!(
+        "{} produced, {} processed ({} duplicates, {} unjustified), {} lost, \
+         {} order violations, double ownership of {:?}, regressions on {:?}, \
+         children before parents on {:?}, {} past their lease's expiry\n",
+        v.produced,
+        v.processed,
+        v.duplicates,
+        v.unjustified_duplicates,
+        v.lost,
+        v.order_violations,
+        v.double_owned,
+        v.checkpoint_regressions,
+        v.children_before_parents,
+        v.past_lease_expiry
+    );
+    out.push_str(&calls(v));
+    out
+}
+
+/// The first of `verdict`'s handler calls that overlapped or ran in another
+/// consumer's holding.
+fn calls(verdict: &Verification) -> String {
+    const SHOWN: usize = 10;
+    let mut out = String::new();
+    let (overlaps, intrusions) = (&verdict.overlaps, &verdict.intrusions);
+    if !overlaps.is_empty() {
+        out.push_str(&format!(
+            "{} handler calls of two consumers on one shard at once:\n",
+            overlaps.len()
+        ));
+        for o in overlaps.iter().take(SHOWN) {
+            out.push_str(&format!("  {o}\n"));
+        }
+    }
+    if !intrusions.is_empty() {
+        out.push_str(&format!(
+            "{} handler calls in another consumer's holding:\n",
+            intrusions.len()
+        ));
+        for i in intrusions.iter().take(SHOWN) {
+            out.push_str(&format!("  {i}\n"));
+        }
+    }
+    out
 }
 
 /// Prints the first few records processed more than once, with the events
@@ -780,6 +1005,52 @@ fn explain_duplicates(history: &shardkeeper_history::History, t0: Instant) {
     }
 }
 
+/// Prints the shard's lease events and handler calls around the first few
+/// overlaps, in ms since the history's first instant (as the overlaps are).
+fn explain_overlaps(history: &shardkeeper_history::History, verdict: &Verification) {
+    let Some(origin) = history.origin() else {
+        return;
+    };
+    let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1000.0;
+    for o in verdict.overlaps.iter().take(3) {
+        println!("around the overlap {o}:");
+        let from = origin + o.first.start.saturating_sub(Duration::from_secs(3));
+        let to = origin + o.first.end.max(o.second.end) + Duration::from_secs(1);
+        let mut lines: Vec<(Instant, String)> = Vec::new();
+        for (who, e) in &history.events {
+            let (shard, what, at) = match e {
+                WorkerEvent::Gained { shard, at, .. } => (shard, "gained".to_owned(), *at),
+                WorkerEvent::Stopped { shard, why, at } => (shard, format!("{why:?}"), *at),
+                WorkerEvent::Checkpointed { shard, sent, .. } => {
+                    (shard, "checkpoint sent (accepted)".to_owned(), *sent)
+                }
+                WorkerEvent::Processing {
+                    shard,
+                    at,
+                    lease_expiry,
+                } => (
+                    shard,
+                    format!("batch starts, lease until {:.1} ms", ms(*lease_expiry)),
+                    *at,
+                ),
+            };
+            if *shard == o.shard && (from..=to).contains(&at) {
+                lines.push((at, format!("{who} {what}")));
+            }
+        }
+        for span in &history.spans {
+            if span.shard == o.shard && span.start <= to && span.end >= from {
+                let line = format!("{} call until {:.1} ms", span.consumer, ms(span.end));
+                lines.push((span.start, line));
+            }
+        }
+        lines.sort_by_key(|(at, _)| *at);
+        for (at, line) in lines {
+            println!("  {:>9.1} ms {line}", ms(at));
+        }
+    }
+}
+
 /// Prints what led to each child read before its parents ended.
 fn explain(
     history: &shardkeeper_history::History,
@@ -812,3 +1083,12 @@ fn explain(
         }
     }
 }
+
+/// The shortest heartbeat timeout the configuration allows: the term plus
+/// the workers' renewal interval (the reaper on a short timeout).
+fn heartbeat_timeout(lease_term: Duration) -> Duration {
+    lease_term + RENEW_EVERY
+}
+
+/// How often the workers renew and heartbeat.
+const RENEW_EVERY: Duration = Duration::from_millis(500);

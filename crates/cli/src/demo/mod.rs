@@ -11,6 +11,7 @@ use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{GroupStatus, ReapConfig, RebalanceConfig};
+use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::{
     kinesis_stream_summary, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
     TableOptions,
@@ -107,7 +108,10 @@ fn spawn_worker(
         ConsumerInfo::for_this_process(id, store.now()),
         LEASE_TERM,
     );
-    let handler = recording_handler(history, &name);
+    // The run's work is only recording.
+    let handler = recording_handler(history, &name, |_: StreamRecord| async {
+        Ok::<(), std::io::Error>(())
+    });
     let observer = recording_observer(history, &name);
     let config = WorkerConfig {
         renew_every: Duration::from_millis(500),
