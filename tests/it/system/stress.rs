@@ -122,7 +122,8 @@ impl Stress {
             lose_response: r / 2.0,
             delay: (2.0 * r).min(1.0),
             latency: Duration::ZERO..=Duration::from_millis(50),
-            slow: None,
+            // Slow ticks: every renewal and heartbeat waits up to 0.8 s.
+            slow: slow_ticks(Duration::ZERO..=Duration::from_millis(800)).slow,
         }
     }
 }
@@ -148,12 +149,12 @@ struct Course {
 }
 
 impl Course {
-    /// The hostile run: chaos, a per-record handler.
+    /// The hostile run: chaos, per-record and batch handlers.
     fn chaos(cfg: &Stress, lease_term: Duration, restarts: u32) -> Self {
         Course {
             lease_term,
             seconds: cfg.seconds,
-            handler: Handler::PerRecord,
+            handler: Handler::Mixed,
             chaos: true,
             restarts,
             batch: 100,
@@ -165,8 +166,10 @@ impl Course {
 /// The consumers' handler (recorded), and how they reach the state table.
 #[derive(Debug, Clone)]
 enum Handler {
-    /// One record at a time; 10 ms a record while [`Spawner::slow`] is set.
-    PerRecord,
+    /// Every other consumer started handles one record at a time, the
+    /// others in batches (`handle_batch`); either takes 10 ms a record
+    /// while [`Spawner::slow`] is set.
+    Mixed,
     /// Every other consumer started is sick: its batch handler takes a time
     /// drawn from the range for every call, whatever the batch's size, and
     /// it reaches the state table through the run's proxy (which slows its
@@ -231,10 +234,17 @@ impl Spawner<'_> {
         let config = self.store.config().clone();
         let n = self.started.replace(self.started.get() + 1);
         match &self.handler {
-            Handler::PerRecord => {
+            Handler::Mixed => {
                 let store = StateStore::with_clock(self.store.client().clone(), config, clock);
-                let handler = slow_or_not(self.history, &name, &self.slow);
-                spawn_consumer(id, name, &store, self, handler)
+                if n.is_multiple_of(2) {
+                    let handler = slow_or_not(self.history, &name, &self.slow);
+                    spawn_consumer(id, name, &store, self, handler)
+                } else {
+                    let busy = Duration::ZERO..=Duration::ZERO;
+                    let slow = Some(self.slow.clone());
+                    let handler = recording_handler(self.history, &name, Batches { busy, slow });
+                    spawn_consumer(id, name, &store, self, handler)
+                }
             }
             Handler::HalfSick(busy) => {
                 let (client, busy) = match n % 2 {
@@ -242,7 +252,7 @@ impl Spawner<'_> {
                     _ => (self.direct, Duration::ZERO..=Duration::ZERO),
                 };
                 let store = StateStore::with_clock(client.clone(), config, clock);
-                let handler = recording_handler(self.history, &name, Batches { busy });
+                let handler = recording_handler(self.history, &name, Batches { busy, slow: None });
                 spawn_consumer(id, name, &store, self, handler)
             }
         }
@@ -265,9 +275,11 @@ fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> i
 }
 
 /// A bulk handler that takes a time drawn from `busy` for every run of
-/// records it is handed, then succeeds for each.
+/// records it is handed (and 10 ms a record while `slow` is set), then
+/// succeeds for each.
 struct Batches {
     busy: RangeInclusive<Duration>,
+    slow: Option<Arc<AtomicBool>>,
 }
 
 impl RecordHandler for Batches {
@@ -279,7 +291,15 @@ impl RecordHandler for Batches {
 
     async fn handle_batch(&self, records: Vec<StreamRecord>) -> Vec<Result<(), HandlerError>> {
         let (low, high) = (*self.busy.start(), *self.busy.end());
-        tokio::time::sleep(low + (high - low).mul_f64(fastrand::f64())).await;
+        let mut busy = low + (high - low).mul_f64(fastrand::f64());
+        if self
+            .slow
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+        {
+            busy += Duration::from_millis(10) * records.len() as u32;
+        }
+        tokio::time::sleep(busy).await;
         records.iter().map(|_| Ok(())).collect()
     }
 }
@@ -458,7 +478,10 @@ async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_rest
 /// (the update expressions of `renew` in crates/state-store/src/lease.rs
 /// and of the heartbeat in consumer.rs; a take sets its owner first and is
 /// not slowed).
-fn slow_ticks() -> Faults {
+/// Renewals and heartbeats (the state table's `UpdateItem`s that set a
+/// lease's expiry or a consumer's heartbeat) each wait a time drawn from
+/// `latency`.
+fn slow_ticks(latency: RangeInclusive<Duration>) -> Faults {
     Faults {
         slow: Some(SlowRequests {
             operation: "UpdateItem".into(),
@@ -466,7 +489,7 @@ fn slow_ticks() -> Faults {
                 "SET #expires = :until".into(),
                 "SET #heartbeat = :now".into(),
             ],
-            latency: Duration::from_millis(300)..=Duration::from_millis(1200),
+            latency,
         }),
         ..Faults::none()
     }
@@ -477,7 +500,7 @@ fn slow_ticks() -> Faults {
 /// its stop-by instant), the other half healthy (the state table reached
 /// directly, batches handled at once), and the heartbeat timeout of the
 /// reaper and the rebalancer as short as the configuration allows (the
-/// lease term). A sick consumer's heartbeat goes stale while it is inside a
+/// lease term plus the renewal interval). A sick consumer's heartbeat goes stale while it is inside a
 /// batch under a lease it has just taken or renewed, and a healthy one is
 /// quick to take what the sick one is judged to have lost. Two consumers
 /// must still never run the handler on one shard at once. No chaos; the
@@ -487,7 +510,12 @@ fn slow_ticks() -> Faults {
 async fn the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard() {
     let cfg = Stress::from_env();
     let mut faulty = Faulty::start(cfg.seed).await;
-    faulty.dynamodb.set_faults(slow_ticks()).unwrap();
+    faulty
+        .dynamodb
+        .set_faults(slow_ticks(
+            Duration::from_millis(300)..=Duration::from_millis(1200),
+        ))
+        .unwrap();
     let setup = Setup {
         system: faulty.ctx.aws.clone(),
         direct: faulty.direct.clone(),
