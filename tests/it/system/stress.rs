@@ -122,8 +122,10 @@ impl Stress {
             lose_response: r / 2.0,
             delay: (2.0 * r).min(1.0),
             latency: Duration::ZERO..=Duration::from_millis(50),
-            // Slow ticks: every renewal and heartbeat waits up to 0.8 s.
-            slow: slow_ticks(Duration::ZERO..=Duration::from_millis(800)).slow,
+            // Slow ticks: every renewal and heartbeat waits up to 150 ms
+            // (a worker renews its leases one after another: with 16 of
+            // them, up to 2.4 s of its 4 s term).
+            slow: slow_ticks(Duration::ZERO..=Duration::from_millis(150)).slow,
         }
     }
 }
