@@ -10,11 +10,12 @@
 //! judges expiry), on the renewal seen: the older process stops before the
 //! newer one reads.
 
+use crate::consumer::FirstSeen;
 use crate::state::{
     ConsumerInfo, EpochMillis, Heartbeat, ShardId, ShardState, StateStore, TakeFrom,
 };
 use crate::Result;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The token of this process's session under its consumer id.
@@ -24,8 +25,8 @@ pub(crate) struct Holding {
     taken: bool,
     incarnation: Option<String>,
     /// Leases in the id's name held by another process's token: the
-    /// renewal seen (counter, stored expiry) and when it was first seen.
-    waiting: BTreeMap<ShardId, ((u64, Option<EpochMillis>), EpochMillis)>,
+    /// renewal seen (counter, stored expiry), and since when.
+    waiting: FirstSeen<ShardId, (u64, Option<EpochMillis>)>,
 }
 
 impl Holding {
@@ -35,50 +36,50 @@ impl Holding {
             token: format!("{:016x}", fastrand::u64(..)),
             taken: false,
             incarnation: None,
-            waiting: BTreeMap::new(),
+            waiting: FirstSeen::default(),
         }
     }
 
-    /// How this process may take `shard`, a lease in its id's name, at
-    /// `now` (a monotonic reading): at once when no other process's token
-    /// holds it (given by the rebalancer or a hand-off, or taken by this
-    /// process before); else only once it has been seen unrenewed for
-    /// `term`, and only if still so. `None`: not yet.
-    pub(crate) fn take_from(
+    /// How this process may take each of `shards`, leases in its id's name
+    /// it does not hold, at `now` (a monotonic reading): at once when no
+    /// other process's token holds it (given by the rebalancer or a
+    /// hand-off, or taken by this process before); else only once it has
+    /// been seen unrenewed for `term`, and only if still so. A shard left
+    /// out is not to be taken yet.
+    pub(crate) fn takes(
         &mut self,
-        shard: &ShardState,
+        shards: &[ShardState],
         now: EpochMillis,
         term: Duration,
-    ) -> Option<TakeFrom> {
-        let foreign = shard.holder.as_ref().is_some_and(|h| *h != self.token);
-        if !foreign {
-            self.waiting.remove(&shard.shard_id);
-            return Some(TakeFrom::Named {
-                counter: shard.counter,
-                expires: None,
-            });
-        }
-        let seen = (shard.counter, shard.expires);
-        let since = match self.waiting.get(&shard.shard_id) {
-            Some((last, since)) if *last == seen => *since,
-            _ => now,
-        };
-        self.waiting.insert(shard.shard_id.clone(), (seen, since));
-        (now - since >= crate::state::duration_millis(term)).then_some(TakeFrom::Named {
-            counter: shard.counter,
-            expires: shard.expires,
-        })
+    ) -> Vec<(ShardId, TakeFrom)> {
+        let foreign = |s: &&ShardState| s.holder.as_ref().is_some_and(|h| *h != self.token);
+        let seen = shards
+            .iter()
+            .filter(foreign)
+            .map(|s| (s.shard_id.clone(), (s.counter, s.expires)));
+        let ages = self.waiting.observe(seen, now);
+        shards
+            .iter()
+            .filter_map(|s| {
+                match ages.get(&s.shard_id) {
+                    None => Some(TakeFrom::Named {
+                        counter: s.counter,
+                        expires: None,
+                    }),
+                    Some(age) if *age >= term => Some(TakeFrom::Named {
+                        counter: s.counter,
+                        expires: s.expires,
+                    }),
+                    Some(_) => None,
+                }
+                .map(|from| (s.shard_id.clone(), from))
+            })
+            .collect()
     }
 
     /// The leases waited on: read again at each tick until taken.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = &ShardId> {
         self.waiting.keys()
-    }
-
-    /// Forgets the leases waited on that are not in `seen` (taken, moved
-    /// or gone).
-    pub(crate) fn keep_waiting_on(&mut self, seen: &BTreeSet<ShardId>) {
-        self.waiting.retain(|shard, _| seen.contains(shard));
     }
 
     /// The token, stored with the leases taken for this process.

@@ -8,14 +8,18 @@
 //! - `mode`: the one of the two a worker runs, and its checkpointer.
 //! - `holding`: a process's hold on its consumer id (the heartbeat token).
 //! - `efo_pool`: the group's pool of enhanced fan-out consumers, and locks.
+//! - `first_seen`: how long values went unchanged as one observer saw them
+//!   (a holding's wait, and the rebalancer's and reaper's sightings).
 
 mod efo_pool;
+mod first_seen;
 mod holding;
 mod mode;
 mod session;
 mod standalone;
 
 pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
+pub(crate) use first_seen::FirstSeen;
 pub(crate) use mode::{Mode, ModeCheckpoints};
 pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};
 pub use standalone::StandaloneSession;

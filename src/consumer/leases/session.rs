@@ -267,29 +267,27 @@ impl ConsumerSession {
         };
         // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
-        let seen: BTreeSet<ShardId> = owned.iter().map(|s| s.shard_id.clone()).collect();
-        self.holding.keep_waiting_on(&seen);
-        for shard in owned {
-            if self.leases.contains_key(&shard.shard_id) {
-                continue;
-            }
-            // Taken moving the counter on, so whoever held it under this id
-            // before can no longer renew or checkpoint it, and its local
-            // expiry is known on this process's clock; one that another
-            // process of this id may still hold, only once it has been seen
-            // unrenewed for a term (see `Holding::take_from`). Its stored
-            // expiry is never compared with a clock: the giver's may differ.
-            let now = self.store.monotonic_now();
-            let Some(from) = self.holding.take_from(&shard, now, self.lease_term) else {
-                continue;
-            };
+        // Taken moving the counter on, so whoever held it under this id
+        // before can no longer renew or checkpoint it, and its local expiry
+        // is known on this process's clock; one that another process of this
+        // id may still hold, only once it has been seen unrenewed for a term
+        // (see `Holding::takes`). Its stored expiry is never compared with a
+        // clock: the giver's may differ.
+        let unheld: Vec<_> = owned
+            .into_iter()
+            .filter(|s| !self.leases.contains_key(&s.shard_id))
+            .collect();
+        let takes = self
+            .holding
+            .takes(&unheld, self.store.monotonic_now(), self.lease_term);
+        for (shard_id, from) in takes {
             let sent = Instant::now();
             // (None: it moved meanwhile.)
             let taken = self
                 .store
                 .leases()
                 .take(
-                    &shard.shard_id,
+                    &shard_id,
                     self.id(),
                     &from,
                     Some(self.holding.token()),
@@ -297,9 +295,9 @@ impl ConsumerSession {
                 )
                 .await?;
             if let Some(taken) = taken {
-                self.leases.insert(shard.shard_id.clone(), taken);
-                self.renewed_at.insert(shard.shard_id.clone(), sent);
-                tick.gained.push(shard.shard_id);
+                self.leases.insert(shard_id.clone(), taken);
+                self.renewed_at.insert(shard_id.clone(), sent);
+                tick.gained.push(shard_id);
             }
         }
         self.acking.extend(beat.given);
