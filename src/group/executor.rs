@@ -103,8 +103,11 @@ pub async fn execute(
                 taken
             }
             Action::Claim {
-                shard, to, counter, ..
-            } => store.leases().claim(shard, to, *counter).await?,
+                shard,
+                from,
+                to,
+                counter,
+            } => store.leases().claim(shard, to, from, *counter).await?,
             Action::CancelClaim { shard, claimant } => {
                 store.leases().cancel_claim(shard, claimant).await?
             }

@@ -1,30 +1,29 @@
 //! The lease rebalancer's planner: pure, no I/O.
 //!
-//! Time enters only as [`Ages`], how long each lease, heartbeat and claim
-//! has gone unchanged as the rebalancer observed it: a lease is held while
-//! its owner renewed it within the lease term, a consumer is live while it
-//! heartbeated within the heartbeat timeout. Stored wall-clock times are
-//! never compared with the rebalancer's clock.
+//! Time enters only as [`Ages`], how long each lease, session and claim
+//! has gone unchanged as the rebalancer observed it: a consumer is live
+//! while it heartbeated within the heartbeat timeout, and its leases are
+//! held while its session is younger than the lease term. Stored
+//! wall-clock times are never compared with the rebalancer's clock.
 //!
 //! Given a snapshot of the group, it decides which leases to assign, claim,
 //! take by force, or whose claims to cancel, so that every live consumer ends
 //! with `floor(n/m)` or `ceil(n/m)` of the `n` available shards. Consumers keep
-//! the leases they hold up to their quota (sticky); free and expired leases go
-//! first to the consumers furthest below quota (an expired lease is not given
-//! back to its owner by preference: a live owner renews its leases, so one
-//! whose lease expired is not processing it); then leases move off consumers over
-//! quota, and off consumers that are not live, by a claim that the owner
-//! honours at its next renewal (hand-off).
+//! the leases they hold up to their quota (sticky); free and stale leases go
+//! first to the consumers furthest below quota; then leases move off
+//! consumers over quota, and off consumers that are not live, by a claim
+//! that the owner learns of from its next heartbeat and honours (hand-off).
 //!
 //! A lease moves only when its holder can no longer be processing under it:
-//! it is free, it was released (a hand-off), or it has gone unrenewed for a
-//! term as observed. A lease whose owner is no longer registered (it left
-//! or was reaped) waits out its term too; a claimed lease the owner neither
-//! hands over nor renews for a term goes to its claimant (a forced take),
-//! on the renewal seen, so a renewal that lands meanwhile keeps it.
+//! it is free, it was released (a hand-off), or its owner's session (its
+//! heartbeat, or its absence) and the lease itself have gone unchanged for
+//! a term as observed. Such a take is conditioned on the session seen, so
+//! a heartbeat that lands meanwhile keeps the lease (see
+//! [`TakeFrom`]); a claimed lease goes to its claimant that way too (a
+//! forced take).
 
 use crate::group::{Action, Ages};
-use crate::state::{ConsumerId, GroupSnapshot, ShardId, ShardState, TakeFrom};
+use crate::state::{ConsumerId, GroupSnapshot, SessionSeen, ShardId, ShardState, TakeFrom};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -73,7 +72,10 @@ pub fn live_consumers<'a>(
         .collect()
 }
 
-/// The owner of the shard's lease if it renewed it within `lease_term` (as observed).
+/// The owner of the shard's lease while it may still be processing under
+/// it: its session, or the lease itself, changed within `lease_term` (as
+/// observed). (A lease changes when it is taken or released; code from
+/// before sessions also changed it at each renewal.)
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -82,17 +84,29 @@ pub fn held_by<'a>(
     ages: &Ages,
     lease_term: Duration,
 ) -> Option<&'a ConsumerId> {
-    shard
-        .owner
-        .as_ref()
-        .filter(|_| ages.lease(&shard.shard_id) < lease_term)
+    shard.owner.as_ref().filter(|owner| {
+        ages.lease(&shard.shard_id) < lease_term || ages.session(owner) < lease_term
+    })
 }
 
-/// The take that gives a free or expired lease away, on the exact state seen.
-fn take_stale(shard: &ShardState) -> TakeFrom {
+/// The session of `owner` as the snapshot shows it.
+fn session_of(snapshot: &GroupSnapshot, owner: &ConsumerId) -> SessionSeen {
+    snapshot
+        .consumers
+        .iter()
+        .find(|c| c.id() == owner)
+        .map(|c| c.session())
+        .unwrap_or_else(|| SessionSeen::Unregistered {
+            consumer: owner.clone(),
+        })
+}
+
+/// The take that gives a free or stale lease away, on the exact state seen.
+fn take_stale(snapshot: &GroupSnapshot, shard: &ShardState) -> TakeFrom {
     TakeFrom::Stale {
         counter: shard.counter,
         expires: shard.owner.as_ref().and(shard.expires),
+        session: shard.owner.as_ref().map(|o| session_of(snapshot, o)),
     }
 }
 
@@ -143,17 +157,16 @@ pub fn plan_rebalance(
     ages: &Ages,
     config: &RebalanceConfig,
 ) -> Vec<Action> {
-    // A consumer renews all its leases at every tick: one that let a lease
-    // run out (as observed) is likely not ticking, even if its last
-    // heartbeat is within the timeout (longer than the term). It is passed
-    // over while others are live, so its leases go to them.
-    let stalled: BTreeSet<&ConsumerId> = snapshot
-        .available_shards()
-        .into_iter()
-        .filter(|s| ages.lease(&s.shard_id) >= config.lease_term)
-        .filter_map(|s| s.owner.as_ref())
-        .collect();
+    // A consumer whose session went a term without a heartbeat (as
+    // observed) is likely not ticking, even if its last heartbeat is within
+    // the timeout (longer than the term): its leases are free to move, and
+    // it is passed over while others are live, so they go to the others.
     let mut live = live_consumers(snapshot, ages, config.heartbeat_timeout);
+    let stalled: BTreeSet<&ConsumerId> = live
+        .iter()
+        .copied()
+        .filter(|c| ages.heartbeat(c) >= config.lease_term)
+        .collect();
     if live.iter().any(|c| !stalled.contains(c)) {
         live.retain(|c| !stalled.contains(c));
     }
@@ -197,6 +210,7 @@ pub fn plan_rebalance(
                         from_state: TakeFrom::Claimed {
                             counter: shard.counter,
                             expires: shard.expires,
+                            session: Some(session_of(snapshot, from)),
                         },
                         holder: holder(&claim.by),
                     });
@@ -214,8 +228,8 @@ pub fn plan_rebalance(
             continue;
         };
         if !registered.contains(owner) {
-            // It left or was reaped, and may still be inside a batch: the
-            // lease is free once its term has passed unrenewed.
+            // It left or was reaped a moment ago, and may still be inside
+            // a batch: the lease is free once it has been seen so for a term.
             continue;
         }
         match holdings.get_mut(owner) {
@@ -268,7 +282,7 @@ pub fn plan_rebalance(
         assigns.push(Action::Assign {
             shard: shard.shard_id.clone(),
             to: to.clone(),
-            from_state: take_stale(shard),
+            from_state: take_stale(snapshot, shard),
             holder: holder(to),
         });
     }

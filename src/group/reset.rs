@@ -3,7 +3,7 @@
 //! thin step that applies the plan with the store's guarded reset.
 
 use crate::state::{
-    Checkpoint, EpochMillis, GroupSnapshot, ShardId, ShardScope, ShardState, StateStore,
+    Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardState, StateStore,
 };
 use crate::Result;
 use serde::Serialize;
@@ -46,16 +46,16 @@ pub struct ResetPlan {
 }
 
 /// Decides which shards of `scope` a reset moves: one shard, or all. Refuses
-/// while any of them is leased live, unless `force` (then the leases end):
+/// while any of them is leased to a registered consumer (whose session
+/// keeps its leases alive), unless `force` (then the leases end):
 /// the refusal is an [`crate::Error::ResetRefused`].
 pub fn plan_reset(
     snapshot: &GroupSnapshot,
     scope: &ShardScope,
     shard: Option<&ShardId>,
     force: bool,
-    now: EpochMillis,
 ) -> Result<ResetPlan> {
-    Ok(plan(snapshot, scope, shard, force, now)?)
+    Ok(plan(snapshot, scope, shard, force)?)
 }
 
 fn plan(
@@ -63,7 +63,6 @@ fn plan(
     scope: &ShardScope,
     shard: Option<&ShardId>,
     force: bool,
-    now: EpochMillis,
 ) -> std::result::Result<ResetPlan, ResetRefused> {
     let in_scope: Vec<&ShardState> = match scope {
         ShardScope::Group => snapshot.shards.iter().collect(),
@@ -92,11 +91,14 @@ fn plan(
     if shards.is_empty() {
         return Err(ResetRefused::NothingToReset);
     }
+    // A registered owner's session keeps its leases alive until it is
+    // reaped or leaves.
     let held: Vec<(ShardId, String)> = shards
         .iter()
         .filter_map(|s| {
-            s.live_lease(now)
-                .map(|l| (s.shard_id.clone(), l.owner.to_string()))
+            let owner = s.owner.as_ref()?;
+            let registered = snapshot.consumers.iter().any(|c| c.id() == owner);
+            registered.then(|| (s.shard_id.clone(), owner.to_string()))
         })
         .collect();
     if !held.is_empty() && !force {

@@ -10,9 +10,12 @@
 //! calls it as old as the time since. This is KCL's rule for lease expiry,
 //! applied to heartbeats, claims and idle EFO consumers too.
 //!
-//! - A lease's state is its owner, counter and stored expiry: every renewal
-//!   writes a new expiry, so a renewal makes the lease young again.
-//! - A heartbeat's state is the process token and the stored time.
+//! - A lease's state is its owner, counter and stored expiry: a take or a
+//!   release makes it young again (and so does a renewal by code from
+//!   before sessions, which wrote a new expiry each time).
+//! - A heartbeat's state is the process token, the stored time and the
+//!   beat counter: a consumer's session is as old as its heartbeat.
+//! - A lease owner that is not registered: how long it has been seen so.
 //! - A claim's state is the claimant, its time and the lease counter.
 //! - A free EFO consumer's state is its lock counter.
 //!
@@ -41,6 +44,8 @@ pub struct Ages {
     pub leases: BTreeMap<ShardId, Duration>,
     /// Heartbeats, by consumer.
     pub heartbeats: BTreeMap<ConsumerId, Duration>,
+    /// Lease owners not registered: how long each has been seen so.
+    pub unregistered: BTreeMap<ConsumerId, Duration>,
     /// Open claims, by shard.
     pub claims: BTreeMap<ShardId, Duration>,
     /// Free EFO consumers: how long they have been free.
@@ -59,6 +64,18 @@ impl Ages {
     /// How long `consumer` has gone without a heartbeat.
     pub fn heartbeat(&self, consumer: &ConsumerId) -> Duration {
         self.heartbeats.get(consumer).copied().unwrap_or_default()
+    }
+
+    /// How long the session of `owner`, a lease's owner, has been seen
+    /// unchanged: its heartbeat's age if it is registered, else how long it
+    /// has been seen unregistered. A holder can no longer be processing
+    /// under a lease once its session is a term old.
+    pub fn session(&self, owner: &ConsumerId) -> Duration {
+        self.heartbeats
+            .get(owner)
+            .or_else(|| self.unregistered.get(owner))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// How long the claim on `shard` has been open.
@@ -92,7 +109,8 @@ pub struct Sightings {
 #[derive(Debug, Default)]
 struct Memory {
     leases: FirstSeen<ShardId, (ConsumerId, u64, Option<EpochMillis>)>,
-    heartbeats: FirstSeen<ConsumerId, (Option<String>, EpochMillis)>,
+    heartbeats: FirstSeen<ConsumerId, (Option<String>, EpochMillis, Option<u64>)>,
+    unregistered: FirstSeen<ConsumerId, ()>,
     claims: FirstSeen<ShardId, (ConsumerId, EpochMillis, u64)>,
     efo_free: FirstSeen<EfoName, u64>,
 }
@@ -109,7 +127,15 @@ impl Sightings {
         let heartbeats = snapshot
             .consumers
             .iter()
-            .map(|c| (c.id().clone(), (c.token.clone(), c.heartbeat)));
+            .map(|c| (c.id().clone(), (c.token.clone(), c.heartbeat, c.beat)));
+        let registered: BTreeSet<&ConsumerId> = snapshot.consumers.iter().map(|c| c.id()).collect();
+        let unregistered: BTreeSet<ConsumerId> = snapshot
+            .shards
+            .iter()
+            .filter_map(|s| s.owner.as_ref())
+            .filter(|o| !registered.contains(o))
+            .cloned()
+            .collect();
         let claims = snapshot.shards.iter().filter_map(|s| {
             let claim = s.claim.as_ref()?;
             Some((s.shard_id.clone(), (claim.by.clone(), claim.at, s.counter)))
@@ -124,6 +150,9 @@ impl Sightings {
             leases: memory.leases.observe(leases, at),
             beating: memory.heartbeats.changed().cloned().collect(),
             heartbeats,
+            unregistered: memory
+                .unregistered
+                .observe(unregistered.into_iter().map(|o| (o, ())), at),
             claims: memory.claims.observe(claims, at),
             efo_free: memory.efo_free.observe(efo_free, at),
         }

@@ -56,10 +56,11 @@ pub struct ShardRow {
     pub shard: String,
     /// `open`, `waiting` (a parent is not depleted yet) or `depleted`.
     pub state: &'static str,
-    /// Lease owner, while the lease is live.
+    /// Lease owner.
     pub owner: Option<String>,
-    /// Milliseconds until the lease expires (negative: expired).
-    pub lease_expires_in_ms: Option<i64>,
+    /// Age in ms of the owner's last heartbeat, which keeps its leases
+    /// alive (`None`: no owner, or one not registered).
+    pub owner_heartbeat_age_ms: Option<i64>,
     /// Lease counter (moves at every change of hands).
     pub counter: u64,
     /// Consumer that claimed the lease, and the claim's age in ms.
@@ -89,7 +90,12 @@ pub struct EfoRow {
     pub idle_ms: Option<i64>,
 }
 
-fn shard_row(scope: String, s: &ShardState, now: EpochMillis) -> ShardRow {
+fn shard_row(
+    scope: String,
+    s: &ShardState,
+    snapshot: &GroupSnapshot,
+    now: EpochMillis,
+) -> ShardRow {
     let state = if s.depleted {
         "depleted"
     } else if !s.pending_parents.is_empty() {
@@ -102,7 +108,10 @@ fn shard_row(scope: String, s: &ShardState, now: EpochMillis) -> ShardRow {
         shard: s.shard_id.to_string(),
         state,
         owner: s.owner.as_ref().map(ToString::to_string),
-        lease_expires_in_ms: s.owner.as_ref().and(s.expires).map(|e| e - now),
+        owner_heartbeat_age_ms: s.owner.as_ref().and_then(|o| {
+            let owner = snapshot.consumers.iter().find(|c| c.id() == o)?;
+            Some(now - owner.heartbeat)
+        }),
         counter: s.counter,
         claim: s.claim.as_ref().map(|c| (c.by.to_string(), now - c.at)),
         checkpoint: s.checkpoint.as_ref().map(ToString::to_string),
@@ -140,25 +149,25 @@ impl GroupStatus {
                 leases: snapshot
                     .shards
                     .iter()
-                    .filter(|s| s.live_lease(now).is_some_and(|l| &l.owner == c.id()))
+                    .filter(|s| !s.depleted && s.owner.as_ref() == Some(c.id()))
                     .count(),
             })
             .collect();
         let shards = snapshot
             .shards
             .iter()
-            .map(|s| shard_row("group".to_owned(), s, now))
+            .map(|s| shard_row("group".to_owned(), s, snapshot, now))
             .chain(
                 snapshot
                     .own_shards
                     .iter()
-                    .map(|(c, s)| shard_row(format!("consumer:{c}"), s, now)),
+                    .map(|(c, s)| shard_row(format!("consumer:{c}"), s, snapshot, now)),
             )
             .chain(
                 snapshot
                     .efo_shards
                     .iter()
-                    .map(|(e, s)| shard_row(format!("efo:{e}"), s, now)),
+                    .map(|(e, s)| shard_row(format!("efo:{e}"), s, snapshot, now)),
             )
             .collect();
         let efo = snapshot

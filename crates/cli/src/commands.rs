@@ -166,7 +166,7 @@ pub async fn reset(
     };
     let shard = args.shard.as_deref().map(ShardId::new).transpose()?;
     let snapshot = store.load_group().await?;
-    let plan = plan_reset(&snapshot, &scope, shard.as_ref(), args.force, store.now())?;
+    let plan = plan_reset(&snapshot, &scope, shard.as_ref(), args.force)?;
     let config = store.config();
     let question = format!(
         "reset {} shard(s) of group {} on stream {} to {to}{}?",

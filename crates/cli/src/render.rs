@@ -165,7 +165,7 @@ pub fn status(s: &GroupStatus) -> String {
                 r.shard.clone(),
                 r.state.to_owned(),
                 or_dash(r.owner.as_deref()),
-                age(r.lease_expires_in_ms),
+                age(r.owner_heartbeat_age_ms),
                 r.counter.to_string(),
                 r.claim
                     .as_ref()
@@ -190,7 +190,7 @@ pub fn status(s: &GroupStatus) -> String {
             "shard",
             "state",
             "owner",
-            "expires in",
+            "owner beat",
             "counter",
             "claim",
             "last record age",

@@ -72,6 +72,79 @@ pub struct Heartbeat {
     /// and registered again, even when the registering heartbeat's answer was
     /// lost and its retry found the item already there.
     pub incarnation: String,
+    /// Leases taken from the consumer while its session was seen stale,
+    /// since it last acknowledged them, as the item was before this
+    /// heartbeat: a lease held at the counter named is no longer the
+    /// consumer's, and this heartbeat keeps it alive no more.
+    pub revoked: BTreeSet<Revocation>,
+    /// Shards of the consumer's leases that another consumer claimed, since
+    /// it last acknowledged them: hand each over (its lease item tells to
+    /// whom, if the claim still stands).
+    pub claimed: BTreeSet<ShardId>,
+}
+
+/// A lease taken from a consumer whose session was seen stale: the shard,
+/// and the counter the consumer held it at.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Revocation {
+    /// The shard.
+    pub shard_id: ShardId,
+    /// The lease counter its owner held it at.
+    pub counter: u64,
+}
+
+impl Revocation {
+    /// As stored in the consumer's `revoked` set: `<shard>@<counter>`
+    /// (shard ids hold no `@`).
+    pub(crate) fn encode(&self) -> String {
+        format!("{}@{}", self.shard_id, self.counter)
+    }
+
+    fn decode(stored: &str) -> Result<Self> {
+        let corrupt = || StateError::Corrupt {
+            key: stored.to_owned(),
+            reason: "a revocation is <shard>@<counter>".to_owned(),
+        };
+        let (shard, counter) = stored.rsplit_once('@').ok_or_else(corrupt)?;
+        Ok(Revocation {
+            shard_id: ShardId::new(shard)?,
+            counter: counter.parse().map_err(|_| corrupt())?,
+        })
+    }
+}
+
+/// The notes on a consumer's item its process has acted on, which its next
+/// heartbeat removes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acks {
+    /// Given shards looked at.
+    pub given: BTreeSet<ShardId>,
+    /// Revocations seen.
+    pub revoked: BTreeSet<Revocation>,
+    /// Claims seen.
+    pub claimed: BTreeSet<ShardId>,
+}
+
+impl Acks {
+    /// Nothing to acknowledge.
+    pub fn is_empty(&self) -> bool {
+        self.given.is_empty() && self.revoked.is_empty() && self.claimed.is_empty()
+    }
+
+    /// Adds `other`'s acknowledgements to these.
+    pub fn extend(&mut self, other: Acks) {
+        self.given.extend(other.given);
+        self.revoked.extend(other.revoked);
+        self.claimed.extend(other.claimed);
+    }
+}
+
+/// The shard ids of a string set attribute of `item` (absent: none).
+fn shard_ids(item: &crate::item::RawItem, name: &str) -> Result<BTreeSet<ShardId>> {
+    match item.get(name) {
+        Some(AttributeValue::Ss(ids)) => ids.iter().map(ShardId::new).collect(),
+        _ => Ok(BTreeSet::new()),
+    }
 }
 
 /// What [`Consumers::clear_old`] did.
@@ -98,7 +171,7 @@ impl Consumers<'_> {
     /// it a lease (see [`Consumers::notify_assigned`]), so a consumer learns
     /// of new leases without reading every shard.
     pub async fn heartbeat(self, info: &ConsumerInfo) -> Result<Heartbeat> {
-        self.beat(info, None, &BTreeSet::new()).await
+        self.beat(info, None, &Acks::default()).await
     }
 
     /// [`Consumers::heartbeat`] by one process holding the consumer id,
@@ -108,23 +181,27 @@ impl Consumers<'_> {
     /// stored token is this one (or none, after the reaper removed the
     /// consumer); once a newer process took the id over it fails with
     /// [`StateError::Superseded`], so two processes with one id never both
-    /// carry on. The shards in `acked` (given shards the process has looked
-    /// at) are removed from the consumer's given shards.
+    /// carry on. The notes in `acks` (given shards, revocations and claims
+    /// the process has acted on) are removed from the consumer's item.
+    ///
+    /// Every heartbeat moves the consumer's beat counter: an observer that
+    /// saw it unchanged for a lease term knows the consumer's process can
+    /// no longer be processing under any of its leases.
     pub async fn heartbeat_as(
         self,
         info: &ConsumerInfo,
         token: &str,
         take_over: bool,
-        acked: &BTreeSet<ShardId>,
+        acks: &Acks,
     ) -> Result<Heartbeat> {
-        self.beat(info, Some((token, take_over)), acked).await
+        self.beat(info, Some((token, take_over)), acks).await
     }
 
     async fn beat(
         self,
         info: &ConsumerInfo,
         token: Option<(&str, bool)>,
-        acked: &BTreeSet<ShardId>,
+        acks: &Acks,
     ) -> Result<Heartbeat> {
         let now = self.store.now();
         let fresh = format!("{:016x}", fastrand::u64(..));
@@ -139,8 +216,10 @@ impl Consumers<'_> {
                 attr::ACTIVE,
                 attr::STANDALONE,
                 attr::INCARNATION,
+                attr::BEAT,
             ])
             .value("now", n(now))
+            .value("one", n(1))
             .value("fresh", s(&fresh))
             .value("app", s(&info.app))
             .value("host", s(&info.host))
@@ -182,11 +261,23 @@ impl Consumers<'_> {
             }
         }
         update.push_str(add);
-        if !acked.is_empty() {
+        update.push_str(" ADD #beat :one");
+        let revoked: Vec<String> = acks.revoked.iter().map(Revocation::encode).collect();
+        let deletes = [
+            (attr::GIVEN, acks.given.iter().map(|s| s.to_string()).collect()),
+            (attr::REVOKED, revoked),
+            (attr::CLAIMED, acks.claimed.iter().map(|s| s.to_string()).collect()),
+        ];
+        let mut clause = " DELETE";
+        for (name, values) in deletes {
+            if values.is_empty() {
+                continue;
+            }
             expr = expr
-                .names(&[attr::GIVEN])
-                .value("acked", shard_set(acked.iter()));
-            update.push_str(" DELETE #given :acked");
+                .names(&[name])
+                .value(&format!("{name}_acked"), AttributeValue::Ss(values));
+            update.push_str(&format!("{clause} #{name} :{name}_acked"));
+            clause = ",";
         }
         let req = self
             .store
@@ -213,10 +304,10 @@ impl Consumers<'_> {
             Some(_) => ItemReader::new(&old).s(attr::INCARNATION)?.to_owned(),
             None => fresh,
         };
-        let given = match old.get(attr::GIVEN) {
-            Some(AttributeValue::Ss(ids)) => ids
+        let revoked = match old.get(attr::REVOKED) {
+            Some(AttributeValue::Ss(stored)) => stored
                 .iter()
-                .map(ShardId::new)
+                .map(|r| Revocation::decode(r))
                 .collect::<Result<BTreeSet<_>>>()?,
             _ => BTreeSet::new(),
         };
@@ -225,8 +316,10 @@ impl Consumers<'_> {
             registered,
             assignments: reader.u64_or(attr::ASSIGNED, 0)?,
             named: reader.u64_or(attr::NAMED, 0)?,
-            given,
+            given: shard_ids(&old, attr::GIVEN)?,
             incarnation,
+            revoked,
+            claimed: shard_ids(&old, attr::CLAIMED)?,
         })
     }
 

@@ -76,10 +76,13 @@ impl<'a> ItemReader<'a> {
     }
 
     pub(crate) fn u64_or(&self, name: &str, default: u64) -> Result<u64> {
-        match self.opt_i64(name)? {
-            None => Ok(default),
-            Some(v) => u64::try_from(v).map_err(|_| self.corrupt(name, "negative")),
-        }
+        Ok(self.opt_u64(name)?.unwrap_or(default))
+    }
+
+    pub(crate) fn opt_u64(&self, name: &str) -> Result<Option<u64>> {
+        self.opt_i64(name)?
+            .map(|v| u64::try_from(v).map_err(|_| self.corrupt(name, "negative")))
+            .transpose()
     }
 
     pub(crate) fn bool_or(&self, name: &str, default: bool) -> Result<bool> {

@@ -8,9 +8,10 @@
 use crate::clock::{duration_millis, EpochMillis};
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
-use crate::model::{Claim, Lease, ShardState};
+use crate::consumer::Revocation;
+use crate::model::{Claim, Lease, SessionSeen, ShardState};
 use crate::names::{ConsumerId, ShardId};
-use crate::schema::{attr, ShardScope};
+use crate::schema::{attr, consumer_sk, ShardScope};
 use crate::store::{At, StateStore};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::BTreeMap;
@@ -26,32 +27,44 @@ pub struct Renewal {
 }
 
 /// The state of a lease a take was decided on: the take applies only if the
-/// lease is still exactly so.
+/// lease is still exactly so, and, when it had an owner, only if the owner's
+/// session is still as seen.
+///
+/// A take from an owner (`session` given) is one transaction: the lease
+/// moves, and the owner's item notes the revocation (or, for an owner seen
+/// unregistered, is checked to be still absent). A heartbeat of the owner
+/// that lands first fails the take; one that lands after it carries the
+/// revocation in its answer, so the owner never counts that heartbeat as
+/// keeping the lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeFrom {
-    /// Free, or expired as an observer judged it: the counter and the
-    /// renewal seen (`expires` as stored, `None` when the lease had no
-    /// owner). A renewal since changes `expires`, and the take fails.
+    /// Free, or stale as an observer judged it (its owner's session, and
+    /// the lease itself, unchanged for a term): the counter and the stored
+    /// expiry seen (`None` when the lease had no owner), and the owner's
+    /// session seen.
     Stale {
         /// The lease counter seen.
         counter: u64,
         /// The stored expiry seen.
         expires: Option<EpochMillis>,
+        /// The owner's session seen (`None`: the lease had no owner).
+        session: Option<SessionSeen>,
     },
-    /// Claimed by the taker, and not handed over nor renewed for a term
-    /// as an observer judged it: taken while the claim stands, on the
-    /// counter and the renewal seen (a renewal since fails the take).
+    /// Claimed by the taker, and its owner's session seen stale: taken
+    /// while the claim stands, on the counter, the stored expiry and the
+    /// owner's session seen.
     Claimed {
         /// The lease counter seen.
         counter: u64,
         /// The stored expiry seen.
         expires: Option<EpochMillis>,
+        /// The owner's session seen.
+        session: Option<SessionSeen>,
     },
     /// Already in the taker's name (given by the rebalancer, or held by
     /// an earlier process under the same consumer id): taken at the counter
     /// seen, which fences out whoever held it under that name. With
-    /// `expires`, only if it was not renewed since (a lease an earlier
-    /// process under the name may still hold, waited out for a term).
+    /// `expires`, only if it was not renewed since.
     Named {
         /// The lease counter seen.
         counter: u64,
@@ -69,6 +82,16 @@ impl TakeFrom {
             | TakeFrom::Named { counter, .. } => *counter,
         }
     }
+
+    /// The owner's session the take is conditioned on, if any.
+    pub fn session(&self) -> Option<&SessionSeen> {
+        match self {
+            TakeFrom::Stale { session, .. } | TakeFrom::Claimed { session, .. } => {
+                session.as_ref()
+            }
+            TakeFrom::Named { .. } => None,
+        }
+    }
 }
 
 /// What a release did.
@@ -83,6 +106,9 @@ pub enum Released {
 const LEASABLE: &str = "attribute_exists(pk) AND #depleted = :false \
      AND (attribute_not_exists(#pending) OR size(#pending) = :zero)";
 const FENCE: &str = "#owner = :me AND #counter = :n";
+/// The update that frees a lease, moving the counter on.
+const CLEAR_OWNER: &str = "SET #updated = :now ADD #counter :one \
+     REMOVE #owner, #expires, #claim_by, #claim_at, #holder";
 
 fn lease_names(expr: Expr) -> Expr {
     expr.names(&[
@@ -137,6 +163,21 @@ fn lease_from(item: &RawItem) -> Result<Lease> {
     }
 }
 
+/// The update of a take: `:me` holds the lease until `:until`, the counter
+/// moves on, the claim goes, and `holder` is its holding token (`:holder`)
+/// or none.
+fn owner_update(holder: Option<&str>) -> String {
+    let (set_holder, remove_holder) = if holder.is_some() {
+        (", #holder = :holder", "")
+    } else {
+        ("", ", #holder")
+    };
+    format!(
+        "SET #owner = :me, #expires = :until, #updated = :now{set_holder} \
+         ADD #counter :one REMOVE #claim_by, #claim_at{remove_holder}"
+    )
+}
+
 /// Shard leases (see the module docs). From [`StateStore::leases`].
 #[derive(Debug, Clone, Copy)]
 pub struct Leases<'a> {
@@ -167,7 +208,7 @@ impl Leases<'_> {
         let condition = format!(
             "{LEASABLE} AND (attribute_not_exists(#owner) OR #expires < :now OR #owner = :me)"
         );
-        let expr = self.owner_expr(consumer, None, term);
+        let (expr, _) = self.owner_expr(consumer, None, term);
         match self.set_owner(shard, expr, None, &condition).await? {
             Ok(lease) => Ok(Some(lease)),
             Err(_) => Ok(None),
@@ -192,9 +233,8 @@ impl Leases<'_> {
         holder: Option<&str>,
         term: Duration,
     ) -> Result<Option<Lease>> {
-        let mut expr = self
-            .owner_expr(new_owner, holder, term)
-            .value("n", n(from.counter()));
+        let (expr, until) = self.owner_expr(new_owner, holder, term);
+        let mut expr = expr.value("n", n(from.counter()));
         let (who, expires) = match from {
             TakeFrom::Stale { expires, .. } => ("", Some(*expires)),
             TakeFrom::Claimed { expires, .. } => (" AND #claim_by = :me", Some(*expires)),
@@ -209,9 +249,34 @@ impl Leases<'_> {
             }
         };
         let condition = format!("{LEASABLE} AND #counter = :n{who}{renewal}");
-        let old = match self.set_owner(shard, expr, holder, &condition).await? {
-            Ok(lease) => return Ok(Some(lease)),
-            Err(old) => old,
+        let old = match from.session() {
+            None => match self.set_owner(shard, expr, holder, &condition).await? {
+                Ok(lease) => return Ok(Some(lease)),
+                Err(old) => old,
+            },
+            Some(session) => {
+                let at = self.lease_at(shard).await?;
+                let revocation = Revocation {
+                    shard_id: shard.clone(),
+                    counter: from.counter(),
+                };
+                let parts = vec![
+                    self.store
+                        .tx_update(&at, &expr, &owner_update(holder), Some(&condition))?,
+                    self.session_part(session, &revocation)?,
+                ];
+                match self.store.transact(parts).await? {
+                    Ok(()) => {
+                        return Ok(Some(Lease {
+                            shard_id: shard.clone(),
+                            owner: new_owner.clone(),
+                            counter: from.counter() + 1,
+                            expires: until,
+                        }))
+                    }
+                    Err(_) => self.store.get_item(&at).await?,
+                }
+            }
         };
         // A retry of this take whose first answer was lost finds its own write.
         let Some(holder) = holder else {
@@ -236,20 +301,61 @@ impl Leases<'_> {
         }))
     }
 
-    /// The expression of a take by `owner` for `term` from now.
-    fn owner_expr(self, owner: &ConsumerId, holder: Option<&str>, term: Duration) -> Expr {
+    /// The expression of a take by `owner` for `term` from now, and its expiry.
+    fn owner_expr(
+        self,
+        owner: &ConsumerId,
+        holder: Option<&str>,
+        term: Duration,
+    ) -> (Expr, EpochMillis) {
         let now = self.store.now();
+        let until = now + duration_millis(term);
         let mut expr = lease_names(Expr::new())
             .value("me", s(owner.as_str()))
             .value("now", n(now))
-            .value("until", n(now + duration_millis(term)))
+            .value("until", n(until))
             .value("one", n(1))
             .value("zero", n(0))
             .value("false", AttributeValue::Bool(false));
         if let Some(holder) = holder {
             expr = expr.value("holder", s(holder));
         }
-        expr
+        (expr, until)
+    }
+
+    /// The part of a take from an owner that checks the owner's session is
+    /// still as seen: a note of the revocation on its item, on the heartbeat
+    /// seen, or a check that it is still not registered.
+    fn session_part(
+        self,
+        session: &SessionSeen,
+        revocation: &Revocation,
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem> {
+        let at = self.store.home(consumer_sk(session.consumer()));
+        match session {
+            SessionSeen::Unregistered { .. } => {
+                self.store
+                    .tx_check(&at, &Expr::new(), "attribute_not_exists(pk)")
+            }
+            SessionSeen::Beating {
+                heartbeat, beat, ..
+            } => {
+                let mut expr = Expr::new()
+                    .names(&[attr::HEARTBEAT, attr::BEAT, attr::REVOKED])
+                    .value("hb", n(*heartbeat))
+                    .value("revoked", AttributeValue::Ss(vec![revocation.encode()]));
+                let beat = match beat {
+                    Some(beat) => {
+                        expr = expr.value("beat", n(*beat));
+                        "#beat = :beat"
+                    }
+                    None => "attribute_not_exists(#beat)",
+                };
+                let condition = format!("#heartbeat = :hb AND {beat}");
+                self.store
+                    .tx_update(&at, &expr, "ADD #revoked :revoked", Some(&condition))
+            }
+        }
     }
 
     /// Makes `:me` the lease holder until `:until` under `condition`, moving
@@ -262,15 +368,7 @@ impl Leases<'_> {
         holder: Option<&str>,
         condition: &str,
     ) -> Result<std::result::Result<Lease, Option<RawItem>>> {
-        let (set_holder, remove_holder) = if holder.is_some() {
-            (", #holder = :holder", "")
-        } else {
-            ("", ", #holder")
-        };
-        let update = format!(
-            "SET #owner = :me, #expires = :until, #updated = :now{set_holder} \
-             ADD #counter :one REMOVE #claim_by, #claim_at{remove_holder}"
-        );
+        let update = owner_update(holder);
         let at = self.lease_at(shard).await?;
         let req = self.store.update_req(&at, &expr, &update, Some(condition));
         match self.store.conditional_update(req).await? {
@@ -378,27 +476,40 @@ impl Leases<'_> {
         Err(lost(&lease.shard_id, lease, None))
     }
 
-    /// Asks for a lease held by another consumer: the owner sees the claim at
-    /// its next renewal, checkpoints and hands the shard over. `false` if the
-    /// lease changed since `expected_counter`, is unowned, already claimed, or
-    /// held by the claimant itself.
+    /// Asks `owner` for its lease on `shard` for `claimant`: one
+    /// transaction marks the lease claimed and notes the shard on the
+    /// owner's item, so the owner learns of it from its next heartbeat's
+    /// answer, checkpoints and hands the shard over. `false` if the lease
+    /// changed since `expected_counter`, is not `owner`'s, is already
+    /// claimed or held by the claimant itself, or `owner` is not registered.
     pub async fn claim(
         self,
         shard: &ShardId,
         claimant: &ConsumerId,
+        owner: &ConsumerId,
         expected_counter: u64,
     ) -> Result<bool> {
         let expr = lease_names(Expr::new())
             .value("by", s(claimant.as_str()))
+            .value("me", s(owner.as_str()))
             .value("n", n(expected_counter))
             .value("now", n(self.store.now()));
-        let req = self.store.update_req(
+        let lease = self.store.tx_update(
             &self.lease_at(shard).await?,
             &expr,
             "SET #claim_by = :by, #claim_at = :now, #updated = :now",
-            Some("#counter = :n AND attribute_exists(#owner) AND #owner <> :by AND attribute_not_exists(#claim_by)"),
-        );
-        Ok(self.store.conditional_update(req).await?.is_ok())
+            Some("#counter = :n AND #owner = :me AND #owner <> :by AND attribute_not_exists(#claim_by)"),
+        )?;
+        let note = Expr::new()
+            .names(&[attr::CLAIMED])
+            .value("shard", AttributeValue::Ss(vec![shard.to_string()]));
+        let note = self.store.tx_update(
+            &self.store.home(consumer_sk(owner)),
+            &note,
+            "ADD #claimed :shard",
+            Some("attribute_exists(pk)"),
+        )?;
+        Ok(self.store.transact(vec![lease, note]).await?.is_ok())
     }
 
     /// Withdraws `claimant`'s claim on the shard (the claimant died, or the
@@ -438,9 +549,11 @@ impl Leases<'_> {
         self.clear_owner(shard, expr, condition).await
     }
 
-    /// Frees `lease` if it is still exactly as seen: its owner, counter and
-    /// stored expiry (a renewal since leaves it held). For the reaper, on a
-    /// lease it observed unrenewed for a term. `true` if it was freed.
+    /// Frees `lease` if it is still exactly as seen (its owner, counter and
+    /// stored expiry) and its owner is still not registered: for the
+    /// reaper, once it removed the owner, on a lease it observed unchanged
+    /// for a term. A consumer registered again meanwhile keeps it. `true`
+    /// if it was freed.
     pub async fn free_stale(self, lease: &Lease) -> Result<bool> {
         let expr = lease_names(Expr::new())
             .value("me", s(lease.owner.as_str()))
@@ -449,7 +562,21 @@ impl Leases<'_> {
             .value("now", n(self.store.now()))
             .value("one", n(1));
         let condition = "#owner = :me AND #counter = :n AND #expires = :seen";
-        self.clear_owner(&lease.shard_id, expr, condition).await
+        let free = self.store.tx_update(
+            &self.lease_at(&lease.shard_id).await?,
+            &expr,
+            CLEAR_OWNER,
+            Some(condition),
+        )?;
+        let gone = SessionSeen::Unregistered {
+            consumer: lease.owner.clone(),
+        };
+        let revocation = Revocation {
+            shard_id: lease.shard_id.clone(),
+            counter: lease.counter,
+        };
+        let parts = vec![free, self.session_part(&gone, &revocation)?];
+        Ok(self.store.transact(parts).await?.is_ok())
     }
 
     /// Removes the lease's owner under `condition`, moving the counter on.
@@ -457,7 +584,7 @@ impl Leases<'_> {
         let req = self.store.update_req(
             &self.lease_at(shard).await?,
             &expr,
-            "SET #updated = :now ADD #counter :one REMOVE #owner, #expires, #claim_by, #claim_at, #holder",
+            CLEAR_OWNER,
             Some(condition),
         );
         Ok(self.store.conditional_update(req).await?.is_ok())
@@ -488,13 +615,24 @@ impl Leases<'_> {
             .collect())
     }
 
-    /// Consumers that hold at least one live lease, with their shards.
+    /// Registered consumers that hold at least one lease (a registered
+    /// consumer's session keeps its leases alive), with their shards.
     pub async fn list_active_workers(self) -> Result<BTreeMap<ConsumerId, Vec<ShardState>>> {
-        let now = self.store.now();
+        let registered: std::collections::BTreeSet<ConsumerId> = self
+            .store
+            .consumers()
+            .list()
+            .await?
+            .into_iter()
+            .map(|c| c.info.id)
+            .collect();
         let mut workers: BTreeMap<ConsumerId, Vec<ShardState>> = BTreeMap::new();
         for shard in self.store.shards().list(&ShardScope::Group).await? {
-            if let Some(lease) = shard.live_lease(now).filter(|_| !shard.depleted) {
-                workers.entry(lease.owner).or_default().push(shard);
+            match shard.owner.clone() {
+                Some(owner) if !shard.depleted && registered.contains(&owner) => {
+                    workers.entry(owner).or_default().push(shard)
+                }
+                _ => {}
             }
         }
         Ok(workers)

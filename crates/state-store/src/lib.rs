@@ -82,7 +82,7 @@ pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
 // public only for tests (this workspace's and a user's) that ask for them.
 #[cfg(feature = "testing")]
 pub use clock::{ManualClock, SkewedClock};
-pub use consumer::{ClearReport, Consumers, Heartbeat, MAX_GIVEN};
+pub use consumer::{Acks, ClearReport, Consumers, Heartbeat, Revocation, MAX_GIVEN};
 pub use efo::EfoConsumers;
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};
@@ -90,8 +90,8 @@ pub use item::RawItem;
 pub use layout::Layout;
 pub use lease::{Leases, Released, Renewal, TakeFrom};
 pub use model::{
-    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, ShardState, StoredShardPosition,
-    StreamState,
+    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, SessionSeen, ShardState,
+    StoredShardPosition, StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::Positions;

@@ -62,12 +62,60 @@ pub struct ConsumerState {
     pub active: bool,
     /// The token of the process holding the id (see [`Consumers::heartbeat_as`](crate::Consumers::heartbeat_as)).
     pub token: Option<String>,
+    /// Its session's beat counter, moved by every heartbeat (`None`: a
+    /// consumer of code from before sessions, which renews each lease).
+    pub beat: Option<u64>,
 }
 
 impl ConsumerState {
     /// The consumer's id.
     pub fn id(&self) -> &ConsumerId {
         &self.info.id
+    }
+
+    /// Its session as seen now: what a take of one of its leases is
+    /// conditioned on.
+    pub fn session(&self) -> SessionSeen {
+        SessionSeen::Beating {
+            consumer: self.info.id.clone(),
+            heartbeat: self.heartbeat,
+            beat: self.beat,
+        }
+    }
+}
+
+/// A lease owner's session as an observer saw it. A lease moves away from
+/// a holder that did not release it only on the session seen: a heartbeat
+/// that lands first fails the take, and one that lands after it learns of
+/// the take in its answer (see [`Leases::take`](crate::Leases::take)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSeen {
+    /// The owner was not registered (it left, or was reaped): the take
+    /// applies only while it still is not.
+    Unregistered {
+        /// The owner.
+        consumer: ConsumerId,
+    },
+    /// The owner's heartbeat as seen: the take applies only while it has
+    /// not heartbeated since.
+    Beating {
+        /// The owner.
+        consumer: ConsumerId,
+        /// Its stored heartbeat time.
+        heartbeat: EpochMillis,
+        /// Its beat counter (`None`: code from before sessions).
+        beat: Option<u64>,
+    },
+}
+
+impl SessionSeen {
+    /// The owner whose session this is.
+    pub fn consumer(&self) -> &ConsumerId {
+        match self {
+            SessionSeen::Unregistered { consumer } | SessionSeen::Beating { consumer, .. } => {
+                consumer
+            }
+        }
     }
 }
 
@@ -244,6 +292,7 @@ impl ConsumerState {
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,
             token: r.opt_s(attr::TOKEN)?.map(str::to_owned),
+            beat: r.opt_u64(attr::BEAT)?,
         })
     }
 }

@@ -13,9 +13,10 @@ impl Checkpoints<'_> {
     /// Sets the checkpoint of `seen.shard_id` in `scope` to `to`, if the shard
     /// is still as read in `seen`, and moves its lease counter on.
     ///
-    /// Leased scope: the shard's counter must still be the one seen, and,
-    /// unless `evict`, no live lease may be held. With `evict` the lease
-    /// ends too (owner, expiry and claim removed), so the holder learns
+    /// Leased scope: the shard's counter must still be the one seen (the
+    /// caller decided from what it read that no live lease is held, see
+    /// `plan_reset`: the moved counter fences an owner that was not seen).
+    /// With `evict` the lease ends too (owner, expiry and claim removed), so the holder learns
     /// `LeaseLost` at its next write instead of writing its old position
     /// over the reset. Standalone scopes have no lease: the item must not
     /// have been written since it was read (`updated` unchanged).
@@ -52,10 +53,8 @@ impl Checkpoints<'_> {
                 };
                 if evict {
                     update.push_str(", #owner, #expires, #claim_by, #claim_at, #holder");
-                    counter.to_owned()
-                } else {
-                    format!("{counter} AND (attribute_not_exists(#owner) OR #expires < :now)")
                 }
+                counter.to_owned()
             }
             ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated".to_owned(),
         };

@@ -24,7 +24,7 @@ use crate::layout::Layout;
 use crate::layout::{moving_to, SK_BUCKETS};
 use crate::records::{SK_ATTEMPTS, SK_PARKED};
 use crate::retry::CallError;
-use crate::schema::{attr, schema_version, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
+use crate::schema::{attr, SCHEMA_VERSION, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
 use crate::store::{sk_suffix, At};
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 
@@ -174,7 +174,7 @@ impl Layout<'_> {
         self.store.conditional_update(req).await?.ok();
         self.store.forget_layout();
         if self.store.stream_item().state().await?.is_some() {
-            self.store.raise_schema(schema_version(to)).await?;
+            self.store.raise_schema(SCHEMA_VERSION).await?;
         }
         Ok(report)
     }

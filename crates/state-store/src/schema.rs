@@ -23,19 +23,13 @@
 
 use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 
-/// The newest layout version this code reads, stored in the `STREAM` item:
+/// The newest schema version this code reads, stored in the `STREAM` item:
 /// 1 for a group under one key, 2 for a group spread over buckets (older
-/// code, which knows no buckets, refuses to start on it).
-pub const SCHEMA_VERSION: u32 = 2;
-
-/// The layout version of a group with `buckets` buckets.
-pub fn schema_version(buckets: crate::buckets::Buckets) -> u32 {
-    if buckets == crate::buckets::Buckets::ONE {
-        1
-    } else {
-        2
-    }
-}
+/// code, which knows no buckets, refuses to start on it), 3 for a group
+/// whose leases live by their owner's session (any layout: code that
+/// renews each lease refuses to start on it, see docs/OPERATIONS.md,
+/// "Upgrading a running group").
+pub const SCHEMA_VERSION: u32 = 3;
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shardkeeper-state";
 
@@ -107,6 +101,14 @@ pub mod attr {
     pub const DRAINING: &str = "draining";
     /// Consumer: the registration's identity, drawn when the item is created.
     pub const INCARNATION: &str = "incarnation";
+    /// Consumer: its session's beat counter, moved by every heartbeat.
+    pub const BEAT: &str = "beat";
+    /// Consumer: its leases taken from it while its session was seen stale
+    /// (SS of `<shard>@<counter>`), until it acknowledges them.
+    pub const REVOKED: &str = "revoked";
+    /// Consumer: the shards of its leases another consumer claimed (SS),
+    /// until it acknowledges them.
+    pub const CLAIMED: &str = "claimed";
     /// EFO: consumer ARN.
     pub const ARN: &str = "arn";
     /// EFO: the consumer holding the lock.

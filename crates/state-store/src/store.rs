@@ -21,7 +21,10 @@ use crate::stream_address::StreamAddress;
 use crate::table::Table;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::future::Future;
@@ -320,6 +323,77 @@ impl StateStore {
             .set_expression_attribute_values(expr.values_opt())
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// An Update of one item of this group as one part of a transaction.
+    pub(crate) fn tx_update(
+        &self,
+        at: &At,
+        expr: &Expr,
+        update: &str,
+        condition: Option<&str>,
+    ) -> Result<TransactWriteItem> {
+        let expr = expr.used_in(&[update, condition.unwrap_or("")]);
+        let update = Update::builder()
+            .table_name(self.table_name())
+            .key(PK, s(&at.pk))
+            .key(SK, s(&at.sk))
+            .update_expression(update)
+            .set_condition_expression(condition.map(str::to_owned))
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt())
+            .build()
+            .map_err(|e| StateError::validation("transaction", e.to_string()))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// A ConditionCheck of one item of this group as one part of a transaction.
+    pub(crate) fn tx_check(
+        &self,
+        at: &At,
+        expr: &Expr,
+        condition: &str,
+    ) -> Result<TransactWriteItem> {
+        let expr = expr.used_in(&[condition]);
+        let check = ConditionCheck::builder()
+            .table_name(self.table_name())
+            .key(PK, s(&at.pk))
+            .key(SK, s(&at.sk))
+            .condition_expression(condition)
+            .set_expression_attribute_names(expr.names_opt())
+            .set_expression_attribute_values(expr.values_opt())
+            .build()
+            .map_err(|e| StateError::validation("transaction", e.to_string()))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// Sends a TransactWriteItems: `Ok(Ok(()))` when it applied,
+    /// `Ok(Err(codes))` when it was cancelled, with each part's
+    /// cancellation code (`"None"` where that part passed; empty when the
+    /// server named no reasons). Nothing is written when cancelled.
+    pub(crate) async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+    ) -> Result<std::result::Result<(), Vec<String>>> {
+        let req = self
+            .client()
+            .transact_write_items()
+            .set_transact_items(Some(items));
+        match self.call("TransactWriteItems", || req.clone().send()).await {
+            Ok(_) => Ok(Ok(())),
+            Err(CallError::Failed(e)) => Err(e),
+            Err(CallError::Condition(e)) => {
+                let codes = match &e {
+                    TransactWriteItemsError::TransactionCanceledException(c) => c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None").to_owned())
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Ok(Err(codes))
+            }
+        }
     }
 
     /// Sends a conditional update: `Ok(Ok(new item))` when it applied,

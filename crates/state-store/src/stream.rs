@@ -6,7 +6,7 @@ use crate::item::{n, s, Expr, RawItem};
 use crate::layout::SK_BUCKETS;
 use crate::model::StreamState;
 use crate::retry::call_kinesis;
-use crate::schema::{attr, schema_version, PK, SCHEMA_VERSION, SK, SK_STREAM};
+use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_STREAM};
 use crate::store::StateStore;
 use crate::stream_address::{ForStream, StreamAddress};
 use crate::table::{TableOptions, TableReport};
@@ -100,7 +100,8 @@ impl StreamItem<'_> {
     ) -> Result<StreamInit> {
         // Laid out before the stream item is written: a group whose stream
         // item came first is one written before buckets existed.
-        let version = schema_version(self.store.laid_out().await?);
+        self.store.laid_out().await?;
+        let version = SCHEMA_VERSION;
         let mut reset = None;
         for _ in 0..5 {
             match self.state().await? {

@@ -50,11 +50,6 @@ impl<K: Hash + Eq + Clone + Ord, V: PartialEq> FirstSeen<K, V> {
         ages
     }
 
-    /// The keys seen at the last look.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
-        self.first_seen.keys()
-    }
-
     /// The keys whose value was seen to change.
     pub(crate) fn changed(&self) -> impl Iterator<Item = &K> {
         self.first_seen

@@ -4,29 +4,27 @@
 //! stop.
 //!
 //! The older may still be inside a batch when the newer takes the id over,
-//! until its leases' local expiry. So a lease in the id's name that another
-//! process's token holds is taken only once this process has seen it
-//! unrenewed for a term (on its own monotonic clock, as the rebalancer
-//! judges expiry), on the renewal seen: the older process stops before the
-//! newer one reads.
+//! until its leases' local expiry: its last heartbeat that went through
+//! plus the term. Once the newer's first heartbeat took the id over, no
+//! heartbeat of the older goes through, so a lease in the id's name that
+//! another process's token holds is taken only a term after this process
+//! took the id over (on its own monotonic clock): the older process stops
+//! before the newer one reads.
 
-use crate::consumer::FirstSeen;
-use crate::state::{
-    ConsumerInfo, EpochMillis, Heartbeat, ShardId, ShardState, StateStore, TakeFrom,
-};
+use crate::state::{Acks, ConsumerInfo, Heartbeat, ShardId, ShardState, StateStore, TakeFrom};
 use crate::Result;
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The token of this process's session under its consumer id.
 #[derive(Debug)]
 pub(crate) struct Holding {
     token: String,
-    taken: bool,
+    /// When the answer of the heartbeat that took the id over came back.
+    taken_at: Option<Instant>,
     incarnation: Option<String>,
-    /// Leases in the id's name held by another process's token: the
-    /// renewal seen (counter, stored expiry), and since when.
-    waiting: FirstSeen<ShardId, (u64, Option<EpochMillis>)>,
+    /// Leases in the id's name held by another process's token, not yet taken.
+    waiting: BTreeSet<ShardId>,
 }
 
 impl Holding {
@@ -34,52 +32,48 @@ impl Holding {
     pub(crate) fn new() -> Self {
         Holding {
             token: format!("{:016x}", fastrand::u64(..)),
-            taken: false,
+            taken_at: None,
             incarnation: None,
-            waiting: FirstSeen::default(),
+            waiting: BTreeSet::new(),
         }
     }
 
     /// How this process may take each of `shards`, leases in its id's name
-    /// it does not hold, at `now` (a monotonic reading): at once when no
-    /// other process's token holds it (given by the rebalancer or a
-    /// hand-off, or taken by this process before); else only once it has
-    /// been seen unrenewed for `term`, and only if still so. A shard left
-    /// out is not to be taken yet.
+    /// it does not hold, at `now`: at once when no other process's token
+    /// holds it (given by the rebalancer or a hand-off, or taken by this
+    /// process before); else only once a term has passed since this process
+    /// took the id over, and only if the lease is still as read. A shard
+    /// left out is not to be taken yet.
     pub(crate) fn takes(
         &mut self,
         shards: &[ShardState],
-        now: EpochMillis,
+        now: Instant,
         term: Duration,
     ) -> Vec<(ShardId, TakeFrom)> {
-        let foreign = |s: &&ShardState| s.holder.as_ref().is_some_and(|h| *h != self.token);
-        let seen = shards
-            .iter()
-            .filter(foreign)
-            .map(|s| (s.shard_id.clone(), (s.counter, s.expires)));
-        let ages = self.waiting.observe(seen, now);
-        shards
-            .iter()
-            .filter_map(|s| {
-                match ages.get(&s.shard_id) {
-                    None => Some(TakeFrom::Named {
-                        counter: s.counter,
-                        expires: None,
-                    }),
-                    Some(age) if *age >= term => Some(TakeFrom::Named {
-                        counter: s.counter,
-                        expires: s.expires,
-                    }),
-                    Some(_) => None,
-                }
-                .map(|from| (s.shard_id.clone(), from))
-            })
-            .collect()
+        let waited = self.taken_at.is_some_and(|at| now >= at + term);
+        // A lease waited on that is no longer in the id's name is waited on no more.
+        self.waiting
+            .retain(|w| shards.iter().any(|s| s.shard_id == *w));
+        let mut takes = Vec::new();
+        for s in shards {
+            let foreign = s.holder.as_ref().is_some_and(|h| *h != self.token);
+            if foreign && !waited {
+                self.waiting.insert(s.shard_id.clone());
+                continue;
+            }
+            self.waiting.remove(&s.shard_id);
+            let from = TakeFrom::Named {
+                counter: s.counter,
+                expires: foreign.then_some(s.expires).flatten(),
+            };
+            takes.push((s.shard_id.clone(), from));
+        }
+        takes
     }
 
     /// The leases waited on: read again at each tick until taken.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = &ShardId> {
-        self.waiting.keys()
+        self.waiting.iter()
     }
 
     /// The token, stored with the leases taken for this process.
@@ -94,18 +88,21 @@ impl Holding {
     /// is reported as a registration, even when the registering heartbeat's
     /// answer was lost and its retry found the item there: the consumer was
     /// removed by the reaper meanwhile, so its leases are read again.
-    /// `acked`: given shards looked at since the last heartbeat.
+    /// `acks`: the notes acted on since the last heartbeat.
     pub(crate) async fn heartbeat(
         &mut self,
         store: &StateStore,
         info: &ConsumerInfo,
-        acked: &BTreeSet<ShardId>,
+        acks: &Acks,
     ) -> Result<Heartbeat> {
+        let take_over = self.taken_at.is_none();
         let mut beat = store
             .consumers()
-            .heartbeat_as(info, &self.token, !self.taken, acked)
+            .heartbeat_as(info, &self.token, take_over, acks)
             .await?;
-        self.taken = true;
+        if take_over {
+            self.taken_at = Some(Instant::now());
+        }
         if self
             .incarnation
             .as_ref()

@@ -32,11 +32,9 @@ impl Mode {
         }
     }
 
-    /// The consumer's id.
     /// When this process must stop processing `shard` (see
-    /// [`ConsumerSession::local_expiry`]); `None` for a standalone consumer,
-    /// which holds no leases.
-    /// The instant and the term it was renewed for.
+    /// [`ConsumerSession::local_expiry`]), and the lease term; `None` for a
+    /// standalone consumer, which holds no leases.
     pub(crate) fn local_expiry(
         &self,
         shard: &ShardId,
@@ -59,14 +57,6 @@ impl Mode {
     pub(crate) async fn drain(&mut self) -> Result<()> {
         match self {
             Mode::Group(s) => s.drain().await,
-            Mode::Standalone(_) => Ok(()),
-        }
-    }
-
-    /// Renews the lease on `shard` alone (nothing to do standalone).
-    pub(crate) async fn renew_one(&mut self, shard: &ShardId) -> Result<()> {
-        match self {
-            Mode::Group(s) => s.renew_one(shard).await,
             Mode::Standalone(_) => Ok(()),
         }
     }
@@ -97,7 +87,7 @@ impl Mode {
         }
     }
 
-    /// Heartbeat and renewals (group) or discovery (standalone).
+    /// The session's heartbeat (group) or discovery (standalone).
     pub(crate) async fn tick(&mut self, progress: Progress<'_>) -> Result<SessionTick> {
         match self {
             Mode::Group(s) => s.tick(progress).await,

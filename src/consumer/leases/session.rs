@@ -1,9 +1,10 @@
-//! A consumer's session: heartbeat, renew the leases it was given, honour
-//! claims (checkpoint, then hand over), and learn at once of a lost lease.
+//! A consumer's session: one heartbeat keeps every lease it holds alive,
+//! its answer tells of claims (checkpoint, then hand over), revocations and
+//! the leases given, and a lost lease stops its shard at once.
 
 use crate::consumer::leases::holding::Holding;
 use crate::state::{
-    Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
+    Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
     Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
 };
 use crate::Result;
@@ -17,7 +18,8 @@ pub struct SessionTick {
     pub registered: bool,
     /// Leases the rebalancer assigned since the last tick: start processing them.
     pub gained: Vec<ShardId>,
-    /// Leases lost (taken, expired and reassigned, removed): stop processing them now.
+    /// Leases lost (revoked, taken, removed, or of a registration that
+    /// ended): stop processing them now.
     pub lost: Vec<ShardId>,
     /// Claimed leases checkpointed and released, with the claimant that got
     /// them (`None` if the claim was withdrawn meanwhile and the shard is free).
@@ -26,7 +28,7 @@ pub struct SessionTick {
 
 /// How often a session reads every shard to find its leases even though no
 /// give was left unnamed (a safety net for a give whose notification was
-/// lost: such a lease also runs out unrenewed and is given again).
+/// lost).
 pub const FULL_SCAN_EVERY: u32 = 100;
 
 /// How many shards given by name a session reads at once.
@@ -34,29 +36,36 @@ const GIVEN_READS_AT_ONCE: usize = 16;
 
 /// The leases one consumer holds, kept current by [`ConsumerSession::tick`].
 ///
-/// A tick costs one heartbeat and one renewal per held lease. Givers (the
-/// rebalancer, hand-offs) move the consumer's assignment counter and name
-/// the shards given beside it; the heartbeat returns both at no extra cost.
-/// The session reads only the named shards it does not hold (one GetItem
-/// each), and acknowledges them at its next heartbeat. It reads every shard
-/// of the group when it registers, when a give was not named (code from
-/// before names, or names at their bound), and every [`FULL_SCAN_EVERY`]
-/// ticks, so a consumer does not read every shard of a large stream.
+/// Liveness is the session's, not each lease's: a tick is one heartbeat,
+/// whatever the consumer holds, and every lease held lives until the send
+/// time of the last heartbeat that went through plus the term. An observer
+/// moves a lease away from a holder that did not release it only once it
+/// saw the holder's heartbeat unchanged for a term, in one transaction that
+/// notes the revocation on the holder's item; a heartbeat that lands after
+/// it returns the revocation, so it never keeps that lease.
+///
+/// The heartbeat's answer (the item before it) also carries the claims on
+/// the consumer's leases, honoured at once (checkpoint, then hand-off), and
+/// the assignment counter with the shards given by name: the session reads
+/// only the named shards it does not hold (one GetItem each), and
+/// acknowledges every note at its next heartbeat. It reads every shard of
+/// the group when it registers, when a give was not named (code from before
+/// names, or names at their bound), and every [`FULL_SCAN_EVERY`] ticks.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
     info: ConsumerInfo,
     lease_term: Duration,
     leases: BTreeMap<ShardId, Lease>,
-    /// When the request of each lease's last successful renewal was sent,
-    /// on this process's monotonic clock: the lease holds until at least
-    /// that instant plus the term, whatever the machines' wall clocks say.
-    renewed_at: BTreeMap<ShardId, Instant>,
+    /// When the request of the last heartbeat that went through was sent,
+    /// on this process's monotonic clock: every lease held holds until at
+    /// least that instant plus the term, whatever the wall clocks say.
+    beat_at: Option<Instant>,
     /// The assignment counter and its named moves at the last pickup that
     /// went through (`None`: none yet, or the last one failed).
     assignments: Option<(u64, u64)>,
-    /// Given shards looked at, to acknowledge at the next heartbeat.
-    acking: BTreeSet<ShardId>,
+    /// Notes acted on, to acknowledge at the next heartbeat.
+    acks: Acks,
     ticks_since_scan: u32,
     holding: Holding,
     /// Changes made by a tick that failed before it could report them
@@ -72,9 +81,9 @@ impl ConsumerSession {
             info,
             lease_term,
             leases: BTreeMap::new(),
-            renewed_at: BTreeMap::new(),
+            beat_at: None,
             assignments: None,
-            acking: BTreeSet::new(),
+            acks: Acks::default(),
             ticks_since_scan: 0,
             holding: Holding::new(),
             owed: SessionTick::default(),
@@ -97,13 +106,17 @@ impl ConsumerSession {
     }
 
     /// When the lease on `shard` runs out as this process can be sure of it:
-    /// the send time of its last successful renewal plus the term. Nothing
-    /// of the shard may be processed after it until the lease is renewed.
+    /// the send time of the session's last heartbeat that went through plus
+    /// the term. Nothing of the shard may be processed after it until the
+    /// next heartbeat goes through.
     pub fn local_expiry(&self, shard: &ShardId) -> Option<Instant> {
-        self.renewed_at.get(shard).map(|t| *t + self.lease_term)
+        self.leases
+            .contains_key(shard)
+            .then_some(self.beat_at?)
+            .map(|t| t + self.lease_term)
     }
 
-    /// The term every lease is renewed for.
+    /// The term every lease lives for past a heartbeat.
     pub fn lease_term(&self) -> Duration {
         self.lease_term
     }
@@ -118,7 +131,7 @@ impl ConsumerSession {
     /// Starts leaving the group while still reading: the consumer is marked
     /// inactive, so the rebalancer gives it nothing more and moves its leases
     /// to active consumers by claims, each honoured (checkpoint, then
-    /// hand-off to the claimant) at this session's next renewal. What is left
+    /// hand-off to the claimant) at this session's next tick. What is left
     /// at the end is released by [`ConsumerSession::leave`].
     pub async fn drain(&mut self) -> Result<()> {
         // From now on every heartbeat keeps it inactive.
@@ -128,17 +141,13 @@ impl ConsumerSession {
         Ok(())
     }
 
-    /// Heartbeats, acknowledging the given shards looked at since the last.
+    /// Heartbeats, acknowledging the notes acted on since the last.
     async fn beat(&mut self) -> Result<crate::state::Heartbeat> {
-        let acked = std::mem::take(&mut self.acking);
-        match self
-            .holding
-            .heartbeat(&self.store, &self.info, &acked)
-            .await
-        {
+        let acks = std::mem::take(&mut self.acks);
+        match self.holding.heartbeat(&self.store, &self.info, &acks).await {
             Ok(beat) => Ok(beat),
             Err(e) => {
-                self.acking = acked;
+                self.acks.extend(acks);
                 Err(e)
             }
         }
@@ -146,38 +155,12 @@ impl ConsumerSession {
 
     fn forget(&mut self, shard: &ShardId) {
         self.leases.remove(shard);
-        self.renewed_at.remove(shard);
     }
 
-    /// Renews the lease on `shard` alone, now (a shard about to be read whose
-    /// window since the last renewal has run out). [`StateError::LeaseLost`]
-    /// if it is no longer held; a claim on it is honoured at the next tick.
-    pub async fn renew_one(&mut self, shard: &ShardId) -> Result<()> {
-        let lease = self.held(shard)?;
-        match self.renew(&lease).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                if e.is_lease_lost() {
-                    self.forget(shard);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Renews `lease` now, noting when the request was sent.
-    async fn renew(&mut self, lease: &Lease) -> Result<crate::state::Renewal> {
-        let sent = Instant::now();
-        let renewal = self.store.leases().renew(lease, self.lease_term).await?;
-        self.leases
-            .insert(lease.shard_id.clone(), renewal.lease.clone());
-        self.renewed_at.insert(lease.shard_id.clone(), sent);
-        Ok(renewal)
-    }
-
-    /// Heartbeats, renews every held lease, honours claims, and picks up the
-    /// leases assigned since. `progress` tells how far each shard has been
-    /// processed: a claimed shard is checkpointed there before it is handed over.
+    /// Heartbeats (which keeps every held lease alive), drops the leases
+    /// revoked, honours claims, and picks up the leases given since.
+    /// `progress` tells how far each shard has been processed: a claimed
+    /// shard is checkpointed there before it is handed over.
     ///
     /// A tick that fails part-way keeps what it changed (leases taken, lost
     /// or handed over before the failure) and the next tick reports it, so
@@ -202,39 +185,34 @@ impl ConsumerSession {
         tick: &mut SessionTick,
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
-        // Renewals first, the heartbeat after: a heartbeat is never newer
-        // than the renewals of its tick, so a consumer whose heartbeat looks
-        // stale has not renewed since either.
-        let held: Vec<Lease> = self.leases.values().cloned().collect();
-        for lease in held {
-            let shard = lease.shard_id.clone();
-            match self.renew(&lease).await {
-                Ok(renewal) => {
-                    if renewal.claim.is_some() {
-                        match self.hand_over(&renewal.lease, progress).await {
-                            Ok(Released::HandedOff(to)) => tick.handed_off.push((shard, Some(to))),
-                            Ok(Released::Free) => tick.handed_off.push((shard, None)),
-                            Err(e) if e.is_lease_lost() => tick.lost.push(shard),
-                            Err(e) => {
-                                // The lease is forgotten (no longer renewed,
-                                // it runs out; the claimant gets it): its
-                                // shard is reported lost, so it is read no more.
-                                tick.lost.push(shard);
-                                return Err(e);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.is_lease_lost() => {
-                    tracing::warn!(%shard, error = %e, "lease lost: stop processing the shard");
-                    self.forget(&shard);
-                    tick.lost.push(shard);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let sent = Instant::now();
         let beat = self.beat().await?;
         tick.registered |= beat.registered;
+        if beat.registered {
+            // Removed and registered again (or new): whatever this process
+            // held under the old registration may have been taken without a
+            // note it can see. Its leases are taken up again below, at
+            // their counters, from this heartbeat on.
+            for shard in std::mem::take(&mut self.leases).into_keys() {
+                tracing::warn!(%shard, "registered again: the lease is taken up anew");
+                tick.lost.push(shard);
+            }
+        }
+        for revoked in &beat.revoked {
+            let held = self.leases.get(&revoked.shard_id);
+            if held.is_some_and(|l| l.counter == revoked.counter) {
+                tracing::warn!(shard = %revoked.shard_id, "lease revoked (this session was seen stale): stop processing the shard");
+                self.forget(&revoked.shard_id);
+                tick.lost.push(revoked.shard_id.clone());
+            }
+        }
+        self.acks.revoked.extend(beat.revoked.iter().cloned());
+        // Every lease still held lives on from this heartbeat.
+        self.beat_at = Some(sent);
+        for shard in &beat.claimed {
+            self.honour_claim(shard, tick, progress).await?;
+            self.acks.claimed.insert(shard.clone());
+        }
         self.ticks_since_scan += 1;
         let now = (beat.assignments, beat.named);
         let unnamed = match self.assignments {
@@ -244,8 +222,7 @@ impl ConsumerSession {
         };
         let full = beat.registered || unnamed || self.ticks_since_scan >= FULL_SCAN_EVERY;
         // A named shard held already needs no read (given again after it
-        // was lost, it is not held: a renewal above found it lost). Leases
-        // waited on are read again.
+        // was lost, it is not held). Leases waited on are read again.
         let named: Vec<ShardId> = beat
             .given
             .iter()
@@ -256,7 +233,7 @@ impl ConsumerSession {
             .into_iter()
             .collect();
         if !full && named.is_empty() {
-            self.acking.extend(beat.given);
+            self.acks.given.extend(beat.given);
             self.assignments = Some(now);
             return Ok(());
         }
@@ -268,20 +245,16 @@ impl ConsumerSession {
         // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
         // Taken moving the counter on, so whoever held it under this id
-        // before can no longer renew or checkpoint it, and its local expiry
-        // is known on this process's clock; one that another process of this
-        // id may still hold, only once it has been seen unrenewed for a term
-        // (see `Holding::takes`). Its stored expiry is never compared with a
-        // clock: the giver's may differ.
+        // before can no longer checkpoint it; one that another process of
+        // this id may still hold, only once that process can no longer be
+        // processing (see `Holding::takes`). Its stored expiry is never
+        // compared with a clock.
         let unheld: Vec<_> = owned
             .into_iter()
             .filter(|s| !self.leases.contains_key(&s.shard_id))
             .collect();
-        let takes = self
-            .holding
-            .takes(&unheld, self.store.monotonic_now(), self.lease_term);
+        let takes = self.holding.takes(&unheld, Instant::now(), self.lease_term);
         for (shard_id, from) in takes {
-            let sent = Instant::now();
             // (None: it moved meanwhile.)
             let taken = self
                 .store
@@ -296,14 +269,83 @@ impl ConsumerSession {
                 .await?;
             if let Some(taken) = taken {
                 self.leases.insert(shard_id.clone(), taken);
-                self.renewed_at.insert(shard_id.clone(), sent);
                 tick.gained.push(shard_id);
             }
         }
-        self.acking.extend(beat.given);
+        self.acks.given.extend(beat.given);
         self.assignments = Some(now);
         if full {
             self.ticks_since_scan = 0;
+        }
+        Ok(())
+    }
+
+    /// A claim on `shard` was noted on this consumer's item: if the lease
+    /// is this process's (held by the session, or still in its name under
+    /// its token after the session dropped it) and the claim still stands
+    /// (it may have been withdrawn, or be the note of an earlier claim),
+    /// checkpoint and hand the shard over; a lease found lost is dropped.
+    async fn honour_claim(
+        &mut self,
+        shard: &ShardId,
+        tick: &mut SessionTick,
+        progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
+    ) -> Result<()> {
+        let held = self.leases.get(shard).cloned();
+        let state = match self.store.shards().get(&ShardScope::Group, shard).await {
+            Ok(state) => Some(state),
+            Err(StateError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let lease = match (state.as_ref().and_then(|s| s.lease()), &held) {
+            (Some(stored), Some(held))
+                if stored.owner == held.owner && stored.counter == held.counter =>
+            {
+                Some(held.clone())
+            }
+            // Dropped by the session (a hand-over that failed part-way),
+            // still this process's.
+            (Some(stored), None)
+                if stored.owner == *self.id()
+                    && state.as_ref().and_then(|s| s.holder.as_deref())
+                        == Some(self.holding.token()) =>
+            {
+                Some(stored)
+            }
+            _ => None,
+        };
+        let Some(lease) = lease else {
+            if held.is_some() {
+                tracing::warn!(%shard, "lease lost: stop processing the shard");
+                self.forget(shard);
+                tick.lost.push(shard.clone());
+            }
+            return Ok(());
+        };
+        if state.is_none_or(|s| s.claim.is_none()) {
+            return Ok(());
+        }
+        let report = held.is_some();
+        match self.hand_over(&lease, progress).await {
+            Ok(Released::HandedOff(to)) if report => {
+                tick.handed_off.push((shard.clone(), Some(to)))
+            }
+            Ok(Released::Free) if report => tick.handed_off.push((shard.clone(), None)),
+            Ok(_) => {}
+            Err(e) if e.is_lease_lost() => {
+                if report {
+                    tick.lost.push(shard.clone())
+                }
+            }
+            Err(e) => {
+                // The session no longer holds it; the note stays
+                // unacknowledged, so the next tick hands it over. Its shard
+                // is reported lost, so it is read no more.
+                if report {
+                    tick.lost.push(shard.clone());
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }

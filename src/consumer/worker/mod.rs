@@ -333,20 +333,16 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(false);
         }
         if stop_by.is_some_and(|t| Instant::now() >= t) {
-            // The window since the last renewal ran out (a slow round of
-            // renewals, a long batch): renew this lease alone, right before
-            // its read, so the shard is never starved by the others.
-            match self.mode.renew_one(shard).await {
-                Ok(()) => {}
-                Err(e) if e.is_lease_lost() => {
-                    self.drop_shard(shard, StopReason::Lost).await;
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
+            // The window since the last heartbeat ran out (a long batch):
+            // the session beats now, right before this read, so the shard
+            // is never starved by the others.
+            self.renew().await?;
+            if !self.pipelines.contains_key(shard) {
+                return Ok(false);
             }
             stop_by = self.stop_by(shard);
             if stop_by.is_some_and(|t| Instant::now() >= t) {
-                tracing::debug!(%shard, "renewed, and still no time left to process: not read");
+                tracing::debug!(%shard, "beat, and still no time left to process: not read");
                 return Ok(false);
             }
         }
