@@ -205,6 +205,7 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
             &TakeFrom::Stale {
                 counter: lease.counter,
                 expires: Some(lease.expires),
+                session: None,
             },
             Some("holding-token"),
             Duration::from_secs(300),

@@ -224,6 +224,7 @@ async fn measure(
     let free = TakeFrom::Stale {
         counter: 0,
         expires: None,
+        session: None,
     };
     for shard in &given {
         store

@@ -11,17 +11,21 @@
 //! took the id over (on its own monotonic clock): the older process stops
 //! before the newer one reads.
 
-use crate::state::{Acks, ConsumerInfo, Heartbeat, ShardId, ShardState, StateStore, TakeFrom};
+use crate::state::{
+    duration_millis, Acks, ConsumerInfo, EpochMillis, Heartbeat, ShardId, ShardState, StateStore,
+    TakeFrom,
+};
 use crate::Result;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The token of this process's session under its consumer id.
 #[derive(Debug)]
 pub(crate) struct Holding {
     token: String,
-    /// When the answer of the heartbeat that took the id over came back.
-    taken_at: Option<Instant>,
+    /// When the answer of the heartbeat that took the id over came back,
+    /// on the store's monotonic clock.
+    taken_at: Option<EpochMillis>,
     incarnation: Option<String>,
     /// Leases in the id's name held by another process's token, not yet taken.
     waiting: BTreeSet<ShardId>,
@@ -39,7 +43,8 @@ impl Holding {
     }
 
     /// How this process may take each of `shards`, leases in its id's name
-    /// it does not hold, at `now`: at once when no other process's token
+    /// it does not hold, at `now` (a reading of the store's monotonic
+    /// clock): at once when no other process's token
     /// holds it (given by the rebalancer or a hand-off, or taken by this
     /// process before); else only once a term has passed since this process
     /// took the id over, and only if the lease is still as read. A shard
@@ -47,10 +52,12 @@ impl Holding {
     pub(crate) fn takes(
         &mut self,
         shards: &[ShardState],
-        now: Instant,
+        now: EpochMillis,
         term: Duration,
     ) -> Vec<(ShardId, TakeFrom)> {
-        let waited = self.taken_at.is_some_and(|at| now >= at + term);
+        let waited = self
+            .taken_at
+            .is_some_and(|at| now >= at + duration_millis(term));
         // A lease waited on that is no longer in the id's name is waited on no more.
         self.waiting
             .retain(|w| shards.iter().any(|s| s.shard_id == *w));
@@ -101,7 +108,7 @@ impl Holding {
             .heartbeat_as(info, &self.token, take_over, acks)
             .await?;
         if take_over {
-            self.taken_at = Some(Instant::now());
+            self.taken_at = Some(store.monotonic_now());
         }
         if self
             .incarnation

@@ -253,7 +253,9 @@ impl ConsumerSession {
             .into_iter()
             .filter(|s| !self.leases.contains_key(&s.shard_id))
             .collect();
-        let takes = self.holding.takes(&unheld, Instant::now(), self.lease_term);
+        let takes = self
+            .holding
+            .takes(&unheld, self.store.monotonic_now(), self.lease_term);
         for (shard_id, from) in takes {
             // (None: it moved meanwhile.)
             let taken = self

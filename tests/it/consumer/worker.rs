@@ -600,6 +600,7 @@ fn seen_as_stale(state: &shardkeeper::state::ShardState) -> shardkeeper::state::
     shardkeeper::state::TakeFrom::Stale {
         counter: state.counter,
         expires: state.expires,
+        session: None,
     }
 }
 

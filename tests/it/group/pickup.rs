@@ -96,6 +96,7 @@ async fn a_give_left_unnamed_is_found_by_reading_the_group() {
             &TakeFrom::Stale {
                 counter: 0,
                 expires: None,
+                session: None,
             },
             None,
             TERM,

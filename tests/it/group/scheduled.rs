@@ -361,54 +361,29 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     assert_eq!(store.efo_consumers().list().await.unwrap().len(), 1);
 }
 
-/// A consumer whose heartbeat went stale while it still renews its lease
-/// (a slow tick: the renewal of a shard about to be read goes out, the
-/// heartbeat does not) may still be inside a batch: the reaper removes it
-/// but leaves the lease, and the rebalancer gives the lease away only once
-/// it has gone unrenewed for a term.
+/// A consumer that stops heartbeating keeps its leases until the
+/// rebalancer has seen its session unchanged for a term: its process may be
+/// inside a batch until its last heartbeat plus the term. Then the lease
+/// moves, in one transaction that notes the revocation on the silent
+/// consumer's item, so its next heartbeat drops the lease instead of
+/// keeping it alive.
 #[tokio::test]
-async fn a_reaped_consumers_lease_moves_only_once_it_went_unrenewed_for_a_term() {
+async fn a_silent_consumers_lease_moves_once_its_session_went_a_term_unchanged_and_it_learns_of_it()
+{
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx, &store);
-    let reaper = Reaper {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: ReapConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-    };
     let mut slow = session(&store, "slow");
     slow.tick(no_progress).await.unwrap();
     rebalancer.tick().await.unwrap();
     let shard = slow.tick(no_progress).await.unwrap().gained.remove(0);
     let mut other = session(&store, "other");
     other.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
     let owner = || async { store.leases().get_owner(&shard).await.unwrap() };
 
-    // 30 s of renewals without a heartbeat: reaped, the lease kept.
-    reaper.tick().await.unwrap();
-    let mut reaped = 0;
-    for _ in 0..10 {
-        ctx.clock.advance(Duration::from_secs(3));
-        slow.renew_one(&shard).await.unwrap();
-        other.tick(no_progress).await.unwrap();
-        let tick = reaper.tick().await.unwrap();
-        reaped += tick
-            .execution
-            .applied(shardkeeper::group::ActionKind::ReapConsumer);
-        assert_eq!(tick.execution.leases_released, 0, "{tick:?}");
-        rebalancer.tick().await.unwrap();
-        assert_eq!(
-            owner().await.unwrap().as_str(),
-            "slow",
-            "moved while renewed"
-        );
-    }
-    assert_eq!(reaped, 1, "the silent consumer was reaped");
-
-    // It stops renewing: the lease moves once a term has passed, not before.
+    // 9 s without a heartbeat: the lease stays.
     for _ in 0..3 {
         ctx.clock.advance(Duration::from_secs(3));
         other.tick(no_progress).await.unwrap();
@@ -419,10 +394,17 @@ async fn a_reaped_consumers_lease_moves_only_once_it_went_unrenewed_for_a_term()
             "moved within the term"
         );
     }
+    // A term: it moves, and the new owner takes it up.
     ctx.clock.advance(Duration::from_secs(2));
     rebalancer.tick().await.unwrap();
     assert_eq!(owner().await.unwrap().as_str(), "other");
-    assert_eq!(other.tick(no_progress).await.unwrap().gained, [shard]);
+    assert_eq!(other.tick(no_progress).await.unwrap().gained, [shard.clone()]);
+    // The silent consumer comes back: its heartbeat goes through, and its
+    // answer names the lease revoked, so it stops the shard.
+    let back = slow.tick(no_progress).await.unwrap();
+    assert_eq!(back.lost, [shard.clone()], "{back:?}");
+    assert!(slow.lease(&shard).is_none());
+    assert!(slow.local_expiry(&shard).is_none());
 }
 
 /// A rebalancer that just started sees every heartbeat as fresh, so a
@@ -566,19 +548,21 @@ async fn a_session_reads_only_the_shards_it_was_given() {
     worker.tick(no_progress).await.unwrap();
     let sent = ctx.aws.dynamodb_requests.since(&before);
     assert_eq!(
-        sent["UpdateItem"].requests, 5,
-        "one heartbeat and four renewals: {sent:?}"
+        sent.values().map(|c| c.requests).sum::<u64>(),
+        1,
+        "one heartbeat keeps the four leases, no renewal of each: {sent:?}"
     );
-    assert!(!sent.contains_key("Query"));
+    assert_eq!(sent["UpdateItem"].requests, 1);
 }
 
 /// Two processes under one consumer id (a restart while the old process
 /// still runs, with `release_on_stop = false`): the newer takes the id over
 /// at once, and the older's next tick says it was superseded; it stops. The
-/// older may still be inside a batch until its leases' local expiry, so the
-/// newer takes the leases (moving the counter, so the older can neither
-/// checkpoint nor renew) only once it has seen them unrenewed for a term:
-/// the older stops before the newer reads.
+/// older may still be inside a batch until its last heartbeat that went
+/// through plus the term, and none goes through after the takeover, so the
+/// newer takes the leases (moving the counter, so the older can no longer
+/// checkpoint) only a term after its takeover: the older stops before the
+/// newer reads.
 #[tokio::test]
 async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     let ctx = ctx().await;
@@ -597,8 +581,9 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     let mut new = session(&store, "dup");
     let tick = new.tick(no_progress).await.unwrap();
     assert!(tick.gained.is_empty(), "{tick:?}");
-    // The older renews (its tick renews before it heartbeats), then learns
-    // it was superseded.
+    // The older's heartbeat no longer goes through: it learns it was
+    // superseded, and its leases live no longer than its last heartbeat
+    // before the takeover plus the term.
     ctx.clock.advance(TERM / 2);
     let err = old.tick(no_progress).await.unwrap_err();
     assert!(
@@ -608,12 +593,13 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
         ),
         "{err}"
     );
-    // Its last renewal is seen, and waited out for a term from then (a term
-    // from the first sighting would be too early).
     assert!(new.tick(no_progress).await.unwrap().gained.is_empty());
-    ctx.clock.advance(TERM / 2);
-    assert!(new.tick(no_progress).await.unwrap().gained.is_empty());
-    ctx.clock.advance(TERM / 2);
+    ctx.clock.advance(TERM / 2 - Duration::from_millis(1));
+    assert!(
+        new.tick(no_progress).await.unwrap().gained.is_empty(),
+        "taken before a term had passed since the takeover"
+    );
+    ctx.clock.advance(Duration::from_millis(1));
     let tick = new.tick(no_progress).await.unwrap();
     assert_eq!(tick.gained.len(), 2, "{tick:?}");
 

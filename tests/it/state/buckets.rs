@@ -95,8 +95,8 @@ async fn a_spread_group_keeps_each_shard_under_its_bucket_and_reads_back_whole()
     assert_eq!(read, shards, "every shard, in shard id order");
     assert_eq!(
         snapshot.stream.unwrap().schema_version,
-        2,
-        "code that knows no buckets refuses it"
+        SCHEMA_VERSION,
+        "code that knows no buckets (or no sessions) refuses it"
     );
     assert_eq!(store.leases().owned_shards(&me).await.unwrap().len(), 1);
 }
@@ -185,8 +185,8 @@ async fn a_group_written_before_buckets_existed_stays_under_its_one_key() {
             .unwrap()
             .unwrap()
             .schema_version,
-        1,
-        "still readable by the code before buckets, which reads up to 1 of {SCHEMA_VERSION}"
+        SCHEMA_VERSION,
+        "the schema of sessions, which code that renews each lease refuses"
     );
 }
 
@@ -315,7 +315,7 @@ async fn a_group_moved_to_more_buckets_keeps_every_item_lease_and_checkpoint() {
     );
     assert_eq!(after.own_shards, before.own_shards);
     assert_eq!(after.buckets.count(), 8);
-    assert_eq!(after.stream.unwrap().schema_version, 2);
+    assert_eq!(after.stream.unwrap().schema_version, SCHEMA_VERSION);
     // The lease taken before the move still fences: its holder renews and
     // checkpoints it where it is now.
     store

@@ -29,6 +29,8 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
             named: 0,
             given: Default::default(),
             incarnation: beat.incarnation.clone(),
+            revoked: Default::default(),
+            claimed: Default::default(),
         }
     );
     assert!(store

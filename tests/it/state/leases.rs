@@ -1,6 +1,6 @@
 //! Shard leases on the real DynamoDB-compatible server: races, fencing, hand-off, expiry.
 
-use crate::support::common::{ctx, lease, seed_shards};
+use crate::support::common::{ctx, lease, register, seed_shards};
 use shardkeeper::state::{Checkpoint, ConsumerId, Released, ShardScope, StateError, TakeFrom};
 use std::time::Duration;
 
@@ -123,25 +123,26 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
     let store = ctx.store("claim");
     let shard = seed_shards(&store, 1).await.remove(0);
     let lease = lease(&store, &shard, "a").await;
+    register(&store, "a").await;
     // Claims with a stale counter, by the owner itself, or twice are refused.
     assert!(!store
         .leases()
-        .claim(&shard, &cid("b"), lease.counter + 1)
+        .claim(&shard, &cid("b"), &cid("a"), lease.counter + 1)
         .await
         .unwrap());
     assert!(!store
         .leases()
-        .claim(&shard, &cid("a"), lease.counter)
+        .claim(&shard, &cid("a"), &cid("a"), lease.counter)
         .await
         .unwrap());
     assert!(store
         .leases()
-        .claim(&shard, &cid("b"), lease.counter)
+        .claim(&shard, &cid("b"), &cid("a"), lease.counter)
         .await
         .unwrap());
     assert!(!store
         .leases()
-        .claim(&shard, &cid("c"), lease.counter)
+        .claim(&shard, &cid("c"), &cid("a"), lease.counter)
         .await
         .unwrap());
 
@@ -183,9 +184,10 @@ async fn forced_take_on_the_renewal_seen_and_plain_release() {
     let store = ctx.store("take");
     let shard = seed_shards(&store, 1).await.remove(0);
     let lease = lease(&store, &shard, "a").await;
+    register(&store, "a").await;
     assert!(store
         .leases()
-        .claim(&shard, &cid("b"), lease.counter)
+        .claim(&shard, &cid("b"), &cid("a"), lease.counter)
         .await
         .unwrap());
     // The owner never honours it nor renews: the rebalancer takes the lease
@@ -199,6 +201,7 @@ async fn forced_take_on_the_renewal_seen_and_plain_release() {
             &TakeFrom::Claimed {
                 counter: lease.counter,
                 expires: Some(lease.expires - 1),
+                session: None,
             },
             None,
             TERM
@@ -214,6 +217,7 @@ async fn forced_take_on_the_renewal_seen_and_plain_release() {
             &TakeFrom::Claimed {
                 counter: lease.counter + 5,
                 expires: Some(lease.expires),
+                session: None,
             },
             None,
             TERM
@@ -229,6 +233,7 @@ async fn forced_take_on_the_renewal_seen_and_plain_release() {
             &TakeFrom::Claimed {
                 counter: lease.counter,
                 expires: Some(lease.expires),
+                session: None,
             },
             None,
             TERM,
@@ -284,6 +289,8 @@ async fn remove_owner_remove_shard_and_listing() {
     let ctx = ctx().await;
     let store = ctx.store("listing");
     let shards = seed_shards(&store, 5).await;
+    register(&store, "even").await;
+    register(&store, "odd").await;
     for (i, shard) in shards.iter().enumerate() {
         let owner = cid(if i % 2 == 0 { "even" } else { "odd" });
         store
@@ -333,9 +340,16 @@ async fn remove_owner_remove_shard_and_listing() {
         Err(StateError::NotFound { .. })
     ));
     // A lease stays in its owner's name past its stored expiry (a consumer
-    // takes up what it was given whatever the clocks say), but its owner is
-    // no longer listed as an active worker.
+    // takes up what it was given whatever the clocks say, and its session
+    // keeps its leases); an owner no longer registered is no longer listed
+    // as an active worker.
     ctx.clock.advance(TERM * 2);
+    assert_eq!(
+        store.leases().list_active_workers().await.unwrap()[&cid("even")].len(),
+        2
+    );
+    assert!(store.consumers().deregister(&cid("even")).await.unwrap());
+    assert!(store.consumers().deregister(&cid("odd")).await.unwrap());
     assert_eq!(
         store
             .leases()
@@ -376,6 +390,7 @@ async fn racing_assignments_on_the_same_counter_give_the_lease_once() {
                     &TakeFrom::Stale {
                         counter: seen,
                         expires: None,
+                        session: None,
                     },
                     Some(&format!("token-{i}")),
                     TERM,

@@ -5,7 +5,7 @@
 //! the next request and drops its answer (`lose_next_responses`). And a
 //! write that fails past the retries is not taken for a lost lease.
 
-use crate::support::common::seed_shards;
+use crate::support::common::{register, seed_shards};
 use crate::support::faulty::Faulty;
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, EfoName, Released, ShardScope, StateStore, TakeFrom,
@@ -22,6 +22,7 @@ fn free(counter: u64) -> TakeFrom {
     TakeFrom::Stale {
         counter,
         expires: None,
+        session: None,
     }
 }
 
@@ -35,6 +36,7 @@ async fn setup(name: &str) -> (Faulty, StateStore) {
 async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
     let (faulty, store) = setup("lost-lease").await;
     let shard = seed_shards(&store, 1).await.remove(0);
+    register(&store, "a").await;
 
     // Take: applied, answer lost, retried.
     faulty.dynamodb.lose_next_responses(1);
@@ -53,7 +55,7 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
         .expect("the lease the retry reported is the one stored");
 
     // Hand-off to a claimant: applied, answer lost, retried.
-    assert!(store.leases().claim(&shard, &cid("b"), 1).await.unwrap());
+    assert!(store.leases().claim(&shard, &cid("b"), &cid("a"), 1).await.unwrap());
     faulty.dynamodb.lose_next_responses(2);
     let released = store.leases().release(&lease, TERM).await.unwrap();
     assert_eq!(released, Released::HandedOff(cid("b")));
@@ -274,7 +276,7 @@ async fn a_hand_over_that_fails_part_way_reports_the_shard_lost_so_it_is_read_no
         .counter;
     assert!(store
         .leases()
-        .claim(&shard, &cid("b"), counter)
+        .claim(&shard, &cid("b"), &cid("a"), counter)
         .await
         .unwrap());
     // The heartbeat and the renewal (which finds the claim) go through; the

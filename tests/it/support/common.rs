@@ -230,6 +230,15 @@ pub async fn create_stream_table(aws: &AwsClients) -> (String, String) {
     (table, arn)
 }
 
+/// Registers `name` as a consumer of the store's group (one heartbeat).
+pub async fn register(store: &StateStore, name: &str) {
+    let info = shardkeeper::state::ConsumerInfo::for_this_process(
+        ConsumerId::new(name).unwrap(),
+        store.now(),
+    );
+    store.consumers().heartbeat(&info).await.unwrap();
+}
+
 /// Acquires a lease the test expects to be free.
 pub async fn lease(store: &StateStore, shard: &ShardId, owner: &str) -> Lease {
     store

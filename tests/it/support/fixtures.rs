@@ -49,6 +49,20 @@ pub fn ages(snapshot: &GroupSnapshot) -> Ages {
             .iter()
             .filter_map(|e| Some((e.name.clone(), age(NOW - e.released?))))
             .collect(),
+        // Lease owners not registered: as old as their youngest lease.
+        unregistered: {
+            let mut gone: std::collections::BTreeMap<ConsumerId, Duration> = Default::default();
+            for s in &snapshot.shards {
+                let Some(owner) = s.owner.as_ref() else { continue };
+                if snapshot.consumers.iter().any(|c| c.id() == owner) {
+                    continue;
+                }
+                let a = age(NOW - (s.expires.unwrap_or(0) - term));
+                let e = gone.entry(owner.clone()).or_insert(a);
+                *e = (*e).min(a);
+            }
+            gone
+        },
         // Watched long enough to have seen every consumer heartbeat.
         beating: snapshot.consumers.iter().map(|c| c.id().clone()).collect(),
     }
@@ -80,6 +94,7 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
         heartbeat: NOW - age_ms,
         active: true,
         token: Some(format!("token-{name}")),
+        beat: Some(1),
     }
 }
 

@@ -54,6 +54,7 @@ async fn status_shows_consumers_leases_checkpoints_and_claims() {
         .claim(
             &shards[0],
             &ConsumerId::new("worker-b").unwrap(),
+            &held.owner,
             held.counter
         )
         .await
