@@ -73,9 +73,10 @@ pub fn live_consumers<'a>(
 }
 
 /// The owner of the shard's lease while it may still be processing under
-/// it: its session, or the lease itself, changed within `lease_term` (as
-/// observed). (A lease changes when it is taken or released; code from
-/// before sessions also changed it at each renewal.)
+/// it: its session changed within `lease_term` (as observed). For an owner
+/// whose session cannot tell (one not registered, or of code from before
+/// sessions, which renews each lease), also while the lease itself changed
+/// within the term.
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -85,7 +86,8 @@ pub fn held_by<'a>(
     lease_term: Duration,
 ) -> Option<&'a ConsumerId> {
     shard.owner.as_ref().filter(|owner| {
-        ages.lease(&shard.shard_id) < lease_term || ages.session(owner) < lease_term
+        let by_lease = ages.renewing.contains(*owner) || !ages.heartbeats.contains_key(*owner);
+        ages.session(owner) < lease_term || (by_lease && ages.lease(&shard.shard_id) < lease_term)
     })
 }
 
@@ -275,8 +277,10 @@ pub fn plan_rebalance(
     }
 
     for shard in free {
-        let Some(to) = ledger.pick(|_| true) else {
-            break;
+        // Not back to its own owner: a live owner's session would have kept
+        // it, so this one's is stale (given back, it would only churn).
+        let Some(to) = ledger.pick(|c| shard.owner.as_ref() != Some(c)) else {
+            continue;
         };
         ledger.give(to);
         assigns.push(Action::Assign {

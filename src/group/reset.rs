@@ -2,9 +2,7 @@
 //! that decides which shards move and refuses while leases are held, and a
 //! thin step that applies the plan with the store's guarded reset.
 
-use crate::state::{
-    Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardState, StateStore,
-};
+use crate::state::{Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardState, StateStore};
 use crate::Result;
 use serde::Serialize;
 

@@ -46,6 +46,9 @@ pub struct Ages {
     pub heartbeats: BTreeMap<ConsumerId, Duration>,
     /// Lease owners not registered: how long each has been seen so.
     pub unregistered: BTreeMap<ConsumerId, Duration>,
+    /// Registered consumers of code from before sessions (no beat
+    /// counter): they renew each lease, and their leases live by renewal.
+    pub renewing: BTreeSet<ConsumerId>,
     /// Open claims, by shard.
     pub claims: BTreeMap<ShardId, Duration>,
     /// Free EFO consumers: how long they have been free.
@@ -150,6 +153,12 @@ impl Sightings {
             leases: memory.leases.observe(leases, at),
             beating: memory.heartbeats.changed().cloned().collect(),
             heartbeats,
+            renewing: snapshot
+                .consumers
+                .iter()
+                .filter(|c| c.beat.is_none())
+                .map(|c| c.id().clone())
+                .collect(),
             unregistered: memory
                 .unregistered
                 .observe(unregistered.into_iter().map(|o| (o, ())), at),

@@ -264,9 +264,15 @@ impl Consumers<'_> {
         update.push_str(" ADD #beat :one");
         let revoked: Vec<String> = acks.revoked.iter().map(Revocation::encode).collect();
         let deletes = [
-            (attr::GIVEN, acks.given.iter().map(|s| s.to_string()).collect()),
+            (
+                attr::GIVEN,
+                acks.given.iter().map(|s| s.to_string()).collect(),
+            ),
             (attr::REVOKED, revoked),
-            (attr::CLAIMED, acks.claimed.iter().map(|s| s.to_string()).collect()),
+            (
+                attr::CLAIMED,
+                acks.claimed.iter().map(|s| s.to_string()).collect(),
+            ),
         ];
         let mut clause = " DELETE";
         for (name, values) in deletes {

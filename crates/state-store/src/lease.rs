@@ -6,9 +6,9 @@
 //! ([`StateError::LeaseLost`]) and can never overwrite its successor's work.
 
 use crate::clock::{duration_millis, EpochMillis};
+use crate::consumer::Revocation;
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
-use crate::consumer::Revocation;
 use crate::model::{Claim, Lease, SessionSeen, ShardState};
 use crate::names::{ConsumerId, ShardId};
 use crate::schema::{attr, consumer_sk, ShardScope};
@@ -86,9 +86,7 @@ impl TakeFrom {
     /// The owner's session the take is conditioned on, if any.
     pub fn session(&self) -> Option<&SessionSeen> {
         match self {
-            TakeFrom::Stale { session, .. } | TakeFrom::Claimed { session, .. } => {
-                session.as_ref()
-            }
+            TakeFrom::Stale { session, .. } | TakeFrom::Claimed { session, .. } => session.as_ref(),
             TakeFrom::Named { .. } => None,
         }
     }

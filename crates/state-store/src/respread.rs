@@ -24,7 +24,7 @@ use crate::layout::Layout;
 use crate::layout::{moving_to, SK_BUCKETS};
 use crate::records::{SK_ATTEMPTS, SK_PARKED};
 use crate::retry::CallError;
-use crate::schema::{attr, SCHEMA_VERSION, PK, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
+use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD};
 use crate::store::{sk_suffix, At};
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 

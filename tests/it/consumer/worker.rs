@@ -98,7 +98,7 @@ async fn a_worker_whose_lease_is_taken_stops_at_its_next_checkpoint() {
         .take(
             &shard,
             &thief,
-            &seen_as_stale(&state),
+            &seen_as_stale(&store, &state).await,
             None,
             Duration::from_secs(10),
         )
@@ -381,7 +381,7 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
         .take(
             &child,
             &thief,
-            &seen_as_stale(&state),
+            &seen_as_stale(&store, &state).await,
             None,
             Duration::from_secs(10),
         )
@@ -407,10 +407,11 @@ async fn the_lifecycle_hooks_follow_gains_ends_losses_and_the_stop() {
 }
 
 /// A handler slower than the lease term never outlives the lease: the batch
-/// is cut before the lease's local expiry (its last renewal's send time plus
-/// the term, on this process's clock), checkpointed, and carried on after
-/// the renewal, so a consumer waiting for the lease to expire (real time,
-/// real clock) never gets it, and every record runs once, in order.
+/// is cut before the lease's local expiry (its session's last heartbeat's
+/// send time plus the term, on this process's clock), checkpointed, and
+/// carried on after the next heartbeat, so a rebalancer waiting for the
+/// session to go stale (real time, real clock) never moves the lease, and
+/// every record runs once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_handler_never_outlives_the_lease() {
     let ctx = ctx().await;
@@ -461,21 +462,25 @@ async fn a_slow_handler_never_outlives_the_lease() {
     }
     let shard = w.shards()[0].clone();
 
-    // Another consumer takes the lease the moment it has expired.
+    // A rebalancer ticking every 20 ms beside a live thief consumer takes
+    // the lease the moment it sees the holder's session a term old.
     let stolen = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let thief = {
         let (store, shard, stolen, done) =
             (store.clone(), shard.clone(), stolen.clone(), done.clone());
+        let mut rebalancer = crate::support::common::rebalancer(&ctx.aws, &store);
+        rebalancer.config.lease_term = term;
         tokio::spawn(async move {
             let me = ConsumerId::new("thief").unwrap();
+            let info = shardkeeper::state::ConsumerInfo::for_this_process(me.clone(), store.now());
+            let mut session =
+                shardkeeper::consumer::ConsumerSession::new(store.clone(), info, term);
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                if store
-                    .leases()
-                    .acquire(&shard, &me, term)
-                    .await
-                    .unwrap()
-                    .is_some()
+                session.tick(|_| None).await.unwrap();
+                rebalancer.tick().await.unwrap();
+                if store.leases().get_owner(&shard).await.unwrap().as_ref()
+                    != Some(&ConsumerId::new("w0").unwrap())
                 {
                     stolen.store(true, std::sync::atomic::Ordering::SeqCst);
                     return;
@@ -595,12 +600,23 @@ async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
     check(&log, 2, 3);
 }
 
-/// A take of the lease exactly as `state` shows it (a thief that judged it expired).
-fn seen_as_stale(state: &shardkeeper::state::ShardState) -> shardkeeper::state::TakeFrom {
+/// A take of the lease exactly as `state` shows it, on its owner's session
+/// as it is now (a thief that judged the session stale).
+async fn seen_as_stale(
+    store: &shardkeeper::StateStore,
+    state: &shardkeeper::state::ShardState,
+) -> shardkeeper::state::TakeFrom {
+    let owner = state.owner.as_ref().expect("an owned lease");
+    let session = match store.consumers().get(owner).await.unwrap() {
+        Some(consumer) => consumer.session(),
+        None => shardkeeper::state::SessionSeen::Unregistered {
+            consumer: owner.clone(),
+        },
+    };
     shardkeeper::state::TakeFrom::Stale {
         counter: state.counter,
         expires: state.expires,
-        session: None,
+        session: Some(session),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The group's planners (table-driven and property tests) and the
 //! scheduled rebalancer and reaper with consumer sessions.
 
+mod liveness;
 mod pickup;
 mod plan_fleet;
 mod plan_reap;

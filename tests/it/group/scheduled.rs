@@ -398,7 +398,10 @@ async fn a_silent_consumers_lease_moves_once_its_session_went_a_term_unchanged_a
     ctx.clock.advance(Duration::from_secs(2));
     rebalancer.tick().await.unwrap();
     assert_eq!(owner().await.unwrap().as_str(), "other");
-    assert_eq!(other.tick(no_progress).await.unwrap().gained, [shard.clone()]);
+    assert_eq!(
+        other.tick(no_progress).await.unwrap().gained,
+        [shard.clone()]
+    );
     // The silent consumer comes back: its heartbeat goes through, and its
     // answer names the lease revoked, so it stops the shard.
     let back = slow.tick(no_progress).await.unwrap();

@@ -1,7 +1,10 @@
 //! Shard leases on the real DynamoDB-compatible server: races, fencing, hand-off, expiry.
 
 use crate::support::common::{ctx, lease, register, seed_shards};
-use shardkeeper::state::{Checkpoint, ConsumerId, Released, ShardScope, StateError, TakeFrom};
+use shardkeeper::state::{
+    Acks, Checkpoint, ConsumerId, ConsumerInfo, Released, Revocation, SessionSeen, ShardScope,
+    StateError, TakeFrom,
+};
 use std::time::Duration;
 
 const TERM: Duration = Duration::from_secs(30);
@@ -452,4 +455,130 @@ async fn a_consumer_whose_clock_runs_ahead_takes_leases_early_but_never_writes_o
             .unwrap(),
         Checkpoint::after("15").unwrap()
     );
+}
+
+/// A take from a holder whose session was seen stale is one transaction on
+/// the session seen: a heartbeat that lands before it fails the take (the
+/// holder is alive), and one that lands after it carries the revocation in
+/// its answer, so the holder never counts that heartbeat as keeping the
+/// lease; its checkpoints are refused. A take from an owner seen
+/// unregistered applies only while it still is.
+#[tokio::test]
+async fn a_take_from_a_stale_session_loses_to_an_earlier_heartbeat_and_is_told_to_a_later_one() {
+    let ctx = ctx().await;
+    let store = ctx.store("revoke");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let a = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let beat = |acks: Acks| {
+        let (store, a) = (store.clone(), a.clone());
+        async move {
+            store
+                .consumers()
+                .heartbeat_as(&a, "token-a", false, &acks)
+                .await
+                .unwrap()
+        }
+    };
+    beat(Acks::default()).await;
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    let lease = store
+        .leases()
+        .take(&shard, &cid("a"), &free, Some("token-a"), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    let seen = || async {
+        store
+            .consumers()
+            .get(&cid("a"))
+            .await
+            .unwrap()
+            .unwrap()
+            .session()
+    };
+    let from = |session| TakeFrom::Stale {
+        counter: lease.counter,
+        expires: Some(lease.expires),
+        session: Some(session),
+    };
+
+    // Seen, then a heartbeat lands (even within the same millisecond): the
+    // take on what was seen fails, and the holder keeps the lease.
+    let before = seen().await;
+    assert!(beat(Acks::default()).await.revoked.is_empty());
+    let take = store
+        .leases()
+        .take(&shard, &cid("b"), &from(before), Some("token-b"), TERM)
+        .await
+        .unwrap();
+    assert!(take.is_none(), "{take:?}");
+    assert_eq!(
+        store.leases().get_owner(&shard).await.unwrap(),
+        Some(cid("a"))
+    );
+
+    // Seen again, and nothing lands before the take: it applies, and the
+    // holder's next heartbeat is told, until it acknowledges it.
+    let taken = store
+        .leases()
+        .take(
+            &shard,
+            &cid("b"),
+            &from(seen().await),
+            Some("token-b"),
+            TERM,
+        )
+        .await
+        .unwrap()
+        .expect("taken");
+    assert_eq!(taken.counter, lease.counter + 1);
+    let revoked = Revocation {
+        shard_id: shard.clone(),
+        counter: lease.counter,
+    };
+    let told = beat(Acks::default()).await;
+    assert_eq!(told.revoked, [revoked.clone()].into());
+    let acks = Acks {
+        revoked: told.revoked,
+        ..Acks::default()
+    };
+    assert_eq!(
+        beat(acks).await.revoked,
+        [revoked].into(),
+        "told until acknowledged"
+    );
+    assert!(beat(Acks::default()).await.revoked.is_empty());
+    let err = store
+        .checkpoints()
+        .save(&lease, &Checkpoint::after("5").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+
+    // b is not registered. Seen so, then it registers: a take on its
+    // absence fails; once it has left again, the take applies.
+    let gone = SessionSeen::Unregistered { consumer: cid("b") };
+    let from_b = TakeFrom::Stale {
+        counter: taken.counter,
+        expires: Some(taken.expires),
+        session: Some(gone),
+    };
+    register(&store, "b").await;
+    let take = store
+        .leases()
+        .take(&shard, &cid("c"), &from_b, None, TERM)
+        .await
+        .unwrap();
+    assert!(take.is_none(), "{take:?}");
+    assert!(store.consumers().deregister(&cid("b")).await.unwrap());
+    let take = store
+        .leases()
+        .take(&shard, &cid("c"), &from_b, None, TERM)
+        .await
+        .unwrap();
+    assert_eq!(take.map(|l| l.owner), Some(cid("c")));
 }

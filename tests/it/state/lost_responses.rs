@@ -55,7 +55,11 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
         .expect("the lease the retry reported is the one stored");
 
     // Hand-off to a claimant: applied, answer lost, retried.
-    assert!(store.leases().claim(&shard, &cid("b"), &cid("a"), 1).await.unwrap());
+    assert!(store
+        .leases()
+        .claim(&shard, &cid("b"), &cid("a"), 1)
+        .await
+        .unwrap());
     faulty.dynamodb.lose_next_responses(2);
     let released = store.leases().release(&lease, TERM).await.unwrap();
     assert_eq!(released, Released::HandedOff(cid("b")));

@@ -53,7 +53,9 @@ pub fn ages(snapshot: &GroupSnapshot) -> Ages {
         unregistered: {
             let mut gone: std::collections::BTreeMap<ConsumerId, Duration> = Default::default();
             for s in &snapshot.shards {
-                let Some(owner) = s.owner.as_ref() else { continue };
+                let Some(owner) = s.owner.as_ref() else {
+                    continue;
+                };
                 if snapshot.consumers.iter().any(|c| c.id() == owner) {
                     continue;
                 }
@@ -63,6 +65,7 @@ pub fn ages(snapshot: &GroupSnapshot) -> Ages {
             }
             gone
         },
+        renewing: Default::default(),
         // Watched long enough to have seen every consumer heartbeat.
         beating: snapshot.consumers.iter().map(|c| c.id().clone()).collect(),
     }
