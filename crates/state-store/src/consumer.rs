@@ -365,6 +365,26 @@ impl Consumers<'_> {
         Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
+    /// Notes on `consumer`'s item that its lease was taken from it (an
+    /// operator's eviction), so its next heartbeat tells it; `false` if it
+    /// is not registered.
+    pub(crate) async fn note_revoked(
+        self,
+        consumer: &ConsumerId,
+        revoked: &Revocation,
+    ) -> Result<bool> {
+        let expr = Expr::new()
+            .names(&[attr::REVOKED])
+            .value("revoked", AttributeValue::Ss(vec![revoked.encode()]));
+        let req = self.store.update_req(
+            &self.store.home(consumer_sk(consumer)),
+            &expr,
+            "ADD #revoked :revoked",
+            Some("attribute_exists(pk)"),
+        );
+        Ok(self.store.conditional_update(req).await?.is_ok())
+    }
+
     /// Sets the consumer's active flag (an inactive consumer is given no
     /// leases); `false` if the consumer is not registered, or is draining
     /// and would be made active.

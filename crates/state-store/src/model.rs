@@ -17,6 +17,11 @@ pub struct StreamState {
     /// The ARN of the stream the state belongs to (`None`: recorded before
     /// ARNs were).
     pub stream_arn: Option<String>,
+    /// When the group was raised from an older schema to the one of
+    /// sessions (ms; `None`: it started on it): processes of the older
+    /// code may run beside the newer for a while after (see
+    /// [`UPGRADE_WINDOW`](crate::schema::UPGRADE_WINDOW)).
+    pub sessions_since: Option<EpochMillis>,
 }
 
 /// Who a consumer is and how its run goes: written at registration and
@@ -269,6 +274,7 @@ impl StreamState {
             stream_created: r.i64_or(attr::STREAM_CREATED, 0)?,
             schema_version: r.u64_or(attr::SCHEMA, 0)? as u32,
             stream_arn: r.opt_s(attr::STREAM_ARN)?.map(str::to_owned),
+            sessions_since: r.opt_i64(attr::SESSIONS_SINCE)?,
         })
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::checkpoint::checkpoint_expr;
 use crate::checkpoint::Checkpoints;
+use crate::consumer::Revocation;
 use crate::error::Result;
 use crate::item::n;
 use crate::model::ShardState;
@@ -68,6 +69,15 @@ impl Checkpoints<'_> {
         let applied = self.store.conditional_update(req).await?.is_ok();
         if applied {
             tracing::warn!(shard = %seen.shard_id, checkpoint = %to, evict, "checkpoint reset by an operator");
+            if let (true, ShardScope::Group, Some(owner)) = (evict, scope, &seen.owner) {
+                // The holder learns of it at its next heartbeat (else at
+                // its next checkpoint, which the moved counter refuses).
+                let revoked = Revocation {
+                    shard_id: seen.shard_id.clone(),
+                    counter: seen.counter,
+                };
+                self.store.consumers().note_revoked(owner, &revoked).await?;
+            }
         }
         Ok(applied)
     }

@@ -30,6 +30,12 @@ use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 /// renews each lease refuses to start on it, see docs/OPERATIONS.md,
 /// "Upgrading a running group").
 pub const SCHEMA_VERSION: u32 = 3;
+
+/// How long after a group was raised to the schema of sessions its
+/// consumers also renew each lease, as the older code did, so that an
+/// older rebalancer or reaper still running (a Lambda invocation lasts at
+/// most 15 minutes) never takes a lease it sees unrenewed.
+pub const UPGRADE_WINDOW: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shardkeeper-state";
 
@@ -61,6 +67,10 @@ pub mod attr {
     pub const STREAM_CREATED: &str = "stream_created";
     /// Stream: layout version.
     pub const SCHEMA: &str = "schema";
+    /// Stream: when the group was raised to the schema of sessions from an
+    /// older one (ms, the raising writer's clock; absent for a group that
+    /// started on it).
+    pub const SESSIONS_SINCE: &str = "sessions_since";
     /// Layout: how many bucket keys the group's shard items are spread over.
     pub const BUCKETS: &str = "buckets";
     /// Layout: the bucket count the items are being moved to.

@@ -211,11 +211,16 @@ impl StreamItem<'_> {
 impl StateStore {
     /// Records that the group's state is of layout `version` now.
     pub(crate) async fn raise_schema(&self, version: u32) -> Result<()> {
-        let expr = Expr::new().names(&[attr::SCHEMA]).value("v", n(version));
+        // Raised from before sessions: when, so that sessions also renew
+        // each lease for a while (see `UPGRADE_WINDOW`).
+        let expr = Expr::new()
+            .names(&[attr::SCHEMA, attr::SESSIONS_SINCE])
+            .value("v", n(version))
+            .value("now", n(self.now()));
         let req = self.update_req(
             &self.home(SK_STREAM),
             &expr,
-            "SET #schema = :v",
+            "SET #schema = :v, #sessions_since = if_not_exists(#sessions_since, :now)",
             Some("attribute_exists(pk) AND #schema < :v"),
         );
         self.conditional_update(req).await?.ok();

@@ -3,9 +3,10 @@
 //! the leases given, and a lost lease stops its shard at once.
 
 use crate::consumer::leases::holding::Holding;
+use crate::state::schema::UPGRADE_WINDOW;
 use crate::state::{
-    Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted, EpochMillis, Lease,
-    Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
+    duration_millis, Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted,
+    EpochMillis, Lease, Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
 };
 use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +72,10 @@ pub struct ConsumerSession {
     /// Changes made by a tick that failed before it could report them
     /// (a lease taken before a later call failed): the next tick reports them.
     owed: SessionTick,
+    /// Until when (the store's clock) each lease is also renewed, for
+    /// processes of the code before sessions that may still run after an
+    /// upgrade (`None`: not read yet; `Some(None)`: never).
+    renew_until: Option<Option<EpochMillis>>,
 }
 
 impl ConsumerSession {
@@ -87,6 +92,7 @@ impl ConsumerSession {
             ticks_since_scan: 0,
             holding: Holding::new(),
             owed: SessionTick::default(),
+            renew_until: None,
         }
     }
 
@@ -185,6 +191,7 @@ impl ConsumerSession {
         tick: &mut SessionTick,
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
+        let claimed_at_renewal = self.renew_for_older_code(tick).await?;
         let sent = Instant::now();
         let beat = self.beat().await?;
         tick.registered |= beat.registered;
@@ -212,6 +219,9 @@ impl ConsumerSession {
         for shard in &beat.claimed {
             self.honour_claim(shard, tick, progress).await?;
             self.acks.claimed.insert(shard.clone());
+        }
+        for shard in claimed_at_renewal.difference(&beat.claimed) {
+            self.honour_claim(shard, tick, progress).await?;
         }
         self.ticks_since_scan += 1;
         let now = (beat.assignments, beat.named);
@@ -280,6 +290,46 @@ impl ConsumerSession {
             self.ticks_since_scan = 0;
         }
         Ok(())
+    }
+
+    /// For [`UPGRADE_WINDOW`] after the group was raised to the schema of
+    /// sessions, renews each held lease before the heartbeat, as the code
+    /// before sessions did, so a rebalancer or reaper of that code still
+    /// running sees the leases renewed and keeps its hands off. Returns the
+    /// shards whose renewal found a claim (that code's claims are on the
+    /// lease alone).
+    async fn renew_for_older_code(&mut self, tick: &mut SessionTick) -> Result<BTreeSet<ShardId>> {
+        let until = match self.renew_until {
+            Some(until) => until,
+            None => {
+                let since = self.store.stream_item().state().await?;
+                let until = since
+                    .and_then(|s| s.sessions_since)
+                    .map(|t| t + duration_millis(UPGRADE_WINDOW));
+                self.renew_until = Some(until);
+                until
+            }
+        };
+        let mut claimed = BTreeSet::new();
+        if until.is_none_or(|until| self.store.now() >= until) {
+            return Ok(claimed);
+        }
+        let held: Vec<Lease> = self.leases.values().cloned().collect();
+        for lease in held {
+            match self.store.leases().renew(&lease, self.lease_term).await {
+                Ok(renewal) if renewal.claim.is_some() => {
+                    claimed.insert(lease.shard_id);
+                }
+                Ok(_) => {}
+                Err(e) if e.is_lease_lost() => {
+                    tracing::warn!(shard = %lease.shard_id, error = %e, "lease lost: stop processing the shard");
+                    self.forget(&lease.shard_id);
+                    tick.lost.push(lease.shard_id);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(claimed)
     }
 
     /// A claim on `shard` was noted on this consumer's item: if the lease

@@ -2,9 +2,11 @@
 //! interval, whatever it holds, counted at the client.
 
 use crate::support::common::{create_stream, ctx, rebalancer};
+use aws_sdk_dynamodb::types::AttributeValue::{N, S};
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::Reaper;
 use shardkeeper::group::ReapConfig;
+use shardkeeper::state::schema::{SCHEMA_VERSION, UPGRADE_WINDOW};
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -100,4 +102,63 @@ async fn an_idle_group_of_256_shards_and_4_consumers_writes_at_most_240_times_a_
     assert!(writes <= 240, "{writes} writes in a minute: {sent:?}");
     assert_eq!(writes, 80, "a heartbeat a consumer every 3 s: {sent:?}");
     assert_eq!(held(&sessions), balanced);
+}
+
+/// A group of the code before sessions is raised to the schema of sessions
+/// by the first newer process to start, which records when. Processes of
+/// the older code may still run beside the newer for a while (a Lambda
+/// invocation in flight), and that code's rebalancer takes a lease it sees
+/// unrenewed for a term: so for `UPGRADE_WINDOW` a session also renews each
+/// lease before it heartbeats, and then stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_upgrade_sessions_also_renew_each_lease_for_the_upgrade_window() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    // The group as the older code left it: schema 2.
+    ctx.aws
+        .dynamodb
+        .update_item()
+        .table_name(&ctx.table)
+        .key("pk", S(store.layout().partition_key().to_owned()))
+        .key("sk", S("STREAM".to_owned()))
+        .update_expression("SET #schema = :two REMOVE #since")
+        .expression_attribute_names("#schema", "schema")
+        .expression_attribute_names("#since", "sessions_since")
+        .expression_attribute_values(":two", N("2".to_owned()))
+        .send()
+        .await
+        .unwrap();
+    let old = store.stream_item().state().await.unwrap().unwrap();
+    assert_eq!((old.schema_version, old.sessions_since), (2, None));
+    // A newer process starts on it: raised, and when.
+    store
+        .stream_item()
+        .init(old.stream_created, old.stream_arn.as_deref())
+        .await
+        .unwrap();
+    let raised = store.stream_item().state().await.unwrap().unwrap();
+    assert_eq!(raised.schema_version, SCHEMA_VERSION);
+    assert_eq!(raised.sessions_since, Some(store.now()));
+
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let id = ConsumerId::new("c0").unwrap();
+    let mut session = ConsumerSession::new(
+        store.clone(),
+        ConsumerInfo::for_this_process(id, store.now()),
+        TERM,
+    );
+    session.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    assert_eq!(session.tick(no_progress).await.unwrap().gained.len(), 4);
+    let updates = |before: &BTreeMap<String, shardkeeper_local::OperationCount>| {
+        ctx.aws.dynamodb_requests.since(before)["UpdateItem"].requests
+    };
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    session.tick(no_progress).await.unwrap();
+    assert_eq!(updates(&before), 1 + 4, "a heartbeat and a renewal a lease");
+    ctx.clock.advance(UPGRADE_WINDOW);
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    session.tick(no_progress).await.unwrap();
+    assert_eq!(updates(&before), 1, "past the window, the heartbeat alone");
 }

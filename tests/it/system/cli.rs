@@ -1,7 +1,7 @@
 //! The operator CLI: `status` and `reset` on a real group, the demo with
 //! its verification.
 
-use crate::support::common::{ctx, lease, seed_shards};
+use crate::support::common::{ctx, lease, register, seed_shards};
 use clap::Parser;
 use shardkeeper::group::ResetRefused;
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
@@ -116,6 +116,7 @@ async fn reset_refuses_while_leases_are_held_and_a_forced_reset_fences_the_holde
     let store = ctx.store("orders");
     let shards = seed_shards(&store, 2).await;
     let held = lease(&store, &shards[0], "worker-a").await;
+    register(&store, "worker-a").await;
     store
         .checkpoints()
         .save(&held, &Checkpoint::after("900").unwrap(), None)

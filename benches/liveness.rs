@@ -1,0 +1,242 @@
+//! What keeping a group alive costs: DynamoDB requests of an idle group in
+//! one minute, counted at the client on the in-process servers, for 64,
+//! 1,000 and 10,000 shards, with the consumers a worker fleet runs for them
+//! (32 shards a worker), the rebalancer and the reaper at their defaults
+//! (sessions tick every 3 s, the rebalancer and the reaper every 5 s, lease
+//! term 10 s), on a simulated clock.
+//!
+//! It prints the requests of each operation in the measured minute, the
+//! write and read units they cost, and the size of a group read. Run it on
+//! this commit and on one from before sessions to compare the protocols
+//! (docs/BENCHMARKS.md, "What liveness costs", has both and the cost model).
+//!
+//! Run: `cargo bench --bench liveness` (a few minutes);
+//! `SHARDKEEPER_BENCH_SHARDS=64,1000` to choose the sizes.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use shardkeeper::consumer::ConsumerSession;
+use shardkeeper::functions::{Reaper, Rebalancer};
+use shardkeeper::group::{ReapConfig, RebalanceConfig};
+use shardkeeper::state::{
+    ConsumerId, ConsumerInfo, ManualClock, StateStore, StoreConfig, TableOptions,
+};
+use shardkeeper_local::{test_clients, unique_name, OperationCount};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS_PER_WORKER: usize = 32;
+const LEASE_TERM: Duration = Duration::from_secs(10);
+const SESSION_EVERY_S: u64 = 3;
+const TICK_EVERY_S: u64 = 5;
+
+/// The operations that write, and those that read.
+const WRITES: [&str; 5] = [
+    "UpdateItem",
+    "PutItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+];
+
+/// An item's size as DynamoDB bills it, near enough: attribute names and
+/// values (a number as about half its digits plus one byte).
+fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(n) => n.len() / 2 + 1,
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+            AttributeValue::Ss(ss) => ss.iter().map(String::len).sum(),
+            AttributeValue::Ns(ns) => ns.iter().map(|n| n.len() / 2 + 1).sum(),
+            AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value(v)).sum::<usize>(),
+            AttributeValue::M(m) => {
+                3 + m.iter().map(|(k, v)| 1 + k.len() + value(v)).sum::<usize>()
+            }
+            _ => 0,
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+struct Measured {
+    shards: usize,
+    consumers: usize,
+    requests: BTreeMap<String, OperationCount>,
+    group_bytes: usize,
+    group_items: usize,
+    setup: Duration,
+    minute: Duration,
+}
+
+async fn measure(shards: usize) -> Measured {
+    let started = Instant::now();
+    let consumers = shards.div_ceil(SHARDS_PER_WORKER);
+    let aws = test_clients().await.expect("servers");
+    let stream = unique_name("liveness");
+    aws.kinesis
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(shards as i32)
+        .send()
+        .await
+        .unwrap();
+    let clock = ManualClock::new(1_800_000_000_000);
+    let table = unique_name("liveness");
+    let config = StoreConfig::new("bench", &stream)
+        .unwrap()
+        .table(&table)
+        .unwrap();
+    let store = StateStore::with_clock(aws.dynamodb.clone(), config, Arc::new(clock.clone()));
+    store
+        .table()
+        .ensure(&TableOptions::default())
+        .await
+        .unwrap();
+    let rebalancer = Rebalancer {
+        store: store.clone(),
+        kinesis: aws.kinesis.clone(),
+        config: RebalanceConfig {
+            lease_term: LEASE_TERM,
+            ..RebalanceConfig::default()
+        },
+        emit_metrics: false,
+        sightings: Default::default(),
+        fleet: None,
+    };
+    let reaper = Reaper {
+        store: store.clone(),
+        kinesis: aws.kinesis.clone(),
+        config: ReapConfig::default(),
+        emit_metrics: false,
+        sightings: Default::default(),
+    };
+    let mut sessions: Vec<ConsumerSession> = (0..consumers)
+        .map(|i| {
+            let id = ConsumerId::new(format!("worker-{i:04}")).unwrap();
+            let info = ConsumerInfo::for_this_process(id, store.now());
+            ConsumerSession::new(store.clone(), info, LEASE_TERM)
+        })
+        .collect();
+    // Balanced: the sessions register, the rebalancer gives every shard,
+    // the sessions take them up.
+    let mut t = 0u64;
+    loop {
+        clock.advance(Duration::from_secs(1));
+        t += 1;
+        if t % SESSION_EVERY_S == 0 {
+            for s in sessions.iter_mut() {
+                s.tick(|_| None).await.unwrap();
+            }
+        }
+        if t % TICK_EVERY_S == 0 {
+            rebalancer.tick().await.unwrap();
+            reaper.tick().await.unwrap();
+        }
+        let held: usize = sessions.iter().map(|s| s.leases().count()).sum();
+        if held == shards && t % TICK_EVERY_S == 1 {
+            break;
+        }
+        assert!(t < 600, "not balanced after {t} s: {held} of {shards} held");
+    }
+    let setup = started.elapsed();
+
+    // One idle minute.
+    let started = Instant::now();
+    let before = aws.dynamodb_requests.snapshot();
+    for _ in 0..60 {
+        clock.advance(Duration::from_secs(1));
+        t += 1;
+        if t % SESSION_EVERY_S == 0 {
+            for s in sessions.iter_mut() {
+                let tick = s.tick(|_| None).await.unwrap();
+                assert!(tick.lost.is_empty(), "{tick:?}");
+            }
+        }
+        if t % TICK_EVERY_S == 0 {
+            rebalancer.tick().await.unwrap();
+            reaper.tick().await.unwrap();
+        }
+    }
+    let requests = aws.dynamodb_requests.since(&before);
+    let minute = started.elapsed();
+
+    // The group as a read returns it.
+    let mut group_bytes = 0;
+    let mut group_items = 0;
+    let mut start = None;
+    loop {
+        let page = aws
+            .dynamodb
+            .scan()
+            .table_name(&table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        for item in page.items() {
+            group_bytes += item_size(item);
+            group_items += 1;
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    Measured {
+        shards,
+        consumers,
+        requests,
+        group_bytes,
+        group_items,
+        setup,
+        minute,
+    }
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("SHARDKEEPER_BENCH_SHARDS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().parse().unwrap()).collect())
+        .unwrap_or_else(|| vec![64, 1000, 10_000]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "An idle group for one simulated minute, DynamoDB requests counted at the client \
+         (sessions every {SESSION_EVERY_S} s, rebalancer and reaper every {TICK_EVERY_S} s, \
+         {SHARDS_PER_WORKER} shards a consumer):\n"
+    );
+    println!("| shards | consumers | writes/min | of them UpdateItem | reads/min (requests) | read units/min | group read | run |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for shards in sizes {
+        let m = runtime.block_on(measure(shards));
+        let count = |op: &str| m.requests.get(op).map_or(0, |c| c.requests);
+        let writes: u64 = WRITES.iter().map(|op| count(op)).sum();
+        let queries = count("Query");
+        let gets = count("GetItem");
+        // A group read is one strongly consistent Query a key (one read
+        // unit a 4 KB, rounded up): the rebalancer's and the reaper's each
+        // tick, counted as group reads; a GetItem of a small item is one.
+        let ticks = 2 * (60 / TICK_EVERY_S);
+        let group_units = m.group_bytes.div_ceil(4096) as u64;
+        let read_units = ticks * group_units + gets;
+        println!(
+            "| {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {} | {} items, {} KB | {:.0} s + {:.0} s |",
+            m.shards,
+            m.consumers,
+            writes,
+            count("UpdateItem"),
+            queries + gets,
+            read_units,
+            m.group_items,
+            m.group_bytes / 1024,
+            m.setup.as_secs_f64(),
+            m.minute.as_secs_f64(),
+        );
+        eprintln!("{shards} shards: {:?}", m.requests);
+    }
+}
