@@ -1,5 +1,5 @@
 //! Failover and scale-out in real time with the default settings (10 s
-//! lease term, 10 s heartbeat timeout, renewals every 3 s, rebalancer and
+//! lease term, 10 s heartbeat timeout, heartbeats every 3 s, rebalancer and
 //! reaper ticks every 5 s), on the in-process servers: 64 shards, a producer
 //! writing to every shard all along, one consumer, then three more join
 //! (scale-out), then one is killed (no release, no more heartbeats). Reports
@@ -8,8 +8,8 @@
 //! minute.
 //!
 //! The floor of the failover is the lease term: a lease can move no earlier
-//! than one term after its holder's last renewal (the rebalancer must have
-//! seen it unrenewed that long), so the report gives the ratio to it.
+//! than one term after its holder's last heartbeat (the rebalancer must have
+//! seen its session unchanged that long), so the report gives the ratio to it.
 //!
 //! Run: `cargo bench --bench failover` (about two and a half minutes).
 
@@ -230,7 +230,7 @@ fn main() {
         let writes = idle.get("UpdateItem").map_or(0, |c| c.requests);
         println!();
         println!(
-            "Per consumer: {:.0} UpdateItem/min (a heartbeat and one renewal per held lease every 3 s).",
+            "Per consumer: {:.0} UpdateItem/min (a heartbeat every 3 s, whatever it holds).",
             writes as f64 / 3.0
         );
     });

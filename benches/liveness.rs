@@ -20,7 +20,9 @@ use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::state::{
     ConsumerId, ConsumerInfo, ManualClock, StateStore, StoreConfig, TableOptions,
 };
-use shardkeeper_local::{test_clients, unique_name, OperationCount};
+use shardkeeper_local::{
+    unique_name, AwsClients, Endpoints, LocalOptions, LocalServers, OperationCount, DYNAMODB_WRITES,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,15 +31,6 @@ const SHARDS_PER_WORKER: usize = 32;
 const LEASE_TERM: Duration = Duration::from_secs(10);
 const SESSION_EVERY_S: u64 = 3;
 const TICK_EVERY_S: u64 = 5;
-
-/// The operations that write, and those that read.
-const WRITES: [&str; 5] = [
-    "UpdateItem",
-    "PutItem",
-    "DeleteItem",
-    "TransactWriteItems",
-    "BatchWriteItem",
-];
 
 /// An item's size as DynamoDB bills it, near enough: attribute names and
 /// values (a number as about half its digits plus one byte).
@@ -73,7 +66,13 @@ struct Measured {
 async fn measure(shards: usize) -> Measured {
     let started = Instant::now();
     let consumers = shards.div_ceil(SHARDS_PER_WORKER);
-    let aws = test_clients().await.expect("servers");
+    // Servers of its own, with room for the size's shards.
+    let servers = LocalServers::start(LocalOptions {
+        shard_limit: (shards as u32).max(10_000),
+        ..LocalOptions::default()
+    })
+    .expect("servers");
+    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
     let stream = unique_name("liveness");
     aws.kinesis
         .create_stream()
@@ -125,12 +124,12 @@ async fn measure(shards: usize) -> Measured {
     loop {
         clock.advance(Duration::from_secs(1));
         t += 1;
-        if t % SESSION_EVERY_S == 0 {
+        if t.is_multiple_of(SESSION_EVERY_S) {
             for s in sessions.iter_mut() {
                 s.tick(|_| None).await.unwrap();
             }
         }
-        if t % TICK_EVERY_S == 0 {
+        if t.is_multiple_of(TICK_EVERY_S) {
             rebalancer.tick().await.unwrap();
             reaper.tick().await.unwrap();
         }
@@ -148,13 +147,13 @@ async fn measure(shards: usize) -> Measured {
     for _ in 0..60 {
         clock.advance(Duration::from_secs(1));
         t += 1;
-        if t % SESSION_EVERY_S == 0 {
+        if t.is_multiple_of(SESSION_EVERY_S) {
             for s in sessions.iter_mut() {
                 let tick = s.tick(|_| None).await.unwrap();
                 assert!(tick.lost.is_empty(), "{tick:?}");
             }
         }
-        if t % TICK_EVERY_S == 0 {
+        if t.is_multiple_of(TICK_EVERY_S) {
             rebalancer.tick().await.unwrap();
             reaper.tick().await.unwrap();
         }
@@ -215,7 +214,7 @@ fn main() {
     for shards in sizes {
         let m = runtime.block_on(measure(shards));
         let count = |op: &str| m.requests.get(op).map_or(0, |c| c.requests);
-        let writes: u64 = WRITES.iter().map(|op| count(op)).sum();
+        let writes: u64 = DYNAMODB_WRITES.iter().map(|op| count(op)).sum();
         let queries = count("Query");
         let gets = count("GetItem");
         // A group read is one strongly consistent Query a key (one read

@@ -263,7 +263,7 @@ async fn holding_worker<H: shardkeeper::processing::RecordHandler>(
     };
     worker.step().await.unwrap();
     rebalancer.tick().await.unwrap();
-    // Wait until the worker holds the shard (it learns at its next renewal).
+    // Wait until the worker holds the shard (it learns at its next heartbeat).
     while worker.shards().is_empty() {
         worker.step().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -82,7 +82,7 @@ fn initial_position(value: Option<String>) -> Result<InitialPosition, ConfigErro
 const HANDOFF_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HANDOFF_TIMEOUT_SECONDS";
 
 /// [`HEARTBEAT_TIMEOUT_SECONDS`] (default: the lease term plus 5 s). A
-/// timeout shorter than the term plus a worker's renewal interval is
+/// timeout shorter than the term plus a worker's heartbeat interval is
 /// refused: a consumer whose tick runs a little late would be judged dead
 /// while it still holds its leases.
 fn heartbeat_timeout<F: Fn(&str) -> Option<String>>(
@@ -97,7 +97,7 @@ fn heartbeat_timeout<F: Fn(&str) -> Option<String>>(
             var: HEARTBEAT_TIMEOUT_SECONDS,
             value: timeout.as_secs().to_string(),
             reason: format!(
-                "at least the lease term plus a renewal interval ({} s): a consumer whose tick \
+                "at least the lease term plus a heartbeat interval ({} s): a consumer whose tick \
                  runs late would be judged dead while it holds its leases",
                 least.as_secs_f64().ceil()
             ),
@@ -137,7 +137,7 @@ impl ScheduledConfig {
         if vars.get(HANDOFF_TIMEOUT_SECONDS).is_some() {
             tracing::warn!(
                 "{HANDOFF_TIMEOUT_SECONDS} is no longer read: a claimed lease that its owner \
-                 neither hands over nor renews moves once its term has passed"
+                 neither hands over nor heartbeats moves once its term has passed"
             );
         }
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;

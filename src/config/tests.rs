@@ -190,7 +190,7 @@ fn a_heartbeat_timeout_shorter_than_the_term_plus_a_renewal_interval_is_refused(
         vars.push((HEARTBEAT_TIMEOUT_SECONDS, timeout));
         config(&vars)
     };
-    // The worker renews every 3 s: 10 s + 3 s is the least.
+    // The worker heartbeats every 3 s: 10 s + 3 s is the least.
     let err = with("12").unwrap_err();
     assert!(
         matches!(&err, ConfigError::Malformed { var: HEARTBEAT_TIMEOUT_SECONDS, reason, .. }

@@ -15,7 +15,7 @@ pub const TICK_SECONDS: &str = "SHARDKEEPER_TICK_SECONDS";
 /// Milliseconds kept free before the Lambda deadline (default 2000).
 pub const DEADLINE_MARGIN_MS: &str = "SHARDKEEPER_DEADLINE_MARGIN_MS";
 /// Seconds without a heartbeat before a consumer is dead (default: the
-/// lease term plus 5; at least the term plus a renewal interval).
+/// lease term plus 5; at least the term plus a heartbeat interval).
 pub const HEARTBEAT_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HEARTBEAT_TIMEOUT_SECONDS";
 /// Lease term in seconds given by an assignment (default 10).
 pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";

@@ -35,13 +35,13 @@ pub enum WorkerEvent {
     },
     /// A batch of the shard starts processing under a lease that holds, as
     /// this process's clock tells, until `lease_expiry` (the send time of its
-    /// last renewal plus the term): nothing of the batch may run after it.
+    /// session's last heartbeat plus the term): nothing of the batch may run after it.
     Processing {
         /// The shard.
         shard: ShardId,
         /// When the batch started.
         at: Instant,
-        /// When the lease runs out unless renewed.
+        /// When the lease runs out unless the session beats again.
         lease_expiry: Instant,
     },
     /// The worker stopped reading the shard: the lease was lost, handed

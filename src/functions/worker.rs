@@ -2,7 +2,7 @@
 //! that reads the shards it is given until its deadline. Its heartbeats say
 //! when it ends, so the rebalancer starts its replacement in time; some
 //! time before the end it drains (its leases handed to the workers that
-//! stay, at its renewals), and what is left at the end is released.
+//! stay, at its heartbeats), and what is left at the end is released.
 
 use crate::consumer::ConsumerSession;
 use crate::consumer::{Observer, ShardWorker, WorkerConfig, WorkerReport};

@@ -27,6 +27,15 @@ pub struct LoggedRequest {
     pub body: Vec<u8>,
 }
 
+/// The DynamoDB operations that write (each at least one write unit).
+pub const DYNAMODB_WRITES: [&str; 5] = [
+    "UpdateItem",
+    "PutItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "BatchWriteItem",
+];
+
 /// Requests and request body bytes of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OperationCount {
@@ -79,6 +88,17 @@ impl RequestCounter {
     /// Requests sent since `before` (a snapshot taken earlier), all operations together.
     pub fn requests_since(&self, before: &BTreeMap<String, OperationCount>) -> u64 {
         self.since(before).values().map(|c| c.requests).sum()
+    }
+
+    /// DynamoDB write requests sent since `before` (a snapshot taken
+    /// earlier): the operations of [`DYNAMODB_WRITES`].
+    pub fn writes_since(&self, before: &BTreeMap<String, OperationCount>) -> u64 {
+        let since = self.since(before);
+        DYNAMODB_WRITES
+            .iter()
+            .filter_map(|op| since.get(*op))
+            .map(|c| c.requests)
+            .sum()
     }
 
     /// The counts since `before` (a snapshot taken earlier), without empty rows.

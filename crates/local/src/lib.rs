@@ -34,7 +34,7 @@ pub use clients::{
     shared_servers, test_clients, test_endpoints, AwsClients, Endpoints, DYNAMODB_ENDPOINT_VAR,
     KINESIS_ENDPOINT_VAR, REAL_AWS_VAR,
 };
-pub use counter::{LoggedRequest, OperationCount, RequestCounter};
+pub use counter::{LoggedRequest, OperationCount, RequestCounter, DYNAMODB_WRITES};
 pub use fault_plan::{FaultCounts, Faults, SlowRequests};
 pub use fault_proxy::FaultProxy;
 pub use faults::{AwsService, FailingEndpoint};

@@ -30,8 +30,8 @@ pub struct Buckets(u16);
 /// What [`Buckets::for_shards`] plans for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpreadPolicy {
-    /// Write units one shard needs a second: a checkpoint a second, plus the
-    /// lease renewals (default 1.5).
+    /// Write units one shard needs a second: a checkpoint a second with
+    /// room to spare (default 1.5; leases are not renewed one by one).
     pub writes_per_shard: f64,
     /// Write units one bucket key may be asked for a second (default 500,
     /// half of what DynamoDB serves one partition key).

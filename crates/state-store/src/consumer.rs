@@ -459,8 +459,8 @@ impl Consumers<'_> {
 
     /// Removes a consumer that missed its heartbeat, if its heartbeat is
     /// still the one seen, then frees the leases given (each only if it is
-    /// still as seen: not renewed since; pass only leases seen unrenewed
-    /// for a term, the others run out and are given away later) and unlocks
+    /// still as seen and the consumer still absent; pass only leases seen
+    /// unchanged for a term, the others are given away later) and unlocks
     /// the EFO consumers it held (each on the lock counter seen). `None` if
     /// the consumer heartbeated since (nothing is touched).
     pub async fn reap(

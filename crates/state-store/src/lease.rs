@@ -1,9 +1,14 @@
-//! Shard leases: take, renew, release (with hand-off), claim, remove, and who owns what.
+//! Shard leases: take, release (with hand-off), claim, remove, and who owns
+//! what.
 //!
-//! Every change of owner increments the shard's `counter`. Renewals,
-//! checkpoints and releases are conditioned on `owner = me AND counter = n`,
-//! so a consumer that lost its lease learns it at its next write
-//! ([`StateError::LeaseLost`]) and can never overwrite its successor's work.
+//! A lease lives by its owner's session (its heartbeat), not by renewals:
+//! a take from an owner that did not release it is conditioned on the
+//! owner's session as seen, and notes the revocation on the owner's item
+//! (see [`TakeFrom`]). Every change of owner increments the shard's
+//! `counter`; checkpoints and releases are conditioned on `owner = me AND
+//! counter = n`, so a consumer that lost its lease learns it at its next
+//! write ([`StateError::LeaseLost`]) and can never overwrite its
+//! successor's work. [`Leases::renew`] is kept for the upgrade window.
 
 use crate::clock::{duration_millis, EpochMillis};
 use crate::consumer::Revocation;
@@ -194,9 +199,10 @@ impl Leases<'_> {
     ///
     /// Expiry is judged here by comparing the stored `expires` with this
     /// writer's clock, so clock skew between machines moves it: a tool's and
-    /// a test's convenience. A consumer group never takes leases this way;
-    /// its rebalancer judges expiry by observation and takes with
-    /// [`Leases::take`].
+    /// a test's convenience. It knows nothing of sessions either: a lease of
+    /// a live session whose stored expiry has passed is taken. A consumer
+    /// group never takes leases this way; its rebalancer judges sessions by
+    /// observation and takes with [`Leases::take`].
     pub async fn acquire(
         self,
         shard: &ShardId,

@@ -11,7 +11,7 @@
 //!
 //! | handle | what it holds |
 //! | --- | --- |
-//! | [`StateStore::leases`] ([`Leases`]) | shard leases: acquire, take, renew, release, claims, owners |
+//! | [`StateStore::leases`] ([`Leases`]) | shard leases: acquire, take, release, claims, owners |
 //! | [`StateStore::checkpoints`] ([`Checkpoints`]) | fenced, un-leased and EFO-locked checkpoints, depletion, an operator's reset |
 //! | [`StateStore::consumers`] ([`Consumers`]) | heartbeats (registration), the active flag, given shards, reaping |
 //! | [`StateStore::efo_consumers`] ([`EfoConsumers`]) | the enhanced fan-out consumer pool and its locks |

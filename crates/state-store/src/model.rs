@@ -155,7 +155,7 @@ pub struct EfoLock {
     pub lock_counter: u64,
 }
 
-/// A held shard lease: the fencing token for renewals, checkpoints and release.
+/// A held shard lease: the fencing token for checkpoints and release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The leased shard.
@@ -164,7 +164,8 @@ pub struct Lease {
     pub owner: ConsumerId,
     /// The lease counter when the lease was taken: any change of owner moves it on.
     pub counter: u64,
-    /// When the lease runs out unless renewed (ms).
+    /// The stored expiry (ms): the take's time plus the term (a lease lives
+    /// by its owner's session, see [`crate::Leases::take`]).
     pub expires: EpochMillis,
 }
 
@@ -201,7 +202,8 @@ pub struct ShardState {
     /// The holding token of the owner's process the lease was taken for, if known.
     pub holder: Option<String>,
     /// When the lease runs out (ms, the last writer's wall clock: for
-    /// display; every renewal changes it, so it also tells renewals apart).
+    /// display; written by a take, and by each renewal of code from before
+    /// sessions, so it also tells those apart).
     pub expires: Option<EpochMillis>,
     /// The lease counter (fencing token).
     pub counter: u64,

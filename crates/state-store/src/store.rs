@@ -159,7 +159,7 @@ impl StateStore {
         }
     }
 
-    /// Shard leases: take, renew, release, claim, and who owns what.
+    /// Shard leases: take, release, claim, and who owns what.
     pub fn leases(&self) -> Leases<'_> {
         Leases { store: self }
     }

@@ -1,9 +1,9 @@
 //! How a consumer holds its shards: as a member of a group (leases the
-//! rebalancer gives it, renewed by its session, fenced checkpoints) or
+//! rebalancer gives it, kept alive by its session's heartbeat, fenced checkpoints) or
 //! standalone (every shard, in its own scope), and the enhanced fan-out
 //! consumer it reads with.
 //!
-//! - `session`: a group consumer's heartbeat, renewals, claims and leave.
+//! - `session`: a group consumer's heartbeat, revocations, claims and leave.
 //! - `standalone`: a consumer that reads every shard in its own scope.
 //! - `mode`: the one of the two a worker runs, and its checkpointer.
 //! - `holding`: a process's hold on its consumer id (the heartbeat token).

@@ -13,7 +13,8 @@ pub const SHARD_READ_BYTES_PER_SECOND: u64 = 2 * 1024 * 1024;
 pub struct WorkerConfig {
     /// Where shards with no checkpoint start.
     pub initial_position: InitialPosition,
-    /// How often the session heartbeats and renews (KCL renews every ~3.3 s).
+    /// How often the session heartbeats: one write keeps every lease (KCL
+    /// renews each lease every ~3.3 s).
     pub renew_every: Duration,
     /// The least time between two GetRecords of one shard (Kinesis allows 5
     /// per second). After a large answer the worker also waits long enough to
@@ -47,9 +48,9 @@ pub struct WorkerConfig {
     /// this much of its work. `Duration::ZERO`: after every batch.
     pub checkpoint_every: Duration,
     /// Processing of a leased shard stops this long (at most a quarter of
-    /// the lease term) before the lease's local expiry (its last renewal's
+    /// the lease term) before the lease's local expiry (its session's last heartbeat's
     /// send time plus the term): a slow batch is cut there, checkpointed,
-    /// and goes on after the renewal.
+    /// and goes on after the next heartbeat.
     pub expiry_margin: Duration,
 }
 
@@ -86,7 +87,7 @@ pub struct WorkerReport {
     pub shards_completed: u64,
     /// Leases lost (the shard stopped at once).
     pub leases_lost: u64,
-    /// Leases handed to a claimant at a renewal (a rebalance, or this
+    /// Leases handed to a claimant at a heartbeat (a rebalance, or this
     /// worker's drain).
     pub handed_off: u64,
     /// Shards still held when the run stopped, released (or checkpointed,

@@ -6,7 +6,7 @@
 //! same code runs in a Lambda invocation (bounded by its deadline) and in a
 //! long-running process (bounded by a stop signal).
 //!
-//! - `mod.rs`: the worker, its step, renewals and the shards it gains, loses
+//! - `mod.rs`: the worker, its step, its session's ticks and the shards it gains, loses
 //!   and completes.
 //! - `run`: the run until a stop or deadline, and leaving.
 //! - `efo`: its enhanced fan-out consumer lock.
@@ -51,13 +51,13 @@ pub struct ShardWorker<H> {
     /// Shards gained whose pipeline is not open yet (their state not read):
     /// kept until it is, so a failure in between never strands a lease.
     pending: BTreeSet<ShardId>,
-    next_renew: Instant,
+    next_beat: Instant,
     report: WorkerReport,
     observer: Option<Observer>,
     efo_lock: Option<EfoLock>,
     efo_recheck: bool,
     /// Time spent processing since `busy_since` (reported as the handler's
-    /// load at each renewal).
+    /// load at each heartbeat).
     busy: Duration,
     busy_since: Instant,
     /// From when the consumer hands its leases to others (see
@@ -114,7 +114,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             config,
             pipelines: BTreeMap::new(),
             pending: BTreeSet::new(),
-            next_renew: Instant::now(),
+            next_beat: Instant::now(),
             report: WorkerReport::default(),
             observer: None,
             efo_lock: None,
@@ -129,9 +129,9 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// From `at` on, the consumer leaves while it still reads: it is marked
     /// inactive, the rebalancer moves its leases to active consumers by
-    /// claims, and it honours each at its next renewal (checkpoint, then
+    /// claims, and it honours each at its next heartbeat (checkpoint, then
     /// hand-off), so its shards go to readers already running instead of
-    /// waiting for its end. Set it some renewals and rebalancer ticks before
+    /// waiting for its end. Set it some heartbeats and rebalancer ticks before
     /// the deadline given to [`ShardWorker::run_until`].
     pub fn drain_at(mut self, at: Instant) -> Self {
         self.drain_at = Some(at);
@@ -213,12 +213,12 @@ impl<H: RecordHandler> ShardWorker<H> {
             .collect()
     }
 
-    /// One step: renew when due, then one read of each shard that is due
+    /// One step: the session's tick when due, then one read of each shard that is due
     /// (a GetRecords, or the events a subscription has delivered). Returns
     /// whether any shard was read.
     pub async fn step(&mut self) -> Result<bool> {
-        if Instant::now() >= self.next_renew {
-            self.renew().await?;
+        if Instant::now() >= self.next_beat {
+            self.beat().await?;
         }
         let now = Instant::now();
         let due: Vec<ShardId> = self
@@ -229,16 +229,16 @@ impl<H: RecordHandler> ShardWorker<H> {
             .collect();
         let mut read = false;
         for shard in &due {
-            // Renewals keep their schedule while slow shards are processed.
-            if Instant::now() >= self.next_renew {
-                self.renew().await?;
+            // Heartbeats keep their schedule while slow shards are processed.
+            if Instant::now() >= self.next_beat {
+                self.beat().await?;
             }
             read |= self.read(shard).await?;
         }
         Ok(read)
     }
 
-    async fn renew(&mut self) -> Result<()> {
+    async fn beat(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         if efo && (self.efo_lock.is_none() || self.efo_recheck) {
             self.lock_efo().await?;
@@ -258,7 +258,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .mode
             .tick(&|shard| positions.get(shard).cloned())
             .await?;
-        self.next_renew = Instant::now() + self.config.renew_every;
+        self.next_beat = Instant::now() + self.config.renew_every;
         for shard in &tick.lost {
             self.drop_shard(shard, StopReason::Lost).await;
         }
@@ -336,7 +336,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             // The window since the last heartbeat ran out (a long batch):
             // the session beats now, right before this read, so the shard
             // is never starved by the others.
-            self.renew().await?;
+            self.beat().await?;
             if !self.pipelines.contains_key(shard) {
                 return Ok(false);
             }
@@ -379,7 +379,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             Ok(Step::Lost) => {
                 self.drop_shard(shard, StopReason::Lost).await;
                 // A standalone EFO consumer's checkpoints are fenced by its
-                // EFO lock: check the lock at the next renewal.
+                // EFO lock: check the lock at the next tick.
                 self.efo_recheck = self.config.enhanced_fan_out.is_some();
                 Ok(false)
             }

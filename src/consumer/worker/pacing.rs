@@ -2,7 +2,7 @@
 //! [`WorkerConfig::checkpoint_every`](crate::consumer::WorkerConfig::checkpoint_every)
 //! of progress. A checkpoint that comes sooner is deferred: the pipeline
 //! carries on from it in memory, and it is written once that time has
-//! passed (at the next renewal, if no later checkpoint came first), and
+//! passed (at the next heartbeat, if no later checkpoint came first), and
 //! always at a hand-over, a stop or a drain, which write where each shard
 //! stands. A pin (a position with no progress) is never deferred.
 
@@ -88,9 +88,9 @@ impl Checkpointer for PacedCheckpoints<'_> {
 
 impl<H: RecordHandler> ShardWorker<H> {
     /// Writes the checkpoints deferred for `checkpoint_every` or more (at a
-    /// renewal): a shard whose records stopped coming is not left behind
+    /// heartbeat): a shard whose records stopped coming is not left behind
     /// its progress. A lost lease drops the shard; a transient failure is
-    /// left to the next renewal.
+    /// left to the next heartbeat.
     pub(super) async fn write_deferred(&mut self) -> Result<()> {
         let every = self.config.checkpoint_every;
         let due = self.pacing.due(self.positions(), Instant::now(), every);
@@ -108,7 +108,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Err(e) if e.is_lease_lost() => self.drop_shard(&shard, StopReason::Lost).await,
                 Err(e) if e.is_transient() => {
                     self.report.shards.transient_errors += 1;
-                    tracing::warn!(%shard, error = %e, "a deferred checkpoint failed; the next renewal writes it");
+                    tracing::warn!(%shard, error = %e, "a deferred checkpoint failed; the next heartbeat writes it");
                 }
                 Err(e) => return Err(e),
             }

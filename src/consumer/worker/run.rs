@@ -17,9 +17,9 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// retries, AWS internal errors, a table or stream endpoint that does not
     /// answer) are ridden out: the step is tried again after a capped,
     /// growing pause and counted in [`crate::pipeline::ShardReport::transient_errors`]. While
-    /// renewals fail nothing is read, so no shard is processed past the
-    /// lease term of its last renewal; a lease taken meanwhile is found lost
-    /// at the next renewal. Any other error ends the run.
+    /// heartbeats fail nothing is read, so no shard is processed past the
+    /// lease term of its last heartbeat; a lease taken meanwhile is found lost
+    /// at the next heartbeat. Any other error ends the run.
     pub async fn run_until(
         &mut self,
         deadline: Option<Instant>,

@@ -400,12 +400,12 @@ async fn a_silent_consumers_lease_moves_once_its_session_went_a_term_unchanged_a
     assert_eq!(owner().await.unwrap().as_str(), "other");
     assert_eq!(
         other.tick(no_progress).await.unwrap().gained,
-        [shard.clone()]
+        std::slice::from_ref(&shard)
     );
     // The silent consumer comes back: its heartbeat goes through, and its
     // answer names the lease revoked, so it stops the shard.
     let back = slow.tick(no_progress).await.unwrap();
-    assert_eq!(back.lost, [shard.clone()], "{back:?}");
+    assert_eq!(back.lost, std::slice::from_ref(&shard), "{back:?}");
     assert!(slow.lease(&shard).is_none());
     assert!(slow.local_expiry(&shard).is_none());
 }
