@@ -166,7 +166,7 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
     let lease = lease
         .iter()
         .find(|s| s.shard_id == shard_id)
-        .and_then(|s| s.live_lease(store.now()))
+        .and_then(|s| s.lease())
         .unwrap();
     let before = aws.dynamodb_requests.snapshot();
     let later = format!("{SEQ}1");

@@ -62,12 +62,16 @@ fn spawn_worker(store: &StateStore, aws: &AwsClients, name: &str, seen: &Seen) -
 }
 
 /// Leases held now by each consumer (stored expiry in the future; one clock here).
+/// Leases held by registered consumers (a consumer's session keeps them).
 async fn holdings(store: &StateStore) -> BTreeMap<String, usize> {
-    let now = store.now();
+    let group = store.load_group().await.unwrap();
     let mut out = BTreeMap::new();
-    for s in store.load_group().await.unwrap().shards {
-        if let Some(lease) = s.live_lease(now).filter(|_| !s.depleted) {
-            *out.entry(lease.owner.to_string()).or_insert(0) += 1;
+    for s in group.shards.iter().filter(|s| !s.depleted) {
+        let Some(owner) = s.owner.as_ref() else {
+            continue;
+        };
+        if group.consumers.iter().any(|c| c.id() == owner) {
+            *out.entry(owner.to_string()).or_insert(0) += 1;
         }
     }
     out

@@ -13,7 +13,6 @@
 //! Run: `cargo bench --bench liveness` (a few minutes);
 //! `SHARDKEEPER_BENCH_SHARDS=64,1000` to choose the sizes.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
@@ -23,7 +22,7 @@ use shardkeeper::state::{
 use shardkeeper_local::{
     unique_name, AwsClients, Endpoints, LocalOptions, LocalServers, OperationCount, DYNAMODB_WRITES,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,27 +30,6 @@ const SHARDS_PER_WORKER: usize = 32;
 const LEASE_TERM: Duration = Duration::from_secs(10);
 const SESSION_EVERY_S: u64 = 3;
 const TICK_EVERY_S: u64 = 5;
-
-/// An item's size as DynamoDB bills it, near enough: attribute names and
-/// values (a number as about half its digits plus one byte).
-fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    fn value(v: &AttributeValue) -> usize {
-        match v {
-            AttributeValue::S(s) => s.len(),
-            AttributeValue::N(n) => n.len() / 2 + 1,
-            AttributeValue::B(b) => b.as_ref().len(),
-            AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
-            AttributeValue::Ss(ss) => ss.iter().map(String::len).sum(),
-            AttributeValue::Ns(ns) => ns.iter().map(|n| n.len() / 2 + 1).sum(),
-            AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value(v)).sum::<usize>(),
-            AttributeValue::M(m) => {
-                3 + m.iter().map(|(k, v)| 1 + k.len() + value(v)).sum::<usize>()
-            }
-            _ => 0,
-        }
-    }
-    item.iter().map(|(k, v)| k.len() + value(v)).sum()
-}
 
 struct Measured {
     shards: usize,
@@ -175,7 +153,7 @@ async fn measure(shards: usize) -> Measured {
             .await
             .unwrap();
         for item in page.items() {
-            group_bytes += item_size(item);
+            group_bytes += shardkeeper::state::cost::item_size(item);
             group_items += 1;
         }
         start = page.last_evaluated_key().cloned();
@@ -221,7 +199,7 @@ fn main() {
         // unit a 4 KB, rounded up): the rebalancer's and the reaper's each
         // tick, counted as group reads; a GetItem of a small item is one.
         let ticks = 2 * (60 / TICK_EVERY_S);
-        let group_units = m.group_bytes.div_ceil(4096) as u64;
+        let group_units = shardkeeper::state::cost::read_units(m.group_bytes);
         let read_units = ticks * group_units + gets;
         println!(
             "| {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {} | {} items, {} KB | {:.0} s + {:.0} s |",

@@ -226,12 +226,6 @@ impl ShardState {
         })
     }
 
-    /// The lease as held now, if the shard has an owner whose lease has not
-    /// run out by the stored expiry and `now`.
-    pub fn live_lease(&self, now: EpochMillis) -> Option<Lease> {
-        self.lease().filter(|l| l.expires > now)
-    }
-
     /// True when the shard may be leased: not depleted and no parent pending.
     pub fn is_leasable(&self) -> bool {
         !self.depleted && self.pending_parents.is_empty()
