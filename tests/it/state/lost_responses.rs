@@ -294,3 +294,44 @@ async fn a_hand_over_that_fails_part_way_reports_the_shard_lost_so_it_is_read_no
     let tick = session.tick(|_| None).await.unwrap();
     assert_eq!(tick.lost, vec![shard], "{tick:?}");
 }
+
+/// A take from a stale session is one transaction: when its answer is lost
+/// after it applied and the SDK sends it again, the retry is recognised as
+/// this take (the lease is the taker's at the next counter), and the
+/// revocation is noted on the old owner's item once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_take_from_a_stale_session_finds_its_own_write() {
+    let (faulty, store) = setup("lost-revoke").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    register(&store, "a").await;
+    let lease = store
+        .leases()
+        .take(&shard, &cid("a"), &free(0), Some("token-a"), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    let session = store
+        .consumers()
+        .get(&cid("a"))
+        .await
+        .unwrap()
+        .unwrap()
+        .session();
+    let from = TakeFrom::Stale {
+        counter: lease.counter,
+        expires: Some(lease.expires),
+        session: Some(session),
+    };
+    faulty.dynamodb.lose_next_responses(1);
+    let taken = store
+        .leases()
+        .take(&shard, &cid("b"), &from, Some("token-b"), TERM)
+        .await
+        .unwrap()
+        .expect("the retry recognises the take it made");
+    assert_eq!((taken.owner, taken.counter), (cid("b"), lease.counter + 1));
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    let info = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let beat = store.consumers().heartbeat(&info).await.unwrap();
+    assert_eq!(beat.revoked.len(), 1, "{beat:?}");
+}
