@@ -24,7 +24,7 @@ pub enum Action {
         /// The holding token of the consumer's process, as seen.
         holder: Option<String>,
     },
-    /// Ask the owner to hand a lease over at its next renewal.
+    /// Ask the owner to hand a lease over at its next heartbeat.
     Claim {
         /// The shard.
         shard: ShardId,
@@ -67,7 +67,7 @@ pub enum Action {
     ReapConsumer {
         /// The consumer as seen (removed only if its heartbeat is still this one).
         seen: ConsumerState,
-        /// Its leases seen unrenewed for a term, as seen (freed only if
+        /// Its leases seen unchanged for a term, as seen (freed only if
         /// still so).
         leases: Vec<Lease>,
         /// The EFO consumers it held.
@@ -135,7 +135,7 @@ impl Action {
 pub enum ActionKind {
     /// A free or expired lease given to a consumer.
     Assign,
-    /// An owner asked to hand a lease over at its next renewal.
+    /// An owner asked to hand a lease over at its next heartbeat.
     Claim,
     /// A claimed lease taken for the claimant after the hand-off timeout.
     ForceTake,

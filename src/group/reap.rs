@@ -6,7 +6,7 @@
 //! the reaper's clock.
 //!
 //! - Consumers that missed their heartbeat are removed, with their EFO
-//!   locks and the leases seen unrenewed for a term (a lease moves only once
+//!   locks and the leases seen unchanged for a term (a lease moves only once
 //!   its holder can no longer be processing under it: the others run out
 //!   and the rebalancer gives them away then); EFO consumers held by
 //!   consumers that are not registered are unlocked.
@@ -33,7 +33,8 @@ pub struct ReapConfig {
     /// A consumer whose heartbeat has not changed for longer than this (as observed) is removed.
     pub heartbeat_timeout: Duration,
     /// The lease term: a removed consumer's lease is freed only once it has
-    /// gone unrenewed this long (as observed).
+    /// gone unchanged this long (as observed), and while the consumer is
+    /// still absent.
     pub lease_term: Duration,
     /// An EFO consumer free for longer than this (as observed) is deregistered.
     pub efo_idle_timeout: Duration,

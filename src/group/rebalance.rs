@@ -30,13 +30,13 @@ use std::time::Duration;
 /// How the rebalancer decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebalanceConfig {
-    /// The lease term: a lease not renewed for this long (as observed) has
-    /// expired; assignments are made for this long.
+    /// The lease term: a session unchanged for this long (as observed) is
+    /// stale, and its leases move.
     pub lease_term: Duration,
     /// A consumer whose heartbeat has not changed for this long (as observed) is not live.
     pub heartbeat_timeout: Duration,
     /// The most claims per tick; `None`: as many as reach balance in one
-    /// tick. Free and expired leases (a forced take too) are always given.
+    /// tick. Free and stale leases (a forced take too) are always given.
     pub max_moves_per_tick: Option<usize>,
 }
 
@@ -204,7 +204,7 @@ pub fn plan_rebalance(
                 holdings.entry(&claim.by).or_default().push(shard);
                 in_transit.insert(&shard.shard_id);
                 if owner.is_none() {
-                    // Neither handed over nor renewed for a term.
+                    // Not handed over, and the owner's session is stale.
                     moves.push(Action::ForceTake {
                         shard: shard.shard_id.clone(),
                         from: from.clone(),

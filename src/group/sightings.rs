@@ -59,7 +59,8 @@ pub struct Ages {
 }
 
 impl Ages {
-    /// How long the lease on `shard` has gone without a renewal.
+    /// How long the lease on `shard` has gone unchanged (no take, release,
+    /// or renewal by code from before sessions).
     pub fn lease(&self, shard: &ShardId) -> Duration {
         self.leases.get(shard).copied().unwrap_or_default()
     }
