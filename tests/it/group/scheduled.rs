@@ -640,3 +640,39 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     let tick = new.tick(no_progress).await.unwrap();
     assert!(tick.lost.is_empty(), "{tick:?}");
 }
+
+/// A claim noted on the owner's item and withdrawn before the owner's next
+/// heartbeat (its claimant died, or the plan changed) leaves the lease with
+/// its owner: the session reads the lease, finds no claim, keeps the lease
+/// and acknowledges the note.
+#[tokio::test]
+async fn a_withdrawn_claim_leaves_the_lease_with_its_owner() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let mut owner = session(&store, "owner");
+    owner.tick(no_progress).await.unwrap();
+    rebalancer(&ctx, &store).tick().await.unwrap();
+    let shard = owner.tick(no_progress).await.unwrap().gained.remove(0);
+    let counter = owner.lease(&shard).unwrap().counter;
+    let (claimant, me) = (
+        ConsumerId::new("claimant").unwrap(),
+        ConsumerId::new("owner").unwrap(),
+    );
+    assert!(store
+        .leases()
+        .claim(&shard, &claimant, &me, counter)
+        .await
+        .unwrap());
+    assert!(store
+        .leases()
+        .cancel_claim(&shard, &claimant)
+        .await
+        .unwrap());
+    for _ in 0..2 {
+        let tick = owner.tick(no_progress).await.unwrap();
+        assert!(tick.handed_off.is_empty() && tick.lost.is_empty(), "{tick:?}");
+        assert_eq!(owner.lease(&shard).map(|l| l.counter), Some(counter));
+    }
+    assert_eq!(store.leases().get_owner(&shard).await.unwrap(), Some(me));
+}
