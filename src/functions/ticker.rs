@@ -20,7 +20,9 @@ pub struct TickLoop<T> {
 
 /// Runs `tick` every `timing.tick` (start to start) while a tick can start
 /// before `deadline - timing.margin`. A failed tick is logged and counted;
-/// the next one runs as planned.
+/// the next one runs as planned. A deadline already past at the start
+/// (Lambda never gives one; a local emulator may) runs one tick, with a
+/// warning.
 pub async fn run_ticks<T, F, Fut>(
     deadline: SystemTime,
     timing: TickTiming,
@@ -35,6 +37,16 @@ where
         errors: Vec::new(),
     };
     let stop_at = deadline.checked_sub(timing.margin).unwrap_or(deadline);
+    if SystemTime::now() >= deadline {
+        tracing::warn!(
+            "the invocation's deadline lies in the past at its start (a local emulator?): one tick"
+        );
+        match tick().await {
+            Ok(t) => out.ticks.push(t),
+            Err(e) => out.errors.push(e),
+        }
+        return out;
+    }
     loop {
         let started = SystemTime::now();
         if started >= stop_at {
@@ -132,6 +144,23 @@ mod tests {
         .await;
         assert!(run.ticks.is_empty());
         assert!(InvocationSummary::from_loop(run).unwrap().last.is_none());
+    }
+
+    /// `cargo lambda watch` may hand out a deadline that has passed: the
+    /// scheduled function ticks once instead of returning at once.
+    #[tokio::test]
+    async fn a_deadline_past_at_the_start_runs_one_tick() {
+        let timing = TickTiming {
+            tick: Duration::from_millis(10),
+            margin: Duration::from_secs(2),
+        };
+        let run = run_ticks(
+            SystemTime::now() - Duration::from_secs(1),
+            timing,
+            || async { crate::Result::Ok(()) },
+        )
+        .await;
+        assert_eq!(run.ticks.len(), 1, "{run:?}");
     }
 
     #[test]

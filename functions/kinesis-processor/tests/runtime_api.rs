@@ -17,11 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
-/// The events still to hand out, and where the answers go.
+/// The events still to hand out, where the answers go, and how far from
+/// now each invocation's deadline lies (negative: in the past, as a local
+/// emulator may send it).
 #[derive(Clone)]
 struct Api {
     events: Arc<Mutex<Vec<(String, String)>>>,
     answers: mpsc::Sender<(String, String, String)>,
+    deadline_in_ms: i64,
 }
 
 /// `GET /runtime/invocation/next`: the next event with its headers, or,
@@ -32,14 +35,15 @@ async fn next(State(api): State<Api>) -> (HeaderMap, String) {
         std::future::pending::<()>().await;
         unreachable!()
     };
-    let deadline = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + Duration::from_secs(60);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let deadline = now + api.deadline_in_ms;
     let mut headers = HeaderMap::new();
     let header = |v: String| HeaderValue::from_str(&v).unwrap();
     headers.insert("lambda-runtime-aws-request-id", header(id));
-    headers.insert(
-        "lambda-runtime-deadline-ms",
-        header(deadline.as_millis().to_string()),
-    );
+    headers.insert("lambda-runtime-deadline-ms", header(deadline.to_string()));
     headers.insert(
         "lambda-runtime-invoked-function-arn",
         header("arn:aws:lambda:us-east-1:123456789012:function:kinesis-processor".into()),
@@ -77,8 +81,13 @@ fn fixture(name: &str) -> String {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
+/// Runs the binary against a Runtime API handing out `events` (last first)
+/// with deadlines `deadline_in_ms` from now; returns each answer (request
+/// id, `response` or `error`, body) and the orders stored.
+async fn run_binary(
+    events: Vec<(String, String)>,
+    deadline_in_ms: i64,
+) -> (Vec<(String, String, String)>, i32) {
     let servers = LocalServers::start(LocalOptions::default()).unwrap();
     let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
     let store = StateStore::new(
@@ -112,15 +121,12 @@ async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
         .await
         .unwrap();
 
-    // Handed out last first: the malformed batch, then a good batch that
-    // starts at the same record (as Lambda's retry of the batch would).
     let (tx, mut answers) = mpsc::channel(8);
+    let expected = events.len();
     let api = Api {
-        events: Arc::new(Mutex::new(vec![
-            ("req-2".into(), fixture("kinesis-batch.json")),
-            ("req-1".into(), fixture("kinesis-malformed.json")),
-        ])),
+        events: Arc::new(Mutex::new(events)),
         answers: tx,
+        deadline_in_ms,
     };
     let app = Router::new()
         .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -163,7 +169,7 @@ async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
         .unwrap();
 
     let mut got = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..expected {
         // A bound so a broken binary fails the test instead of hanging it.
         let answer = tokio::time::timeout(Duration::from_secs(120), answers.recv()).await;
         got.push(answer.ok().flatten());
@@ -172,6 +178,26 @@ async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
     let _ = child.wait();
     let got: Vec<(String, String, String)> =
         got.into_iter().map(|a| a.expect("an answer")).collect();
+    let stored = aws
+        .dynamodb
+        .scan()
+        .table_name("orders")
+        .send()
+        .await
+        .unwrap()
+        .count();
+    (got, stored)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
+    // Handed out last first: the malformed batch, then a good batch that
+    // starts at the same record (as Lambda's retry of the batch would).
+    let events = vec![
+        ("req-2".into(), fixture("kinesis-batch.json")),
+        ("req-1".into(), fixture("kinesis-malformed.json")),
+    ];
+    let (got, stored) = run_binary(events, 60_000).await;
 
     // The malformed batch: its first bad record reported, so Lambda retries from it.
     assert_eq!(
@@ -194,13 +220,22 @@ async fn the_binary_answers_invocations_on_the_lambda_runtime_api() {
     );
     let second: serde_json::Value = serde_json::from_str(&got[1].2).unwrap();
     assert_eq!(second, serde_json::json!({"batchItemFailures": []}));
-    let stored = aws
-        .dynamodb
-        .scan()
-        .table_name("orders")
-        .send()
-        .await
-        .unwrap()
-        .count();
     assert_eq!(stored, 3, "the good batch's orders are written");
+}
+
+/// A local emulator (`cargo lambda watch`) may send a deadline that has
+/// already passed: the batch is processed as if there were none, not
+/// reported back as not attempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_past_at_the_start_processes_the_batch() {
+    let events = vec![("req-1".into(), fixture("kinesis-batch.json"))];
+    let (got, stored) = run_binary(events, -5_000).await;
+    assert_eq!(
+        (got[0].0.as_str(), got[0].1.as_str()),
+        ("req-1", "response"),
+        "{got:?}"
+    );
+    let answer: serde_json::Value = serde_json::from_str(&got[0].2).unwrap();
+    assert_eq!(answer, serde_json::json!({"batchItemFailures": []}));
+    assert_eq!(stored, 3, "every order is written");
 }

@@ -671,7 +671,10 @@ async fn a_withdrawn_claim_leaves_the_lease_with_its_owner() {
         .unwrap());
     for _ in 0..2 {
         let tick = owner.tick(no_progress).await.unwrap();
-        assert!(tick.handed_off.is_empty() && tick.lost.is_empty(), "{tick:?}");
+        assert!(
+            tick.handed_off.is_empty() && tick.lost.is_empty(),
+            "{tick:?}"
+        );
         assert_eq!(owner.lease(&shard).map(|l| l.counter), Some(counter));
     }
     assert_eq!(store.leases().get_owner(&shard).await.unwrap(), Some(me));
