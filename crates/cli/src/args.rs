@@ -27,6 +27,12 @@ pub enum Command {
     /// The poison records parked in the state table (oldest first per
     /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
+    /// A group's positions (each shard's checkpoint) as JSON on standard
+    /// output, for `import` into another group, table or account.
+    Export(ExportArgs),
+    /// Set a group's checkpoints to the positions of an `export` (refused
+    /// while registered consumers hold the leases, unless `--force`).
+    Import(ImportArgs),
     /// Move a group's shard items to another bucket count (partition keys),
     /// with every function of the group stopped.
     Spread(SpreadArgs),
@@ -154,6 +160,35 @@ pub struct ResetArgs {
     #[arg(long)]
     pub yes: bool,
     /// Reset even while live leases are held: the holders lose them.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `export`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// `import`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// The positions file an `export` wrote (`-`: standard input).
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Import even while registered consumers hold the leases: the holders
+    /// lose them.
     #[arg(long)]
     pub force: bool,
     /// Print the result as JSON.

@@ -1,5 +1,6 @@
 //! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
-//! a thin wrapper): `status` and `reset` against real AWS or any endpoint,
+//! a thin wrapper): `groups`, `status`, `parked`, `reset`, `spread`,
+//! `export` and `import` against real AWS or any endpoint,
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
@@ -10,6 +11,7 @@ pub mod commands;
 pub mod connect;
 pub mod demo;
 pub mod error;
+pub mod positions;
 pub mod render;
 
 pub use args::{Cli, Command};
@@ -50,6 +52,17 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
         Command::Reset(args) => {
             let store = connect::store(&args.target).await?;
             Ok((commands::reset(&store, &args, ask_on_terminal).await?, true))
+        }
+        Command::Export(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((positions::export(&store).await?, true))
+        }
+        Command::Import(args) => {
+            let store = connect::store(&args.target).await?;
+            Ok((
+                positions::import(&store, &args, ask_on_terminal).await?,
+                true,
+            ))
         }
         Command::Spread(args) => {
             let store = connect::store(&args.target).await?;

@@ -5,7 +5,7 @@ use crate::support::common::{ctx, lease, register, seed_shards};
 use clap::Parser;
 use shardkeeper::group::ResetRefused;
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
-use shardkeeper_cli::args::{DemoArgs, ResetArgs, Target};
+use shardkeeper_cli::args::{DemoArgs, ImportArgs, ResetArgs, Target};
 use shardkeeper_cli::{commands, Cli, Error};
 use std::time::Duration;
 
@@ -595,4 +595,102 @@ fn table_and_stream_take_the_names_the_aws_cli_uses_too() {
         (short.table, short.group, short.stream),
         (long.table, long.group, long.stream)
     );
+}
+
+fn import_args(store: &shardkeeper::state::StateStore, file: &std::path::Path) -> ImportArgs {
+    let config = store.config();
+    ImportArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            conn: Default::default(),
+        },
+        file: file.to_owned(),
+        yes: true,
+        force: false,
+        json: false,
+    }
+}
+
+/// `export` writes each shard's checkpoint; `import` sets them on another
+/// group (the same shards) with the guarded reset: every checkpoint as
+/// exported, a shard the group does not have left out and named, nothing
+/// written while a registered consumer holds a lease unless forced, and a
+/// file that is not a positions file refused with the reason.
+#[tokio::test]
+async fn export_then_import_moves_every_checkpoint_to_another_group() {
+    let ctx = ctx().await;
+    let from = ctx.store("orders");
+    let shards = seed_shards(&from, 3).await;
+    let positions = [
+        Checkpoint::after_sub("900", 2).unwrap(),
+        Checkpoint::AtTimestamp(1_700_000_000_000),
+        Checkpoint::Latest,
+    ];
+    for (shard, cp) in shards.iter().zip(&positions) {
+        let held = lease(&from, shard, "exporter").await;
+        from.checkpoints().save(&held, cp, None).await.unwrap();
+        from.leases()
+            .release(&held, Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    let exported = shardkeeper_cli::positions::export(&from).await.unwrap();
+
+    // Another group on the same stream, with two of the shards.
+    let to = ctx.store("orders");
+    seed_shards(&to, 2).await;
+    let file = std::env::temp_dir().join(format!(
+        "{}.json",
+        shardkeeper_local::unique_name("positions")
+    ));
+    std::fs::write(&file, &exported).unwrap();
+    let held = lease(&to, &shards[0], "worker-a").await;
+    register(&to, "worker-a").await;
+    let refused = shardkeeper_cli::positions::import(&to, &import_args(&to, &file), |_| true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::Refused(ResetRefused::LeasesHeld(h)) if h.len() == 1),
+        "{refused:?}"
+    );
+    assert_eq!(
+        to.shards()
+            .get(&ShardScope::Group, &shards[1])
+            .await
+            .unwrap()
+            .checkpoint,
+        None,
+        "nothing written"
+    );
+    to.leases()
+        .release(&held, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(to.consumers().deregister(&held.owner).await.unwrap());
+
+    let out = shardkeeper_cli::positions::import(&to, &import_args(&to, &file), |_| true)
+        .await
+        .unwrap();
+    assert!(out.contains("reset: 2 shard(s)"), "{out}");
+    for (shard, cp) in shards.iter().zip(&positions).take(2) {
+        let stored = to.shards().get(&ShardScope::Group, shard).await.unwrap();
+        assert_eq!(stored.checkpoint.as_ref(), Some(cp), "{shard}");
+    }
+    // The third shard is not in `to`: left out, and named.
+    assert!(
+        out.contains(&format!("not in the group, left out: {}", shards[2])),
+        "{out}"
+    );
+
+    std::fs::write(&file, "{\"format\": \"other\"}").unwrap();
+    let bad = shardkeeper_cli::positions::import(&to, &import_args(&to, &file), |_| true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(bad, Error::BadArgument { name: "--file", .. }),
+        "{bad:?}"
+    );
+    let _ = std::fs::remove_file(&file);
 }
