@@ -9,15 +9,20 @@ use shardkeeper_cli::args::{DemoArgs, ImportArgs, ResetArgs, Target};
 use shardkeeper_cli::{commands, Cli, Error};
 use std::time::Duration;
 
-fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
+/// The store's group as the CLI names it.
+fn target(store: &shardkeeper::state::StateStore) -> Target {
     let config = store.config();
+    Target {
+        table: config.table.clone(),
+        group: config.group.to_string(),
+        stream: config.stream.to_string(),
+        conn: Default::default(),
+    }
+}
+
+fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
     ResetArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: target(store),
         to: to.to_owned(),
         shard: None,
         consumer: None,
@@ -298,13 +303,7 @@ async fn the_demo_verifies_what_it_consumed() {
 async fn parked_lists_the_parked_records() {
     let ctx = ctx().await;
     let store = ctx.store("orders");
-    let config = store.config();
-    let target = Target {
-        table: config.table.clone(),
-        group: config.group.to_string(),
-        stream: config.stream.to_string(),
-        conn: Default::default(),
-    };
+    let target = target(&store);
     let args = |json| shardkeeper_cli::args::ParkedArgs {
         target: target.clone(),
         json,
@@ -362,14 +361,8 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
     let ctx = ctx().await;
     let stream = crate::support::common::create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
-    let config = store.config();
     let args = shardkeeper_cli::args::ParkedArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: target(&store),
         json: false,
         replay: true,
         to_stream: None,
@@ -598,14 +591,8 @@ fn table_and_stream_take_the_names_the_aws_cli_uses_too() {
 }
 
 fn import_args(store: &shardkeeper::state::StateStore, file: &std::path::Path) -> ImportArgs {
-    let config = store.config();
     ImportArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: target(store),
         file: file.to_owned(),
         yes: true,
         force: false,
