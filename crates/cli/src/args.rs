@@ -33,6 +33,9 @@ pub enum Command {
     /// Set a group's checkpoints to the positions of an `export` (refused
     /// while registered consumers hold the leases, unless `--force`).
     Import(ImportArgs),
+    /// Set a group's checkpoints to those of a KCL 2.x or 3.x lease table
+    /// (refused while the KCL application still renews its leases).
+    ImportKcl(ImportKclArgs),
     /// Move a group's shard items to another bucket count (partition keys),
     /// with every function of the group stopped.
     Spread(SpreadArgs),
@@ -189,6 +192,39 @@ pub struct ImportArgs {
     pub yes: bool,
     /// Import even while registered consumers hold the leases: the holders
     /// lose them.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `import-kcl`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportKclArgs {
+    /// Which group (and with `--kinesis-endpoint-url`, where its stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// The KCL application's lease table (by default KCL names it after
+    /// the application).
+    #[arg(long)]
+    pub kcl_table: String,
+    /// The time of an `AT_TIMESTAMP` start (RFC 3339 or ms), which KCL keeps
+    /// in the application's configuration, not in the table.
+    #[arg(long)]
+    pub at_timestamp: Option<String>,
+    /// How long to watch the table for renewals before importing: at least
+    /// the KCL application's `failoverTimeMillis`.
+    #[arg(long, default_value_t = 10_000)]
+    pub watch_ms: u64,
+    /// Print what would move, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Import even while the group's registered consumers hold leases: the
+    /// holders lose them.
     #[arg(long)]
     pub force: bool,
     /// Print the result as JSON.

@@ -118,6 +118,17 @@ pub async fn replay_parked(
     Ok(out)
 }
 
+/// Parses a time given as RFC 3339 or as epoch milliseconds, for the
+/// argument `name`.
+pub fn parse_time(name: &'static str, text: &str) -> Result<i64, Error> {
+    match text.parse::<i64>() {
+        Ok(ms) => Ok(ms),
+        Err(_) => Ok(chrono::DateTime::parse_from_rfc3339(text)
+            .map_err(|e| Error::bad(name, format!("{text:?} is not a timestamp: {e}")))?
+            .timestamp_millis()),
+    }
+}
+
 /// Parses `--to`: `trim-horizon`, `latest`, `at-timestamp=<RFC 3339 or
 /// ms>`, `at-sequence=<sequence number>`.
 pub fn parse_target(text: &str) -> Result<Checkpoint, Error> {
@@ -128,15 +139,7 @@ pub fn parse_target(text: &str) -> Result<Checkpoint, Error> {
     match (kind.to_ascii_lowercase().as_str(), value) {
         ("trim-horizon", None) => Ok(Checkpoint::TrimHorizon),
         ("latest", None) => Ok(Checkpoint::Latest),
-        ("at-timestamp", Some(v)) => {
-            let ms = match v.parse::<i64>() {
-                Ok(ms) => ms,
-                Err(_) => chrono::DateTime::parse_from_rfc3339(v)
-                    .map_err(|e| Error::bad("--to", format!("{v:?} is not a timestamp: {e}")))?
-                    .timestamp_millis(),
-            };
-            Ok(Checkpoint::AtTimestamp(ms))
-        }
+        ("at-timestamp", Some(v)) => Ok(Checkpoint::AtTimestamp(parse_time("--to", v)?)),
         ("at-sequence", Some(v)) => Ok(Checkpoint::AtSequence(
             shardkeeper::state::SequenceNumber::new(v)?,
         )),

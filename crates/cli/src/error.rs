@@ -23,6 +23,10 @@ pub enum Error {
     /// A spread was refused while consumers are live; nothing was written.
     #[error("spread refused: {0}")]
     SpreadRefused(String),
+    /// A KCL application still renews or takes leases in the table to
+    /// import (these lease keys moved while watched); nothing was written.
+    #[error("the KCL application still renews leases ({}): stop it, then import", .0.join(", "))]
+    KclRunning(Vec<String>),
     /// The operator did not confirm.
     #[error("not confirmed: nothing was changed")]
     NotConfirmed,

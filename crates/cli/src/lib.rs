@@ -1,6 +1,6 @@
 //! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
 //! a thin wrapper): `groups`, `status`, `parked`, `reset`, `spread`,
-//! `export` and `import` against real AWS or any endpoint,
+//! `export`, `import` and `import-kcl` against real AWS or any endpoint,
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
@@ -11,6 +11,8 @@ pub mod commands;
 pub mod connect;
 pub mod demo;
 pub mod error;
+pub mod kcl;
+pub mod kcl_import;
 pub mod positions;
 pub mod render;
 
@@ -61,6 +63,14 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let store = connect::store(&args.target).await?;
             Ok((
                 positions::import(&store, &args, ask_on_terminal).await?,
+                true,
+            ))
+        }
+        Command::ImportKcl(args) => {
+            let (store, kinesis) = connect::clients(&args.target).await?;
+            let dynamodb = connect::dynamodb(&args.target.conn).await;
+            Ok((
+                kcl_import::import_kcl(&store, &kinesis, &dynamodb, &args, ask_on_terminal).await?,
                 true,
             ))
         }

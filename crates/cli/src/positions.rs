@@ -7,8 +7,10 @@ use crate::args::ImportArgs;
 use crate::error::Error;
 use crate::render;
 use serde::{Deserialize, Serialize};
-use shardkeeper::group::{apply_reset, plan_reset, ResetRefused, ResetReport};
-use shardkeeper::state::{Checkpoint, ShardId, ShardScope, StateStore};
+use shardkeeper::group::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
+use shardkeeper::state::{
+    Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardSpec, ShardState, StateStore,
+};
 use std::collections::BTreeMap;
 
 /// The format name a positions file carries.
@@ -96,6 +98,91 @@ pub fn parse(text: &str) -> Result<(Positions, BTreeMap<ShardId, Checkpoint>), E
     Ok((positions, wanted))
 }
 
+/// Checkpoints to set on a group's shards, planned with the guarded reset:
+/// shards the group does not have are left out, depleted ones left alone.
+#[derive(Debug, Clone)]
+pub(crate) struct Moves {
+    plans: Vec<(ResetPlan, Checkpoint)>,
+    /// Shards the group does not have.
+    pub(crate) unknown: Vec<String>,
+    skipped_depleted: Vec<ShardId>,
+}
+
+impl Moves {
+    /// Shards that will move.
+    pub(crate) fn len(&self) -> usize {
+        self.plans.len()
+    }
+}
+
+/// Plans moving each shard of `wanted` to its checkpoint, in order: refused
+/// as a whole (nothing written) while registered consumers hold any of the
+/// leases, unless `force`.
+pub(crate) fn plan_moves(
+    snapshot: &GroupSnapshot,
+    wanted: impl IntoIterator<Item = (ShardId, Checkpoint)>,
+    force: bool,
+) -> Result<Moves, Error> {
+    let mut moves = Moves {
+        plans: Vec::new(),
+        unknown: Vec::new(),
+        skipped_depleted: Vec::new(),
+    };
+    let mut held = Vec::new();
+    for (shard, cp) in wanted {
+        match plan_reset(snapshot, &ShardScope::Group, Some(&shard), force) {
+            Ok(plan) => moves.plans.push((plan, cp)),
+            Err(shardkeeper::Error::ResetRefused(ResetRefused::UnknownShard(s))) => {
+                moves.unknown.push(s.to_string())
+            }
+            Err(shardkeeper::Error::ResetRefused(ResetRefused::NothingToReset)) => {
+                moves.skipped_depleted.push(shard)
+            }
+            Err(shardkeeper::Error::ResetRefused(ResetRefused::LeasesHeld(h))) => held.extend(h),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !held.is_empty() {
+        return Err(Error::Refused(ResetRefused::LeasesHeld(held)));
+    }
+    Ok(moves)
+}
+
+/// Applies `moves`, each shard only if unchanged since read. A shard moved
+/// to `SHARD_END` is also marked depleted, which makes its children (the
+/// snapshot's shards naming it as a parent) leasable.
+pub(crate) async fn apply_moves(
+    store: &StateStore,
+    snapshot: &GroupSnapshot,
+    moves: Moves,
+) -> Result<ResetReport, Error> {
+    let mut report = ResetReport {
+        skipped_depleted: moves.skipped_depleted,
+        ..ResetReport::default()
+    };
+    for (plan, cp) in moves.plans {
+        let done = apply_reset(store, &plan, &cp).await?;
+        if cp == Checkpoint::ShardEnd {
+            for shard in &done.reset {
+                let children: Vec<ShardSpec> = snapshot
+                    .shards
+                    .iter()
+                    .filter(|s| s.parents.contains(shard))
+                    .map(ShardState::spec)
+                    .collect();
+                store
+                    .checkpoints()
+                    .mark_depleted_unleased(&ShardScope::Group, shard, &children)
+                    .await?;
+            }
+        }
+        report.reset.extend(done.reset);
+        report.changed.extend(done.changed);
+        report.skipped_depleted.extend(done.skipped_depleted);
+    }
+    Ok(report)
+}
+
 /// Sets the group's checkpoints to a positions file's: refused as a whole
 /// (nothing written) while registered consumers hold any of the leases,
 /// unless `--force`; asks `confirm` unless `--yes`; then moves each shard
@@ -112,37 +199,11 @@ pub async fn import(
     };
     let (positions, wanted) = parse(&text)?;
     let snapshot = store.load_group().await?;
-    let mut report = ImportReport {
-        without_checkpoint: positions
-            .shards
-            .iter()
-            .filter(|p| p.checkpoint.is_none())
-            .map(|p| p.shard.clone())
-            .collect(),
-        ..ImportReport::default()
-    };
-    let mut plans = Vec::new();
-    let mut held = Vec::new();
-    for (shard, cp) in &wanted {
-        match plan_reset(&snapshot, &ShardScope::Group, Some(shard), args.force) {
-            Ok(plan) => plans.push((plan, cp)),
-            Err(shardkeeper::Error::ResetRefused(ResetRefused::UnknownShard(s))) => {
-                report.unknown.push(s.to_string())
-            }
-            Err(shardkeeper::Error::ResetRefused(ResetRefused::NothingToReset)) => {
-                report.reset.skipped_depleted.push(shard.clone())
-            }
-            Err(shardkeeper::Error::ResetRefused(ResetRefused::LeasesHeld(h))) => held.extend(h),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if !held.is_empty() {
-        return Err(Error::Refused(ResetRefused::LeasesHeld(held)));
-    }
+    let moves = plan_moves(&snapshot, wanted, args.force)?;
     let config = store.config();
     let question = format!(
         "set {} shard checkpoint(s) of group {} on stream {} to those exported from group {}{}?",
-        plans.len(),
+        moves.len(),
         config.group,
         config.stream,
         positions.group,
@@ -155,12 +216,17 @@ pub async fn import(
     if !args.yes && !confirm(&question) {
         return Err(Error::NotConfirmed);
     }
-    for (plan, cp) in plans {
-        let done = apply_reset(store, &plan, cp).await?;
-        report.reset.reset.extend(done.reset);
-        report.reset.changed.extend(done.changed);
-        report.reset.skipped_depleted.extend(done.skipped_depleted);
-    }
+    let unknown = moves.unknown.clone();
+    let report = ImportReport {
+        reset: apply_moves(store, &snapshot, moves).await?,
+        unknown,
+        without_checkpoint: positions
+            .shards
+            .iter()
+            .filter(|p| p.checkpoint.is_none())
+            .map(|p| p.shard.clone())
+            .collect(),
+    };
     if args.json {
         return Ok(serde_json::to_string_pretty(&report).expect("report serializes") + "\n");
     }

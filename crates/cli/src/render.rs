@@ -246,6 +246,57 @@ pub fn reset(r: &ResetReport) -> String {
     out
 }
 
+/// What `import-kcl` did, or on a dry run would do.
+pub fn kcl_import(r: &crate::kcl_import::KclImportReport) -> String {
+    let plan = &r.plan;
+    let mut out = String::new();
+    let verb = if r.reset.is_some() {
+        "moved"
+    } else {
+        "would move"
+    };
+    let _ = writeln!(
+        out,
+        "{verb} from the KCL table: {} shard(s)",
+        plan.moves.len()
+    );
+    for (shard, cp) in &plan.moves {
+        let _ = writeln!(out, "  {shard} -> {cp}");
+    }
+    let list = |out: &mut String, what: &str, items: Vec<String>| {
+        if !items.is_empty() {
+            let _ = writeln!(out, "{what}: {}", items.join(", "));
+        }
+    };
+    list(
+        &mut out,
+        "prepared, uncommitted KCL checkpoints (records up to them are processed again)",
+        plan.pending
+            .iter()
+            .map(|(s, p)| format!("{s} at {p}"))
+            .collect(),
+    );
+    list(
+        &mut out,
+        "leases of shards the stream no longer lists, left out",
+        plan.gone.clone(),
+    );
+    list(
+        &mut out,
+        "leases of other streams, left out",
+        plan.other_streams.clone(),
+    );
+    list(
+        &mut out,
+        "shards without a KCL lease, left as they are",
+        plan.without_lease.iter().map(ToString::to_string).collect(),
+    );
+    if let Some(done) = &r.reset {
+        out.push_str(&reset(done));
+    }
+    out
+}
+
 fn check(ok: bool) -> &'static str {
     if ok {
         "ok"

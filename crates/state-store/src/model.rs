@@ -226,6 +226,18 @@ impl ShardState {
         })
     }
 
+    /// The shard as the stream lists it (id, parents, hash and sequence
+    /// ranges), without its processing state.
+    pub fn spec(&self) -> crate::ShardSpec {
+        crate::ShardSpec {
+            shard_id: self.shard_id.clone(),
+            parents: self.parents.clone(),
+            hash_range: self.hash_range.clone(),
+            starting_sequence: self.starting_sequence.clone(),
+            ending_sequence: self.ending_sequence.clone(),
+        }
+    }
+
     /// True when the shard may be leased: not depleted and no parent pending.
     pub fn is_leasable(&self) -> bool {
         !self.depleted && self.pending_parents.is_empty()

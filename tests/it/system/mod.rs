@@ -6,6 +6,7 @@ mod fault_proxy;
 mod fleet;
 mod history;
 mod local;
+mod migration;
 mod outage;
 mod readme;
 mod shared_stream;

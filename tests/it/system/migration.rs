@@ -1,0 +1,395 @@
+//! Moving a consumer onto shardkeeper: a KCL application's lease table
+//! imported into a group, then the group run and its history checked.
+
+use crate::support::common::{create_stream, ctx, list_shards, rebalancer, split_first};
+use crate::support::consume::{eager, produce, worker_running};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::state::Checkpoint;
+use shardkeeper_cli::args::{ImportKclArgs, Target};
+use shardkeeper_cli::Error;
+use shardkeeper_history::{check, recording_handler, recording_observer, Produced, SharedHistory};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// A KCL lease table, keyed by `leaseKey` as KCL's `createLeaseTableIfNotExists` creates it.
+async fn create_kcl_table(dynamodb: &aws_sdk_dynamodb::Client) -> String {
+    let name = shardkeeper_local::unique_name("kcl-app");
+    dynamodb
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("leaseKey")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("leaseKey")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    name
+}
+
+/// One lease item in the format of KCL 2.x's
+/// `DynamoDBLeaseSerializer.toDynamoRecord`.
+fn kcl_lease(
+    shard: &str,
+    checkpoint: &str,
+    parents: &[String],
+    children: &[String],
+) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::from([
+        ("leaseKey".to_owned(), s(shard)),
+        ("leaseOwner".to_owned(), s("kcl-worker-1")),
+        ("leaseCounter".to_owned(), n(41)),
+        ("ownerSwitchesSinceCheckpoint".to_owned(), n(0)),
+        ("checkpoint".to_owned(), s(checkpoint)),
+        ("checkpointSubSequenceNumber".to_owned(), n(0)),
+    ]);
+    if !parents.is_empty() {
+        item.insert("parentShardId".into(), AttributeValue::Ss(parents.to_vec()));
+    }
+    if !children.is_empty() {
+        item.insert(
+            "childShardIds".into(),
+            AttributeValue::Ss(children.to_vec()),
+        );
+    }
+    item
+}
+
+/// Every record of a shard as (key, n, sequence number), in shard order.
+async fn shard_records(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    shard: &str,
+) -> Vec<(String, u64, String)> {
+    let mut it = kinesis
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator()
+        .map(str::to_owned);
+    let mut records = Vec::new();
+    while let Some(iterator) = it {
+        let out = kinesis
+            .get_records()
+            .shard_iterator(iterator)
+            .send()
+            .await
+            .unwrap();
+        for r in out.records() {
+            let n = std::str::from_utf8(r.data().as_ref())
+                .unwrap()
+                .parse()
+                .unwrap();
+            records.push((
+                r.partition_key().unwrap().to_owned(),
+                n,
+                r.sequence_number().to_owned(),
+            ));
+        }
+        if out.records().is_empty() {
+            break;
+        }
+        it = out.next_shard_iterator().map(str::to_owned);
+    }
+    records
+}
+
+fn import_args(store: &shardkeeper::state::StateStore, table: &str) -> ImportKclArgs {
+    let config = store.config();
+    ImportKclArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            conn: Default::default(),
+        },
+        kcl_table: table.to_owned(),
+        at_timestamp: None,
+        watch_ms: 300,
+        dry_run: false,
+        yes: true,
+        force: false,
+        json: true,
+    }
+}
+
+/// A KCL application consumed a stream that was split: its parent to
+/// SHARD_END, one child part-way, the other child not yet, the open shard
+/// part-way with a prepared checkpoint further on; its table also holds a
+/// lease of a shard past retention. `import-kcl` refuses while the KCL
+/// application still renews a lease, and writes nothing; once it stopped,
+/// the group takes every position over, and running it processes every
+/// record after KCL's checkpoints (none lost, keys in order, children after
+/// parents) and none that KCL had checkpointed (repeats: 0, the prepared
+/// checkpoint's range reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    produce(&ctx.aws.kinesis, &stream, 12, 0..5).await;
+    let parent = split_first(&ctx.aws, &stream).await;
+    produce(&ctx.aws.kinesis, &stream, 12, 5..10).await;
+
+    // What KCL had processed, shard by shard, as its checkpoints say.
+    let parent_id = parent.shard_id().to_owned();
+    let shards = list_shards(&ctx.aws, &stream).await;
+    let children: Vec<String> = shards
+        .iter()
+        .filter(|s| s.parent_shard_id() == Some(parent_id.as_str()))
+        .map(|s| s.shard_id().to_owned())
+        .collect();
+    assert_eq!(children.len(), 2, "{shards:?}");
+    let open = shards
+        .iter()
+        .map(|s| s.shard_id().to_owned())
+        .find(|id| *id != parent_id && !children.contains(id))
+        .unwrap();
+    let table = create_kcl_table(&ctx.aws.dynamodb).await;
+    let mut expected: BTreeSet<(String, u64)> = BTreeSet::new();
+    let mut kcl_done: BTreeSet<(String, u64)> = BTreeSet::new();
+    let mut put = Vec::new();
+    for (shard, records) in [
+        (
+            &parent_id,
+            shard_records(&ctx.aws.kinesis, &stream, &parent_id).await,
+        ),
+        (&open, shard_records(&ctx.aws.kinesis, &stream, &open).await),
+        (
+            &children[0],
+            shard_records(&ctx.aws.kinesis, &stream, &children[0]).await,
+        ),
+        (
+            &children[1],
+            shard_records(&ctx.aws.kinesis, &stream, &children[1]).await,
+        ),
+    ] {
+        // Processed by KCL: the parent whole, the others up to a third.
+        let done = if *shard == parent_id {
+            records.len()
+        } else if *shard == children[1] {
+            0
+        } else {
+            records.len() / 3
+        };
+        let checkpoint = match (done, *shard == parent_id) {
+            (_, true) => "SHARD_END".to_owned(),
+            (0, _) => "TRIM_HORIZON".to_owned(),
+            (d, _) => records[d - 1].2.clone(),
+        };
+        for (i, (key, n, _)) in records.iter().enumerate() {
+            let set = if i < done {
+                &mut kcl_done
+            } else {
+                &mut expected
+            };
+            set.insert((key.clone(), *n));
+        }
+        let parents = if children.contains(shard) {
+            vec![parent_id.clone()]
+        } else {
+            vec![]
+        };
+        let kids = if *shard == parent_id {
+            children.clone()
+        } else {
+            vec![]
+        };
+        let mut item = kcl_lease(shard, &checkpoint, &parents, &kids);
+        if *shard == open {
+            // A checkpoint prepared two records on, not committed.
+            let pending = &records[(done + 1).min(records.len() - 1)].2;
+            item.insert("pendingCheckpoint".into(), s(pending));
+            item.insert("pendingCheckpointSubSequenceNumber".into(), n(0));
+        }
+        put.push(item);
+    }
+    assert!(
+        expected.len() > 40 && kcl_done.len() > 40,
+        "a real split of the work: {} to do, {} done",
+        expected.len(),
+        kcl_done.len()
+    );
+    put.push(kcl_lease("shardId-000000000099", "SHARD_END", &[], &[]));
+    for item in put {
+        ctx.aws
+            .dynamodb
+            .put_item()
+            .table_name(&table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // The KCL application still runs: a worker renews the open shard's lease.
+    let store = ctx.store(&stream);
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewer = {
+        let (dynamodb, table, open, stop) = (
+            ctx.aws.dynamodb.clone(),
+            table.clone(),
+            open.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                dynamodb
+                    .update_item()
+                    .table_name(&table)
+                    .key("leaseKey", s(&open))
+                    .update_expression("ADD leaseCounter :one")
+                    .expression_attribute_values(":one", n(1))
+                    .send()
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let import = |args: ImportKclArgs| {
+        let store = store.clone();
+        let (kinesis, dynamodb) = (ctx.aws.kinesis.clone(), ctx.aws.dynamodb.clone());
+        async move {
+            shardkeeper_cli::kcl_import::import_kcl(&store, &kinesis, &dynamodb, &args, |_| true)
+                .await
+        }
+    };
+    let refused = import(import_args(&store, &table)).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::KclRunning(keys) if keys == &vec![open.clone()]),
+        "{refused:?}"
+    );
+    assert!(
+        store.load_group().await.unwrap().shards.is_empty(),
+        "nothing written"
+    );
+    stop.store(true, Ordering::Relaxed);
+    renewer.await.unwrap();
+
+    // A dry run writes nothing either.
+    let dry = import(ImportKclArgs {
+        dry_run: true,
+        ..import_args(&store, &table)
+    })
+    .await
+    .unwrap();
+    let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(dry["plan"]["moves"].as_object().unwrap().len(), 4, "{dry}");
+    assert!(store.load_group().await.unwrap().shards.is_empty());
+
+    let out = import(import_args(&store, &table)).await.unwrap();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        report["plan"]["gone"],
+        serde_json::json!(["shardId-000000000099"])
+    );
+    assert_eq!(report["plan"]["pending"][0][0], serde_json::json!(open));
+    assert_eq!(
+        report["reset"]["reset"].as_array().unwrap().len(),
+        4,
+        "{report}"
+    );
+    let group = store.load_group().await.unwrap();
+    let state = |id: &str| {
+        group
+            .shards
+            .iter()
+            .find(|s| s.shard_id.as_str() == id)
+            .unwrap()
+            .clone()
+    };
+    assert!(state(&parent_id).depleted, "SHARD_END: depleted");
+    assert_eq!(
+        state(&children[1]).checkpoint,
+        Some(Checkpoint::TrimHorizon)
+    );
+    assert!(state(&children[0]).pending_parents.is_empty());
+
+    // The group runs from there, recorded for the checker.
+    let history: SharedHistory = Arc::default();
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let mut workers: Vec<_> = (0..2)
+        .map(|i| {
+            let name = format!("w{i}");
+            let handler = recording_handler(&history, &name, |_: StreamRecord| async {
+                Ok::<(), std::io::Error>(())
+            });
+            worker_running(
+                &store,
+                &ctx.aws.kinesis,
+                &name,
+                handler,
+                Duration::from_secs(10),
+                eager(),
+            )
+            .with_observer(recording_observer(&history, &name))
+        })
+        .collect();
+    for _ in 0..80 {
+        rebalancer.tick().await.unwrap();
+        for w in &mut workers {
+            w.step().await.unwrap();
+        }
+        ctx.clock.advance(Duration::from_secs(1));
+        let seen: BTreeSet<(String, u64)> = history
+            .lock()
+            .unwrap()
+            .processed
+            .iter()
+            .map(|p| (p.key.clone(), p.n))
+            .collect();
+        if expected.is_subset(&seen) {
+            break;
+        }
+    }
+    let mut history = history.lock().unwrap().clone();
+    let repeated: Vec<_> = history
+        .processed
+        .iter()
+        .filter(|p| kcl_done.contains(&(p.key.clone(), p.n)))
+        .map(|p| (p.shard.clone(), p.key.clone(), p.n))
+        .collect();
+    assert!(repeated.is_empty(), "KCL had processed these: {repeated:?}");
+    // The promised range: every record after KCL's checkpoints.
+    history.produced = expected
+        .iter()
+        .map(|(key, n)| Produced {
+            key: key.clone(),
+            n: *n,
+        })
+        .collect();
+    // No parents for the checker: KCL read the parent to its end before the run.
+    let verification = check(&history);
+    assert!(verification.passed(), "{verification:?}");
+    assert_eq!(verification.lost, 0);
+    assert_eq!(verification.duplicates, 0);
+}
