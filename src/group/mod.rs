@@ -10,6 +10,8 @@
 //! - `action`: the `Action`s the planners return, of an [`ActionKind`].
 //! - `executor`: `execute`, which applies them ([`ExecutionReport`]).
 //! - `reset`: [`plan_reset`] and [`apply_reset`], the operator's reset.
+//! - `rewind`: [`plan_rewind`] and [`apply_rewind`], the operator's rewind
+//!   of a running group.
 //! - `status`: [`GroupStatus`], what the CLI shows.
 //!
 //! The planners run inside this crate, in the scheduled functions
@@ -25,6 +27,7 @@ mod fleet;
 mod reap;
 mod rebalance;
 mod reset;
+mod rewind;
 mod sightings;
 mod status;
 
@@ -34,8 +37,9 @@ pub use fleet::{FleetConfig, FleetPlan, Starts};
 pub use reap::ReapConfig;
 pub use rebalance::RebalanceConfig;
 pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
+pub use rewind::{apply_rewind, plan_rewind, RewindMove, RewindPlan, RewindReport, RewindTarget};
 pub use sightings::{Ages, Sightings};
-pub use status::{ConsumerRow, EfoRow, GroupStatus, ShardRow};
+pub use status::{ConsumerRow, EfoRow, GroupStatus, RewindRow, ShardRow};
 
 // The planner internals: public with the `testing` feature (the tests and
 // benchmarks call them directly), visible to this crate only otherwise.

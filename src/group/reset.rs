@@ -6,8 +6,9 @@ use crate::state::{Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardState, S
 use crate::Result;
 use serde::Serialize;
 
-/// Why a reset was refused; nothing was written.
+/// Why a reset, an import or a rewind was refused; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResetRefused {
     /// The shard named is not in the group's state.
     #[error("shard {0} is not in the group's state (run the rebalancer, or check the name)")]
@@ -18,6 +19,14 @@ pub enum ResetRefused {
     /// Every shard selected is depleted (closed and fully read).
     #[error("nothing to reset: every shard selected is depleted")]
     NothingToReset,
+    /// The shard named is in the group's state, but the stream no longer
+    /// lists it (its records are past retention).
+    #[error("shard {0} is no longer in the stream (past retention)")]
+    ShardGone(ShardId),
+    /// The group has not started on the stream yet (it has no stream item):
+    /// there is nothing running to rewind.
+    #[error("the group has not started on the stream yet: nothing to rewind")]
+    NotStarted,
 }
 
 fn describe(held: &[(ShardId, String)]) -> String {

@@ -26,6 +26,27 @@ pub struct GroupStatus {
     /// [`Buckets::for_shards`]); more than `buckets` when the stream grew
     /// since the group was laid out.
     pub buckets_for_open_shards: u16,
+    /// The latest operator's rewind, if any.
+    pub rewind: Option<RewindRow>,
+}
+
+/// The latest operator's rewind: how far it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RewindRow {
+    /// What was asked for (`trim-horizon`, `latest`, `at-timestamp=<ms>`,
+    /// `<shard>@<sequence number>`).
+    pub request: String,
+    /// Where the shards move.
+    pub to: String,
+    /// When it began (ms since the epoch): its id.
+    pub started: EpochMillis,
+    /// Shards it selected.
+    pub shards: u32,
+    /// Shards it has moved so far.
+    pub moved: usize,
+    /// Every shard moved: done. Otherwise it was cut short (or runs now):
+    /// the same request run again finishes it.
+    pub finished: bool,
 }
 
 /// One registered consumer.
@@ -192,6 +213,22 @@ impl GroupStatus {
             efo,
             buckets: snapshot.buckets.count(),
             buckets_for_open_shards: Buckets::for_shards(open, &SpreadPolicy::default()).count(),
+            rewind: snapshot
+                .stream
+                .as_ref()
+                .and_then(|st| st.rewind.as_ref())
+                .map(|r| RewindRow {
+                    request: r.request.clone(),
+                    to: r.to.to_string(),
+                    started: r.id,
+                    shards: r.shards,
+                    moved: snapshot
+                        .shards
+                        .iter()
+                        .filter(|s| s.rewound == Some(r.id))
+                        .count(),
+                    finished: r.finished.is_some(),
+                }),
         }
     }
 }

@@ -24,6 +24,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Move a group's checkpoints (all shards, or one).
     Reset(ResetArgs),
+    /// Move a running group's positions back (or on): every shard to a
+    /// time, TRIM_HORIZON or LATEST, or one shard to a sequence number. The
+    /// holders stop at their next heartbeat; the next ones start there.
+    Rewind(RewindArgs),
     /// The poison records parked in the state table (oldest first per
     /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
@@ -165,6 +169,34 @@ pub struct ResetArgs {
     /// Reset even while live leases are held: the holders lose them.
     #[arg(long)]
     pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `rewind`.
+#[derive(Debug, Clone, Args)]
+pub struct RewindArgs {
+    /// Which group (and with `--kinesis-endpoint-url`, where its stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// Where every shard goes: `TRIM_HORIZON`, `LATEST` (the first record
+    /// that arrives from now on) or a time (RFC 3339 or ms; also written
+    /// `at-timestamp=<time>`).
+    #[arg(long, required_unless_present = "shard", conflicts_with = "shard")]
+    pub to: Option<String>,
+    /// One shard only, to `--to-sequence`.
+    #[arg(long, requires = "to_sequence")]
+    pub shard: Option<String>,
+    /// The sequence number `--shard` is read from again (inclusive).
+    #[arg(long, requires = "shard")]
+    pub to_sequence: Option<String>,
+    /// Print what would move, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

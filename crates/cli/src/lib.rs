@@ -1,6 +1,6 @@
 //! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
 //! a thin wrapper): `groups`, `status`, `parked`, `reset`, `spread`,
-//! `export`, `import` and `import-kcl` against real AWS or any endpoint,
+//! `rewind`, `export`, `import` and `import-kcl` against real AWS or any endpoint,
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
@@ -15,6 +15,7 @@ pub mod kcl;
 pub mod kcl_import;
 pub mod positions;
 pub mod render;
+pub mod rewind;
 
 pub use args::{Cli, Command};
 pub use error::Error;
@@ -54,6 +55,13 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
         Command::Reset(args) => {
             let store = connect::store(&args.target).await?;
             Ok((commands::reset(&store, &args, ask_on_terminal).await?, true))
+        }
+        Command::Rewind(args) => {
+            let (store, kinesis) = connect::clients(&args.target).await?;
+            Ok((
+                rewind::rewind(&store, &kinesis, &args, ask_on_terminal).await?,
+                true,
+            ))
         }
         Command::Export(args) => {
             let store = connect::store(&args.target).await?;

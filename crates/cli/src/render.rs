@@ -184,6 +184,22 @@ pub fn status(s: &GroupStatus) -> String {
             s.buckets, s.buckets_for_open_shards
         );
     }
+    if let Some(r) = &s.rewind {
+        let _ = writeln!(
+            out,
+            "rewind {} (to {}, begun {} ago): {} of {} shard(s) moved, {}",
+            r.request,
+            r.to,
+            age(Some(s.taken_at - r.started)),
+            r.moved,
+            r.shards,
+            if r.finished {
+                "finished"
+            } else {
+                "unfinished: run the same rewind again to finish it"
+            }
+        );
+    }
     out.push_str(&table(
         &[
             "scope",
@@ -241,6 +257,85 @@ pub fn reset(r: &ResetReport) -> String {
                 .map(|s| s.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+    out
+}
+
+/// What `rewind` did, or on a dry run would do.
+pub fn rewind(o: &crate::rewind::RewindOutcome) -> String {
+    let p = &o.plan;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "rewind {} to {}{}: {} shard(s) {}",
+        p.request,
+        p.to,
+        if p.resumed {
+            ", carrying on the one cut short"
+        } else {
+            ""
+        },
+        p.moves.len(),
+        if o.report.is_some() {
+            "to move"
+        } else {
+            "would move"
+        }
+    );
+    for m in &p.moves {
+        let mut line = format!(
+            "  {}: {} -> {}",
+            m.shard,
+            m.from.as_ref().map_or("-".to_owned(), ToString::to_string),
+            p.to
+        );
+        if let Some(h) = &m.holder {
+            let _ = write!(line, ", ending {h}'s lease");
+        }
+        if m.reopen {
+            line.push_str(", read again");
+        }
+        if !m.wait_for.is_empty() {
+            let waits: Vec<&str> = m.wait_for.iter().map(|s| s.as_str()).collect();
+            let _ = write!(line, ", waits for {}", waits.join(", "));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let ids = |v: &[shardkeeper::state::ShardId]| {
+        v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    if !p.already.is_empty() {
+        let _ = writeln!(
+            out,
+            "moved by this rewind before, left: {}",
+            ids(&p.already)
+        );
+    }
+    if !p.gone.is_empty() {
+        let _ = writeln!(
+            out,
+            "no longer in the stream, left as they are: {}",
+            ids(&p.gone)
+        );
+    }
+    if let Some(r) = &o.report {
+        let _ = writeln!(out, "moved: {} shard(s)", r.moved.len());
+        if !r.changed.is_empty() {
+            let _ = writeln!(
+                out,
+                "changed while moving (not moved): {}; run the same rewind again to finish",
+                ids(&r.changed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{}",
+            if r.finished {
+                "rewind finished"
+            } else {
+                "rewind unfinished"
+            }
         );
     }
     out

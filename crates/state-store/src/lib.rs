@@ -65,6 +65,7 @@ mod records;
 mod reset;
 mod respread;
 mod retry;
+mod rewind;
 pub mod schema;
 mod sequence;
 mod shard;
@@ -90,12 +91,13 @@ pub use item::RawItem;
 pub use layout::Layout;
 pub use lease::{Leases, Released, Renewal, TakeFrom};
 pub use model::{
-    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, SessionSeen, ShardState,
-    StoredShardPosition, StreamState,
+    Claim, ConsumerInfo, ConsumerState, EfoLock, EfoState, Lease, RewindState, SessionSeen,
+    ShardState, StoredShardPosition, StreamState,
 };
 pub use names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 pub use positions::Positions;
 pub use records::{ParkedRecord, RecordKey, RecordState};
+pub use reset::PositionMove;
 pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_kms_key_code, is_server_fault_code, is_throttling_code,

@@ -22,6 +22,29 @@ pub struct StreamState {
     /// code may run beside the newer for a while after (see
     /// [`UPGRADE_WINDOW`](crate::schema::UPGRADE_WINDOW)).
     pub sessions_since: Option<EpochMillis>,
+    /// The latest operator's rewind of the group's positions, if any.
+    pub rewind: Option<RewindState>,
+}
+
+/// An operator's rewind of a running group's positions, as the `STREAM`
+/// item records it: begun before the first shard moves, finished once
+/// every shard it selected has moved. A rewind cut short stays unfinished
+/// (shown by `status`), and running the same request again moves the
+/// shards it has not moved yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewindState {
+    /// Its id: when it began (ms, the operator's clock). Each shard it moved
+    /// carries it ([`ShardState::rewound`]).
+    pub id: EpochMillis,
+    /// What was asked for, as the operator wrote it (`trim-horizon`,
+    /// `latest`, `at-timestamp=<ms>`, `<shard>@<sequence number>`).
+    pub request: String,
+    /// Where the shards move to.
+    pub to: Checkpoint,
+    /// How many shards it selected.
+    pub shards: u32,
+    /// When every selected shard had moved (ms); `None`: not yet.
+    pub finished: Option<EpochMillis>,
 }
 
 /// Who a consumer is and how its run goes: written at registration and
@@ -211,6 +234,9 @@ pub struct ShardState {
     pub claim: Option<Claim>,
     /// Closed and fully processed.
     pub depleted: bool,
+    /// The id of the operator's rewind that last moved it
+    /// ([`RewindState::id`]), if any.
+    pub rewound: Option<EpochMillis>,
     /// Last write (ms).
     pub updated: EpochMillis,
 }
@@ -283,6 +309,19 @@ impl StreamState {
             schema_version: r.u64_or(attr::SCHEMA, 0)? as u32,
             stream_arn: r.opt_s(attr::STREAM_ARN)?.map(str::to_owned),
             sessions_since: r.opt_i64(attr::SESSIONS_SINCE)?,
+            rewind: match (r.opt_i64(attr::REWIND_ID)?, r.opt_s(attr::REWIND_TO)?) {
+                (Some(id), Some(to)) => Some(RewindState {
+                    id,
+                    request: r
+                        .opt_s(attr::REWIND_REQUEST)?
+                        .unwrap_or_default()
+                        .to_owned(),
+                    to: r.parse(attr::REWIND_TO, to.parse::<Checkpoint>())?,
+                    shards: r.u64_or(attr::REWIND_SHARDS, 0)? as u32,
+                    finished: r.opt_i64(attr::REWIND_DONE)?,
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -372,6 +411,7 @@ impl ShardState {
             counter: r.u64_or(attr::COUNTER, 0)?,
             claim,
             depleted: r.bool_or(attr::DEPLETED, false)?,
+            rewound: r.opt_i64(attr::REWOUND)?,
             updated: r.i64_or(attr::UPDATED, 0)?,
         })
     }

@@ -1,27 +1,55 @@
-//! An operator's reset: moving a shard's checkpoint anywhere, backwards
-//! included (the only write that may), guarded against racing the holder.
+//! An operator's move of a shard's position (a reset, or one shard of a
+//! rewind): anywhere, backwards included (the only write that may), guarded
+//! against racing the holder.
 
 use crate::checkpoint::checkpoint_expr;
 use crate::checkpoint::Checkpoints;
+use crate::clock::EpochMillis;
 use crate::consumer::Revocation;
 use crate::error::Result;
 use crate::item::n;
 use crate::model::ShardState;
+use crate::names::ShardId;
 use crate::schema::{attr, ShardScope};
 use crate::sequence::Checkpoint;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+/// How an operator moves one shard's position (see
+/// [`Checkpoints::move_position`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PositionMove {
+    /// The new checkpoint.
+    pub to: Checkpoint,
+    /// End the lease too (owner, expiry, claim and holder removed), and
+    /// note the revocation on the owner's item, so the holder stops at its
+    /// next heartbeat instead of writing its old position over the move.
+    pub evict: bool,
+    /// Read the shard again although it is depleted.
+    pub reopen: bool,
+    /// Parents (reopened by the same rewind) the shard waits for again.
+    pub wait_for: Vec<ShardId>,
+    /// The rewind the move belongs to, marked on the shard.
+    pub rewind: Option<EpochMillis>,
+}
+
+impl PositionMove {
+    /// A move to `to`, nothing else.
+    pub fn to(to: Checkpoint) -> Self {
+        PositionMove {
+            to,
+            evict: false,
+            reopen: false,
+            wait_for: Vec::new(),
+            rewind: None,
+        }
+    }
+}
 
 impl Checkpoints<'_> {
     /// Sets the checkpoint of `seen.shard_id` in `scope` to `to`, if the shard
-    /// is still as read in `seen`, and moves its lease counter on.
-    ///
-    /// Leased scope: the shard's counter must still be the one seen (the
-    /// caller decided from what it read that no live lease is held, see
-    /// `plan_reset`: the moved counter fences an owner that was not seen).
-    /// With `evict` the lease ends too (owner, expiry and claim removed), so the holder learns
-    /// `LeaseLost` at its next write instead of writing its old position
-    /// over the reset. Standalone scopes have no lease: the item must not
-    /// have been written since it was read (`updated` unchanged).
-    /// `false` if the condition failed (nothing written).
+    /// is still as read in `seen`, and moves its lease counter on; with
+    /// `evict` the lease ends too. See [`Checkpoints::move_position`].
     pub async fn reset(
         self,
         scope: &ShardScope,
@@ -29,8 +57,33 @@ impl Checkpoints<'_> {
         to: &Checkpoint,
         evict: bool,
     ) -> Result<bool> {
-        let (expr, set) = checkpoint_expr(to, None, self.store.now());
-        let expr = expr
+        let mv = PositionMove {
+            evict,
+            ..PositionMove::to(to.clone())
+        };
+        self.move_position(scope, seen, &mv).await
+    }
+
+    /// Moves the position of `seen.shard_id` in `scope` as `mv` says, if the
+    /// shard is still as read in `seen`, and moves its lease counter on.
+    ///
+    /// Leased scope: the shard's counter must still be the one seen (the
+    /// caller decided from what it read whether a live lease is held, see
+    /// `plan_reset`: the moved counter fences an owner that was not seen).
+    /// With `evict` the lease ends too, so the holder learns at its next
+    /// heartbeat (else at its next write, which the moved counter refuses)
+    /// instead of writing its old position over the move. Standalone scopes
+    /// have no lease: the item must not have been written since it was read
+    /// (`updated` unchanged). `false` if the condition failed (nothing
+    /// written).
+    pub async fn move_position(
+        self,
+        scope: &ShardScope,
+        seen: &ShardState,
+        mv: &PositionMove,
+    ) -> Result<bool> {
+        let (expr, set) = checkpoint_expr(&mv.to, None, self.store.now());
+        let mut expr = expr
             .names(&[
                 attr::CP_ARRIVAL,
                 attr::COUNTER,
@@ -43,16 +96,27 @@ impl Checkpoints<'_> {
             .value("one", n(1))
             .value("n", n(seen.counter))
             .value("seen_updated", n(seen.updated));
+        let mut set = set;
+        if mv.reopen {
+            expr = expr
+                .names(&[attr::DEPLETED])
+                .value("false", AttributeValue::Bool(false));
+            set.push_str(", #depleted = :false");
+        }
+        if let Some(id) = mv.rewind {
+            expr = expr.names(&[attr::REWOUND]).value("rewind", n(id));
+            set.push_str(", #rewound = :rewind");
+        }
         let mut update = format!("{set} REMOVE #cp_arrival");
         let condition = match scope {
             ShardScope::Group => {
-                // Only a shard that has state: a reset never creates an item.
+                // Only a shard that has state: a move never creates an item.
                 let counter = if seen.counter == 0 {
                     "attribute_exists(pk) AND (attribute_not_exists(#counter) OR #counter = :n)"
                 } else {
                     "attribute_exists(pk) AND #counter = :n"
                 };
-                if evict {
+                if mv.evict {
                     update.push_str(", #owner, #expires, #claim_by, #claim_at, #holder");
                 }
                 counter.to_owned()
@@ -60,6 +124,13 @@ impl Checkpoints<'_> {
             ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated".to_owned(),
         };
         update.push_str(" ADD #counter :one");
+        if !mv.wait_for.is_empty() {
+            expr = expr.names(&[attr::PENDING]).value(
+                "wait_for",
+                AttributeValue::Ss(mv.wait_for.iter().map(|p| p.as_str().to_owned()).collect()),
+            );
+            update.push_str(", #pending :wait_for");
+        }
         let req = self.store.update_req(
             &self.store.shard_at(scope, &seen.shard_id).await?,
             &expr,
@@ -68,8 +139,8 @@ impl Checkpoints<'_> {
         );
         let applied = self.store.conditional_update(req).await?.is_ok();
         if applied {
-            tracing::warn!(shard = %seen.shard_id, checkpoint = %to, evict, "checkpoint reset by an operator");
-            if let (true, ShardScope::Group, Some(owner)) = (evict, scope, &seen.owner) {
+            tracing::warn!(shard = %seen.shard_id, checkpoint = %mv.to, evict = mv.evict, reopen = mv.reopen, "position moved by an operator");
+            if let (true, ShardScope::Group, Some(owner)) = (mv.evict, scope, &seen.owner) {
                 // The holder learns of it at its next heartbeat (else at
                 // its next checkpoint, which the moved counter refuses).
                 let revoked = Revocation {

@@ -71,6 +71,18 @@ pub mod attr {
     /// older one (ms, the raising writer's clock; absent for a group that
     /// started on it).
     pub const SESSIONS_SINCE: &str = "sessions_since";
+    /// Stream: the latest rewind's id (when it started, ms).
+    pub const REWIND_ID: &str = "rewind_id";
+    /// Stream: what the latest rewind was asked to do (its request text).
+    pub const REWIND_REQUEST: &str = "rewind_request";
+    /// Stream: where the latest rewind moves the shards (a checkpoint's text).
+    pub const REWIND_TO: &str = "rewind_to";
+    /// Stream: how many shards the latest rewind moves.
+    pub const REWIND_SHARDS: &str = "rewind_shards";
+    /// Stream: when every shard of the latest rewind had moved (ms).
+    pub const REWIND_DONE: &str = "rewind_done";
+    /// Shard: the id of the rewind that last moved it.
+    pub const REWOUND: &str = "rewound";
     /// Layout: how many bucket keys the group's shard items are spread over.
     pub const BUCKETS: &str = "buckets";
     /// Layout: the bucket count the items are being moved to.

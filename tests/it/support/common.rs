@@ -408,3 +408,24 @@ pub async fn raw_item(ctx: &Ctx, pk: &str, sk: &str) -> Option<shardkeeper::stat
         .unwrap()
         .item
 }
+
+/// Starts the store's group on its stream as every function does at init
+/// (the stream item, with the stream's creation time and ARN).
+pub async fn start_group(ctx: &Ctx, store: &StateStore) {
+    let config = store.config();
+    let summary =
+        shardkeeper::state::kinesis_stream_summary(&ctx.aws.kinesis, &config.stream, &config.retry)
+            .await
+            .unwrap();
+    store
+        .start(&shardkeeper::state::StartOptions {
+            table: shardkeeper::state::TableOptions {
+                poll_interval: Duration::from_millis(50),
+                ..shardkeeper::state::TableOptions::default()
+            },
+            stream_created: summary.created,
+            stream_arn: Some(summary.arn),
+        })
+        .await
+        .unwrap();
+}

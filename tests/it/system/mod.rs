@@ -9,6 +9,7 @@ mod local;
 mod migration;
 mod outage;
 mod readme;
+mod rewind;
 mod shared_stream;
 mod stress;
 mod template;

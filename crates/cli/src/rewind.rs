@@ -1,0 +1,94 @@
+//! `rewind`: a running group's positions moved back (or on), without
+//! stopping it. The group first learns the stream's shards (as its
+//! rebalancer would); the plan and the fenced moves are the library's
+//! (`plan_rewind`, `apply_rewind`).
+
+use crate::args::RewindArgs;
+use crate::commands::parse_time;
+use crate::error::Error;
+use crate::render;
+use serde::Serialize;
+use shardkeeper::consumer::{discover_shards, list_stream_shards};
+use shardkeeper::group::{apply_rewind, plan_rewind, RewindPlan, RewindReport, RewindTarget};
+use shardkeeper::state::{SequenceNumber, ShardId, StateStore};
+
+/// What a rewind did, or on a dry run would do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RewindOutcome {
+    /// The plan.
+    pub plan: RewindPlan,
+    /// What applying it did (none on a dry run).
+    pub report: Option<RewindReport>,
+}
+
+/// The target `--to` (or `--shard` with `--to-sequence`) names.
+pub fn parse_rewind_target(args: &RewindArgs) -> Result<RewindTarget, Error> {
+    if let (Some(shard), Some(seq)) = (&args.shard, &args.to_sequence) {
+        return Ok(RewindTarget::Shard(
+            ShardId::new(shard)?,
+            SequenceNumber::new(seq).map_err(|e| Error::bad("--to-sequence", e.to_string()))?,
+        ));
+    }
+    let text = args
+        .to
+        .as_deref()
+        .ok_or_else(|| Error::bad("--to", "give --to, or --shard with --to-sequence"))?;
+    let word = text.to_ascii_lowercase().replace('_', "-");
+    Ok(match word.as_str() {
+        "trim-horizon" => RewindTarget::TrimHorizon,
+        "latest" => RewindTarget::Latest,
+        _ => {
+            // `at-timestamp=` is ASCII: the same length in `word` and `text`.
+            let prefix = "at-timestamp=";
+            let time = if word.starts_with(prefix) {
+                &text[prefix.len()..]
+            } else {
+                text
+            };
+            RewindTarget::AtTimestamp(parse_time("--to", time)?)
+        }
+    })
+}
+
+/// Rewinds the group: plans, prints the plan on a dry run, asks `confirm`
+/// unless `--yes`, then applies.
+pub async fn rewind(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    args: &RewindArgs,
+    confirm: impl FnOnce(&str) -> bool,
+) -> Result<String, Error> {
+    let target = parse_rewind_target(args)?;
+    let config = store.config();
+    let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
+    let mut snapshot = store.load_group().await?;
+    if !args.dry_run {
+        discover_shards(store, kinesis, &snapshot).await?;
+        snapshot = store.load_group().await?;
+    }
+    let plan = plan_rewind(&snapshot, &listed, &target, store.now())?;
+    let mut outcome = RewindOutcome { plan, report: None };
+    if !args.dry_run {
+        let plan = &outcome.plan;
+        let question = format!(
+            "{} {} shard(s) of group {} on stream {} to {}, ending the leases held on them?",
+            if plan.resumed {
+                "finish rewinding"
+            } else {
+                "rewind"
+            },
+            plan.moves.len(),
+            config.group,
+            config.stream,
+            plan.to
+        );
+        if !args.yes && !confirm(&question) {
+            return Err(Error::NotConfirmed);
+        }
+        outcome.report = Some(apply_rewind(store, plan).await?);
+    }
+    if args.json {
+        return Ok(serde_json::to_string_pretty(&outcome).expect("outcome serializes") + "\n");
+    }
+    Ok(render::rewind(&outcome))
+}

@@ -1,0 +1,410 @@
+//! `rewind` on a running group: its holders stop at their next heartbeat,
+//! the next ones start at the target, resharded shards are read again in
+//! order, and a rewind cut short shows in `status` and finishes when run
+//! again. Each run is recorded and checked with the history checker.
+
+use crate::support::common::{
+    create_stream, ctx, lease, list_shards, rebalancer, split_first, start_group, Ctx,
+};
+use crate::support::consume::{eager, produce, worker_running};
+use shardkeeper::consumer::{ShardWorker, WorkerConfig};
+use shardkeeper::functions::Rebalancer;
+use shardkeeper::group::{apply_rewind, plan_rewind, GroupStatus, RewindTarget};
+use shardkeeper::processing::{RecordHandler, StreamRecord};
+use shardkeeper::state::{Checkpoint, ShardId, ShardSpec, StateStore};
+use shardkeeper_cli::args::{RewindArgs, Target};
+use shardkeeper_history::{
+    check, recording_handler, recording_observer, History, Produced, SharedHistory,
+};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Key = (String, u64);
+
+fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
+    let config = store.config();
+    RewindArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            conn: Default::default(),
+        },
+        to: Some(to.to_owned()),
+        shard: None,
+        to_sequence: None,
+        dry_run: false,
+        yes: true,
+        json: true,
+    }
+}
+
+/// Two recording workers.
+fn workers(
+    ctx: &Ctx,
+    store: &StateStore,
+    history: &SharedHistory,
+    config: WorkerConfig,
+) -> Vec<ShardWorker<impl RecordHandler>> {
+    (0..2)
+        .map(|i| {
+            let name = format!("w{i}");
+            let handler = recording_handler(history, &name, |_: StreamRecord| async {
+                Ok::<(), std::io::Error>(())
+            });
+            worker_running(
+                store,
+                &ctx.aws.kinesis,
+                &name,
+                handler,
+                Duration::from_secs(10),
+                config.clone(),
+            )
+            .with_observer(recording_observer(history, &name))
+        })
+        .collect()
+}
+
+/// The records of keys `k0`..`k{keys}` numbered `per_key`.
+fn records(keys: u32, per_key: std::ops::Range<u32>) -> BTreeSet<Key> {
+    per_key
+        .flat_map(|n| (0..keys).map(move |k| (format!("k{k}"), u64::from(n))))
+        .collect()
+}
+
+fn processed_since(history: &SharedHistory, since: Instant) -> Vec<Key> {
+    history
+        .lock()
+        .unwrap()
+        .processed
+        .iter()
+        .filter(|p| p.at >= since)
+        .map(|p| (p.key.clone(), p.n))
+        .collect()
+}
+
+/// Rebalancer ticks and worker steps (a second apart on the test's clock)
+/// until every record of `want` was processed since `since` (bounded).
+async fn run_until<H: RecordHandler>(
+    ctx: &Ctx,
+    rebalancer: &Rebalancer,
+    workers: &mut [ShardWorker<H>],
+    history: &SharedHistory,
+    since: Instant,
+    want: &BTreeSet<Key>,
+) {
+    for _ in 0..120 {
+        rebalancer.tick().await.unwrap();
+        for w in workers.iter_mut() {
+            w.step().await.unwrap();
+        }
+        ctx.clock.advance(Duration::from_secs(1));
+        let seen: BTreeSet<Key> = processed_since(history, since).into_iter().collect();
+        if want.is_subset(&seen) {
+            return;
+        }
+    }
+}
+
+/// The part of the history from `since` on, with `produced` as the records
+/// promised in it: what the checker judges.
+fn since(history: &SharedHistory, from: Instant, produced: &BTreeSet<Key>) -> History {
+    let h = history.lock().unwrap();
+    History {
+        produced: produced
+            .iter()
+            .map(|(key, n)| Produced {
+                key: key.clone(),
+                n: *n,
+            })
+            .collect(),
+        processed: h
+            .processed
+            .iter()
+            .filter(|p| p.at >= from)
+            .cloned()
+            .collect(),
+        spans: h
+            .spans
+            .iter()
+            .filter(|s| s.start >= from)
+            .cloned()
+            .collect(),
+        events: h
+            .events
+            .iter()
+            .filter(|(_, e)| {
+                let at = match e {
+                    shardkeeper::consumer::WorkerEvent::Gained { at, .. }
+                    | shardkeeper::consumer::WorkerEvent::Processing { at, .. }
+                    | shardkeeper::consumer::WorkerEvent::Stopped { at, .. } => *at,
+                    shardkeeper::consumer::WorkerEvent::Checkpointed { sent, .. } => *sent,
+                };
+                at >= from
+            })
+            .cloned()
+            .collect(),
+        killed: vec![],
+        parents: Default::default(),
+    }
+}
+
+async fn parents(ctx: &Ctx, stream: &str) -> std::collections::BTreeMap<ShardId, Vec<ShardId>> {
+    list_shards(&ctx.aws, stream)
+        .await
+        .iter()
+        .map(|s| {
+            let spec = ShardSpec::from_kinesis(s).unwrap();
+            (spec.shard_id, spec.parents)
+        })
+        .collect()
+}
+
+fn millis_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A group read a stream to its tip, through a split; it is rewound, while
+/// its workers hold their leases, to a time between two loads. Every
+/// record from that time on (before the split and after it) is read again,
+/// once, keys in order, the children after their reopened parent; no
+/// record from before it is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_nothing_before() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    start_group(&ctx, &store).await;
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let history: SharedHistory = Arc::default();
+    let mut workers = workers(&ctx, &store, &history, eager());
+
+    produce(&ctx.aws.kinesis, &stream, 12, 0..4).await;
+    // Kinesis stamps each record's arrival; the target lies between loads,
+    // over a second from each (servers may stamp whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let target = millis_now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    produce(&ctx.aws.kinesis, &stream, 12, 4..8).await;
+    split_first(&ctx.aws, &stream).await;
+    produce(&ctx.aws.kinesis, &stream, 12, 8..12).await;
+    let start = Instant::now();
+    let all = records(12, 0..12);
+    run_until(&ctx, &rebalancer, &mut workers, &history, start, &all).await;
+    let first = check(&since(&history, start, &all));
+    assert!(first.passed(), "before the rewind: {first:?}");
+    let held: usize = workers.iter().map(|w| w.shards().len()).sum();
+    assert!(held > 0, "the workers hold leases when the rewind comes");
+
+    let out = shardkeeper_cli::rewind::rewind(
+        &store,
+        &ctx.aws.kinesis,
+        &rewind_args(&store, &target.to_string()),
+        |_| true,
+    )
+    .await
+    .unwrap();
+    let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(outcome["report"]["finished"], true, "{outcome}");
+    assert_eq!(
+        outcome["plan"]["moves"].as_array().unwrap().len(),
+        4,
+        "the parent, its two children and the other shard: {outcome}"
+    );
+    let rewound = Instant::now();
+    let after = records(12, 4..12);
+    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &after).await;
+
+    let again = processed_since(&history, rewound);
+    let before: Vec<&Key> = again.iter().filter(|k| !after.contains(*k)).collect();
+    assert!(
+        before.is_empty(),
+        "read again from before the target: {before:?}"
+    );
+    let mut h = since(&history, rewound, &after);
+    h.parents = parents(&ctx, &stream).await;
+    let v = check(&h);
+    assert!(v.passed(), "after the rewind: {v:?}");
+    assert_eq!(v.duplicates, 0, "each record once after the rewind: {v:?}");
+    let status =
+        GroupStatus::from_snapshot(&store.load_group().await.unwrap(), Duration::from_secs(10));
+    let row = status.rewind.unwrap();
+    assert!(row.finished && row.moved == 4 && row.shards == 4, "{row:?}");
+}
+
+/// A group with a backlog is rewound to LATEST while its workers are in the
+/// middle of it: none of the backlog is read after the holders' next
+/// heartbeat, and every record that arrives after the rewind is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rewound_to_latest_skips_its_backlog_and_reads_what_comes_after() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    start_group(&ctx, &store).await;
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let history: SharedHistory = Arc::default();
+    let config = WorkerConfig {
+        max_records: 5,
+        ..eager()
+    };
+    let mut workers = workers(&ctx, &store, &history, config);
+    produce(&ctx.aws.kinesis, &stream, 12, 0..8).await;
+    for _ in 0..3 {
+        rebalancer.tick().await.unwrap();
+        for w in &mut workers {
+            w.step().await.unwrap();
+        }
+    }
+    let backlog = records(12, 0..8);
+    let read = history.lock().unwrap().processed.len();
+    assert!(read > 0 && read < backlog.len(), "mid-backlog: {read} read");
+
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    shardkeeper_cli::rewind::rewind(
+        &store,
+        &ctx.aws.kinesis,
+        &rewind_args(&store, "LATEST"),
+        |_| true,
+    )
+    .await
+    .unwrap();
+    let rewound = Instant::now();
+    // Over a second on (servers may stamp arrivals in whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    produce(&ctx.aws.kinesis, &stream, 12, 8..12).await;
+    let after = records(12, 8..12);
+    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &after).await;
+    let again = processed_since(&history, rewound);
+    let skipped: Vec<&Key> = again.iter().filter(|k| backlog.contains(*k)).collect();
+    assert!(
+        skipped.is_empty(),
+        "backlog read after the rewind: {skipped:?}"
+    );
+    let v = check(&since(&history, rewound, &after));
+    assert!(v.passed(), "{v:?}");
+}
+
+/// A rewind cut short (one shard moved, the other not) shows as unfinished
+/// in `status`; the same request run again moves only the shard left, and
+/// the rewind is finished. A dry run writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_cut_short_shows_in_status_and_running_it_again_finishes_it() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    start_group(&ctx, &store).await;
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let history: SharedHistory = Arc::default();
+    let mut workers = workers(&ctx, &store, &history, eager());
+    produce(&ctx.aws.kinesis, &stream, 6, 0..3).await;
+    let start = Instant::now();
+    let all = records(6, 0..3);
+    run_until(&ctx, &rebalancer, &mut workers, &history, start, &all).await;
+
+    let mut dry = rewind_args(&store, "trim-horizon");
+    dry.dry_run = true;
+    let before = store.load_group().await.unwrap();
+    let out = shardkeeper_cli::rewind::rewind(&store, &ctx.aws.kinesis, &dry, |_| true)
+        .await
+        .unwrap();
+    assert!(out.contains("\"report\": null"), "{out}");
+    assert_eq!(
+        store.load_group().await.unwrap().shards,
+        before.shards,
+        "a dry run writes nothing"
+    );
+
+    // Cut short: only the first shard's move is made.
+    let listed: Vec<ShardSpec> = list_shards(&ctx.aws, &stream)
+        .await
+        .iter()
+        .map(|s| ShardSpec::from_kinesis(s).unwrap())
+        .collect();
+    let plan = plan_rewind(&before, &listed, &RewindTarget::TrimHorizon, store.now()).unwrap();
+    // Between the plan and its moves the second shard changes hands: its
+    // move finds the counter moved on and leaves it.
+    let second = &plan.moves[1].shard;
+    let seen = before
+        .shards
+        .iter()
+        .find(|s| &s.shard_id == second)
+        .unwrap();
+    match seen.lease() {
+        Some(held) => {
+            store
+                .leases()
+                .release(&held, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        None => {
+            lease(&store, second, "w9").await;
+        }
+    }
+    let report = apply_rewind(&store, &plan).await.unwrap();
+    assert_eq!(report.changed, vec![second.clone()], "{report:?}");
+    assert!(!report.finished);
+    let first = report.moved[0].clone();
+    let snapshot = store.load_group().await.unwrap();
+    let row = GroupStatus::from_snapshot(&snapshot, Duration::from_secs(10))
+        .rewind
+        .unwrap();
+    assert!(
+        !row.finished && row.moved == 1 && row.shards == 2,
+        "{row:?}"
+    );
+    let counter = |snapshot: &shardkeeper::state::GroupSnapshot, id: &ShardId| {
+        snapshot
+            .shards
+            .iter()
+            .find(|s| &s.shard_id == id)
+            .unwrap()
+            .counter
+    };
+    let first_counter = counter(&snapshot, &first);
+    let status = shardkeeper_cli::commands::status(
+        &store,
+        &shardkeeper_cli::args::StatusArgs {
+            target: rewind_args(&store, "x").target,
+            json: false,
+            heartbeat_timeout_seconds: 10,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        status.contains("1 of 2 shard(s) moved, unfinished"),
+        "{status}"
+    );
+
+    let out = shardkeeper_cli::rewind::rewind(
+        &store,
+        &ctx.aws.kinesis,
+        &rewind_args(&store, "TRIM_HORIZON"),
+        |_| true,
+    )
+    .await
+    .unwrap();
+    let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(outcome["plan"]["resumed"], true, "{outcome}");
+    assert_eq!(
+        outcome["report"]["moved"],
+        serde_json::json!([second.as_str()]),
+        "{outcome}"
+    );
+    assert_eq!(outcome["report"]["finished"], true);
+    let snapshot = store.load_group().await.unwrap();
+    assert_eq!(counter(&snapshot, &first), first_counter, "not moved twice");
+    let row = GroupStatus::from_snapshot(&snapshot, Duration::from_secs(10))
+        .rewind
+        .unwrap();
+    assert!(row.finished && row.moved == 2, "{row:?}");
+    assert!(snapshot
+        .shards
+        .iter()
+        .all(|s| s.checkpoint == Some(Checkpoint::TrimHorizon)));
+}
