@@ -208,7 +208,7 @@ impl ConsumerSession {
         for revoked in &beat.revoked {
             let held = self.leases.get(&revoked.shard_id);
             if held.is_some_and(|l| l.counter == revoked.counter) {
-                tracing::warn!(shard = %revoked.shard_id, "lease revoked (this session was seen stale): stop processing the shard");
+                tracing::warn!(shard = %revoked.shard_id, "lease revoked (this session was seen stale, or an operator moved the shard): stop processing it");
                 self.forget(&revoked.shard_id);
                 tick.lost.push(revoked.shard_id.clone());
             }
