@@ -49,8 +49,13 @@ pub struct RebalanceTick {
     pub execution: ExecutionReport,
     /// Actions the planner produced.
     pub actions_planned: usize,
-    /// The fleet of shard workers, when the rebalancer keeps one.
+    /// The fleet of shard workers, when the rebalancer keeps one (and,
+    /// for a bounded group, until it is finished).
     pub fleet: Option<FleetTick>,
+    /// A bounded group's (a backfill's) shards not read to their end yet;
+    /// `None` for a group that is not bounded. At 0 the group is finished:
+    /// the fleet starts no more workers.
+    pub bounded_shards_left: Option<usize>,
 }
 
 impl Rebalancer {
@@ -78,13 +83,19 @@ impl Rebalancer {
         }
         let actions = plan_rebalance(&snapshot, &ages, &self.config);
         let execution = execute(&self.store, None, &actions, term).await?;
+        let bounded_shards_left = snapshot
+            .stream
+            .as_ref()
+            .and_then(|s| s.end.as_ref())
+            .map(|_| snapshot.shards.iter().filter(|s| !s.depleted).count());
+        let finished = bounded_shards_left == Some(0) && !snapshot.shards.is_empty();
         let fleet = match &self.fleet {
-            Some(fleet) => Some(
+            Some(fleet) if !finished => Some(
                 fleet
                     .tick(&self.store, &snapshot, &ages, available.len())
                     .await,
             ),
-            None => None,
+            _ => None,
         };
         let tick = RebalanceTick {
             discovery,
@@ -95,6 +106,7 @@ impl Rebalancer {
             execution,
             actions_planned: actions.len(),
             fleet,
+            bounded_shards_left,
         };
         if self.emit_metrics {
             tick.emit_metrics(&self.store);
@@ -118,9 +130,16 @@ impl RebalanceTick {
                 Metric::count("WorkersStarted", f.started as f64),
             ]
         });
+        let bounded = self.bounded_shards_left.iter().flat_map(|left| {
+            [
+                Metric::count("BoundedShardsLeft", *left as f64),
+                Metric::count("BoundedGroupFinished", f64::from(u8::from(*left == 0))),
+            ]
+        });
         emit_for(
             store,
             &fleet
+                .chain(bounded)
                 .chain([
                     Metric::count("LiveConsumers", self.live_consumers as f64),
                     Metric::count("AvailableShards", self.available_shards as f64),

@@ -124,6 +124,9 @@ pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
         Metric::count("ReadsThrottled", report.shards.throttled as f64),
         Metric::count("TransientErrors", report.shards.transient_errors as f64),
     ];
+    if report.group_finished {
+        metrics.push(Metric::count("BoundedGroupFinished", 1.0));
+    }
     if let Some(behind) = report.millis_behind_latest {
         metrics.push(Metric {
             name: "MillisBehindLatest",

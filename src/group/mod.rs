@@ -39,7 +39,7 @@ pub use rebalance::RebalanceConfig;
 pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
 pub use rewind::{apply_rewind, plan_rewind, RewindMove, RewindPlan, RewindReport, RewindTarget};
 pub use sightings::{Ages, Sightings};
-pub use status::{ConsumerRow, EfoRow, GroupStatus, RewindRow, ShardRow};
+pub use status::{BoundedRow, ConsumerRow, EfoRow, GroupStatus, RewindRow, ShardRow};
 
 // The planner internals: public with the `testing` feature (the tests and
 // benchmarks call them directly), visible to this crate only otherwise.

@@ -28,6 +28,22 @@ pub struct GroupStatus {
     pub buckets_for_open_shards: u16,
     /// The latest operator's rewind, if any.
     pub rewind: Option<RewindRow>,
+    /// A bounded group's (a backfill's) progress; `None` for a group that
+    /// is not bounded.
+    pub bounded: Option<BoundedRow>,
+}
+
+/// How far a bounded group (a backfill) is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BoundedRow {
+    /// The group's end, for shards without their own.
+    pub end: String,
+    /// Its shards.
+    pub shards: usize,
+    /// Shards read to their end.
+    pub done: usize,
+    /// Every shard read to its end: the workers end, the fleet starts none.
+    pub finished: bool,
 }
 
 /// The latest operator's rewind: how far it got.
@@ -213,6 +229,19 @@ impl GroupStatus {
             efo,
             buckets: snapshot.buckets.count(),
             buckets_for_open_shards: Buckets::for_shards(open, &SpreadPolicy::default()).count(),
+            bounded: snapshot
+                .stream
+                .as_ref()
+                .and_then(|st| st.end.as_ref())
+                .map(|end| {
+                    let done = snapshot.shards.iter().filter(|s| s.depleted).count();
+                    BoundedRow {
+                        end: end.to_string(),
+                        shards: snapshot.shards.len(),
+                        done,
+                        finished: done == snapshot.shards.len() && done > 0,
+                    }
+                }),
             rewind: snapshot
                 .stream
                 .as_ref()

@@ -8,12 +8,14 @@
 //!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
 //! - `shard`: `ShardPipeline`, one shard's position, source and report,
 //!   and its step.
+//! - `end`: where a bounded group (a backfill) stops reading a shard.
 //! - `start`: [`InitialPosition`], where a shard with no checkpoint starts,
 //!   and the margin of a lost LATEST start.
 //! - `report`: [`ShardReport`], what one shard's pipeline did; a worker's and
 //!   a reader's reports are sums of them.
 
 mod checkpointer;
+mod end;
 mod report;
 mod shard;
 mod source;

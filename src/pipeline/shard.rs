@@ -3,10 +3,11 @@
 //! checkpointer.
 
 use super::checkpointer::PipelineSink;
+use super::end;
 use super::start::unpinned;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{Core, Ran, RecordFailure, RecordHandler};
-use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId};
+use crate::state::{Checkpoint, Clock as _, EpochMillis, SequenceNumber, ShardId, SystemClock};
 use std::time::Instant;
 
 /// How a step went.
@@ -39,6 +40,8 @@ pub(crate) struct ShardPipeline<S> {
     pin_unstored: bool,
     /// `MillisBehindLatest` of the last read.
     millis_behind: Option<i64>,
+    /// Where a bounded group stops reading the shard (see `end`).
+    end: Option<Checkpoint>,
     source: S,
 }
 
@@ -57,8 +60,23 @@ impl<S: RecordSource> ShardPipeline<S> {
             arrival,
             pin_unstored: false,
             millis_behind: None,
+            end: None,
             source,
         }
+    }
+
+    /// The same pipeline, reading the shard only up to `end` (a bounded
+    /// group's end; `None`: to the shard's end).
+    pub fn ending_at(mut self, end: Option<Checkpoint>) -> Self {
+        self.end = end;
+        self
+    }
+
+    /// Everything before the end of a bounded group is read.
+    fn at_end(&self) -> bool {
+        self.end
+            .as_ref()
+            .is_some_and(|end| end::reached(end, self.position.as_ref()))
     }
 
     /// Due to be read now.
@@ -103,6 +121,12 @@ impl<S: RecordSource> ShardPipeline<S> {
         stop_by: Option<Instant>,
         report: &mut ShardReport,
     ) -> Result<Step, S::Error> {
+        if self.at_end() {
+            return Ok(Step::Processed {
+                ended: true,
+                failures: Vec::new(),
+            });
+        }
         let fetched = self
             .source
             .fetch(&self.shard, self.position.as_ref(), report)
@@ -118,9 +142,25 @@ impl<S: RecordSource> ShardPipeline<S> {
         }
         match fetched? {
             Fetched::Nothing => Ok(Step::Idle),
-            Fetched::Batch(batch) => Ok(self
-                .process(batch, core, checkpointer, stop_by, report)
-                .await?),
+            Fetched::Batch(mut batch) => {
+                if let Some(end) = &self.end {
+                    if let Some(past) = batch
+                        .units
+                        .iter()
+                        .position(|(seq, unit)| end::past_end(end, seq, unit))
+                    {
+                        batch.units.truncate(past);
+                        batch.ends_shard = true;
+                    } else if batch.units.is_empty()
+                        && end::caught_up_past(end, batch.millis_behind, SystemClock.now_millis())
+                    {
+                        batch.ends_shard = true;
+                    }
+                }
+                Ok(self
+                    .process(batch, core, checkpointer, stop_by, report)
+                    .await?)
+            }
         }
     }
 
@@ -207,7 +247,7 @@ impl<S: RecordSource> ShardPipeline<S> {
                 let ok = ran.report.failures.is_empty();
                 self.source.processed(ok);
                 Ok(Step::Processed {
-                    ended: ok && batch.ends_shard,
+                    ended: ok && (batch.ends_shard || self.at_end()),
                     failures: ran.report.failures,
                 })
             }

@@ -28,6 +28,10 @@ pub enum Command {
     /// time, TRIM_HORIZON or LATEST, or one shard to a sequence number. The
     /// holders stop at their next heartbeat; the next ones start there.
     Rewind(RewindArgs),
+    /// Start a bounded group (a backfill) beside a live one: it reads each
+    /// shard from `--from` up to `--until` (a time) or up to where
+    /// `--until-group` stands now, then its workers end.
+    Backfill(BackfillArgs),
     /// The poison records parked in the state table (oldest first per
     /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
@@ -192,6 +196,39 @@ pub struct RewindArgs {
     #[arg(long, requires = "shard")]
     pub to_sequence: Option<String>,
     /// Print what would move, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `backfill`.
+#[derive(Debug, Clone, Args)]
+pub struct BackfillArgs {
+    /// The backfill's own group (a new one), its stream and table (and with
+    /// `--kinesis-endpoint-url`, where the stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// Where it starts: `TRIM_HORIZON` or a time (RFC 3339 or ms).
+    #[arg(long, default_value = "TRIM_HORIZON")]
+    pub from: String,
+    /// Where it ends: the records that arrived before this time (RFC 3339
+    /// or ms) are read.
+    #[arg(
+        long,
+        required_unless_present = "until_group",
+        conflicts_with = "until_group"
+    )]
+    pub until: Option<String>,
+    /// Or: up to where this group (of the same stream and table) stands
+    /// now, shard by shard.
+    #[arg(long)]
+    pub until_group: Option<String>,
+    /// Print what it would read, and write nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Do not ask for confirmation.

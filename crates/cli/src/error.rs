@@ -27,6 +27,9 @@ pub enum Error {
     /// import (these lease keys moved while watched); nothing was written.
     #[error("the KCL application still renews leases ({}): stop it, then import", .0.join(", "))]
     KclRunning(Vec<String>),
+    /// A backfill was refused; nothing was written.
+    #[error("backfill refused: {0}")]
+    BackfillRefused(String),
     /// The operator did not confirm.
     #[error("not confirmed: nothing was changed")]
     NotConfirmed,

@@ -1,12 +1,13 @@
 //! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
 //! a thin wrapper): `groups`, `status`, `parked`, `reset`, `spread`,
-//! `rewind`, `export`, `import` and `import-kcl` against real AWS or any endpoint,
+//! `rewind`, `backfill`, `export`, `import` and `import-kcl` against real AWS or any endpoint,
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
 #![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
 
 pub mod args;
+pub mod backfill;
 pub mod commands;
 pub mod connect;
 pub mod demo;
@@ -60,6 +61,13 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let (store, kinesis) = connect::clients(&args.target).await?;
             Ok((
                 rewind::rewind(&store, &kinesis, &args, ask_on_terminal).await?,
+                true,
+            ))
+        }
+        Command::Backfill(args) => {
+            let (store, kinesis) = connect::clients(&args.target).await?;
+            Ok((
+                backfill::backfill(&store, &kinesis, &args, ask_on_terminal).await?,
                 true,
             ))
         }

@@ -184,6 +184,16 @@ pub fn status(s: &GroupStatus) -> String {
             s.buckets, s.buckets_for_open_shards
         );
     }
+    if let Some(b) = &s.bounded {
+        let _ = writeln!(
+            out,
+            "bounded group (a backfill) up to {}: {} of {} shard(s) read to their end{}",
+            b.end,
+            b.done,
+            b.shards,
+            if b.finished { ", finished" } else { "" }
+        );
+    }
     if let Some(r) = &s.rewind {
         let _ = writeln!(
             out,

@@ -47,6 +47,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
+mod bounded;
 mod buckets;
 mod checkpoint;
 mod clock;

@@ -24,6 +24,11 @@ pub struct StreamState {
     pub sessions_since: Option<EpochMillis>,
     /// The latest operator's rewind of the group's positions, if any.
     pub rewind: Option<RewindState>,
+    /// A bounded group (a backfill) reads each shard up to where this
+    /// position resumes (see [`ShardState::end`]), for shards without an
+    /// end of their own (those found later included); `None`: the group
+    /// is not bounded.
+    pub end: Option<Checkpoint>,
 }
 
 /// An operator's rewind of a running group's positions, as the `STREAM`
@@ -234,6 +239,12 @@ pub struct ShardState {
     pub claim: Option<Claim>,
     /// Closed and fully processed.
     pub depleted: bool,
+    /// Where a bounded group stops reading it: the records up to where
+    /// this position resumes are read, none after (`SHARD_END`: all of
+    /// them; `TRIM_HORIZON`: none; `AT_TIMESTAMP`: those that arrived
+    /// before the time; after a record: up to it). `None`: the group's end
+    /// ([`StreamState::end`]).
+    pub end: Option<Checkpoint>,
     /// The id of the operator's rewind that last moved it
     /// ([`RewindState::id`]), if any.
     pub rewound: Option<EpochMillis>,
@@ -322,6 +333,10 @@ impl StreamState {
                 }),
                 _ => None,
             },
+            end: r
+                .opt_s(attr::GROUP_END)?
+                .map(|e| r.parse(attr::GROUP_END, e.parse::<Checkpoint>()))
+                .transpose()?,
         })
     }
 }
@@ -411,6 +426,10 @@ impl ShardState {
             counter: r.u64_or(attr::COUNTER, 0)?,
             claim,
             depleted: r.bool_or(attr::DEPLETED, false)?,
+            end: r
+                .opt_s(attr::END)?
+                .map(|e| r.parse(attr::END, e.parse::<Checkpoint>()))
+                .transpose()?,
             rewound: r.opt_i64(attr::REWOUND)?,
             updated: r.i64_or(attr::UPDATED, 0)?,
         })

@@ -7,7 +7,7 @@ use crate::checkpoint::Checkpoints;
 use crate::clock::EpochMillis;
 use crate::consumer::Revocation;
 use crate::error::Result;
-use crate::item::n;
+use crate::item::{n, s};
 use crate::model::ShardState;
 use crate::names::ShardId;
 use crate::schema::{attr, ShardScope};
@@ -31,6 +31,8 @@ pub struct PositionMove {
     pub wait_for: Vec<ShardId>,
     /// The rewind the move belongs to, marked on the shard.
     pub rewind: Option<EpochMillis>,
+    /// Where a bounded group stops reading the shard, set with the move.
+    pub end: Option<Checkpoint>,
 }
 
 impl PositionMove {
@@ -42,6 +44,7 @@ impl PositionMove {
             reopen: false,
             wait_for: Vec::new(),
             rewind: None,
+            end: None,
         }
     }
 }
@@ -106,6 +109,10 @@ impl Checkpoints<'_> {
         if let Some(id) = mv.rewind {
             expr = expr.names(&[attr::REWOUND]).value("rewind", n(id));
             set.push_str(", #rewound = :rewind");
+        }
+        if let Some(end) = &mv.end {
+            expr = expr.names(&[attr::END]).value("end", s(end.to_string()));
+            set.push_str(", #end = :end");
         }
         let mut update = format!("{set} REMOVE #cp_arrival");
         let condition = match scope {

@@ -81,6 +81,12 @@ pub mod attr {
     pub const REWIND_SHARDS: &str = "rewind_shards";
     /// Stream: when every shard of the latest rewind had moved (ms).
     pub const REWIND_DONE: &str = "rewind_done";
+    /// Stream: a bounded group's (a backfill's) end for shards without
+    /// their own (a checkpoint's text: each shard is read up to where that
+    /// position resumes).
+    pub const GROUP_END: &str = "group_end";
+    /// Shard: where a bounded group stops reading it (a checkpoint's text).
+    pub const END: &str = "end";
     /// Shard: the id of the rewind that last moved it.
     pub const REWOUND: &str = "rewound";
     /// Layout: how many bucket keys the group's shard items are spread over.

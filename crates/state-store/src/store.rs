@@ -106,6 +106,8 @@ pub(crate) struct Inner {
     pub(crate) layout: AtomicU16,
     stopped: AtomicBool,
     lost_conditions: AtomicU64,
+    /// A bounded group's end, once read (see [`StateStore::group_end`]).
+    pub(crate) group_end: std::sync::OnceLock<Option<crate::Checkpoint>>,
 }
 
 /// The shared state of one consumer group on one stream, in one DynamoDB table.
@@ -142,6 +144,7 @@ impl StateStore {
                 layout: AtomicU16::new(0),
                 stopped: AtomicBool::new(false),
                 lost_conditions: AtomicU64::new(0),
+                group_end: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -121,6 +121,7 @@ impl StreamItem<'_> {
                     });
                 }
                 Some(state) if state.stream_created == stream_created => {
+                    let _ = self.store.inner.group_end.set(state.end.clone());
                     if state.schema_version < version {
                         self.store.raise_schema(version).await?;
                     }

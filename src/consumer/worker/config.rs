@@ -95,4 +95,7 @@ pub struct WorkerReport {
     pub held_at_stop: u64,
     /// The largest `MillisBehindLatest` of the last read of each shard.
     pub millis_behind_latest: Option<i64>,
+    /// The worker's group is bounded (a backfill) and every shard of it is
+    /// read to its end: the run ended before its deadline.
+    pub group_finished: bool,
 }

@@ -27,7 +27,7 @@ use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::pipeline::{ShardPipeline, Step};
 use crate::processing::{Core, RecordHandler};
-use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, StateStore};
+use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, ShardScope, StateStore};
 use crate::Result;
 use pacing::{PacedCheckpoints, Pacing};
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,6 +66,9 @@ pub struct ShardWorker<H> {
     draining: bool,
     /// When each shard's checkpoint was last written.
     pacing: Pacing,
+    /// When an idle worker of a bounded group looks next whether the group
+    /// is finished.
+    next_finish_check: Instant,
 }
 
 impl<H: RecordHandler> ShardWorker<H> {
@@ -124,6 +127,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             drain_at: None,
             draining: false,
             pacing: Pacing::default(),
+            next_finish_check: Instant::now(),
         }
     }
 
@@ -316,8 +320,14 @@ impl<H: RecordHandler> ShardWorker<H> {
                 self.efo_lock.as_ref().map(|l| l.arn.clone()),
                 self.store.clone(),
             );
+            // A bounded group (a backfill) reads the shard up to its end.
+            let end = match state.end {
+                Some(end) => Some(end),
+                None => self.store.group_end().await?,
+            };
             let pipeline =
-                ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source);
+                ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source)
+                    .ending_at(end);
             self.pipelines.insert(shard, pipeline);
         }
         Ok(())
@@ -389,6 +399,42 @@ impl<H: RecordHandler> ShardWorker<H> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The worker's group is bounded (a backfill) and finished: every shard
+    /// of it read to its end. Looked at only while the worker holds nothing,
+    /// at most once a heartbeat interval (one read of the group).
+    pub(super) async fn group_finished(&mut self) -> Result<bool> {
+        if !self.pipelines.is_empty()
+            || !self.pending.is_empty()
+            || Instant::now() < self.next_finish_check
+        {
+            return Ok(false);
+        }
+        self.next_finish_check =
+            Instant::now() + self.config.renew_every.max(Duration::from_secs(1));
+        if self.store.group_end().await?.is_none() {
+            return Ok(false);
+        }
+        let snapshot = self.store.load_group().await?;
+        let shards: Vec<crate::state::ShardState> = match self.mode.scope() {
+            ShardScope::Group => snapshot.shards,
+            ShardScope::Consumer(c) => snapshot
+                .own_shards
+                .into_iter()
+                .filter(|(o, _)| *o == c)
+                .map(|(_, s)| s)
+                .collect(),
+            ShardScope::Efo(e) => snapshot
+                .efo_shards
+                .into_iter()
+                .filter(|(o, _)| *o == e)
+                .map(|(_, s)| s)
+                .collect(),
+        };
+        let finished = !shards.is_empty() && shards.iter().all(|s| s.depleted);
+        self.report.group_finished = finished;
+        Ok(finished)
     }
 
     /// When processing of `shard` must stop: the lease's local expiry less

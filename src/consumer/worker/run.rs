@@ -31,6 +31,17 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Ok(read) => {
                     failures = 0;
                     if !read {
+                        match self.group_finished().await {
+                            Ok(true) => {
+                                tracing::info!(consumer = %self.mode.id(), "every shard of the bounded group is read to its end: the run ends");
+                                break;
+                            }
+                            Ok(false) => {}
+                            Err(e) if e.is_transient() => {
+                                self.transient(&e, "looking whether the group is finished failed")
+                            }
+                            Err(e) => return Err(e),
+                        }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 }

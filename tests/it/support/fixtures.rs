@@ -118,6 +118,7 @@ pub fn shard(name: &str) -> ShardState {
         counter: 0,
         claim: None,
         depleted: false,
+        end: None,
         rewound: None,
         updated: NOW,
     }

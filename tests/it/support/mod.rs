@@ -7,3 +7,4 @@ pub mod esm;
 pub mod faulty;
 pub mod fixtures;
 pub mod lambda_esm;
+pub mod recorded;

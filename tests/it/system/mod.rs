@@ -1,6 +1,7 @@
 //! Whole-system runs and tooling: the stress run, outages, the CLI, the
 //! local servers and their fault proxy, the history checker, the template.
 
+mod backfill;
 mod cli;
 mod fault_proxy;
 mod fleet;

@@ -4,23 +4,19 @@
 //! again. Each run is recorded and checked with the history checker.
 
 use crate::support::common::{
-    create_stream, ctx, lease, list_shards, rebalancer, split_first, start_group, Ctx,
+    create_stream, ctx, lease, list_shards, rebalancer, split_first, start_group,
 };
-use crate::support::consume::{eager, produce, worker_running};
-use shardkeeper::consumer::{ShardWorker, WorkerConfig};
-use shardkeeper::functions::Rebalancer;
+use crate::support::consume::{eager, produce};
+use crate::support::recorded::{
+    millis_now, parents, processed_since, records, run_until, since, workers, Key,
+};
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::group::{apply_rewind, plan_rewind, GroupStatus, RewindTarget};
-use shardkeeper::processing::{RecordHandler, StreamRecord};
 use shardkeeper::state::{Checkpoint, ShardId, ShardSpec, StateStore};
 use shardkeeper_cli::args::{RewindArgs, Target};
-use shardkeeper_history::{
-    check, recording_handler, recording_observer, History, Produced, SharedHistory,
-};
-use std::collections::BTreeSet;
+use shardkeeper_history::{check, SharedHistory};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-type Key = (String, u64);
 
 fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
     let config = store.config();
@@ -38,134 +34,6 @@ fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
         yes: true,
         json: true,
     }
-}
-
-/// Two recording workers.
-fn workers(
-    ctx: &Ctx,
-    store: &StateStore,
-    history: &SharedHistory,
-    config: WorkerConfig,
-) -> Vec<ShardWorker<impl RecordHandler>> {
-    (0..2)
-        .map(|i| {
-            let name = format!("w{i}");
-            let handler = recording_handler(history, &name, |_: StreamRecord| async {
-                Ok::<(), std::io::Error>(())
-            });
-            worker_running(
-                store,
-                &ctx.aws.kinesis,
-                &name,
-                handler,
-                Duration::from_secs(10),
-                config.clone(),
-            )
-            .with_observer(recording_observer(history, &name))
-        })
-        .collect()
-}
-
-/// The records of keys `k0`..`k{keys}` numbered `per_key`.
-fn records(keys: u32, per_key: std::ops::Range<u32>) -> BTreeSet<Key> {
-    per_key
-        .flat_map(|n| (0..keys).map(move |k| (format!("k{k}"), u64::from(n))))
-        .collect()
-}
-
-fn processed_since(history: &SharedHistory, since: Instant) -> Vec<Key> {
-    history
-        .lock()
-        .unwrap()
-        .processed
-        .iter()
-        .filter(|p| p.at >= since)
-        .map(|p| (p.key.clone(), p.n))
-        .collect()
-}
-
-/// Rebalancer ticks and worker steps (a second apart on the test's clock)
-/// until every record of `want` was processed since `since` (bounded).
-async fn run_until<H: RecordHandler>(
-    ctx: &Ctx,
-    rebalancer: &Rebalancer,
-    workers: &mut [ShardWorker<H>],
-    history: &SharedHistory,
-    since: Instant,
-    want: &BTreeSet<Key>,
-) {
-    for _ in 0..120 {
-        rebalancer.tick().await.unwrap();
-        for w in workers.iter_mut() {
-            w.step().await.unwrap();
-        }
-        ctx.clock.advance(Duration::from_secs(1));
-        let seen: BTreeSet<Key> = processed_since(history, since).into_iter().collect();
-        if want.is_subset(&seen) {
-            return;
-        }
-    }
-}
-
-/// The part of the history from `since` on, with `produced` as the records
-/// promised in it: what the checker judges.
-fn since(history: &SharedHistory, from: Instant, produced: &BTreeSet<Key>) -> History {
-    let h = history.lock().unwrap();
-    History {
-        produced: produced
-            .iter()
-            .map(|(key, n)| Produced {
-                key: key.clone(),
-                n: *n,
-            })
-            .collect(),
-        processed: h
-            .processed
-            .iter()
-            .filter(|p| p.at >= from)
-            .cloned()
-            .collect(),
-        spans: h
-            .spans
-            .iter()
-            .filter(|s| s.start >= from)
-            .cloned()
-            .collect(),
-        events: h
-            .events
-            .iter()
-            .filter(|(_, e)| {
-                let at = match e {
-                    shardkeeper::consumer::WorkerEvent::Gained { at, .. }
-                    | shardkeeper::consumer::WorkerEvent::Processing { at, .. }
-                    | shardkeeper::consumer::WorkerEvent::Stopped { at, .. } => *at,
-                    shardkeeper::consumer::WorkerEvent::Checkpointed { sent, .. } => *sent,
-                };
-                at >= from
-            })
-            .cloned()
-            .collect(),
-        killed: vec![],
-        parents: Default::default(),
-    }
-}
-
-async fn parents(ctx: &Ctx, stream: &str) -> std::collections::BTreeMap<ShardId, Vec<ShardId>> {
-    list_shards(&ctx.aws, stream)
-        .await
-        .iter()
-        .map(|s| {
-            let spec = ShardSpec::from_kinesis(s).unwrap();
-            (spec.shard_id, spec.parents)
-        })
-        .collect()
-}
-
-fn millis_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// A group read a stream to its tip, through a split; it is rewound, while
