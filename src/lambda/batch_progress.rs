@@ -37,6 +37,9 @@ pub(crate) struct BatchProgressSink<'a> {
     committed: Option<(Checkpoint, usize)>,
     /// The state table failed: no more reads or writes in this batch.
     degraded: bool,
+    /// The floor set on the batch's shard at a cut-over from the fleet:
+    /// records at or before it are done.
+    floor: Option<Checkpoint>,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -58,7 +61,40 @@ impl<'a> BatchProgressSink<'a> {
             event_ids,
             committed: None,
             degraded: false,
+            floor: None,
         }
+    }
+
+    /// The same sink, with the floor set on the batch's shard (see
+    /// [`crate::state::RecordState::shard_floor`]).
+    pub(crate) fn with_floor(mut self, floor: Option<Checkpoint>) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// How many of the batch's first records the floor covers.
+    fn below_floor(&self) -> usize {
+        let Some(floor) = &self.floor else {
+            return 0;
+        };
+        let covered = |(sequence, sub): (&str, u64)| {
+            let Ok(seq) = SequenceNumber::new(sequence) else {
+                return false;
+            };
+            match floor {
+                Checkpoint::ShardEnd => true,
+                Checkpoint::After {
+                    sequence: f,
+                    sub_sequence,
+                } => seq < *f || (seq == *f && sub <= *sub_sequence),
+                Checkpoint::AtSequence(f) => seq < *f,
+                _ => false,
+            }
+        };
+        (0..)
+            .map_while(|i| self.identities.get(i))
+            .take_while(|id| covered(*id))
+            .count()
     }
 
     /// After a failure inside a KPL aggregate the progress ends within the
@@ -120,15 +156,14 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if self.degraded {
             return Ok(None);
         }
-        let Some(progress) = self
+        let progress = self
             .store
             .record_state()
             .batch_progress(&self.batch)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let done = self.identities.matched(&progress.prefixes);
+            .await?;
+        let done = progress
+            .map_or(0, |p| self.identities.matched(&p.prefixes))
+            .max(self.below_floor());
         if done == 0 {
             return Ok(None);
         }

@@ -27,6 +27,9 @@ struct Inner<H> {
     handler: H,
     store: Option<StateStore>,
     options: ProcessingOptions,
+    /// The floor of each shard read so far (`<consumer>#<stream>#<shard>`):
+    /// read once per shard in a warm environment.
+    floors: std::sync::Mutex<std::collections::HashMap<String, Option<crate::state::Checkpoint>>>,
 }
 
 /// Processes event-source-mapping batches of source `S` with a [`RecordHandler`].
@@ -75,6 +78,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
                 handler,
                 store: None,
                 options: ProcessingOptions::default(),
+                floors: Default::default(),
             }),
             _source: PhantomData,
         }
@@ -203,10 +207,45 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         };
         let core = Core::new(&inner.handler, Some(store), &inner.options);
         let identities = Identities::of(&units.items);
-        let mut sink = BatchProgressSink::new(store, batch, identities, units.event_ids);
+        let floor = floor(inner, store, &batch).await;
+        let mut sink =
+            BatchProgressSink::new(store, batch, identities, units.event_ids).with_floor(floor);
         let mut report = core.run(units.items, stop_by, &mut sink).await?;
         sink.carry_over(&mut report).await;
         Ok(report)
+    }
+}
+
+/// The floor set on the batch's shard at a cut-over from the fleet (read
+/// once per shard, then kept); none where the event names no shard, or if
+/// it cannot be read (then the batch runs as without one, and says so).
+async fn floor<H>(
+    inner: &Inner<H>,
+    store: &StateStore,
+    batch: &BatchKey,
+) -> Option<crate::state::Checkpoint> {
+    let shard = batch.shard.as_deref()?;
+    let key = format!("{}#{}#{shard}", batch.consumer, batch.stream);
+    if let Some(floor) = inner.floors.lock().expect("floors").get(&key) {
+        return floor.clone();
+    }
+    match store
+        .record_state()
+        .shard_floor(&batch.consumer, &batch.stream, shard)
+        .await
+    {
+        Ok(floor) => {
+            inner
+                .floors
+                .lock()
+                .expect("floors")
+                .insert(key, floor.clone());
+            floor
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, shard, "the shard's floor could not be read: records a fleet processed before a cut-over may run again");
+            None
+        }
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Command {
     /// shard from `--from` up to `--until` (a time) or up to where
     /// `--until-group` stands now, then its workers end.
     Backfill(BackfillArgs),
+    /// Move a consumer between an event source mapping and the worker
+    /// fleet, either way, losing nothing.
+    Cutover(CutoverArgs),
     /// The poison records parked in the state table (oldest first per
     /// shard); `--replay` puts them back on their stream.
     Parked(ParkedArgs),
@@ -229,6 +232,86 @@ pub struct BackfillArgs {
     #[arg(long)]
     pub until_group: Option<String>,
     /// Print what it would read, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cutover`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverArgs {
+    /// Which way.
+    #[command(subcommand)]
+    pub direction: CutoverDirection,
+}
+
+/// Which way a cut-over goes.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CutoverDirection {
+    /// From an event source mapping (disabled first) to the worker fleet:
+    /// sets the fleet group's positions to what the mapping's consumer
+    /// completed in each shard.
+    FromEsm(CutoverFromEsmArgs),
+    /// From the worker fleet (stopped first) to an event source mapping:
+    /// sets a floor on each of the mapping's consumer's shards and prints
+    /// the time to create the mapping at.
+    ToEsm(CutoverToEsmArgs),
+}
+
+/// `cutover from-esm`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverFromEsmArgs {
+    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
+    /// stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// The group the event-source-mapped processor keeps its progress in
+    /// (its `SHARDKEEPER_GROUP`).
+    #[arg(long)]
+    pub esm_group: String,
+    /// The processor's consumer name (`ProcessingOptions::consumer`; by
+    /// default the name of the function the mapping invokes).
+    #[arg(long)]
+    pub consumer: String,
+    /// Count only progress stored at or after this time (RFC 3339 or ms):
+    /// when the mapping's ParallelizationFactor was last set to 1.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Print what would move, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Move even while the fleet's registered consumers hold leases.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cutover to-esm`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverToEsmArgs {
+    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
+    /// stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// The group the event-source-mapped processor will keep its progress
+    /// in (its `SHARDKEEPER_GROUP`).
+    #[arg(long)]
+    pub esm_group: String,
+    /// The processor's consumer name (`ProcessingOptions::consumer`; by
+    /// default the name of the function the mapping invokes).
+    #[arg(long)]
+    pub consumer: String,
+    /// Print what would be set, and write nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// Do not ask for confirmation.

@@ -1,6 +1,6 @@
 //! The shardkeeper operator CLI, as a library (the `shardkeeper` binary is
 //! a thin wrapper): `groups`, `status`, `parked`, `reset`, `spread`,
-//! `rewind`, `backfill`, `export`, `import` and `import-kcl` against real AWS or any endpoint,
+//! `rewind`, `backfill`, `cutover`, `export`, `import` and `import-kcl` against real AWS or any endpoint,
 //! and `demo`, a consumer group on embedded DynamoDB and Kinesis servers
 //! that verifies what it did.
 
@@ -10,6 +10,7 @@ pub mod args;
 pub mod backfill;
 pub mod commands;
 pub mod connect;
+pub mod cutover;
 pub mod demo;
 pub mod error;
 pub mod kcl;
@@ -70,6 +71,22 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
                 backfill::backfill(&store, &kinesis, &args, ask_on_terminal).await?,
                 true,
             ))
+        }
+        Command::Cutover(args) => {
+            let target = match &args.direction {
+                args::CutoverDirection::FromEsm(a) => &a.target,
+                args::CutoverDirection::ToEsm(a) => &a.target,
+            };
+            let (store, kinesis) = connect::clients(target).await?;
+            let out = match &args.direction {
+                args::CutoverDirection::FromEsm(a) => {
+                    cutover::from_esm(&store, &kinesis, a, ask_on_terminal).await?
+                }
+                args::CutoverDirection::ToEsm(a) => {
+                    cutover::to_esm(&store, &kinesis, a, ask_on_terminal).await?
+                }
+            };
+            Ok((out, true))
         }
         Command::Export(args) => {
             let store = connect::store(&args.target).await?;

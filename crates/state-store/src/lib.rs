@@ -53,6 +53,7 @@ mod checkpoint;
 mod clock;
 mod consumer;
 pub mod cost;
+mod cutover;
 mod efo;
 mod error;
 mod groups;
@@ -85,6 +86,7 @@ pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
 #[cfg(feature = "testing")]
 pub use clock::{ManualClock, SkewedClock};
 pub use consumer::{Acks, ClearReport, Consumers, Heartbeat, Revocation, MAX_GIVEN};
+pub use cutover::ShardProgress;
 pub use efo::EfoConsumers;
 pub use error::{Result, Service, StateError};
 pub use groups::{list_groups, GroupSummary};

@@ -3,6 +3,7 @@
 
 mod backfill;
 mod cli;
+mod cutover;
 mod fault_proxy;
 mod fleet;
 mod history;

@@ -1,0 +1,197 @@
+//! `cutover`: a consumer moved from an event source mapping (driven by the
+//! emulator of Lambda's mapping) to the worker fleet and back, on the
+//! in-process servers, losing nothing and repeating nothing.
+
+use crate::esm_invoke;
+use crate::support::common::{create_stream, ctx, list_shards, rebalancer, stream_arn, Ctx};
+use crate::support::consume::{eager, logging, produce, Log};
+use crate::support::esm::kinesis_event_record;
+use crate::support::lambda_esm::{self, EsmConfig, EsmRecord};
+use crate::support::recorded::{processed_since, records, run_until, since, workers, Key};
+use shardkeeper::lambda::KinesisProcessor;
+use shardkeeper::state::StateStore;
+use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs, Target};
+use shardkeeper_history::{check, SharedHistory};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn target(store: &StateStore) -> Target {
+    let config = store.config();
+    Target {
+        table: config.table.clone(),
+        group: config.group.to_string(),
+        stream: config.stream.to_string(),
+        conn: Default::default(),
+    }
+}
+
+/// Every record of the stream as the mapping would deliver it, with its
+/// arrival time (ms), shard by shard in order.
+async fn esm_records(ctx: &Ctx, stream: &str) -> Vec<(EsmRecord, i64)> {
+    let arn = stream_arn(&ctx.aws, stream).await;
+    let mut all = Vec::new();
+    for shard in list_shards(&ctx.aws, stream).await {
+        let id = shard.shard_id().to_owned();
+        for r in crate::support::esm::read_shard(ctx, stream, &id).await {
+            let arrival = r
+                .approximate_arrival_timestamp()
+                .and_then(|t| t.to_millis().ok())
+                .unwrap_or(0);
+            all.push((
+                EsmRecord {
+                    id: r.sequence_number().to_owned(),
+                    shard: id.clone(),
+                    sequence: r.sequence_number().to_owned(),
+                    key: r.partition_key().unwrap_or_default().to_owned(),
+                    event_record: kinesis_event_record(&arn, &id, &r),
+                },
+                arrival,
+            ));
+        }
+    }
+    all
+}
+
+/// (key, n) of each record the log holds, as a set, and how many entries.
+fn logged(log: &Log) -> (BTreeSet<Key>, usize) {
+    let log = log.lock().unwrap();
+    let set = log
+        .iter()
+        .map(|(_, key, n)| (key.clone(), u64::from(*n)))
+        .collect();
+    (set, log.len())
+}
+
+/// A mapping (ParallelizationFactor 1, bisection on) delivers part of each
+/// shard, then is disabled; `cutover from-esm` starts the fleet where the
+/// mapping's consumer got to, and the fleet reads the rest and what comes
+/// after. The fleet stops; `cutover to-esm` sets floors and the time to
+/// create a new mapping at; the new mapping delivers everything from that
+/// time, the fleet's last records included, and its processor skips what
+/// the fleet processed. Every record is processed, and once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repeating_nothing() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let esm_store = ctx.store(&stream);
+    let fleet = ctx.store(&stream);
+    let mapping = EsmConfig {
+        batch_size: 4,
+        parallelization: 1,
+        bisect: true,
+        max_retries: 5,
+        kill_chance: 0.0,
+        reform_chance: 0.0,
+        seed: 3,
+    };
+
+    // The mapping delivers the first two thirds of each shard, then is disabled.
+    produce(&ctx.aws.kinesis, &stream, 8, 0..6).await;
+    let first = esm_records(&ctx, &stream).await;
+    let mut delivered = Vec::new();
+    for shard in BTreeSet::<String>::from_iter(first.iter().map(|(r, _)| r.shard.clone())) {
+        let of: Vec<&EsmRecord> = first
+            .iter()
+            .map(|(r, _)| r)
+            .filter(|r| r.shard == shard)
+            .collect();
+        delivered.extend(of[..of.len() * 2 / 3].iter().map(|r| (*r).clone()));
+    }
+    let esm_log: Log = Arc::default();
+    let processor =
+        KinesisProcessor::new(logging("esm", esm_log.clone())).with_store(esm_store.clone());
+    lambda_esm::run(esm_invoke!(processor), "orders", &delivered, &mapping).await;
+    let (by_esm, _) = logged(&esm_log);
+    assert_eq!(by_esm.len(), delivered.len(), "the mapping's part");
+
+    let from = CutoverFromEsmArgs {
+        target: target(&fleet),
+        esm_group: esm_store.config().group.to_string(),
+        consumer: "orders".to_owned(),
+        since: None,
+        dry_run: false,
+        yes: true,
+        force: false,
+        json: true,
+    };
+    shardkeeper_cli::cutover::from_esm(&fleet, &ctx.aws.kinesis, &from, |_| true)
+        .await
+        .unwrap();
+
+    // The fleet reads the rest and what comes after.
+    produce(&ctx.aws.kinesis, &stream, 8, 6..9).await;
+    let history: SharedHistory = Arc::default();
+    let rebalancer = rebalancer(&ctx.aws, &fleet);
+    let mut fleet_workers = workers(&ctx, &fleet, &history, eager());
+    let start = Instant::now();
+    let so_far = records(8, 0..9);
+    let rest: BTreeSet<Key> = so_far.difference(&by_esm).cloned().collect();
+    run_until(
+        &ctx,
+        &rebalancer,
+        &mut fleet_workers,
+        &history,
+        start,
+        &rest,
+    )
+    .await;
+    let by_fleet = processed_since(&history, start);
+    assert_eq!(
+        by_fleet.iter().cloned().collect::<BTreeSet<_>>(),
+        rest,
+        "the fleet reads what the mapping did not, and nothing it did"
+    );
+    assert_eq!(by_fleet.len(), rest.len(), "each once");
+    let v = check(&since(&history, start, &rest));
+    assert!(v.passed() && v.duplicates == 0, "{v:?}");
+
+    // The fleet stops (checkpoints, releases); a new mapping takes over.
+    for w in &mut fleet_workers {
+        w.run_until(None, || true).await.unwrap();
+    }
+    let to = CutoverToEsmArgs {
+        target: target(&fleet),
+        esm_group: esm_store.config().group.to_string(),
+        consumer: "orders".to_owned(),
+        dry_run: false,
+        yes: true,
+        json: true,
+    };
+    let out = shardkeeper_cli::cutover::to_esm(&fleet, &ctx.aws.kinesis, &to, |_| true)
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["starting_position"], "AT_TIMESTAMP", "{report}");
+    let at = report["starting_timestamp_ms"].as_i64().unwrap();
+    produce(&ctx.aws.kinesis, &stream, 8, 9..12).await;
+    let from_time: Vec<EsmRecord> = esm_records(&ctx, &stream)
+        .await
+        .into_iter()
+        .filter(|(_, arrival)| *arrival >= at)
+        .map(|(r, _)| r)
+        .collect();
+    let esm2_log: Log = Arc::default();
+    let processor =
+        KinesisProcessor::new(logging("esm2", esm2_log.clone())).with_store(esm_store.clone());
+    let run = lambda_esm::run(esm_invoke!(processor), "orders", &from_time, &mapping).await;
+    assert!(
+        from_time.len() > records(8, 9..12).len(),
+        "the new mapping delivers some of the fleet's records again"
+    );
+    let (by_esm2, entries) = logged(&esm2_log);
+    assert_eq!(by_esm2, records(8, 9..12), "only what came after the fleet");
+    assert_eq!(entries, by_esm2.len(), "each once");
+    assert_eq!(
+        run.acknowledged.len(),
+        from_time.len(),
+        "every delivered record done"
+    );
+    let all: BTreeSet<Key> = by_esm
+        .iter()
+        .chain(&by_fleet)
+        .chain(&by_esm2)
+        .cloned()
+        .collect();
+    assert_eq!(all, records(8, 0..12), "nothing lost");
+}
