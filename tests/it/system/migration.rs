@@ -1,8 +1,10 @@
-//! Moving a consumer onto shardkeeper: a KCL application's lease table
-//! imported into a group, then the group run and its history checked.
+//! Moving a consumer: a KCL application's lease table imported into a
+//! group, and a group's exported positions imported into another; then the
+//! group run and its history checked.
 
 use crate::support::common::{create_stream, ctx, list_shards, rebalancer, split_first};
 use crate::support::consume::{eager, produce, worker_running};
+use crate::support::recorded::{processed_since, records, run_until, since, workers};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
@@ -392,4 +394,77 @@ async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
     assert!(verification.passed(), "{verification:?}");
     assert_eq!(verification.lost, 0);
     assert_eq!(verification.duplicates, 0);
+}
+
+/// A group reads part of a stream and stops; its positions are exported
+/// and imported into another group (as into another table or account),
+/// which reads on from there: every record after the exported positions,
+/// none before them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_group_carries_on_in_another_losing_and_repeating_nothing() {
+    let ctx = ctx().await;
+    let stream = crate::support::common::create_stream(&ctx.aws, 2).await;
+    let first = ctx.store(&stream);
+    let history: SharedHistory = Arc::default();
+    let rebalancer_a = rebalancer(&ctx.aws, &first);
+    let mut workers_a = workers(&ctx, &first, &history, eager());
+    produce(&ctx.aws.kinesis, &stream, 8, 0..4).await;
+    let start = std::time::Instant::now();
+    let before = records(8, 0..4);
+    run_until(
+        &ctx,
+        &rebalancer_a,
+        &mut workers_a,
+        &history,
+        start,
+        &before,
+    )
+    .await;
+    for w in &mut workers_a {
+        w.run_until(None, || true).await.unwrap();
+    }
+    let exported = shardkeeper_cli::positions::export(&first).await.unwrap();
+
+    produce(&ctx.aws.kinesis, &stream, 8, 4..8).await;
+    let second = ctx.store(&stream);
+    crate::support::common::start_group(&ctx, &second).await;
+    shardkeeper::consumer::discover_shards(
+        &second,
+        &ctx.aws.kinesis,
+        &second.load_group().await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let file = std::env::temp_dir().join(format!(
+        "{}.json",
+        shardkeeper_local::unique_name("positions")
+    ));
+    std::fs::write(&file, &exported).unwrap();
+    let config = second.config();
+    let args = shardkeeper_cli::args::ImportArgs {
+        target: Target {
+            table: config.table.clone(),
+            group: config.group.to_string(),
+            stream: config.stream.to_string(),
+            conn: Default::default(),
+        },
+        file: file.clone(),
+        yes: true,
+        force: false,
+        json: false,
+    };
+    shardkeeper_cli::positions::import(&second, &args, |_| true)
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+
+    let rebalancer_b = rebalancer(&ctx.aws, &second);
+    let mut workers_b = workers(&ctx, &second, &history, eager());
+    let moved = std::time::Instant::now();
+    let after = records(8, 4..8);
+    run_until(&ctx, &rebalancer_b, &mut workers_b, &history, moved, &after).await;
+    let read: BTreeSet<(String, u64)> = processed_since(&history, moved).into_iter().collect();
+    assert_eq!(read, after, "every record after the positions, none before");
+    let v = check(&since(&history, moved, &after));
+    assert!(v.passed() && v.duplicates == 0, "{v:?}");
 }
