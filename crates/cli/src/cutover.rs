@@ -25,8 +25,8 @@ use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::group::{ResetRefused, ResetReport};
 use shardkeeper::state::{
-    call_kinesis, kinesis_stream_summary, Checkpoint, EpochMillis, ForStream, SequenceNumber,
-    ShardId, ShardProgress, ShardState, StateStore, StoreConfig,
+    call_kinesis, kinesis_stream_summary, Checkpoint, Clock as _, EpochMillis, ForStream,
+    SequenceNumber, ShardId, ShardProgress, ShardState, StateStore, StoreConfig, SystemClock,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -284,7 +284,7 @@ pub async fn to_esm(
                 .insert(spec.shard_id.to_string(), floor.to_string());
             floors.push((spec.shard_id.clone(), floor));
         }
-        let at = match mapping_start(state, store.now()) {
+        let at = match mapping_start(state, SystemClock.now_millis()) {
             MappingStart::Nothing => continue,
             MappingStart::TrimHorizon => None,
             MappingStart::At(t) => Some(t),

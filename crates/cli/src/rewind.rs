@@ -10,7 +10,7 @@ use crate::render;
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::group::{apply_rewind, plan_rewind, RewindPlan, RewindReport, RewindTarget};
-use shardkeeper::state::{SequenceNumber, ShardId, StateStore};
+use shardkeeper::state::{Clock as _, SequenceNumber, ShardId, StateStore, SystemClock};
 
 /// What a rewind did, or on a dry run would do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,7 +66,10 @@ pub async fn rewind(
         discover_shards(store, kinesis, &snapshot).await?;
         snapshot = store.load_group().await?;
     }
-    let plan = plan_rewind(&snapshot, &listed, &target, store.now())?;
+    // `LATEST` is compared with Kinesis's arrival times: this machine's
+    // clock, not the store's.
+    let now = SystemClock.now_millis();
+    let plan = plan_rewind(&snapshot, &listed, &target, now)?;
     let mut outcome = RewindOutcome { plan, report: None };
     if !args.dry_run {
         let plan = &outcome.plan;
