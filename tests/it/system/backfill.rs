@@ -2,7 +2,9 @@
 //! (through a split, children after parents), says it is finished, and its
 //! workers end. Each run is recorded and checked with the history checker.
 
-use crate::support::common::{create_stream, ctx, rebalancer, split_first, start_group, Ctx};
+use crate::support::common::{
+    create_stream, ctx, reap_once, rebalancer, split_first, start_group, Ctx,
+};
 use crate::support::consume::{eager, produce};
 use crate::support::recorded::{
     millis_now, parents, processed_since, records, run_until, since, workers, Key,
@@ -104,9 +106,19 @@ async fn a_backfill_between_two_times_reads_exactly_its_range_and_its_workers_en
     let v = check(&h);
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
 
-    // The workers end their runs on their own, well before any deadline.
-    let report = workers[0].run_until(None, || false).await.unwrap();
-    assert!(report.group_finished, "{report:?}");
+    // The workers end their runs on their own, well before any deadline,
+    // and leave.
+    for w in &mut workers {
+        let report = w.run_until(None, || false).await.unwrap();
+        assert!(report.group_finished, "{report:?}");
+    }
+    // Done, it costs nothing: a rebalancer and a reaper tick write nothing.
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    let tick = rebalancer.tick().await.unwrap();
+    assert_eq!(tick.bounded_shards_left, Some(0));
+    reap_once(&store, &ctx.aws.kinesis).await;
+    let writes = ctx.aws.dynamodb_requests.writes_since(&before);
+    assert_eq!(writes, 0, "{:?}", ctx.aws.dynamodb_requests.since(&before));
     let status =
         GroupStatus::from_snapshot(&store.load_group().await.unwrap(), Duration::from_secs(10));
     let bounded = status.bounded.unwrap();

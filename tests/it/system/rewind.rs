@@ -15,6 +15,7 @@ use shardkeeper::group::{apply_rewind, plan_rewind, GroupStatus, RewindTarget};
 use shardkeeper::state::{Checkpoint, ShardId, ShardSpec, StateStore};
 use shardkeeper_cli::args::{RewindArgs, Target};
 use shardkeeper_history::{check, SharedHistory};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -275,4 +276,56 @@ async fn a_rewind_cut_short_shows_in_status_and_running_it_again_finishes_it() {
         .shards
         .iter()
         .all(|s| s.checkpoint == Some(Checkpoint::TrimHorizon)));
+}
+
+/// One shard rewound to a sequence number, while the group runs: its
+/// records from that one on are read again, once, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_rewound_to_a_sequence_number_reads_from_it_again_and_nothing_else() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    start_group(&ctx, &store).await;
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let history: SharedHistory = Arc::default();
+    let mut workers = workers(&ctx, &store, &history, eager());
+    produce(&ctx.aws.kinesis, &stream, 12, 0..4).await;
+    let start = Instant::now();
+    run_until(
+        &ctx,
+        &rebalancer,
+        &mut workers,
+        &history,
+        start,
+        &records(12, 0..4),
+    )
+    .await;
+
+    let shard = list_shards(&ctx.aws, &stream).await[0]
+        .shard_id()
+        .to_owned();
+    let in_shard = crate::support::esm::read_shard(&ctx, &stream, &shard).await;
+    let middle = in_shard.len() / 2;
+    let again: BTreeSet<Key> = in_shard[middle..]
+        .iter()
+        .map(|r| {
+            let n = std::str::from_utf8(r.data().as_ref())
+                .unwrap()
+                .parse()
+                .unwrap();
+            (r.partition_key().unwrap().to_owned(), n)
+        })
+        .collect();
+    let mut args = rewind_args(&store, "x");
+    args.to = None;
+    args.shard = Some(shard.clone());
+    args.to_sequence = Some(in_shard[middle].sequence_number().to_owned());
+    shardkeeper_cli::rewind::rewind(&store, &ctx.aws.kinesis, &args, |_| true)
+        .await
+        .unwrap();
+    let rewound = Instant::now();
+    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &again).await;
+    let read = processed_since(&history, rewound);
+    assert_eq!(read.iter().cloned().collect::<BTreeSet<_>>(), again);
+    assert_eq!(read.len(), again.len(), "each once");
 }
