@@ -20,8 +20,8 @@ use crate::error::Error;
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::state::{
-    kinesis_stream_summary, Checkpoint, GroupSnapshot, PositionMove, ShardId, ShardScope,
-    ShardSpec, StartOptions, StateStore, StoreConfig, TableOptions,
+    Checkpoint, GroupSnapshot, PositionMove, ShardId, ShardScope, ShardSpec, StateStore,
+    StoreConfig, TableOptions,
 };
 
 /// What a backfill reads.
@@ -185,13 +185,8 @@ pub async fn backfill(
         if !args.yes && !confirm(&question) {
             return Err(Error::NotConfirmed);
         }
-        let summary = kinesis_stream_summary(kinesis, &config.stream, &config.retry).await?;
         store
-            .start(&StartOptions {
-                table: TableOptions::default(),
-                stream_created: summary.created,
-                stream_arn: Some(summary.arn),
-            })
+            .start_on_stream(kinesis, TableOptions::default())
             .await?;
         store.checkpoints().set_group_end(&plan.group_end).await?;
         discover_shards(store, kinesis, &before).await?;

@@ -23,10 +23,11 @@ use crate::error::Error;
 use crate::positions::{apply_moves, plan_moves};
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
-use shardkeeper::group::{ResetRefused, ResetReport};
+use shardkeeper::group::{plan_reset, ResetRefused, ResetReport};
 use shardkeeper::state::{
     call_kinesis, kinesis_stream_summary, Checkpoint, Clock as _, EpochMillis, ForStream,
-    SequenceNumber, ShardId, ShardProgress, ShardState, StateStore, StoreConfig, SystemClock,
+    SequenceNumber, ShardId, ShardProgress, ShardScope, ShardState, StateStore, StoreConfig,
+    SystemClock,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -257,17 +258,12 @@ pub async fn to_esm(
     let config = store.config();
     let esm = esm_store(store, &args.target, &args.esm_group)?;
     let snapshot = store.load_group().await?;
-    let held: Vec<(ShardId, String)> = snapshot
-        .shards
-        .iter()
-        .filter_map(|s| {
-            let owner = s.owner.as_ref()?;
-            let registered = snapshot.consumers.iter().any(|c| c.id() == owner);
-            registered.then(|| (s.shard_id.clone(), owner.to_string()))
-        })
-        .collect();
-    if !held.is_empty() {
-        return Err(Error::Refused(ResetRefused::LeasesHeld(held)));
+    // Refused as a reset of every shard would be: while registered
+    // consumers hold leases.
+    if let Err(shardkeeper::Error::ResetRefused(held @ ResetRefused::LeasesHeld(_))) =
+        plan_reset(&snapshot, &ShardScope::Group, None, false)
+    {
+        return Err(Error::Refused(held));
     }
     let arn = kinesis_stream_summary(kinesis, &config.stream, &config.retry)
         .await?

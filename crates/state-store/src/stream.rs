@@ -55,6 +55,23 @@ pub struct StartReport {
 const BATCH_WRITE_MAX: usize = 25;
 
 impl StateStore {
+    /// [`StateStore::start`] on the group's Kinesis stream as it is now (its
+    /// creation time and ARN, one DescribeStreamSummary), with `table`.
+    pub async fn start_on_stream(
+        &self,
+        kinesis: &aws_sdk_kinesis::Client,
+        table: TableOptions,
+    ) -> Result<StartReport> {
+        let config = self.config();
+        let summary = kinesis_stream_summary(kinesis, &config.stream, &config.retry).await?;
+        self.start(&StartOptions {
+            table,
+            stream_created: summary.created,
+            stream_arn: Some(summary.arn),
+        })
+        .await
+    }
+
     /// Starts the store: ensures the table (created if missing, ACTIVE, right
     /// schema, tagged) and the stream state (reset if the stream was re-created).
     pub async fn start(&self, options: &StartOptions) -> Result<StartReport> {

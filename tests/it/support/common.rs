@@ -412,20 +412,25 @@ pub async fn raw_item(ctx: &Ctx, pk: &str, sk: &str) -> Option<shardkeeper::stat
 /// Starts the store's group on its stream as every function does at init
 /// (the stream item, with the stream's creation time and ARN).
 pub async fn start_group(ctx: &Ctx, store: &StateStore) {
-    let config = store.config();
-    let summary =
-        shardkeeper::state::kinesis_stream_summary(&ctx.aws.kinesis, &config.stream, &config.retry)
-            .await
-            .unwrap();
     store
-        .start(&shardkeeper::state::StartOptions {
-            table: shardkeeper::state::TableOptions {
+        .start_on_stream(
+            &ctx.aws.kinesis,
+            TableOptions {
                 poll_interval: Duration::from_millis(50),
-                ..shardkeeper::state::TableOptions::default()
+                ..TableOptions::default()
             },
-            stream_created: summary.created,
-            stream_arn: Some(summary.arn),
-        })
+        )
         .await
         .unwrap();
+}
+
+/// The store's group as the CLI names it (`--table`, `--group`, `--stream`).
+pub fn cli_target(store: &StateStore) -> shardkeeper_cli::args::Target {
+    let config = store.config();
+    shardkeeper_cli::args::Target {
+        table: config.table.clone(),
+        group: config.group.to_string(),
+        stream: config.stream.to_string(),
+        conn: Default::default(),
+    }
 }

@@ -4,13 +4,14 @@ use crate::support::common::Ctx;
 use base64::Engine;
 use serde_json::json;
 
-/// Reads every record of one shard from TRIM_HORIZON.
+/// Reads every record of one shard from TRIM_HORIZON (page after page,
+/// until a page comes back empty).
 pub async fn read_shard(
     ctx: &Ctx,
     stream: &str,
     shard: &str,
 ) -> Vec<aws_sdk_kinesis::types::Record> {
-    let it = ctx
+    let mut iterator = ctx
         .aws
         .kinesis
         .get_shard_iterator()
@@ -19,16 +20,26 @@ pub async fn read_shard(
         .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
         .send()
         .await
-        .unwrap();
-    let out = ctx
-        .aws
-        .kinesis
-        .get_records()
-        .shard_iterator(it.shard_iterator().unwrap())
-        .send()
-        .await
-        .unwrap();
-    out.records().to_vec()
+        .unwrap()
+        .shard_iterator()
+        .map(str::to_owned);
+    let mut records = Vec::new();
+    while let Some(it) = iterator {
+        let out = ctx
+            .aws
+            .kinesis
+            .get_records()
+            .shard_iterator(it)
+            .send()
+            .await
+            .unwrap();
+        if out.records().is_empty() {
+            break;
+        }
+        records.extend(out.records().iter().cloned());
+        iterator = out.next_shard_iterator().map(str::to_owned);
+    }
+    records
 }
 
 /// The Kinesis event the event source mapping would send for these records.

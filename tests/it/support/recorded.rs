@@ -2,7 +2,7 @@
 //! records a numbered load wrote, and the part of a history from an instant
 //! on, as the checker judges it.
 
-use crate::support::common::{list_shards, Ctx};
+use crate::support::common::{list_shards, rebalancer, start_group, Ctx};
 use crate::support::consume::worker_running;
 use shardkeeper::consumer::{ShardWorker, WorkerConfig, WorkerEvent};
 use shardkeeper::functions::Rebalancer;
@@ -16,6 +16,68 @@ use std::time::{Duration, Instant};
 
 /// A record of a numbered load: its key and its number.
 pub type Key = (String, u64);
+
+/// A started group on a stream with its rebalancer and two recording
+/// workers, and the history they record.
+pub struct Recorded<H> {
+    pub store: StateStore,
+    pub rebalancer: Rebalancer,
+    pub history: SharedHistory,
+    pub workers: Vec<ShardWorker<H>>,
+}
+
+/// A new group on `stream`, started as every function starts it, with two
+/// recording workers configured by `config`.
+pub async fn recorded(
+    ctx: &Ctx,
+    stream: &str,
+    config: WorkerConfig,
+) -> Recorded<impl RecordHandler> {
+    let store = ctx.store(stream);
+    start_group(ctx, &store).await;
+    recorded_on(ctx, store, config)
+}
+
+/// [`recorded`] on a store of the test's making.
+pub fn recorded_on(
+    ctx: &Ctx,
+    store: StateStore,
+    config: WorkerConfig,
+) -> Recorded<impl RecordHandler> {
+    let history = SharedHistory::default();
+    Recorded {
+        rebalancer: rebalancer(&ctx.aws, &store),
+        workers: workers(ctx, &store, &history, config),
+        history,
+        store,
+    }
+}
+
+impl<H: RecordHandler> Recorded<H> {
+    /// Ticks and steps until every record of `want` was processed since
+    /// `since` (see [`run_until`]).
+    pub async fn run_until(&mut self, ctx: &Ctx, since: Instant, want: &BTreeSet<Key>) {
+        run_until(
+            ctx,
+            &self.rebalancer,
+            &mut self.workers,
+            &self.history,
+            since,
+            want,
+        )
+        .await;
+    }
+
+    /// The records processed since `since`, in processing order.
+    pub fn processed_since(&self, since: Instant) -> Vec<Key> {
+        processed_since(&self.history, since)
+    }
+
+    /// The history from `from` on, `produced` the records promised in it.
+    pub fn since(&self, from: Instant, produced: &BTreeSet<Key>) -> History {
+        since(&self.history, from, produced)
+    }
+}
 
 /// Two recording workers.
 pub fn workers(
@@ -50,6 +112,7 @@ pub fn records(keys: u32, per_key: std::ops::Range<u32>) -> BTreeSet<Key> {
         .collect()
 }
 
+/// The records processed since `since`, in processing order.
 pub fn processed_since(history: &SharedHistory, since: Instant) -> Vec<Key> {
     history
         .lock()

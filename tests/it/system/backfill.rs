@@ -2,34 +2,23 @@
 //! (through a split, children after parents), says it is finished, and its
 //! workers end. Each run is recorded and checked with the history checker.
 
-use crate::support::common::{
-    create_stream, ctx, reap_once, rebalancer, split_first, start_group, Ctx,
-};
+use crate::support::common::{cli_target, create_stream, ctx, reap_once, split_first, Ctx};
 use crate::support::consume::{eager, produce};
 use crate::support::recorded::{
-    millis_now, parents, processed_since, records, run_until, since, workers, Key,
+    millis_now, parents, recorded, recorded_on, records, Key, Recorded,
 };
-use shardkeeper::consumer::ShardWorker;
-use shardkeeper::functions::Rebalancer;
 use shardkeeper::group::GroupStatus;
 use shardkeeper::processing::RecordHandler;
 use shardkeeper::state::StateStore;
-use shardkeeper_cli::args::{BackfillArgs, Target};
+use shardkeeper_cli::args::BackfillArgs;
 use shardkeeper_cli::Error;
-use shardkeeper_history::{check, SharedHistory};
+use shardkeeper_history::check;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn backfill_args(store: &StateStore, from: &str) -> BackfillArgs {
-    let config = store.config();
     BackfillArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: cli_target(store),
         from: from.to_owned(),
         until: None,
         until_group: None,
@@ -44,17 +33,13 @@ async fn backfill(ctx: &Ctx, store: &StateStore, args: &BackfillArgs) -> Result<
 }
 
 /// Ticks and steps until the bounded group is finished (bounded).
-async fn run_to_finish<H: RecordHandler>(
-    ctx: &Ctx,
-    rebalancer: &Rebalancer,
-    workers: &mut [ShardWorker<H>],
-) -> bool {
+async fn run_to_finish<H: RecordHandler>(ctx: &Ctx, g: &mut Recorded<H>) -> bool {
     for _ in 0..120 {
-        let tick = rebalancer.tick().await.unwrap();
+        let tick = g.rebalancer.tick().await.unwrap();
         if tick.bounded_shards_left == Some(0) {
             return true;
         }
-        for w in workers.iter_mut() {
+        for w in g.workers.iter_mut() {
             w.step().await.unwrap();
         }
         ctx.clock.advance(Duration::from_secs(1));
@@ -89,32 +74,27 @@ async fn a_backfill_between_two_times_reads_exactly_its_range_and_its_workers_en
     let mut args = backfill_args(&store, &from.to_string());
     args.until = Some(until.to_string());
     backfill(&ctx, &store, &args).await.unwrap();
-    let history: SharedHistory = Arc::default();
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let mut workers = workers(&ctx, &store, &history, eager());
+    let mut g = recorded_on(&ctx, store.clone(), eager());
     let start = Instant::now();
-    assert!(
-        run_to_finish(&ctx, &rebalancer, &mut workers).await,
-        "finished"
-    );
+    assert!(run_to_finish(&ctx, &mut g).await, "finished");
 
     let range = records(12, 2..6);
-    let read: BTreeSet<Key> = processed_since(&history, start).into_iter().collect();
+    let read: BTreeSet<Key> = g.processed_since(start).into_iter().collect();
     assert_eq!(read, range, "exactly the records between the two times");
-    let mut h = since(&history, start, &range);
+    let mut h = g.since(start, &range);
     h.parents = parents(&ctx, &stream).await;
     let v = check(&h);
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
 
     // The workers end their runs on their own, well before any deadline,
     // and leave.
-    for w in &mut workers {
+    for w in &mut g.workers {
         let report = w.run_until(None, || false).await.unwrap();
         assert!(report.group_finished, "{report:?}");
     }
     // Done, it costs nothing: a rebalancer and a reaper tick write nothing.
     let before = ctx.aws.dynamodb_requests.snapshot();
-    let tick = rebalancer.tick().await.unwrap();
+    let tick = g.rebalancer.tick().await.unwrap();
     assert_eq!(tick.bounded_shards_left, Some(0));
     reap_once(&store, &ctx.aws.kinesis).await;
     let writes = ctx.aws.dynamodb_requests.writes_since(&before);
@@ -134,16 +114,12 @@ async fn a_backfill_between_two_times_reads_exactly_its_range_and_its_workers_en
 async fn a_backfill_up_to_a_live_group_reads_what_it_had_read_and_nothing_after() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let live = ctx.store(&stream);
-    start_group(&ctx, &live).await;
-    let live_history: SharedHistory = Arc::default();
-    let live_rebalancer = rebalancer(&ctx.aws, &live);
-    let mut live_workers = workers(&ctx, &live, &live_history, eager());
+    let mut live = recorded(&ctx, &stream, eager()).await;
     produce(&ctx.aws.kinesis, &stream, 12, 0..4).await;
 
     let store = ctx.store(&stream);
     let mut args = backfill_args(&store, "TRIM_HORIZON");
-    args.until_group = Some(live.config().group.to_string());
+    args.until_group = Some(live.store.config().group.to_string());
     let refused = backfill(&ctx, &store, &args).await.unwrap_err();
     assert!(matches!(refused, Error::BackfillRefused(_)), "{refused:?}");
     assert!(
@@ -153,47 +129,22 @@ async fn a_backfill_up_to_a_live_group_reads_what_it_had_read_and_nothing_after(
 
     let start = Instant::now();
     let first = records(12, 0..4);
-    run_until(
-        &ctx,
-        &live_rebalancer,
-        &mut live_workers,
-        &live_history,
-        start,
-        &first,
-    )
-    .await;
+    live.run_until(&ctx, start, &first).await;
     backfill(&ctx, &store, &args).await.unwrap();
     let again = backfill(&ctx, &store, &args).await.unwrap_err();
     assert!(matches!(again, Error::BackfillRefused(_)), "{again:?}");
 
     // The live group reads on while the backfill runs.
     produce(&ctx.aws.kinesis, &stream, 12, 4..8).await;
-    let history: SharedHistory = Arc::default();
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let mut workers = workers(&ctx, &store, &history, eager());
+    let mut g = recorded_on(&ctx, store.clone(), eager());
     let backfill_start = Instant::now();
     let later = records(12, 4..8);
-    run_until(
-        &ctx,
-        &live_rebalancer,
-        &mut live_workers,
-        &live_history,
-        backfill_start,
-        &later,
-    )
-    .await;
-    assert!(
-        run_to_finish(&ctx, &rebalancer, &mut workers).await,
-        "finished"
-    );
-    let read: BTreeSet<Key> = processed_since(&history, backfill_start)
-        .into_iter()
-        .collect();
+    live.run_until(&ctx, backfill_start, &later).await;
+    assert!(run_to_finish(&ctx, &mut g).await, "finished");
+    let read: BTreeSet<Key> = g.processed_since(backfill_start).into_iter().collect();
     assert_eq!(read, first, "what the live group had read, nothing after");
-    let v = check(&since(&history, backfill_start, &first));
+    let v = check(&g.since(backfill_start, &first));
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
-    let live_read: BTreeSet<Key> = processed_since(&live_history, backfill_start)
-        .into_iter()
-        .collect();
+    let live_read: BTreeSet<Key> = live.processed_since(backfill_start).into_iter().collect();
     assert_eq!(live_read, later, "the live group read on, unaffected");
 }

@@ -1,28 +1,17 @@
 //! The operator CLI: `status` and `reset` on a real group, the demo with
 //! its verification.
 
-use crate::support::common::{ctx, lease, register, seed_shards};
+use crate::support::common::{cli_target, ctx, lease, register, seed_shards};
 use clap::Parser;
 use shardkeeper::group::ResetRefused;
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
-use shardkeeper_cli::args::{DemoArgs, ImportArgs, ResetArgs, Target};
+use shardkeeper_cli::args::{DemoArgs, ImportArgs, ResetArgs};
 use shardkeeper_cli::{commands, Cli, Error};
 use std::time::Duration;
 
-/// The store's group as the CLI names it.
-fn target(store: &shardkeeper::state::StateStore) -> Target {
-    let config = store.config();
-    Target {
-        table: config.table.clone(),
-        group: config.group.to_string(),
-        stream: config.stream.to_string(),
-        conn: Default::default(),
-    }
-}
-
 fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
     ResetArgs {
-        target: target(store),
+        target: cli_target(store),
         to: to.to_owned(),
         shard: None,
         consumer: None,
@@ -303,7 +292,7 @@ async fn the_demo_verifies_what_it_consumed() {
 async fn parked_lists_the_parked_records() {
     let ctx = ctx().await;
     let store = ctx.store("orders");
-    let target = target(&store);
+    let target = cli_target(&store);
     let args = |json| shardkeeper_cli::args::ParkedArgs {
         target: target.clone(),
         json,
@@ -362,7 +351,7 @@ async fn parked_replay_puts_records_back_and_leaves_what_it_cannot() {
     let stream = crate::support::common::create_stream(&ctx.aws, 1).await;
     let store = ctx.store(&stream);
     let args = shardkeeper_cli::args::ParkedArgs {
-        target: target(&store),
+        target: cli_target(&store),
         json: false,
         replay: true,
         to_stream: None,
@@ -592,7 +581,7 @@ fn table_and_stream_take_the_names_the_aws_cli_uses_too() {
 
 fn import_args(store: &shardkeeper::state::StateStore, file: &std::path::Path) -> ImportArgs {
     ImportArgs {
-        target: target(store),
+        target: cli_target(store),
         file: file.to_owned(),
         yes: true,
         force: false,

@@ -3,28 +3,17 @@
 //! in-process servers, losing nothing and repeating nothing.
 
 use crate::esm_invoke;
-use crate::support::common::{create_stream, ctx, list_shards, rebalancer, stream_arn, Ctx};
+use crate::support::common::{cli_target, create_stream, ctx, list_shards, stream_arn, Ctx};
 use crate::support::consume::{eager, logging, produce, Log};
 use crate::support::esm::kinesis_event_record;
 use crate::support::lambda_esm::{self, EsmConfig, EsmRecord};
-use crate::support::recorded::{processed_since, records, run_until, since, workers, Key};
+use crate::support::recorded::{recorded_on, records, Key};
 use shardkeeper::lambda::KinesisProcessor;
-use shardkeeper::state::StateStore;
-use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs, Target};
-use shardkeeper_history::{check, SharedHistory};
+use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs};
+use shardkeeper_history::check;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
-
-fn target(store: &StateStore) -> Target {
-    let config = store.config();
-    Target {
-        table: config.table.clone(),
-        group: config.group.to_string(),
-        stream: config.stream.to_string(),
-        conn: Default::default(),
-    }
-}
 
 /// Every record of the stream as the mapping would deliver it, with its
 /// arrival time (ms), shard by shard in order.
@@ -106,7 +95,7 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
     assert_eq!(by_esm.len(), delivered.len(), "the mapping's part");
 
     let from = CutoverFromEsmArgs {
-        target: target(&fleet),
+        target: cli_target(&fleet),
         esm_group: esm_store.config().group.to_string(),
         consumer: "orders".to_owned(),
         since: None,
@@ -121,37 +110,27 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
 
     // The fleet reads the rest and what comes after.
     produce(&ctx.aws.kinesis, &stream, 8, 6..9).await;
-    let history: SharedHistory = Arc::default();
-    let rebalancer = rebalancer(&ctx.aws, &fleet);
-    let mut fleet_workers = workers(&ctx, &fleet, &history, eager());
+    let mut g = recorded_on(&ctx, fleet.clone(), eager());
     let start = Instant::now();
     let so_far = records(8, 0..9);
     let rest: BTreeSet<Key> = so_far.difference(&by_esm).cloned().collect();
-    run_until(
-        &ctx,
-        &rebalancer,
-        &mut fleet_workers,
-        &history,
-        start,
-        &rest,
-    )
-    .await;
-    let by_fleet = processed_since(&history, start);
+    g.run_until(&ctx, start, &rest).await;
+    let by_fleet = g.processed_since(start);
     assert_eq!(
         by_fleet.iter().cloned().collect::<BTreeSet<_>>(),
         rest,
         "the fleet reads what the mapping did not, and nothing it did"
     );
     assert_eq!(by_fleet.len(), rest.len(), "each once");
-    let v = check(&since(&history, start, &rest));
+    let v = check(&g.since(start, &rest));
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
 
     // The fleet stops (checkpoints, releases); a new mapping takes over.
-    for w in &mut fleet_workers {
+    for w in &mut g.workers {
         w.run_until(None, || true).await.unwrap();
     }
     let to = CutoverToEsmArgs {
-        target: target(&fleet),
+        target: cli_target(&fleet),
         esm_group: esm_store.config().group.to_string(),
         consumer: "orders".to_owned(),
         dry_run: false,

@@ -2,18 +2,18 @@
 //! group, and a group's exported positions imported into another; then the
 //! group run and its history checked.
 
-use crate::support::common::{create_stream, ctx, list_shards, rebalancer, split_first};
-use crate::support::consume::{eager, produce, worker_running};
-use crate::support::recorded::{processed_since, records, run_until, since, workers};
+use crate::support::common::{cli_target, create_stream, ctx, list_shards, split_first, Ctx};
+use crate::support::consume::{eager, produce};
+use crate::support::esm::read_shard;
+use crate::support::recorded::{recorded, recorded_on, records};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::Checkpoint;
-use shardkeeper_cli::args::{ImportKclArgs, Target};
+use shardkeeper_cli::args::ImportKclArgs;
 use shardkeeper_cli::Error;
-use shardkeeper_history::{check, recording_handler, recording_observer, Produced, SharedHistory};
+use shardkeeper_history::{check, Produced};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,57 +83,27 @@ fn kcl_lease(
 }
 
 /// Every record of a shard as (key, n, sequence number), in shard order.
-async fn shard_records(
-    kinesis: &aws_sdk_kinesis::Client,
-    stream: &str,
-    shard: &str,
-) -> Vec<(String, u64, String)> {
-    let mut it = kinesis
-        .get_shard_iterator()
-        .stream_name(stream)
-        .shard_id(shard)
-        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-        .send()
+async fn shard_records(ctx: &Ctx, stream: &str, shard: &str) -> Vec<(String, u64, String)> {
+    read_shard(ctx, stream, shard)
         .await
-        .unwrap()
-        .shard_iterator()
-        .map(str::to_owned);
-    let mut records = Vec::new();
-    while let Some(iterator) = it {
-        let out = kinesis
-            .get_records()
-            .shard_iterator(iterator)
-            .send()
-            .await
-            .unwrap();
-        for r in out.records() {
+        .iter()
+        .map(|r| {
             let n = std::str::from_utf8(r.data().as_ref())
                 .unwrap()
                 .parse()
                 .unwrap();
-            records.push((
+            (
                 r.partition_key().unwrap().to_owned(),
                 n,
                 r.sequence_number().to_owned(),
-            ));
-        }
-        if out.records().is_empty() {
-            break;
-        }
-        it = out.next_shard_iterator().map(str::to_owned);
-    }
-    records
+            )
+        })
+        .collect()
 }
 
 fn import_args(store: &shardkeeper::state::StateStore, table: &str) -> ImportKclArgs {
-    let config = store.config();
     ImportKclArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: cli_target(store),
         kcl_table: table.to_owned(),
         at_timestamp: None,
         watch_ms: 300,
@@ -180,18 +150,15 @@ async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
     let mut kcl_done: BTreeSet<(String, u64)> = BTreeSet::new();
     let mut put = Vec::new();
     for (shard, records) in [
-        (
-            &parent_id,
-            shard_records(&ctx.aws.kinesis, &stream, &parent_id).await,
-        ),
-        (&open, shard_records(&ctx.aws.kinesis, &stream, &open).await),
+        (&parent_id, shard_records(&ctx, &stream, &parent_id).await),
+        (&open, shard_records(&ctx, &stream, &open).await),
         (
             &children[0],
-            shard_records(&ctx.aws.kinesis, &stream, &children[0]).await,
+            shard_records(&ctx, &stream, &children[0]).await,
         ),
         (
             &children[1],
-            shard_records(&ctx.aws.kinesis, &stream, &children[1]).await,
+            shard_records(&ctx, &stream, &children[1]).await,
         ),
     ] {
         // Processed by KCL: the parent whole, the others up to a third.
@@ -337,43 +304,10 @@ async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
     assert!(state(&children[0]).pending_parents.is_empty());
 
     // The group runs from there, recorded for the checker.
-    let history: SharedHistory = Arc::default();
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let mut workers: Vec<_> = (0..2)
-        .map(|i| {
-            let name = format!("w{i}");
-            let handler = recording_handler(&history, &name, |_: StreamRecord| async {
-                Ok::<(), std::io::Error>(())
-            });
-            worker_running(
-                &store,
-                &ctx.aws.kinesis,
-                &name,
-                handler,
-                Duration::from_secs(10),
-                eager(),
-            )
-            .with_observer(recording_observer(&history, &name))
-        })
-        .collect();
-    for _ in 0..80 {
-        rebalancer.tick().await.unwrap();
-        for w in &mut workers {
-            w.step().await.unwrap();
-        }
-        ctx.clock.advance(Duration::from_secs(1));
-        let seen: BTreeSet<(String, u64)> = history
-            .lock()
-            .unwrap()
-            .processed
-            .iter()
-            .map(|p| (p.key.clone(), p.n))
-            .collect();
-        if expected.is_subset(&seen) {
-            break;
-        }
-    }
-    let mut history = history.lock().unwrap().clone();
+    let mut g = recorded_on(&ctx, store.clone(), eager());
+    g.run_until(&ctx, std::time::Instant::now(), &expected)
+        .await;
+    let mut history = g.history.lock().unwrap().clone();
     let repeated: Vec<_> = history
         .processed
         .iter()
@@ -404,34 +338,23 @@ async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
 async fn an_exported_group_carries_on_in_another_losing_and_repeating_nothing() {
     let ctx = ctx().await;
     let stream = crate::support::common::create_stream(&ctx.aws, 2).await;
-    let first = ctx.store(&stream);
-    let history: SharedHistory = Arc::default();
-    let rebalancer_a = rebalancer(&ctx.aws, &first);
-    let mut workers_a = workers(&ctx, &first, &history, eager());
+    let mut first = recorded(&ctx, &stream, eager()).await;
     produce(&ctx.aws.kinesis, &stream, 8, 0..4).await;
     let start = std::time::Instant::now();
-    let before = records(8, 0..4);
-    run_until(
-        &ctx,
-        &rebalancer_a,
-        &mut workers_a,
-        &history,
-        start,
-        &before,
-    )
-    .await;
-    for w in &mut workers_a {
+    first.run_until(&ctx, start, &records(8, 0..4)).await;
+    for w in &mut first.workers {
         w.run_until(None, || true).await.unwrap();
     }
-    let exported = shardkeeper_cli::positions::export(&first).await.unwrap();
+    let exported = shardkeeper_cli::positions::export(&first.store)
+        .await
+        .unwrap();
 
     produce(&ctx.aws.kinesis, &stream, 8, 4..8).await;
-    let second = ctx.store(&stream);
-    crate::support::common::start_group(&ctx, &second).await;
+    let mut second = recorded(&ctx, &stream, eager()).await;
     shardkeeper::consumer::discover_shards(
-        &second,
+        &second.store,
         &ctx.aws.kinesis,
-        &second.load_group().await.unwrap(),
+        &second.store.load_group().await.unwrap(),
     )
     .await
     .unwrap();
@@ -440,31 +363,23 @@ async fn an_exported_group_carries_on_in_another_losing_and_repeating_nothing() 
         shardkeeper_local::unique_name("positions")
     ));
     std::fs::write(&file, &exported).unwrap();
-    let config = second.config();
     let args = shardkeeper_cli::args::ImportArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: cli_target(&second.store),
         file: file.clone(),
         yes: true,
         force: false,
         json: false,
     };
-    shardkeeper_cli::positions::import(&second, &args, |_| true)
+    shardkeeper_cli::positions::import(&second.store, &args, |_| true)
         .await
         .unwrap();
     let _ = std::fs::remove_file(&file);
 
-    let rebalancer_b = rebalancer(&ctx.aws, &second);
-    let mut workers_b = workers(&ctx, &second, &history, eager());
     let moved = std::time::Instant::now();
     let after = records(8, 4..8);
-    run_until(&ctx, &rebalancer_b, &mut workers_b, &history, moved, &after).await;
-    let read: BTreeSet<(String, u64)> = processed_since(&history, moved).into_iter().collect();
+    second.run_until(&ctx, moved, &after).await;
+    let read: BTreeSet<(String, u64)> = second.processed_since(moved).into_iter().collect();
     assert_eq!(read, after, "every record after the positions, none before");
-    let v = check(&since(&history, moved, &after));
+    let v = check(&second.since(moved, &after));
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
 }

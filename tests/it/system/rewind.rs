@@ -3,31 +3,20 @@
 //! order, and a rewind cut short shows in `status` and finishes when run
 //! again. Each run is recorded and checked with the history checker.
 
-use crate::support::common::{
-    create_stream, ctx, lease, list_shards, rebalancer, split_first, start_group,
-};
+use crate::support::common::{cli_target, create_stream, ctx, lease, list_shards, split_first};
 use crate::support::consume::{eager, produce};
-use crate::support::recorded::{
-    millis_now, parents, processed_since, records, run_until, since, workers, Key,
-};
+use crate::support::recorded::{millis_now, parents, recorded, records, Key};
 use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::group::{apply_rewind, plan_rewind, GroupStatus, RewindTarget};
 use shardkeeper::state::{Checkpoint, ShardId, ShardSpec, StateStore};
-use shardkeeper_cli::args::{RewindArgs, Target};
-use shardkeeper_history::{check, SharedHistory};
+use shardkeeper_cli::args::RewindArgs;
+use shardkeeper_history::check;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
-    let config = store.config();
     RewindArgs {
-        target: Target {
-            table: config.table.clone(),
-            group: config.group.to_string(),
-            stream: config.stream.to_string(),
-            conn: Default::default(),
-        },
+        target: cli_target(store),
         to: Some(to.to_owned()),
         shard: None,
         to_sequence: None,
@@ -46,11 +35,8 @@ fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
 async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_nothing_before() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    start_group(&ctx, &store).await;
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let history: SharedHistory = Arc::default();
-    let mut workers = workers(&ctx, &store, &history, eager());
+    let mut g = recorded(&ctx, &stream, eager()).await;
+    let store = g.store.clone();
 
     produce(&ctx.aws.kinesis, &stream, 12, 0..4).await;
     // Kinesis stamps each record's arrival; the target lies between loads,
@@ -63,10 +49,10 @@ async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_n
     produce(&ctx.aws.kinesis, &stream, 12, 8..12).await;
     let start = Instant::now();
     let all = records(12, 0..12);
-    run_until(&ctx, &rebalancer, &mut workers, &history, start, &all).await;
-    let first = check(&since(&history, start, &all));
+    g.run_until(&ctx, start, &all).await;
+    let first = check(&g.since(start, &all));
     assert!(first.passed(), "before the rewind: {first:?}");
-    let held: usize = workers.iter().map(|w| w.shards().len()).sum();
+    let held: usize = g.workers.iter().map(|w| w.shards().len()).sum();
     assert!(held > 0, "the workers hold leases when the rewind comes");
 
     let out = shardkeeper_cli::rewind::rewind(
@@ -86,15 +72,15 @@ async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_n
     );
     let rewound = Instant::now();
     let after = records(12, 4..12);
-    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &after).await;
+    g.run_until(&ctx, rewound, &after).await;
 
-    let again = processed_since(&history, rewound);
+    let again = g.processed_since(rewound);
     let before: Vec<&Key> = again.iter().filter(|k| !after.contains(*k)).collect();
     assert!(
         before.is_empty(),
         "read again from before the target: {before:?}"
     );
-    let mut h = since(&history, rewound, &after);
+    let mut h = g.since(rewound, &after);
     h.parents = parents(&ctx, &stream).await;
     let v = check(&h);
     assert!(v.passed(), "after the rewind: {v:?}");
@@ -112,24 +98,21 @@ async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_n
 async fn a_group_rewound_to_latest_skips_its_backlog_and_reads_what_comes_after() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    start_group(&ctx, &store).await;
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let history: SharedHistory = Arc::default();
     let config = WorkerConfig {
         max_records: 5,
         ..eager()
     };
-    let mut workers = workers(&ctx, &store, &history, config);
+    let mut g = recorded(&ctx, &stream, config).await;
+    let store = g.store.clone();
     produce(&ctx.aws.kinesis, &stream, 12, 0..8).await;
     for _ in 0..3 {
-        rebalancer.tick().await.unwrap();
-        for w in &mut workers {
+        g.rebalancer.tick().await.unwrap();
+        for w in &mut g.workers {
             w.step().await.unwrap();
         }
     }
     let backlog = records(12, 0..8);
-    let read = history.lock().unwrap().processed.len();
+    let read = g.history.lock().unwrap().processed.len();
     assert!(read > 0 && read < backlog.len(), "mid-backlog: {read} read");
 
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -146,14 +129,14 @@ async fn a_group_rewound_to_latest_skips_its_backlog_and_reads_what_comes_after(
     tokio::time::sleep(Duration::from_millis(1100)).await;
     produce(&ctx.aws.kinesis, &stream, 12, 8..12).await;
     let after = records(12, 8..12);
-    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &after).await;
-    let again = processed_since(&history, rewound);
+    g.run_until(&ctx, rewound, &after).await;
+    let again = g.processed_since(rewound);
     let skipped: Vec<&Key> = again.iter().filter(|k| backlog.contains(*k)).collect();
     assert!(
         skipped.is_empty(),
         "backlog read after the rewind: {skipped:?}"
     );
-    let v = check(&since(&history, rewound, &after));
+    let v = check(&g.since(rewound, &after));
     assert!(v.passed(), "{v:?}");
 }
 
@@ -164,15 +147,12 @@ async fn a_group_rewound_to_latest_skips_its_backlog_and_reads_what_comes_after(
 async fn a_rewind_cut_short_shows_in_status_and_running_it_again_finishes_it() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    start_group(&ctx, &store).await;
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let history: SharedHistory = Arc::default();
-    let mut workers = workers(&ctx, &store, &history, eager());
+    let mut g = recorded(&ctx, &stream, eager()).await;
+    let store = g.store.clone();
     produce(&ctx.aws.kinesis, &stream, 6, 0..3).await;
     let start = Instant::now();
     let all = records(6, 0..3);
-    run_until(&ctx, &rebalancer, &mut workers, &history, start, &all).await;
+    g.run_until(&ctx, start, &all).await;
 
     let mut dry = rewind_args(&store, "trim-horizon");
     dry.dry_run = true;
@@ -284,22 +264,11 @@ async fn a_rewind_cut_short_shows_in_status_and_running_it_again_finishes_it() {
 async fn a_shard_rewound_to_a_sequence_number_reads_from_it_again_and_nothing_else() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    start_group(&ctx, &store).await;
-    let rebalancer = rebalancer(&ctx.aws, &store);
-    let history: SharedHistory = Arc::default();
-    let mut workers = workers(&ctx, &store, &history, eager());
+    let mut g = recorded(&ctx, &stream, eager()).await;
+    let store = g.store.clone();
     produce(&ctx.aws.kinesis, &stream, 12, 0..4).await;
     let start = Instant::now();
-    run_until(
-        &ctx,
-        &rebalancer,
-        &mut workers,
-        &history,
-        start,
-        &records(12, 0..4),
-    )
-    .await;
+    g.run_until(&ctx, start, &records(12, 0..4)).await;
 
     let shard = list_shards(&ctx.aws, &stream).await[0]
         .shard_id()
@@ -324,8 +293,8 @@ async fn a_shard_rewound_to_a_sequence_number_reads_from_it_again_and_nothing_el
         .await
         .unwrap();
     let rewound = Instant::now();
-    run_until(&ctx, &rebalancer, &mut workers, &history, rewound, &again).await;
-    let read = processed_since(&history, rewound);
+    g.run_until(&ctx, rewound, &again).await;
+    let read = g.processed_since(rewound);
     assert_eq!(read.iter().cloned().collect::<BTreeSet<_>>(), again);
     assert_eq!(read.len(), again.len(), "each once");
 }

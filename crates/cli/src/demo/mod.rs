@@ -12,10 +12,7 @@ use shardkeeper::consumer::{ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{GroupStatus, ReapConfig, RebalanceConfig};
 use shardkeeper::processing::StreamRecord;
-use shardkeeper::state::{
-    kinesis_stream_summary, ConsumerId, ConsumerInfo, StartOptions, StateStore, StoreConfig,
-    TableOptions,
-};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, History, NumberedLoad,
     SharedHistory, Verification,
@@ -245,14 +242,8 @@ async fn run_on(
         .map_err(|e| err("CreateStream", e))?;
     wait_active(&kinesis).await?;
     let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
-    let summary =
-        kinesis_stream_summary(&kinesis, &store.config().stream, &store.config().retry).await?;
     store
-        .start(&StartOptions {
-            table: TableOptions::default(),
-            stream_created: summary.created,
-            stream_arn: Some(summary.arn),
-        })
+        .start_on_stream(&kinesis, TableOptions::default())
         .await?;
     say(
         &bar,
