@@ -69,7 +69,7 @@ pub struct Connection {
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// Kinesis endpoint URL, for the commands that call Kinesis
-    /// (`parked --replay`).
+    /// (`parked --replay`, `rewind`, `backfill`, `cutover`, `import-kcl`).
     #[arg(long)]
     pub kinesis_endpoint_url: Option<String>,
 }
@@ -181,6 +181,43 @@ pub struct ResetArgs {
     pub json: bool,
 }
 
+/// How a command that changes a group goes: a dry run first, a
+/// confirmation, the output.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ChangeOptions {
+    /// Print what would change, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ChangeOptions {
+    /// Goes on if `--yes`, else asks `confirm` the `question`; refused as
+    /// [`crate::Error::NotConfirmed`].
+    pub fn confirm(
+        &self,
+        question: &str,
+        confirm: impl FnOnce(&str) -> bool,
+    ) -> Result<(), crate::Error> {
+        if self.yes || confirm(question) {
+            Ok(())
+        } else {
+            Err(crate::Error::NotConfirmed)
+        }
+    }
+
+    /// With `--json`, `value` as pretty JSON (what the command prints).
+    pub fn json<T: serde::Serialize>(&self, value: &T) -> Option<String> {
+        self.json
+            .then(|| serde_json::to_string_pretty(value).expect("a report serializes") + "\n")
+    }
+}
+
 /// `rewind`.
 #[derive(Debug, Clone, Args)]
 pub struct RewindArgs {
@@ -198,15 +235,9 @@ pub struct RewindArgs {
     /// The sequence number `--shard` is read from again (inclusive).
     #[arg(long, requires = "shard")]
     pub to_sequence: Option<String>,
-    /// Print what would move, and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    pub yes: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// `backfill`.
@@ -231,15 +262,9 @@ pub struct BackfillArgs {
     /// now, shard by shard.
     #[arg(long)]
     pub until_group: Option<String>,
-    /// Print what it would read, and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    pub yes: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// `cutover`.
@@ -282,18 +307,12 @@ pub struct CutoverFromEsmArgs {
     /// when the mapping's ParallelizationFactor was last set to 1.
     #[arg(long)]
     pub since: Option<String>,
-    /// Print what would move, and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    pub yes: bool,
     /// Move even while the fleet's registered consumers hold leases.
     #[arg(long)]
     pub force: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// `cutover to-esm`.
@@ -311,15 +330,9 @@ pub struct CutoverToEsmArgs {
     /// default the name of the function the mapping invokes).
     #[arg(long)]
     pub consumer: String,
-    /// Print what would be set, and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    pub yes: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// `export`.
@@ -369,19 +382,13 @@ pub struct ImportKclArgs {
     /// the KCL application's `failoverTimeMillis`.
     #[arg(long, default_value_t = 10_000)]
     pub watch_ms: u64,
-    /// Print what would move, and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    pub yes: bool,
     /// Import even while the group's registered consumers hold leases: the
     /// holders lose them.
     #[arg(long)]
     pub force: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// `spread`.
@@ -431,4 +438,45 @@ pub struct DemoArgs {
     /// No progress bar (plain log lines).
     #[arg(long)]
     pub quiet: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(
+            ["shardkeeper"]
+                .into_iter()
+                .chain(args.split_whitespace())
+                .chain(["--group", "g", "--stream", "s"]),
+        )
+    }
+
+    #[test]
+    fn the_commands_that_move_positions_parse_and_refuse_what_does_not_fit() {
+        for ok in [
+            "rewind --to LATEST --yes",
+            "rewind --to 2026-11-21T10:00:00Z --dry-run --json",
+            "rewind --shard shardId-000000000001 --to-sequence 4959",
+            "backfill --from TRIM_HORIZON --until 1700000000000",
+            "backfill --until-group live",
+            "cutover from-esm --esm-group e --consumer orders --since 1700000000000",
+            "cutover to-esm --esm-group e --consumer orders --dry-run",
+            "import-kcl --kcl-table App --at-timestamp 1700000000000 --watch-ms 20000",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok).err());
+        }
+        for refused in [
+            "rewind --yes",
+            "rewind --to LATEST --shard shardId-000000000001 --to-sequence 1",
+            "rewind --shard shardId-000000000001",
+            "backfill --from TRIM_HORIZON",
+            "backfill --until 1 --until-group live",
+            "cutover from-esm --consumer orders",
+            "import-kcl",
+        ] {
+            assert!(parse(refused).is_err(), "{refused} parsed");
+        }
+    }
 }

@@ -170,7 +170,7 @@ pub async fn backfill(
     };
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
     let plan = plan_backfill(&listed, from, until, live.as_ref())?;
-    if !args.dry_run {
+    if !args.change.dry_run {
         let question = format!(
             "backfill {} shard(s) of stream {} as group {}, from {} up to {}?",
             plan.shards.len(),
@@ -182,9 +182,7 @@ pub async fn backfill(
                 |g| format!("where group {g} stands")
             ),
         );
-        if !args.yes && !confirm(&question) {
-            return Err(Error::NotConfirmed);
-        }
+        args.change.confirm(&question, confirm)?;
         store
             .start_on_stream(kinesis, TableOptions::default())
             .await?;
@@ -208,12 +206,12 @@ pub async fn backfill(
                 .await?;
         }
     }
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&plan).expect("plan serializes") + "\n");
+    if let Some(json) = args.change.json(&plan) {
+        return Ok(json);
     }
     let mut out = format!(
         "{} group {}: {} shard(s) from {}, up to {}\n",
-        if args.dry_run {
+        if args.change.dry_run {
             "would start backfill"
         } else {
             "backfill started as"

@@ -166,7 +166,7 @@ pub async fn from_esm(
             ),
         ));
     }
-    if !args.dry_run {
+    if !args.change.dry_run {
         let snapshot = store.load_group().await?;
         discover_shards(store, kinesis, &snapshot).await?;
         let snapshot = store.load_group().await?;
@@ -178,17 +178,19 @@ pub async fn from_esm(
             config.stream,
             args.consumer
         );
-        if !args.yes && !confirm(&question) {
-            return Err(Error::NotConfirmed);
-        }
+        args.change.confirm(&question, confirm)?;
         report.reset = Some(apply_moves(store, &snapshot, moves).await?);
     }
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&report).expect("report serializes") + "\n");
+    if let Some(json) = args.change.json(&report) {
+        return Ok(json);
     }
     let mut out = format!(
         "{} the fleet's positions from consumer {}'s progress:\n",
-        if args.dry_run { "would set" } else { "set" },
+        if args.change.dry_run {
+            "would set"
+        } else {
+            "set"
+        },
         args.consumer
     );
     for (shard, cp) in &report.positions {
@@ -310,16 +312,14 @@ pub async fn to_esm(
             t as f64 / 1000.0
         )),
     );
-    if !args.dry_run {
+    if !args.change.dry_run {
         let question = format!(
             "set {} floor(s) on consumer {} from group {}'s checkpoints (the fleet must be stopped)?",
             floors.len(),
             args.consumer,
             config.group
         );
-        if !args.yes && !confirm(&question) {
-            return Err(Error::NotConfirmed);
-        }
+        args.change.confirm(&question, confirm)?;
         for (shard, floor) in &floors {
             esm.record_state()
                 .set_shard_floor(&args.consumer, &arn, shard.as_str(), floor, FLOOR_TTL)
@@ -327,8 +327,8 @@ pub async fn to_esm(
         }
         report.written = true;
     }
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&report).expect("report serializes") + "\n");
+    if let Some(json) = args.change.json(&report) {
+        return Ok(json);
     }
     let mut out = format!(
         "{} floor(s) on consumer {}:\n",

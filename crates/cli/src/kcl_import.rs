@@ -80,7 +80,7 @@ pub async fn import_kcl(
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
     let plan = plan_kcl_import(&leases, &config.stream, &listed, at_timestamp)?;
     let mut report = KclImportReport { plan, reset: None };
-    if !args.dry_run {
+    if !args.change.dry_run {
         let snapshot = store.load_group().await?;
         discover_shards(store, kinesis, &snapshot).await?;
         let snapshot = store.load_group().await?;
@@ -97,13 +97,11 @@ pub async fn import_kcl(
                 ""
             }
         );
-        if !args.yes && !confirm(&question) {
-            return Err(Error::NotConfirmed);
-        }
+        args.change.confirm(&question, confirm)?;
         report.reset = Some(apply_moves(store, &snapshot, moves).await?);
     }
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&report).expect("report serializes") + "\n");
+    if let Some(json) = args.change.json(&report) {
+        return Ok(json);
     }
     Ok(render::kcl_import(&report))
 }

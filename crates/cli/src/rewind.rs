@@ -62,7 +62,7 @@ pub async fn rewind(
     let config = store.config();
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
     let mut snapshot = store.load_group().await?;
-    if !args.dry_run {
+    if !args.change.dry_run {
         discover_shards(store, kinesis, &snapshot).await?;
         snapshot = store.load_group().await?;
     }
@@ -71,7 +71,7 @@ pub async fn rewind(
     let now = SystemClock.now_millis();
     let plan = plan_rewind(&snapshot, &listed, &target, now)?;
     let mut outcome = RewindOutcome { plan, report: None };
-    if !args.dry_run {
+    if !args.change.dry_run {
         let plan = &outcome.plan;
         let question = format!(
             "{} {} shard(s) of group {} on stream {} to {}, ending the leases held on them?",
@@ -85,13 +85,11 @@ pub async fn rewind(
             config.stream,
             plan.to
         );
-        if !args.yes && !confirm(&question) {
-            return Err(Error::NotConfirmed);
-        }
+        args.change.confirm(&question, confirm)?;
         outcome.report = Some(apply_rewind(store, plan).await?);
     }
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&outcome).expect("outcome serializes") + "\n");
+    if let Some(json) = args.change.json(&outcome) {
+        return Ok(json);
     }
     Ok(render::rewind(&outcome))
 }

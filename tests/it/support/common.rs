@@ -434,3 +434,12 @@ pub fn cli_target(store: &StateStore) -> shardkeeper_cli::args::Target {
         conn: Default::default(),
     }
 }
+
+/// A change as a script makes it: no question, JSON out.
+pub fn scripted() -> shardkeeper_cli::args::ChangeOptions {
+    shardkeeper_cli::args::ChangeOptions {
+        dry_run: false,
+        yes: true,
+        json: true,
+    }
+}

@@ -2,7 +2,9 @@
 //! (through a split, children after parents), says it is finished, and its
 //! workers end. Each run is recorded and checked with the history checker.
 
-use crate::support::common::{cli_target, create_stream, ctx, reap_once, split_first, Ctx};
+use crate::support::common::{
+    cli_target, create_stream, ctx, reap_once, scripted, split_first, Ctx,
+};
 use crate::support::consume::{eager, produce};
 use crate::support::recorded::{
     millis_now, parents, recorded, recorded_on, records, Key, Recorded,
@@ -22,9 +24,7 @@ fn backfill_args(store: &StateStore, from: &str) -> BackfillArgs {
         from: from.to_owned(),
         until: None,
         until_group: None,
-        dry_run: false,
-        yes: true,
-        json: true,
+        change: scripted(),
     }
 }
 

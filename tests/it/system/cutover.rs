@@ -3,7 +3,9 @@
 //! in-process servers, losing nothing and repeating nothing.
 
 use crate::esm_invoke;
-use crate::support::common::{cli_target, create_stream, ctx, list_shards, stream_arn, Ctx};
+use crate::support::common::{
+    cli_target, create_stream, ctx, list_shards, scripted, stream_arn, Ctx,
+};
 use crate::support::consume::{eager, logging, produce, Log};
 use crate::support::esm::kinesis_event_record;
 use crate::support::lambda_esm::{self, EsmConfig, EsmRecord};
@@ -99,10 +101,8 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
         esm_group: esm_store.config().group.to_string(),
         consumer: "orders".to_owned(),
         since: None,
-        dry_run: false,
-        yes: true,
         force: false,
-        json: true,
+        change: scripted(),
     };
     shardkeeper_cli::cutover::from_esm(&fleet, &ctx.aws.kinesis, &from, |_| true)
         .await
@@ -133,9 +133,7 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
         target: cli_target(&fleet),
         esm_group: esm_store.config().group.to_string(),
         consumer: "orders".to_owned(),
-        dry_run: false,
-        yes: true,
-        json: true,
+        change: scripted(),
     };
     let out = shardkeeper_cli::cutover::to_esm(&fleet, &ctx.aws.kinesis, &to, |_| true)
         .await

@@ -2,7 +2,9 @@
 //! group, and a group's exported positions imported into another; then the
 //! group run and its history checked.
 
-use crate::support::common::{cli_target, create_stream, ctx, list_shards, split_first, Ctx};
+use crate::support::common::{
+    cli_target, create_stream, ctx, list_shards, scripted, split_first, Ctx,
+};
 use crate::support::consume::{eager, produce};
 use crate::support::esm::read_shard;
 use crate::support::recorded::{recorded, recorded_on, records};
@@ -107,10 +109,8 @@ fn import_args(store: &shardkeeper::state::StateStore, table: &str) -> ImportKcl
         kcl_table: table.to_owned(),
         at_timestamp: None,
         watch_ms: 300,
-        dry_run: false,
-        yes: true,
         force: false,
-        json: true,
+        change: scripted(),
     }
 }
 
@@ -265,12 +265,9 @@ async fn a_kcl_lease_table_moves_into_a_group_that_loses_and_repeats_nothing() {
     renewer.await.unwrap();
 
     // A dry run writes nothing either.
-    let dry = import(ImportKclArgs {
-        dry_run: true,
-        ..import_args(&store, &table)
-    })
-    .await
-    .unwrap();
+    let mut dry = import_args(&store, &table);
+    dry.change.dry_run = true;
+    let dry = import(dry).await.unwrap();
     let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
     assert_eq!(dry["plan"]["moves"].as_object().unwrap().len(), 4, "{dry}");
     assert!(store.load_group().await.unwrap().shards.is_empty());

@@ -3,7 +3,9 @@
 //! order, and a rewind cut short shows in `status` and finishes when run
 //! again. Each run is recorded and checked with the history checker.
 
-use crate::support::common::{cli_target, create_stream, ctx, lease, list_shards, split_first};
+use crate::support::common::{
+    cli_target, create_stream, ctx, lease, list_shards, scripted, split_first,
+};
 use crate::support::consume::{eager, produce};
 use crate::support::recorded::{millis_now, parents, recorded, records, Key};
 use shardkeeper::consumer::WorkerConfig;
@@ -20,9 +22,7 @@ fn rewind_args(store: &StateStore, to: &str) -> RewindArgs {
         to: Some(to.to_owned()),
         shard: None,
         to_sequence: None,
-        dry_run: false,
-        yes: true,
-        json: true,
+        change: scripted(),
     }
 }
 
@@ -155,7 +155,7 @@ async fn a_rewind_cut_short_shows_in_status_and_running_it_again_finishes_it() {
     g.run_until(&ctx, start, &all).await;
 
     let mut dry = rewind_args(&store, "trim-horizon");
-    dry.dry_run = true;
+    dry.change.dry_run = true;
     let before = store.load_group().await.unwrap();
     let out = shardkeeper_cli::rewind::rewind(&store, &ctx.aws.kinesis, &dry, |_| true)
         .await
