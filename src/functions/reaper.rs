@@ -69,6 +69,7 @@ impl ReapTick {
                 Metric::count("EfoDeregistered", e.efo_deregistered.len() as f64),
                 Metric::count("ShardsRemoved", e.applied(ActionKind::RemoveShard) as f64),
                 Metric::count("LostConditions", e.lost_total() as f64),
+                Metric::count("ColdStart", crate::metrics::cold_start()),
             ],
         );
     }

@@ -141,6 +141,7 @@ impl RebalanceTick {
             &fleet
                 .chain(bounded)
                 .chain([
+                    Metric::count("ColdStart", crate::metrics::cold_start()),
                     Metric::count("LiveConsumers", self.live_consumers as f64),
                     Metric::count("AvailableShards", self.available_shards as f64),
                     Metric::count("UnownedShards", self.unowned_shards as f64),

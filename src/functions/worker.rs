@@ -6,7 +6,7 @@
 
 use crate::consumer::ConsumerSession;
 use crate::consumer::{Observer, ShardWorker, WorkerConfig, WorkerReport};
-use crate::metrics::Metric;
+use crate::metrics::{Metric, MetricValue};
 use crate::processing::RecordHandler;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
 use lambda_runtime::LambdaEvent;
@@ -101,7 +101,9 @@ where
             "invocation done"
         );
         if self.emit_metrics {
-            crate::metrics::emit_for(&self.store, &worker_metrics(&report));
+            let mut metrics = worker_metrics(&report);
+            metrics.push(Metric::count("ColdStart", crate::metrics::cold_start()));
+            crate::metrics::emit_for(&self.store, &metrics);
         }
         Ok(report)
     }
@@ -123,16 +125,28 @@ pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
         Metric::count("Subscriptions", report.shards.subscriptions as f64),
         Metric::count("ReadsThrottled", report.shards.throttled as f64),
         Metric::count("TransientErrors", report.shards.transient_errors as f64),
+        Metric::of(
+            "BytesProcessed",
+            report.shards.bytes_processed as f64,
+            "Bytes",
+        ),
     ];
+    if !report.shards.handler_durations.is_empty() {
+        metrics.push(Metric {
+            name: "HandlerDuration",
+            value: MetricValue::Many(report.shards.handler_durations.values()),
+            unit: "Milliseconds",
+        });
+    }
     if report.group_finished {
         metrics.push(Metric::count("BoundedGroupFinished", 1.0));
     }
     if let Some(behind) = report.millis_behind_latest {
-        metrics.push(Metric {
-            name: "MillisBehindLatest",
-            value: behind as f64,
-            unit: "Milliseconds",
-        });
+        metrics.push(Metric::of(
+            "MillisBehindLatest",
+            behind as f64,
+            "Milliseconds",
+        ));
     }
     metrics
 }
@@ -153,7 +167,12 @@ mod tests {
         report.shards.transient_errors = 2;
         report.shards.throttled = 4;
         let metrics = worker_metrics(&report);
-        let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        let value = |name: &str| {
+            metrics
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.value.one())
+        };
         assert_eq!(value("RecordsProcessed"), Some(10.0));
         assert_eq!(value("Checkpoints"), Some(3.0));
         assert_eq!(value("LeasesLost"), Some(1.0));

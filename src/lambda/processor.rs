@@ -126,10 +126,23 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> crate::Result<S::Response> {
         let started = SystemTime::now();
         let function = Some(context.env_config.function_name.as_str());
-        let report = self
+        let (report, stream) = self
             .run_event(body, Some(context.deadline()), function)
             .await?;
-        summarize(&context.request_id, started, &report);
+        let group = self
+            .inner
+            .store
+            .as_ref()
+            .map_or("-", |s| s.config().group.as_str());
+        let dimensions = crate::metrics::Dimensions {
+            function: match function {
+                Some(f) if !f.is_empty() => f,
+                _ => crate::metrics::function_name(),
+            },
+            group,
+            stream: crate::metrics::stream_dimension(stream.as_deref()),
+        };
+        summarize(&context.request_id, started, &report, &dimensions);
         Ok(S::response(&report))
     }
 
@@ -159,7 +172,10 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         deadline: Option<SystemTime>,
     ) -> crate::Result<BatchReport> {
         let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
-        self.run_event(event, deadline, function.as_deref()).await
+        Ok(self
+            .run_event(event, deadline, function.as_deref())
+            .await?
+            .0)
     }
 
     /// Processes one event of `function` (the invoked function's name, if
@@ -169,8 +185,19 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         event: Bytes,
         deadline: Option<SystemTime>,
         function: Option<&str>,
-    ) -> crate::Result<BatchReport> {
+    ) -> crate::Result<(BatchReport, Option<String>)> {
         let units = S::units(&event)?;
+        let stream = units.stream.clone();
+        Ok((self.run_units(units, deadline, function).await?, stream))
+    }
+
+    /// Processes the units of one event.
+    async fn run_units(
+        &self,
+        units: crate::lambda::EventUnits,
+        deadline: Option<SystemTime>,
+        function: Option<&str>,
+    ) -> crate::Result<BatchReport> {
         let inner = &*self.inner;
         let stop_by = match deadline {
             // Lambda never gives a deadline that has passed at the start;
@@ -314,7 +341,12 @@ fn stop_by(deadline: SystemTime, margin: Duration) -> Instant {
 
 /// One log line and one EMF document per invocation, for the counters of
 /// its report.
-fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
+fn summarize(
+    request_id: &str,
+    started: SystemTime,
+    report: &BatchReport,
+    dimensions: &crate::metrics::Dimensions<'_>,
+) {
     let failed = report.failures.len() as u64;
     tracing::info!(
         request_id,
@@ -333,11 +365,9 @@ fn summarize(request_id: &str, started: SystemTime, report: &BatchReport) {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as i64;
-    crate::metrics::emit(
-        now,
-        &[("Function", function_name())],
-        &batch_metrics(report, now),
-    );
+    let mut metrics = batch_metrics(report, now);
+    metrics.push(Metric::count("ColdStart", crate::metrics::cold_start()));
+    crate::metrics::emit(now, dimensions, &metrics);
 }
 
 /// The metrics of one batch: its counters, and the age of the newest record
@@ -357,22 +387,26 @@ fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
             f64::from(u8::from(report.deduplication_off)),
         ),
     ];
-    if let Some(arrival) = report.newest_arrival {
+    metrics.push(Metric::of(
+        "BytesProcessed",
+        report.bytes_processed as f64,
+        "Bytes",
+    ));
+    if !report.handler_durations.is_empty() {
         metrics.push(Metric {
-            name: "NewestRecordAge",
-            value: (now - arrival).max(0) as f64,
+            name: "HandlerDuration",
+            value: crate::metrics::MetricValue::Many(report.handler_durations.values()),
             unit: "Milliseconds",
         });
     }
+    if let Some(arrival) = report.newest_arrival {
+        metrics.push(Metric::of(
+            "NewestRecordAge",
+            (now - arrival).max(0) as f64,
+            "Milliseconds",
+        ));
+    }
     metrics
-}
-
-/// The function's name, for the metrics' dimension.
-fn function_name() -> &'static str {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".to_owned())
-    })
 }
 
 impl<H: RecordHandler, S: EventSource> lambda_runtime::tower::Service<LambdaEvent<Box<RawValue>>>
@@ -413,10 +447,15 @@ mod tests {
             metrics
                 .iter()
                 .find(|m| m.name == "StateStoreErrors")
-                .map(|m| m.value),
+                .and_then(|m| m.value.one()),
             Some(0.0)
         );
-        let value = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        let value = |name: &str| {
+            metrics
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.value.one())
+        };
         assert_eq!(value("RecordsProcessed"), Some(5.0));
         assert_eq!(value("DuplicatesSkipped"), Some(2.0));
         assert_eq!(value("RecordsFailed"), Some(0.0));

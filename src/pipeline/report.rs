@@ -30,6 +30,11 @@ pub struct ShardReport {
     pub parked: u64,
     /// Checkpoints stored.
     pub checkpoints: u64,
+    /// Payload bytes of the user records handled.
+    pub bytes_processed: u64,
+    /// How long each handler call took (ms).
+    #[serde(skip)]
+    pub handler_durations: crate::metrics::Distribution,
 }
 
 impl ShardReport {
@@ -39,6 +44,8 @@ impl ShardReport {
         self.duplicates_skipped += batch.duplicates_skipped;
         self.parked += batch.parked;
         self.checkpoints += batch.checkpoints;
+        self.bytes_processed += batch.bytes_processed;
+        self.handler_durations.merge(&batch.handler_durations);
     }
 }
 
@@ -55,6 +62,8 @@ impl AddAssign<&ShardReport> for ShardReport {
             duplicates_skipped,
             parked,
             checkpoints,
+            bytes_processed,
+            handler_durations,
         } = other;
         self.polls += polls;
         self.subscriptions += subscriptions;
@@ -66,5 +75,7 @@ impl AddAssign<&ShardReport> for ShardReport {
         self.duplicates_skipped += duplicates_skipped;
         self.parked += parked;
         self.checkpoints += checkpoints;
+        self.bytes_processed += bytes_processed;
+        self.handler_durations.merge(handler_durations);
     }
 }

@@ -90,6 +90,7 @@ pub struct RecordFailure {
 
 /// What one batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct BatchReport {
     /// User records the handler processed successfully.
     pub processed: u64,
@@ -115,4 +116,9 @@ pub struct BatchReport {
     /// state table failed, or the event names no stream): a retry may
     /// repeat its records.
     pub deduplication_off: bool,
+    /// Payload bytes of the user records the handler processed.
+    pub bytes_processed: u64,
+    /// How long each handler call took (ms).
+    #[serde(skip)]
+    pub handler_durations: crate::metrics::Distribution,
 }

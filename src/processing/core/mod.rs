@@ -32,6 +32,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// The processing core for one handler and its options; [`Core::run`]
 /// processes one batch.
@@ -236,9 +237,19 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 }
                 return Ok(());
             }
-            let records = run.iter().map(|(_, r)| r.clone()).collect();
-            let Some(results) = bounded(batch.stop_by, self.handler.handle_batch(records)).await
-            else {
+            let records: Vec<StreamRecord> = run.iter().map(|(_, r)| r.clone()).collect();
+            let span = tracing::info_span!(
+                "records",
+                shard = &*records[0].shard_id,
+                first_sequence_number = &*records[0].sequence_number,
+                last_sequence_number = &*records[records.len() - 1].sequence_number,
+                count = records.len(),
+            );
+            let began = Instant::now();
+            let called = self.handler.handle_batch(records).instrument(span);
+            let results = bounded(batch.stop_by, called).await;
+            batch.report.handler_durations.add(millis(began));
+            let Some(results) = results else {
                 // Given up at the stop-by instant: none of the run counts.
                 let (item, record) = &run[0];
                 batch.failed = true;
@@ -262,6 +273,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 match result {
                     Ok(()) => {
                         batch.report.processed += 1;
+                        batch.report.bytes_processed += record.data.len() as u64;
                         batch.arrived(record);
                         batch.advance(record);
                     }
@@ -332,7 +344,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.deadline(item);
             return Ok(false);
         }
-        let handled = bounded(batch.stop_by, self.handler.handle(record.clone())).await;
+        let span = tracing::info_span!(
+            "record",
+            shard = &*record.shard_id,
+            sequence_number = &*record.sequence_number,
+            sub_sequence = record.sub_sequence,
+            partition_key = &*record.partition_key,
+        );
+        let began = Instant::now();
+        let called = self.handler.handle(record.clone()).instrument(span);
+        let handled = bounded(batch.stop_by, called).await;
+        batch.report.handler_durations.add(millis(began));
         let result = match handled {
             Some(result) => result.map_err(|e| to_record_error(e, &record)),
             None => Err(RecordError::timeout(&record)),
@@ -340,6 +362,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         match result {
             Ok(()) => {
                 batch.report.processed += 1;
+                batch.report.bytes_processed += record.data.len() as u64;
                 batch.arrived(&record);
                 batch.advance(&record);
             }
@@ -427,4 +450,9 @@ fn distinct_items(run: &[Pending]) -> Vec<&str> {
     let mut items: Vec<&str> = run.iter().map(|(item, _)| &**item).collect();
     items.dedup();
     items
+}
+
+/// Milliseconds since `began`.
+fn millis(began: Instant) -> f64 {
+    began.elapsed().as_secs_f64() * 1000.0
 }

@@ -296,9 +296,11 @@ fn every_function_builds_from_the_package_that_has_its_binary() {
     assert_eq!(functions, 5);
 }
 
-/// Every metric of the `shardkeeper` namespace an alarm or the dashboard
-/// watches, in every metric of the alarms' math: the code writes it (an
-/// alarm on a name nobody writes would never fire).
+/// Every metric of the functions' namespace (the `MetricsNamespace`
+/// parameter) an alarm or the dashboard watches, in every metric of the
+/// alarms' math: the code writes it (an alarm on a name nobody writes would
+/// never fire), under the dimensions every function writes (`Function`,
+/// `Group`, `Stream`).
 #[test]
 fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -314,7 +316,7 @@ fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
             .unwrap()
             .split_whitespace()
             .collect();
-        for call in ["Metric::count(\"", "name:\""] {
+        for call in ["Metric::count(\"", "Metric::of(\"", "name:\""] {
             for part in src.split(call).skip(1) {
                 written.insert(part.split('"').next().unwrap().to_owned());
             }
@@ -322,7 +324,7 @@ fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
     }
     let template = template();
     let mut watched = BTreeSet::new();
-    let mut alarms = 0;
+    let (mut alarms, mut ours) = (0, 0);
     for (_, resource) in template["Resources"].as_mapping().unwrap() {
         if resource["Type"].as_str() != Some("AWS::CloudWatch::Alarm") {
             continue;
@@ -334,16 +336,53 @@ fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
             metrics.extend(math.iter().map(|m| &m["MetricStat"]["Metric"]));
         }
         for m in metrics {
-            if m["Namespace"].as_str() == Some("shardkeeper") {
+            if is_ref(&m["Namespace"], "MetricsNamespace") {
+                ours += 1;
                 watched.insert(m["MetricName"].as_str().unwrap().to_owned());
+                // Every function writes the same three dimensions.
+                let names: BTreeSet<&str> = m["Dimensions"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d["Name"].as_str().unwrap())
+                    .collect();
+                assert_eq!(
+                    names,
+                    BTreeSet::from(["Function", "Group", "Stream"]),
+                    "{:?}",
+                    m["MetricName"]
+                );
             }
         }
     }
     let text = std::fs::read_to_string(format!("{root}/template.yaml")).unwrap();
-    for part in text.split("[\"shardkeeper\", \"").skip(1) {
+    for part in text.split("[\"${MetricsNamespace}\", \"").skip(1) {
         watched.insert(part.split('"').next().unwrap().to_owned());
+        let line = part.split(']').next().unwrap();
+        for dimension in ["\"Function\"", "\"Group\"", "\"Stream\""] {
+            assert!(
+                line.contains(dimension),
+                "dashboard line without {dimension}: {line}"
+            );
+        }
     }
+    assert!(
+        !text.contains("[\"shardkeeper\""),
+        "the dashboard reads the namespace parameter"
+    );
     assert!(alarms >= 7, "{alarms} alarms");
+    assert!(
+        ours >= 6,
+        "{ours} alarm metrics in the functions' namespace"
+    );
     let unknown: Vec<_> = watched.difference(&written).collect();
     assert!(unknown.is_empty(), "watched but never written: {unknown:?}");
+}
+
+/// `value` is `!Ref <name>`.
+fn is_ref(value: &Value, name: &str) -> bool {
+    match value {
+        Value::Tagged(t) => t.tag == "Ref" && t.value.as_str() == Some(name),
+        _ => false,
+    }
 }
