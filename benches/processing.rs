@@ -35,7 +35,10 @@
 //! event is processed once, and the peak (`VmHWM`) is printed next to the
 //! event's size and the resident set before processing.
 //!
-//! Run: `cargo bench --bench processing`.
+//! Run: `cargo bench --bench processing`. With
+//! `SHARDKEEPER_BENCH_SUBSCRIBER=1` a JSON tracing subscriber at INFO is
+//! installed first, as a function on Lambda has one, so the path's spans
+//! and events are paid for.
 
 #![recursion_limit = "256"]
 
@@ -561,6 +564,16 @@ fn main() {
     if let Ok(path) = std::env::var("SHARDKEEPER_BENCH_RSS") {
         measure_rss(&path);
         return;
+    }
+    if std::env::var_os("SHARDKEEPER_BENCH_SUBSCRIBER").is_some() {
+        // As a function runs on Lambda: a JSON subscriber at INFO (here
+        // writing nowhere), so the spans and events the path makes are
+        // enabled and paid for.
+        tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .init();
     }
     let mut criterion = Criterion::default().configure_from_args();
     // `--no-run` builds, `--list` lists, `--profile-time` runs the paths

@@ -76,6 +76,36 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
 }
 
+/// How long the store's client waits: to open a connection, and for each
+/// attempt's answer. An attempt that runs out is a transient failure the
+/// [`RetryPolicy`] sends again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SdkTimeouts {
+    /// To open a connection.
+    pub connect: Duration,
+    /// For one attempt's answer.
+    pub attempt: Duration,
+}
+
+impl SdkTimeouts {
+    /// `connect` and `attempt`.
+    pub fn new(connect: Duration, attempt: Duration) -> Self {
+        SdkTimeouts { connect, attempt }
+    }
+}
+
+impl Default for SdkTimeouts {
+    /// 3 s to connect, 10 s an attempt: far above a healthy call of the
+    /// store (milliseconds), far below a Lambda invocation.
+    fn default() -> Self {
+        SdkTimeouts {
+            connect: Duration::from_secs(3),
+            attempt: Duration::from_secs(10),
+        }
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
@@ -376,11 +406,24 @@ where
     }
 }
 
-/// Runs `send` until it succeeds, fails for good, or throttling outlasts `policy`.
+/// What a call's retry loop sends again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retrying {
+    /// Throttling only: the client retries faults itself (the SDK's
+    /// standard retries of a client the caller made).
+    Throttling,
+    /// Throttling and faults: the client does not retry (the store's own,
+    /// see `StateStore::new`), so the loop is the call's one retry budget.
+    Everything,
+}
+
+/// Runs `send` until it succeeds, fails for good, or what `retrying` sends
+/// again outlasts `policy`.
 pub(crate) async fn with_retries<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     service: Service,
     operation: &'static str,
+    retrying: Retrying,
     stopped: impl Fn() -> bool,
     send: F,
 ) -> Result<T, CallError<E>>
@@ -390,10 +433,22 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    let throttled = |err: &SdkError<E, R>| {
-        matches!(err, SdkError::ServiceError(_)) && err.code().is_some_and(is_throttling_code)
+    // Besides throttling, on a client that does not retry: a server fault,
+    // an attempt that timed out, a connection that failed or an answer that
+    // could not be read may pass if sent again. (A write whose answer was
+    // lost is sent again too: the protocol's conditions tell its own write
+    // apart, as they did under the SDK's retries.)
+    let faults = retrying == Retrying::Everything;
+    let retryable = |err: &SdkError<E, R>| match err {
+        SdkError::ServiceError(_) => err
+            .code()
+            .is_some_and(|c| is_throttling_code(c) || (faults && is_server_fault_code(c))),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            faults
+        }
+        _ => false,
     };
-    let (err, attempts) = match retry_throttled(policy, operation, throttled, stopped, send).await {
+    let (err, attempts) = match retry_throttled(policy, operation, retryable, stopped, send).await {
         Ok(out) => return Ok(out),
         Err(Retried::Stopped) => return Err(CallError::Failed(StateError::Stopped)),
         Err(Retried::Failed { error, attempts }) => (error, attempts),
@@ -450,7 +505,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    match with_retries(policy, service, operation, || false, send).await {
+    match with_retries(
+        policy,
+        service,
+        operation,
+        Retrying::Throttling,
+        || false,
+        send,
+    )
+    .await
+    {
         Ok(out) => Ok(out),
         Err(CallError::Failed(e)) => Err(e),
         Err(CallError::Condition(e)) => Err(StateError::Sdk {

@@ -13,7 +13,7 @@ use crate::lease::Leases;
 use crate::names::GroupName;
 use crate::positions::Positions;
 use crate::records::RecordState;
-use crate::retry::{with_retries, CallError, RetryPolicy};
+use crate::retry::{with_retries, CallError, RetryPolicy, Retrying, SdkTimeouts};
 use crate::schema::{self, PK, SK};
 use crate::shard::Shards;
 use crate::stream::StreamItem;
@@ -45,6 +45,8 @@ pub struct StoreConfig {
     /// How many buckets a group gets when this store lays it out (its first
     /// write of a shard item); a group laid out already keeps its own.
     pub buckets: Buckets,
+    /// How long the store's client waits to connect and for each attempt.
+    pub timeouts: SdkTimeouts,
 }
 
 impl StoreConfig {
@@ -58,7 +60,14 @@ impl StoreConfig {
             stream: StreamAddress::parse(stream)?,
             retry: RetryPolicy::default(),
             buckets: Buckets::ONE,
+            timeouts: SdkTimeouts::default(),
         })
+    }
+
+    /// Uses these timeouts on the store's client.
+    pub fn timeouts(mut self, timeouts: SdkTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
     }
 
     /// Uses another table; the name must follow DynamoDB's rules (3-255 of `[A-Za-z0-9_.-]`).
@@ -134,6 +143,7 @@ impl StateStore {
         config: StoreConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let client = own_client(&client, &config.timeouts);
         let pk = schema::partition_key(&config.group, config.stream.name());
         StateStore {
             inner: Arc::new(Inner {
@@ -271,6 +281,7 @@ impl StateStore {
             &self.inner.config.retry,
             Service::DynamoDb,
             operation,
+            Retrying::Everything,
             stopped,
             send,
         )
@@ -512,4 +523,26 @@ pub(crate) fn sk_suffix<'a>(item: &'a RawItem, prefix: &str) -> Option<&'a str> 
         Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)) => sk.strip_prefix(prefix),
         _ => None,
     }
+}
+
+/// The store's own client of `client`: the same connections and
+/// credentials, without the SDK's retries (the store's [`RetryPolicy`] is
+/// the one retry budget of its calls, see `with_retries`) and with
+/// `timeouts` on connecting and on each attempt.
+fn own_client(
+    client: &aws_sdk_dynamodb::Client,
+    timeouts: &SdkTimeouts,
+) -> aws_sdk_dynamodb::Client {
+    let config = client
+        .config()
+        .to_builder()
+        .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_smithy_types::timeout::TimeoutConfig::builder()
+                .connect_timeout(timeouts.connect)
+                .operation_attempt_timeout(timeouts.attempt)
+                .build(),
+        )
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
 }

@@ -2,8 +2,9 @@
 //! writes (UpdateItem, TransactWriteItems) and reads (GetItem, Query) gets
 //! its class, through the real SDK client and the in-process DynamoDB
 //! server, with the fault proxy answering the one call with the error and
-//! its HTTP status: throttling (retried with backoff, then transient), a
-//! transient failure (the service failed, or the item is busy in another
+//! its HTTP status: throttling and server faults (retried with backoff,
+//! then transient: the store's client does not retry, its policy is the one
+//! retry budget), a transient failure (the item is busy in another
 //! transaction), a lost lease (a fenced write whose condition failed), not
 //! found (the table is gone), or a failure that stops the caller, naming
 //! the call and the code.
@@ -56,7 +57,7 @@ fn common_errors() -> Vec<(u16, &'static str, Class)> {
 }
 
 /// Checks one row: the class, the message, and the attempts (3 when
-/// throttled, else 1).
+/// throttled or a server fault, else 1).
 fn check(
     faulty: &Faulty,
     before: u64,
@@ -73,7 +74,10 @@ fn check(
         assert!(message.contains(call), "{call} {code}: {message}");
         assert!(message.contains(code), "{call} {code}: {message}");
     }
-    let attempts = if expected == Class::Throttled { 3 } else { 1 };
+    // The store's client does not retry; its retry policy sends again
+    // what throttling or a server fault refused (3 attempts here).
+    let retried = expected == Class::Throttled || shardkeeper::state::is_server_fault_code(code);
+    let attempts = if retried { 3 } else { 1 };
     let told = faulty.dynamodb.counts().failed_as_told - before;
     assert_eq!(told, attempts, "{call} {code}: attempts");
 }
@@ -207,4 +211,69 @@ async fn every_documented_get_item_and_query_error_has_its_class() {
             check(&faulty, before, call, code, expected, &error);
         }
     }
+}
+
+/// The store's retry policy is the one retry budget of its calls: on a
+/// client made with the SDK's standard retries (3 attempts), a read whose
+/// every attempt outlasts the attempt timeout reaches the table exactly as
+/// often as the policy says (3), not 3 times 3, and comes back transient;
+/// one that answers in time on the second attempt succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_past_its_timeout_is_sent_again_by_the_store_alone() {
+    use shardkeeper::state::SdkTimeouts;
+    use shardkeeper_local::{Faults, SlowRequests};
+    use std::time::Duration;
+
+    let faulty = Faulty::start(47).await;
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&faulty.ctx.aws.config)
+            .endpoint_url(faulty.dynamodb.url())
+            .retry_config(
+                aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(3),
+            )
+            .build(),
+    );
+    let store = StateStore::new(
+        client,
+        StoreConfig::new(&unique_name("g"), "orders")
+            .unwrap()
+            .table(&faulty.ctx.table)
+            .unwrap()
+            .retry(quick_retries(3))
+            .timeouts(SdkTimeouts::new(
+                Duration::from_secs(2),
+                Duration::from_millis(200),
+            )),
+    );
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let slow = |latency: Duration| Faults {
+        slow: Some(SlowRequests {
+            operation: "GetItem".to_owned(),
+            body_contains: vec![],
+            latency: latency..=latency,
+        }),
+        ..Faults::none()
+    };
+    faulty
+        .dynamodb
+        .set_faults(slow(Duration::from_millis(600)))
+        .unwrap();
+    let before = faulty.dynamodb.counts().slowed;
+    let error = store
+        .shards()
+        .get(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(
+        faulty.dynamodb.counts().slowed - before,
+        3,
+        "the policy's attempts, each cut at its timeout"
+    );
+    faulty.dynamodb.set_faults(Faults::none()).unwrap();
+    assert!(store
+        .shards()
+        .get(&shardkeeper::state::ShardScope::Group, &shard)
+        .await
+        .is_ok());
 }
