@@ -38,7 +38,8 @@
 //! Run: `cargo bench --bench processing`. With
 //! `SHARDKEEPER_BENCH_SUBSCRIBER=1` a JSON tracing subscriber at INFO is
 //! installed first, as a function on Lambda has one, so the path's spans
-//! and events are paid for.
+//! and events are paid for; `SHARDKEEPER_BENCH_SPANS=off` turns the
+//! handler spans off (`ProcessingOptions::handler_spans`).
 
 #![recursion_limit = "256"]
 
@@ -49,7 +50,9 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use shardkeeper::lambda::{BatchProcessor, DynamoDbProcessor, EventSource, KinesisProcessor};
-use shardkeeper::processing::{changes, json, Change, RecordHandler, StreamRecord};
+use shardkeeper::processing::{
+    changes, json, Change, ProcessingOptions, RecordHandler, StreamRecord,
+};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 
@@ -278,6 +281,7 @@ fn kinesis_processor() -> KinesisProcessor<impl RecordHandler> {
         black_box(order.amount_cents);
         Ok::<(), std::io::Error>(())
     }))
+    .with_options(bench_options())
 }
 
 fn dynamodb_values() -> DynamoDbProcessor<impl RecordHandler> {
@@ -287,6 +291,7 @@ fn dynamodb_values() -> DynamoDbProcessor<impl RecordHandler> {
             Ok::<(), std::io::Error>(())
         },
     ))
+    .with_options(bench_options())
 }
 
 /// The DynamoDB handler's decoding before images were read from their
@@ -305,6 +310,7 @@ fn dynamodb_before() -> DynamoDbProcessor<impl RecordHandler> {
         }
         Ok::<(), shardkeeper::processing::HandlerError>(())
     })
+    .with_options(bench_options())
 }
 
 fn dynamodb_typed() -> DynamoDbProcessor<impl RecordHandler> {
@@ -314,6 +320,16 @@ fn dynamodb_typed() -> DynamoDbProcessor<impl RecordHandler> {
             Ok::<(), std::io::Error>(())
         },
     ))
+    .with_options(bench_options())
+}
+
+/// The processors' options: the defaults, without handler spans when
+/// `SHARDKEEPER_BENCH_SPANS=off`.
+fn bench_options() -> ProcessingOptions {
+    ProcessingOptions {
+        handler_spans: std::env::var("SHARDKEEPER_BENCH_SPANS").as_deref() != Ok("off"),
+        ..ProcessingOptions::default()
+    }
 }
 
 /// The events measured: name, text.

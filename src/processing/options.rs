@@ -78,6 +78,12 @@ pub struct ProcessingOptions {
     /// give each of two mappings of one function on one stream a name of
     /// its own. At most 256 bytes, no `#`.
     pub consumer: Option<String>,
+    /// Run each handler call in a tracing span (`record`: shard, sequence
+    /// number, sub-sequence, partition key; `records` for a batch
+    /// handler), so the handler's own events carry them (default: on).
+    /// Under a subscriber that records INFO spans, a span costs about half
+    /// a microsecond a record (docs/BENCHMARKS.md, "Handler spans").
+    pub handler_spans: bool,
 }
 
 impl Default for ProcessingOptions {
@@ -88,6 +94,7 @@ impl Default for ProcessingOptions {
             parking: Parking::Disabled,
             checkpoint_records: None,
             consumer: None,
+            handler_spans: true,
         }
     }
 }

@@ -238,13 +238,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 return Ok(());
             }
             let records: Vec<StreamRecord> = run.iter().map(|(_, r)| r.clone()).collect();
-            let span = tracing::info_span!(
-                "records",
-                shard = &*records[0].shard_id,
-                first_sequence_number = &*records[0].sequence_number,
-                last_sequence_number = &*records[records.len() - 1].sequence_number,
-                count = records.len(),
-            );
+            let span = if self.options.handler_spans {
+                tracing::info_span!(
+                    "records",
+                    shard = &*records[0].shard_id,
+                    first_sequence_number = &*records[0].sequence_number,
+                    last_sequence_number = &*records[records.len() - 1].sequence_number,
+                    count = records.len(),
+                )
+            } else {
+                tracing::Span::none()
+            };
             let began = Instant::now();
             let called = self.handler.handle_batch(records).instrument(span);
             let results = bounded(batch.stop_by, called).await;
@@ -344,13 +348,17 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.deadline(item);
             return Ok(false);
         }
-        let span = tracing::info_span!(
-            "record",
-            shard = &*record.shard_id,
-            sequence_number = &*record.sequence_number,
-            sub_sequence = record.sub_sequence,
-            partition_key = &*record.partition_key,
-        );
+        let span = if self.options.handler_spans {
+            tracing::info_span!(
+                "record",
+                shard = &*record.shard_id,
+                sequence_number = &*record.sequence_number,
+                sub_sequence = record.sub_sequence,
+                partition_key = &*record.partition_key,
+            )
+        } else {
+            tracing::Span::none()
+        };
         let began = Instant::now();
         let called = self.handler.handle(record.clone()).instrument(span);
         let handled = bounded(batch.stop_by, called).await;
