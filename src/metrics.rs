@@ -328,6 +328,21 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_is_named_by_its_name_or_its_tables() {
+        assert_eq!(
+            stream_dimension(Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders")),
+            "orders"
+        );
+        assert_eq!(
+            stream_dimension(Some(
+                "arn:aws:dynamodb:us-east-1:123456789012:table/Orders/stream/2026-11-26T00:00:00.000"
+            )),
+            "Orders"
+        );
+        assert_eq!(stream_dimension(None), "-");
+    }
+
+    #[test]
     fn the_first_ask_is_the_cold_start() {
         // Other tests of this process may have asked first: after one ask,
         // every later one is warm.
