@@ -3,8 +3,9 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-/// Operate shardkeeper consumer groups: status, checkpoint resets, and the
-/// local demo on embedded DynamoDB and Kinesis servers.
+/// Operate shardkeeper consumer groups: status, resets and rewinds,
+/// backfills, positions moved between groups, KCL and event source
+/// mappings, parked records.
 #[derive(Debug, Parser)]
 #[command(name = "shardkeeper", version, about)]
 pub struct Cli {
@@ -50,8 +51,6 @@ pub enum Command {
     /// Move a group's shard items to another bucket count (partition keys),
     /// with every function of the group stopped.
     Spread(SpreadArgs),
-    /// Run a consumer group on embedded servers and verify what it did.
-    Demo(DemoArgs),
 }
 
 /// Where the AWS services are, and with which credentials.
@@ -411,33 +410,6 @@ pub struct SpreadArgs {
     /// A consumer whose heartbeat is older than this counts as stopped.
     #[arg(long, default_value_t = 10)]
     pub heartbeat_timeout_seconds: u64,
-}
-
-/// `demo`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Keep the DynamoDB state in this directory (default: a temporary one,
-    /// removed at the end).
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
-    /// Shards of the stream.
-    #[arg(long, default_value_t = 4)]
-    pub shards: u32,
-    /// Shard workers.
-    #[arg(long, default_value_t = 3)]
-    pub workers: usize,
-    /// Records to produce.
-    #[arg(long, default_value_t = 3000)]
-    pub records: usize,
-    /// Distinct partition keys.
-    #[arg(long, default_value_t = 64)]
-    pub keys: usize,
-    /// Give up (and fail) after this many seconds.
-    #[arg(long, default_value_t = 50)]
-    pub timeout_seconds: u64,
-    /// No progress bar (plain log lines).
-    #[arg(long)]
-    pub quiet: bool,
 }
 
 #[cfg(test)]

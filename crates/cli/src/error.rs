@@ -33,9 +33,6 @@ pub enum Error {
     /// The operator did not confirm.
     #[error("not confirmed: nothing was changed")]
     NotConfirmed,
-    /// The demo could not run.
-    #[error("demo: {0}")]
-    Demo(String),
     /// Terminal or file I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -11,7 +11,6 @@ pub mod backfill;
 pub mod commands;
 pub mod connect;
 pub mod cutover;
-pub mod demo;
 pub mod error;
 pub mod kcl;
 pub mod kcl_import;
@@ -113,11 +112,6 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
                 commands::spread(&store, &args, ask_on_terminal).await?,
                 true,
             ))
-        }
-        Command::Demo(args) => {
-            let report = demo::run(&args).await?;
-            let passed = report.verification.passed();
-            Ok((render::demo(&report), passed))
         }
     }
 }

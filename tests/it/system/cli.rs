@@ -1,12 +1,13 @@
-//! The operator CLI: `status` and `reset` on a real group, the demo with
-//! its verification.
+//! The operator CLI: `status` and `reset` on a real group; and the demo
+//! (`shardkeeper-demo`) with its verification.
 
 use crate::support::common::{cli_target, ctx, lease, register, seed_shards};
 use clap::Parser;
 use shardkeeper::group::ResetRefused;
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardScope, StateError};
-use shardkeeper_cli::args::{DemoArgs, ImportArgs, ResetArgs};
+use shardkeeper_cli::args::{ImportArgs, ResetArgs};
 use shardkeeper_cli::{commands, Cli, Error};
+use shardkeeper_demo::DemoArgs;
 use std::time::Duration;
 
 fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
@@ -267,7 +268,7 @@ async fn the_demo_verifies_what_it_consumed() {
         timeout_seconds: 90,
         quiet: true,
     };
-    let report = shardkeeper_cli::demo::run(&args).await.unwrap();
+    let report = shardkeeper_demo::run(&args).await.unwrap();
     let v = &report.verification;
     assert!(v.passed(), "{v:?}");
     assert_eq!((v.produced, v.processed, v.lost), (300, 300, 0), "{v:?}");
@@ -281,7 +282,7 @@ async fn the_demo_verifies_what_it_consumed() {
         .iter()
         .filter(|s| s.state == "open")
         .all(|s| s.owner.as_deref().is_some_and(|o| o != "worker-0")));
-    let text = shardkeeper_cli::render::demo(&report);
+    let text = shardkeeper_demo::render::demo(&report);
     assert!(text.contains("demo passed"), "{text}");
 }
 

@@ -5,7 +5,7 @@
 //! produced, processed and checkpointed.
 
 use crate::args::DemoArgs;
-use crate::error::Error;
+use crate::Error;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::{ShardWorker, WorkerConfig};
