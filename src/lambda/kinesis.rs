@@ -147,9 +147,50 @@ struct PayloadRef<'a> {
     sequence_number: Cow<'a, str>,
     #[serde(borrow)]
     data: Cow<'a, str>,
-    /// Seconds since the epoch, with a fraction.
-    #[serde(rename = "approximateArrivalTimestamp", default)]
+    /// Seconds since the epoch, with a fraction: a number as Lambda sends
+    /// it, or the same number as a string (as `aws_lambda_events` writes it).
+    #[serde(
+        rename = "approximateArrivalTimestamp",
+        default,
+        deserialize_with = "seconds"
+    )]
     approximate_arrival_timestamp: Option<f64>,
+}
+
+/// A number of seconds, given as a number or as a string holding one (a
+/// visitor, not an untagged enum: no buffering on the hot path).
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    struct Seconds;
+    impl<'de> serde::de::Visitor<'de> for Seconds {
+        type Value = Option<f64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("seconds since the epoch, as a number or a string")
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v as f64))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v as f64))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            v.parse().map(Some).map_err(|_| {
+                E::custom(format!("approximateArrivalTimestamp {v:?} is not a number"))
+            })
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    d.deserialize_option(Seconds)
 }
 
 /// Reuses the previous record's shard id and stream ARN when they repeat

@@ -8,7 +8,8 @@
 //!   the Lambda runtime API, each event read once from its bytes), `window`
 //!   (tumbling windows).
 //! - Events: `source` (an event kind: its units and what the mapping reads
-//!   back), `kinesis`, `dynamodb`.
+//!   back), `kinesis`, `dynamodb`; `events` (`aws_lambda_events`' events and
+//!   records in: `process_event`, `StreamRecord::from_kinesis_event_record`).
 //! - Progress: `batch_progress` (where a batch keeps its progress, per
 //!   consumer), `prefix` (the digests that say which records it covers).
 //!
@@ -17,6 +18,7 @@
 
 mod batch_progress;
 mod dynamodb;
+mod events;
 mod kinesis;
 mod prefix;
 mod processor;
