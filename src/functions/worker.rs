@@ -37,6 +37,27 @@ pub struct WorkerFunction<F> {
     pub observer: Option<Observer>,
 }
 
+/// How long a local emulator's invocation runs when its deadline has
+/// already passed at the start (Lambda never sends one; `cargo lambda`'s
+/// emulator sends ten minutes after 1970).
+pub(crate) const LOCAL_RUN: Duration = Duration::from_secs(30);
+
+/// How long an invocation with `deadline` runs from `now`: up to the
+/// deadline less `margin`, or, with the deadline already past (a local
+/// emulator's), [`LOCAL_RUN`], with a warning.
+pub(crate) fn run_window(deadline: SystemTime, now: SystemTime, margin: Duration) -> Duration {
+    match deadline.duration_since(now) {
+        Ok(left) if !left.is_zero() => left.saturating_sub(margin),
+        _ => {
+            tracing::warn!(
+                seconds = LOCAL_RUN.as_secs(),
+                "the invocation's deadline lies in the past at its start (a local emulator?): running for a fixed window"
+            );
+            LOCAL_RUN
+        }
+    }
+}
+
 /// The consumer id of one invocation: the request id (letters, digits, `-`).
 pub fn invocation_consumer_id(request_id: &str) -> crate::Result<ConsumerId> {
     let cleaned: String = request_id
@@ -66,12 +87,7 @@ where
         event: LambdaEvent<serde_json::Value>,
     ) -> crate::Result<WorkerReport> {
         let id = invocation_consumer_id(&event.context.request_id)?;
-        let left = event
-            .context
-            .deadline()
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO)
-            .saturating_sub(self.margin);
+        let left = run_window(event.context.deadline(), SystemTime::now(), self.margin);
         let mut info = ConsumerInfo::for_this_process(id, self.store.now());
         info.ends = Some(self.store.now() + crate::state::duration_millis(left));
         let session = ConsumerSession::new(self.store.clone(), info, self.lease_term);
@@ -154,6 +170,28 @@ pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_past_at_the_start_runs_the_local_window() {
+        let now = SystemTime::now();
+        let margin = Duration::from_secs(5);
+        assert_eq!(
+            run_window(now + Duration::from_secs(65), now, margin),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            run_window(now - Duration::from_secs(1), now, margin),
+            LOCAL_RUN
+        );
+        // cargo lambda's emulator: ten minutes after 1970.
+        let emulator = SystemTime::UNIX_EPOCH + Duration::from_secs(600);
+        assert_eq!(run_window(emulator, now, margin), LOCAL_RUN);
+        // Less than the margin left: nothing to run.
+        assert_eq!(
+            run_window(now + Duration::from_secs(2), now, margin),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn a_report_becomes_its_metrics() {
