@@ -313,3 +313,94 @@ async fn a_reset_of_a_shard_without_state_creates_nothing() {
         1
     );
 }
+
+/// What a mapping's consumer completed in a shard: the furthest progress
+/// its batches and its floor stored there (another consumer's, another
+/// shard's and another stream's left out), counting only what was stored
+/// since the time asked for; a shard it never stored progress for has none.
+#[tokio::test]
+async fn a_mapping_consumers_shard_progress_is_its_furthest_batch_or_floor() {
+    use shardkeeper::state::{BatchKey, BatchProgress, SequenceNumber};
+    let ctx = ctx().await;
+    let store = ctx.store("esm");
+    let arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
+    let batch = |consumer: &str, stream: &str, shard: &str, first: &str| BatchKey {
+        consumer: consumer.to_owned(),
+        stream: stream.to_owned(),
+        shard: Some(shard.to_owned()),
+        first_event_id: None,
+        first: SequenceNumber::new(first).unwrap(),
+    };
+    let store_progress = |key: BatchKey, last: &str| {
+        let store = store.clone();
+        let cp = Checkpoint::after(last).unwrap();
+        async move {
+            store
+                .record_state()
+                .store_batch_progress(
+                    &key,
+                    &BatchProgress::new(cp, vec![], [7; 16]),
+                    Duration::from_secs(3600),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let shard = "shardId-000000000001";
+    store_progress(batch("orders", arn, shard, "10"), "19").await;
+    store_progress(batch("orders", arn, shard, "20"), "29").await;
+    // Others' progress: another consumer, shard and stream.
+    store_progress(batch("audit", arn, shard, "30"), "99").await;
+    store_progress(batch("orders", arn, "shardId-000000000002", "30"), "98").await;
+    store_progress(
+        batch(
+            "orders",
+            "arn:aws:kinesis:us-east-1:123456789012:stream/other",
+            shard,
+            "30",
+        ),
+        "97",
+    )
+    .await;
+
+    let progress = |since| {
+        let store = store.clone();
+        async move {
+            store
+                .record_state()
+                .shard_progress("orders", arn, shard, since)
+                .await
+                .unwrap()
+        }
+    };
+    let all = progress(None).await;
+    assert_eq!(all.furthest, Some(Checkpoint::after("29").unwrap()));
+    assert_eq!((all.stored, all.counted), (2, 2));
+    // Stored before the time asked for: stored, not counted.
+    let later = progress(Some(store.now() + 1)).await;
+    assert_eq!((later.furthest, later.stored, later.counted), (None, 2, 0));
+
+    // A floor counts as progress, and the processor reads it back.
+    let floor = Checkpoint::after("45").unwrap();
+    store
+        .record_state()
+        .set_shard_floor("orders", arn, shard, &floor, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(progress(None).await.furthest, Some(floor.clone()));
+    assert_eq!(
+        store
+            .record_state()
+            .shard_floor("orders", arn, shard)
+            .await
+            .unwrap(),
+        Some(floor)
+    );
+    // A shard the consumer never stored progress for.
+    let none = store
+        .record_state()
+        .shard_progress("orders", arn, "shardId-000000000009", None)
+        .await
+        .unwrap();
+    assert_eq!((none.furthest, none.stored), (None, 0));
+}
