@@ -287,6 +287,20 @@ pub enum CutoverDirection {
     ToEsm(CutoverToEsmArgs),
 }
 
+/// An event-source-mapped processor's consumer: where it keeps its
+/// progress, and under which name.
+#[derive(Debug, Clone, Args)]
+pub struct EsmConsumer {
+    /// The group the processor keeps its progress in (its
+    /// `SHARDKEEPER_GROUP`).
+    #[arg(long)]
+    pub esm_group: String,
+    /// The processor's consumer name (`ProcessingOptions::consumer`; by
+    /// default the name of the function the mapping invokes).
+    #[arg(long)]
+    pub consumer: String,
+}
+
 /// `cutover from-esm`.
 #[derive(Debug, Clone, Args)]
 pub struct CutoverFromEsmArgs {
@@ -294,14 +308,9 @@ pub struct CutoverFromEsmArgs {
     /// stream is).
     #[command(flatten)]
     pub target: Target,
-    /// The group the event-source-mapped processor keeps its progress in
-    /// (its `SHARDKEEPER_GROUP`).
-    #[arg(long)]
-    pub esm_group: String,
-    /// The processor's consumer name (`ProcessingOptions::consumer`; by
-    /// default the name of the function the mapping invokes).
-    #[arg(long)]
-    pub consumer: String,
+    /// The event-source-mapped processor's consumer.
+    #[command(flatten)]
+    pub esm: EsmConsumer,
     /// Count only progress stored at or after this time (RFC 3339 or ms):
     /// when the mapping's ParallelizationFactor was last set to 1.
     #[arg(long)]
@@ -321,14 +330,9 @@ pub struct CutoverToEsmArgs {
     /// stream is).
     #[command(flatten)]
     pub target: Target,
-    /// The group the event-source-mapped processor will keep its progress
-    /// in (its `SHARDKEEPER_GROUP`).
-    #[arg(long)]
-    pub esm_group: String,
-    /// The processor's consumer name (`ProcessingOptions::consumer`; by
-    /// default the name of the function the mapping invokes).
-    #[arg(long)]
-    pub consumer: String,
+    /// The event-source-mapped processor's consumer.
+    #[command(flatten)]
+    pub esm: EsmConsumer,
     /// Dry run, confirmation, output.
     #[command(flatten)]
     pub change: ChangeOptions,

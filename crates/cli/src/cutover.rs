@@ -131,7 +131,7 @@ pub async fn from_esm(
         .map(|t| parse_time("--since", t))
         .transpose()?;
     let config = store.config();
-    let esm = esm_store(store, &args.target, &args.esm_group)?;
+    let esm = esm_store(store, &args.target, &args.esm.esm_group)?;
     let arn = kinesis_stream_summary(kinesis, &config.stream, &config.retry)
         .await?
         .arn;
@@ -142,7 +142,7 @@ pub async fn from_esm(
     for spec in &listed {
         let progress = esm
             .record_state()
-            .shard_progress(&args.consumer, &arn, spec.shard_id.as_str(), since)
+            .shard_progress(&args.esm.consumer, &arn, spec.shard_id.as_str(), since)
             .await?;
         match fleet_start(&progress) {
             Ok(cp) => {
@@ -176,7 +176,7 @@ pub async fn from_esm(
             moves.len(),
             config.group,
             config.stream,
-            args.consumer
+            args.esm.consumer
         );
         args.change.confirm(&question, confirm)?;
         report.reset = Some(apply_moves(store, &snapshot, moves).await?);
@@ -191,7 +191,7 @@ pub async fn from_esm(
         } else {
             "set"
         },
-        args.consumer
+        args.esm.consumer
     );
     for (shard, cp) in &report.positions {
         out.push_str(&format!("  {shard} -> {cp}\n"));
@@ -258,7 +258,7 @@ pub async fn to_esm(
     confirm: impl FnOnce(&str) -> bool,
 ) -> Result<String, Error> {
     let config = store.config();
-    let esm = esm_store(store, &args.target, &args.esm_group)?;
+    let esm = esm_store(store, &args.target, &args.esm.esm_group)?;
     let snapshot = store.load_group().await?;
     // Refused as a reset of every shard would be: while registered
     // consumers hold leases.
@@ -305,7 +305,7 @@ pub async fn to_esm(
     report.command = format!(
         "aws lambda create-event-source-mapping --function-name {} --event-source-arn {arn} \
          --starting-position {}{} --function-response-types ReportBatchItemFailures",
-        args.consumer,
+        args.esm.consumer,
         report.starting_position,
         start.map_or(String::new(), |t| format!(
             " --starting-position-timestamp {}",
@@ -316,13 +316,13 @@ pub async fn to_esm(
         let question = format!(
             "set {} floor(s) on consumer {} from group {}'s checkpoints (the fleet must be stopped)?",
             floors.len(),
-            args.consumer,
+            args.esm.consumer,
             config.group
         );
         args.change.confirm(&question, confirm)?;
         for (shard, floor) in &floors {
             esm.record_state()
-                .set_shard_floor(&args.consumer, &arn, shard.as_str(), floor, FLOOR_TTL)
+                .set_shard_floor(&args.esm.consumer, &arn, shard.as_str(), floor, FLOOR_TTL)
                 .await?;
         }
         report.written = true;
@@ -333,14 +333,14 @@ pub async fn to_esm(
     let mut out = format!(
         "{} floor(s) on consumer {}:\n",
         if report.written { "set" } else { "would set" },
-        args.consumer
+        args.esm.consumer
     );
     for (shard, floor) in &report.floors {
         out.push_str(&format!("  {shard} up to {floor}\n"));
     }
     out.push_str(&format!(
         "create the mapping with the processor keeping its progress in group {}:\n  {}\n",
-        args.esm_group, report.command
+        args.esm.esm_group, report.command
     ));
     Ok(out)
 }

@@ -23,6 +23,19 @@ pub use error::Error;
 
 use std::io::{BufRead, Write};
 
+/// Logs to standard error: `RUST_LOG`, else warnings (the embedded
+/// servers' own only as errors).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,dynoxide=error,ferrokinesis=error")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Asks `question` on the terminal; `true` only for an answer of `yes`.
 pub fn ask_on_terminal(question: &str) -> bool {
     print!("{question} Type 'yes' to go on: ");

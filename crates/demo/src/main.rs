@@ -6,14 +6,7 @@ use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,dynoxide=error,ferrokinesis=error")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    shardkeeper_cli::init_logging();
     match shardkeeper_demo::run(&shardkeeper_demo::DemoArgs::parse()).await {
         Ok(report) => {
             print!("{}", shardkeeper_demo::render::demo(&report));

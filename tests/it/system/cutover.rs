@@ -11,7 +11,7 @@ use crate::support::esm::kinesis_event_record;
 use crate::support::lambda_esm::{self, EsmConfig, EsmRecord};
 use crate::support::recorded::{recorded_on, records, Key};
 use shardkeeper::lambda::KinesisProcessor;
-use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs};
+use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs, EsmConsumer};
 use shardkeeper_history::check;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -98,8 +98,10 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
 
     let from = CutoverFromEsmArgs {
         target: cli_target(&fleet),
-        esm_group: esm_store.config().group.to_string(),
-        consumer: "orders".to_owned(),
+        esm: EsmConsumer {
+            esm_group: esm_store.config().group.to_string(),
+            consumer: "orders".to_owned(),
+        },
         since: None,
         force: false,
         change: scripted(),
@@ -131,8 +133,10 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
     }
     let to = CutoverToEsmArgs {
         target: cli_target(&fleet),
-        esm_group: esm_store.config().group.to_string(),
-        consumer: "orders".to_owned(),
+        esm: EsmConsumer {
+            esm_group: esm_store.config().group.to_string(),
+            consumer: "orders".to_owned(),
+        },
         change: scripted(),
     };
     let out = shardkeeper_cli::cutover::to_esm(&fleet, &ctx.aws.kinesis, &to, |_| true)
