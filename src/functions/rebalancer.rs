@@ -34,6 +34,7 @@ pub struct Rebalancer {
 
 /// What one rebalancer tick saw and did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct RebalanceTick {
     /// Shard discovery.
     pub discovery: DiscoveryReport,

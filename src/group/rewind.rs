@@ -68,6 +68,7 @@ impl RewindTarget {
 
 /// What a rewind will do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RewindPlan {
     /// The rewind's id (when it began, ms).
     pub id: EpochMillis,
@@ -231,6 +232,7 @@ fn plan(
 
 /// What applying a rewind did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RewindReport {
     /// Shards moved now.
     pub moved: Vec<ShardId>,

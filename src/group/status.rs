@@ -11,6 +11,7 @@ use std::time::Duration;
 
 /// The whole status of one group on one stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct GroupStatus {
     /// When the snapshot was read (ms since the epoch).
     pub taken_at: EpochMillis,
@@ -35,6 +36,7 @@ pub struct GroupStatus {
 
 /// How far a bounded group (a backfill) is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct BoundedRow {
     /// The group's end, for shards without their own.
     pub end: String,
@@ -48,6 +50,7 @@ pub struct BoundedRow {
 
 /// The latest operator's rewind: how far it got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RewindRow {
     /// What was asked for (`trim-horizon`, `latest`, `at-timestamp=<ms>`,
     /// `<shard>@<sequence number>`).

@@ -26,6 +26,7 @@ use shardkeeper::state::{
 
 /// What a backfill reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct BackfillPlan {
     /// Where every shard starts.
     #[serde(serialize_with = "as_text")]
@@ -39,6 +40,7 @@ pub struct BackfillPlan {
 
 /// One shard of a backfill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct BackfillShard {
     /// The shard.
     pub shard: ShardId,

@@ -107,6 +107,7 @@ fn esm_store(store: &StateStore, target: &Target, esm_group: &str) -> Result<Sta
 
 /// What `cutover from-esm` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct FromEsmReport {
     /// Each shard's fleet position.
     pub positions: BTreeMap<String, String>,
@@ -210,6 +211,7 @@ pub async fn from_esm(
 
 /// What `cutover to-esm` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ToEsmReport {
     /// Each shard's floor on the mapping's consumer.
     pub floors: BTreeMap<String, String>,

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A stream identifier of a multi-stream KCL application.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub struct KclStream {
     /// The stream's account.
     pub account: String,
@@ -64,6 +65,7 @@ pub enum KclCheckpoint {
 
 /// One lease of a KCL lease table.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KclLease {
     /// The item's `leaseKey`.
     pub lease_key: String,
@@ -235,6 +237,7 @@ pub fn renewed_between(first: &[KclLease], second: &[KclLease]) -> Vec<String> {
 
 /// What an import of a KCL lease table does to a group.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct KclPlan {
     /// Each shard's new checkpoint, parents before children. `SHARD_END`
     /// shards are also marked depleted.

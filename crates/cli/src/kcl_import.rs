@@ -23,6 +23,7 @@ use std::time::Duration;
 
 /// What an import of a KCL lease table did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct KclImportReport {
     /// What the table asked for.
     pub plan: KclPlan,

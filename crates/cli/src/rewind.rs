@@ -14,6 +14,7 @@ use shardkeeper::state::{Clock as _, SequenceNumber, ShardId, StateStore, System
 
 /// What a rewind did, or on a dry run would do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RewindOutcome {
     /// The plan.
     pub plan: RewindPlan,
