@@ -123,21 +123,8 @@ fn main() {
                 }
             })
         };
-        let rebalancer = Rebalancer {
-            store: store.clone(),
-            kinesis: aws.kinesis.clone(),
-            config: RebalanceConfig::default(),
-            emit_metrics: false,
-            sightings: Default::default(),
-            fleet: None,
-        };
-        let reaper = Reaper {
-            store: store.clone(),
-            kinesis: aws.kinesis.clone(),
-            config: ReapConfig::default(),
-            emit_metrics: false,
-            sightings: Default::default(),
-        };
+        let rebalancer = Rebalancer::new(store.clone(), aws.kinesis.clone(), RebalanceConfig::default());
+        let reaper = Reaper::new(store.clone(), aws.kinesis.clone(), ReapConfig::default());
         let scheduled = tokio::spawn(async move {
             loop {
                 let _ = rebalancer.tick().await;

@@ -71,24 +71,15 @@ async fn measure(shards: usize) -> Measured {
         .ensure(&TableOptions::default())
         .await
         .unwrap();
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: aws.kinesis.clone(),
-        config: RebalanceConfig {
+    let rebalancer = Rebalancer::new(
+        store.clone(),
+        aws.kinesis.clone(),
+        RebalanceConfig {
             lease_term: LEASE_TERM,
             ..RebalanceConfig::default()
         },
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
-    };
-    let reaper = Reaper {
-        store: store.clone(),
-        kinesis: aws.kinesis.clone(),
-        config: ReapConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-    };
+    );
+    let reaper = Reaper::new(store.clone(), aws.kinesis.clone(), ReapConfig::default());
     let mut sessions: Vec<ConsumerSession> = (0..consumers)
         .map(|i| {
             let id = ConsumerId::new(format!("worker-{i:04}")).unwrap();

@@ -158,14 +158,7 @@ fn main() {
         let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
         let store = StateStore::with_clock(aws.dynamodb.clone(), config, Arc::new(clock.clone()));
         store.table().ensure(&TableOptions::default()).await.unwrap();
-        let rebalancer = Rebalancer {
-            store: store.clone(),
-            kinesis: aws.kinesis.clone(),
-            config: RebalanceConfig { lease_term: LEASE_TERM, ..RebalanceConfig::default() },
-            emit_metrics: false,
-            sightings: Default::default(),
-            fleet: None,
-        };
+        let rebalancer = Rebalancer::new(store.clone(), aws.kinesis.clone(), RebalanceConfig { lease_term: LEASE_TERM, ..RebalanceConfig::default() });
         let mut sim = Sim { aws: aws.clone(), clock: clock.clone(), rebalancer, sessions: Vec::new(), t: 0 };
         let mut phases = Vec::new();
 

@@ -253,14 +253,11 @@ async fn holding_worker<H: shardkeeper::processing::RecordHandler>(
     let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
     let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: aws.kinesis.clone(),
-        config: RebalanceConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
-    };
+    let rebalancer = Rebalancer::new(
+        store.clone(),
+        aws.kinesis.clone(),
+        RebalanceConfig::default(),
+    );
     worker.step().await.unwrap();
     rebalancer.tick().await.unwrap();
     // Wait until the worker holds the shard (it learns at its next heartbeat).

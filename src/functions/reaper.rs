@@ -35,6 +35,18 @@ pub struct ReapTick {
 }
 
 impl Reaper {
+    /// A reaper of `store`'s group with `config`: no metrics written,
+    /// nothing seen yet.
+    pub fn new(store: StateStore, kinesis: aws_sdk_kinesis::Client, config: ReapConfig) -> Self {
+        Reaper {
+            store,
+            kinesis,
+            config,
+            emit_metrics: false,
+            sightings: Sightings::default(),
+        }
+    }
+
     /// One tick: read the group, plan the clean-up, apply it.
     pub async fn tick(&self) -> Result<ReapTick> {
         let snapshot = self.store.load_group().await?;

@@ -60,6 +60,23 @@ pub struct RebalanceTick {
 }
 
 impl Rebalancer {
+    /// A rebalancer of `store`'s group with `config`: no metrics written,
+    /// nothing seen yet, no fleet kept.
+    pub fn new(
+        store: StateStore,
+        kinesis: aws_sdk_kinesis::Client,
+        config: RebalanceConfig,
+    ) -> Self {
+        Rebalancer {
+            store,
+            kinesis,
+            config,
+            emit_metrics: false,
+            sightings: Sightings::default(),
+            fleet: None,
+        }
+    }
+
     /// One tick: read the group, record new and closed shards, plan, apply.
     pub async fn tick(&self) -> Result<RebalanceTick> {
         let mut snapshot = self.store.load_group().await?;

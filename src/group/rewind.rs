@@ -22,7 +22,7 @@ use crate::state::{
 };
 use crate::Result;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::ResetRefused;
 
@@ -180,7 +180,9 @@ fn plan(
         .partition(|s| resumed && s.rewound == Some(id));
     let moving: BTreeSet<&ShardId> = to_move.iter().map(|s| &s.shard_id).collect();
     let whole_stream = !matches!(target, RewindTarget::Shard(..));
-    let by_id = |id: &ShardId| snapshot.shards.iter().find(|s| &s.shard_id == id);
+    let states: BTreeMap<&ShardId, &ShardState> =
+        snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
+    let by_id = |id: &ShardId| states.get(id).copied();
     // Children first: the reverse of parents first.
     let mut ordered = ShardSpec::parents_first(to_move.iter().map(|s| s.spec()).collect());
     ordered.reverse();

@@ -21,7 +21,7 @@ use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::state::{
     Checkpoint, GroupSnapshot, PositionMove, ShardId, ShardScope, ShardSpec, StateStore,
-    StoreConfig, TableOptions,
+    TableOptions,
 };
 
 /// What a backfill reads.
@@ -161,13 +161,7 @@ pub async fn backfill(
         )));
     }
     let live = match &args.until_group {
-        Some(name) => {
-            let live_config = StoreConfig::new(name, &config.stream.to_string())?
-                .table(&config.table)?
-                .retry(config.retry);
-            let live = StateStore::new(store.client().clone(), live_config);
-            Some(live.load_group().await?)
-        }
+        Some(name) => Some(store.beside(name)?.load_group().await?),
         None => None,
     };
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;

@@ -17,7 +17,7 @@
 //! The decisions per shard are pure (`fleet_start`, `esm_floor`,
 //! `mapping_start`).
 
-use crate::args::{CutoverFromEsmArgs, CutoverToEsmArgs, Target};
+use crate::args::{CutoverFromEsmArgs, CutoverToEsmArgs};
 use crate::commands::parse_time;
 use crate::error::Error;
 use crate::positions::{apply_moves, plan_moves};
@@ -26,8 +26,7 @@ use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::group::{plan_reset, ResetRefused, ResetReport};
 use shardkeeper::state::{
     call_kinesis, kinesis_stream_summary, Checkpoint, Clock as _, EpochMillis, ForStream,
-    SequenceNumber, ShardId, ShardProgress, ShardScope, ShardState, StateStore, StoreConfig,
-    SystemClock,
+    SequenceNumber, ShardId, ShardProgress, ShardScope, ShardState, StateStore, SystemClock,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -96,15 +95,6 @@ pub fn mapping_start(state: Option<&ShardState>, now: EpochMillis) -> MappingSta
     }
 }
 
-/// The store of the processor's group `esm_group`, beside `store`'s.
-fn esm_store(store: &StateStore, target: &Target, esm_group: &str) -> Result<StateStore, Error> {
-    let config = store.config();
-    let esm = StoreConfig::new(esm_group, &target.stream)?
-        .table(&config.table)?
-        .retry(config.retry);
-    Ok(StateStore::new(store.client().clone(), esm))
-}
-
 /// What `cutover from-esm` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -132,7 +122,7 @@ pub async fn from_esm(
         .map(|t| parse_time("--since", t))
         .transpose()?;
     let config = store.config();
-    let esm = esm_store(store, &args.target, &args.esm.esm_group)?;
+    let esm = store.beside(&args.esm.esm_group)?;
     let arn = kinesis_stream_summary(kinesis, &config.stream, &config.retry)
         .await?
         .arn;
@@ -260,7 +250,7 @@ pub async fn to_esm(
     confirm: impl FnOnce(&str) -> bool,
 ) -> Result<String, Error> {
     let config = store.config();
-    let esm = esm_store(store, &args.target, &args.esm.esm_group)?;
+    let esm = store.beside(&args.esm.esm_group)?;
     let snapshot = store.load_group().await?;
     // Refused as a reset of every shard would be: while registered
     // consumers hold leases.

@@ -273,28 +273,23 @@ async fn run_on(
         let (kinesis, history, stop) = (kinesis.clone(), history.clone(), stop.clone());
         tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &stop).await })
     };
-    let rebalancer = Rebalancer {
-        store: store.clone(),
-        kinesis: kinesis.clone(),
-        config: RebalanceConfig {
+    let rebalancer = Rebalancer::new(
+        store.clone(),
+        kinesis.clone(),
+        RebalanceConfig {
             lease_term: LEASE_TERM,
             heartbeat_timeout: LEASE_TERM,
             max_moves_per_tick: None,
         },
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
-    };
-    let reaper = Reaper {
-        store: store.clone(),
-        kinesis: kinesis.clone(),
-        config: ReapConfig {
+    );
+    let reaper = Reaper::new(
+        store.clone(),
+        kinesis.clone(),
+        ReapConfig {
             heartbeat_timeout: LEASE_TERM * 2,
             ..ReapConfig::default()
         },
-        emit_metrics: false,
-        sightings: Default::default(),
-    };
+    );
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {
         workers.push(spawn_worker(i, &store, &kinesis, &history, &stop)?);

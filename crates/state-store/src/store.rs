@@ -231,6 +231,20 @@ impl StateStore {
         &self.inner.client
     }
 
+    /// The store of another group, `group`, on the same stream and table,
+    /// with the same client, clock, retries and timeouts: a live group a
+    /// backfill reads up to, the group an event-source-mapped processor
+    /// keeps its progress in.
+    pub fn beside(&self, group: &str) -> Result<StateStore> {
+        let mut config = self.config().clone();
+        config.group = GroupName::new(group)?;
+        Ok(StateStore::with_clock(
+            self.client().clone(),
+            config,
+            self.inner.clock.clone(),
+        ))
+    }
+
     /// Now, by the store's clock.
     pub fn now(&self) -> EpochMillis {
         self.inner.clock.now_millis()

@@ -29,13 +29,11 @@ async fn an_idle_group_of_256_shards_and_4_consumers_writes_at_most_240_times_a_
     let stream = create_stream(&ctx.aws, 256).await;
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
-    let reaper = Reaper {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        config: ReapConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-    };
+    let reaper = Reaper::new(
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        ReapConfig::default(),
+    );
     let mut sessions: Vec<ConsumerSession> = (0..4)
         .map(|i| {
             let id = ConsumerId::new(format!("c{i}")).unwrap();

@@ -313,14 +313,11 @@ pub fn lambda_context(deadline_in: Duration) -> lambda_runtime::Context {
 
 /// A rebalancer of the store's group with the default settings and a 10 s lease term.
 pub fn rebalancer(aws: &AwsClients, store: &StateStore) -> shardkeeper::functions::Rebalancer {
-    shardkeeper::functions::Rebalancer {
-        store: store.clone(),
-        kinesis: aws.kinesis.clone(),
-        config: shardkeeper::group::RebalanceConfig::default(),
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
-    }
+    shardkeeper::functions::Rebalancer::new(
+        store.clone(),
+        aws.kinesis.clone(),
+        shardkeeper::group::RebalanceConfig::default(),
+    )
 }
 
 /// Splits the stream's first shard in the middle of its hash range, waits

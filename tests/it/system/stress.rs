@@ -575,29 +575,24 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     let stop_all = Arc::new(AtomicBool::new(false));
     let failed_ticks = Arc::new(AtomicU64::new(0));
 
-    let rebalancer = Arc::new(Rebalancer {
-        store: store.clone(),
-        kinesis: system.kinesis.clone(),
-        config: RebalanceConfig {
+    let rebalancer = Arc::new(Rebalancer::new(
+        store.clone(),
+        system.kinesis.clone(),
+        RebalanceConfig {
             lease_term,
             heartbeat_timeout: heartbeat_timeout(lease_term),
             max_moves_per_tick: None,
         },
-        emit_metrics: false,
-        sightings: Default::default(),
-        fleet: None,
-    });
-    let reaper = Arc::new(Reaper {
-        store: store.clone(),
-        kinesis: system.kinesis.clone(),
-        config: ReapConfig {
+    ));
+    let reaper = Arc::new(Reaper::new(
+        store.clone(),
+        system.kinesis.clone(),
+        ReapConfig {
             heartbeat_timeout: heartbeat_timeout(lease_term),
             lease_term,
             ..ReapConfig::default()
         },
-        emit_metrics: false,
-        sightings: Default::default(),
-    });
+    ));
     let rebalancing = ticking(
         Duration::from_millis(250),
         stop_all.clone(),
