@@ -13,8 +13,8 @@
 //! Build the binaries first (the release profile, as deployed), then run:
 //!
 //! ```sh
-//! cargo build --release -p lease-rebalancer -p heartbeat-reaper -p kinesis-processor \
-//!     -p stream-processor -p shard-worker --example hello-lambda
+//! cargo build --release -p lease-rebalancer -p heartbeat-reaper --example hello-lambda
+//! cargo build --release --manifest-path examples/consumer-app/Cargo.toml --target-dir target
 //! cargo bench --bench init                 # 20 runs each
 //! cargo bench --bench init -- --runs 50    # more runs
 //! cargo bench --bench init -- --bin-dir DIR  # binaries in DIR, hello-lambda in DIR/examples
@@ -50,8 +50,8 @@ const FUNCTIONS: [&str; 5] = [
     "lease-rebalancer",
     "heartbeat-reaper",
     "shard-worker",
-    "kinesis-processor",
-    "stream-processor",
+    "orders",
+    "projection",
 ];
 const GROUP: &str = "orders-app";
 const STREAM: &str = "orders";
@@ -152,11 +152,11 @@ fn environment(function: &str, servers: &LocalServers) -> Vec<(&'static str, Str
         ("SHARDKEEPER_STREAM", STREAM.to_owned()),
     ];
     match function {
-        "kinesis-processor" => {
+        "orders" => {
             env.push(("ORDERS_TABLE", "orders".to_owned()));
             env.push(("SHARDKEEPER_MAX_ATTEMPTS", "3".to_owned()));
         }
-        "stream-processor" => {
+        "projection" => {
             env.push(("PROJECTION_TABLE", "projection".to_owned()));
             env.push(("SHARDKEEPER_STREAM", "orders-table-stream".to_owned()));
         }
@@ -340,8 +340,8 @@ fn main() -> Result<(), Error> {
     if !missing.is_empty() {
         println!(
             "init benchmark skipped: missing {}.\nBuild them first: cargo build --release \
-             -p lease-rebalancer -p heartbeat-reaper -p kinesis-processor -p stream-processor \
-             -p shard-worker --example hello-lambda",
+             -p lease-rebalancer -p heartbeat-reaper --example hello-lambda && cargo build \
+             --release --manifest-path examples/consumer-app/Cargo.toml --target-dir target",
             missing.join(", ")
         );
         return Ok(());

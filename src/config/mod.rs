@@ -2,19 +2,23 @@
 //! malformed variable fails at init with an error that names it.
 //!
 //! The variables and how they are read are in `vars`, the state store's
-//! table, group, stream and buckets in `store`, and what the scheduled
-//! functions read on top in `scheduled`.
+//! table, group, stream and buckets in `store`, what the scheduled
+//! functions read on top in `scheduled`, and what the event-source-mapped
+//! processors read on top in `processor`.
 
+mod processor;
 mod scheduled;
 mod store;
 #[cfg(test)]
 mod tests;
 mod vars;
 
+pub use processor::{ProcessorConfig, PARKED_IN_TABLE_FOR};
 pub use scheduled::{ScheduledConfig, TickTiming};
 pub use store::{processor_store_config, store_config_from_env, PROCESSOR_BUCKETS};
 pub use vars::{
-    optional_var, required_var, BUCKETS, CHECKPOINT_SECONDS, DEADLINE_MARGIN_MS, DRAIN_SECONDS,
+    optional_var, required_var, BUCKETS, CHECKPOINT_SECONDS, DEADLINE_MARGIN_MS, DEAD_LETTER_STREAM,
+    DRAIN_SECONDS, MAX_ATTEMPTS,
     EFO_IDLE_TIMEOUT_SECONDS, EFO_POOL_SIZE, GROUP, HEARTBEAT_TIMEOUT_SECONDS, INITIAL_POSITION,
     LEASE_TERM_SECONDS, MAX_MOVES_PER_TICK, MAX_WORKERS, MIN_WORKERS, RETENTION_HOURS,
     SHARDS_PER_WORKER, STREAM, TABLE, TICK_SECONDS, WORKER_FUNCTION,

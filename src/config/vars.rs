@@ -112,3 +112,10 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
         }
     }
 }
+
+/// Failed attempts after which an event-source-mapped processor parks a
+/// record (default 3).
+pub const MAX_ATTEMPTS: &str = "SHARDKEEPER_MAX_ATTEMPTS";
+/// The Kinesis stream (name or ARN) a processor parks records in; unset:
+/// parked-record items in the state table, kept 14 days.
+pub const DEAD_LETTER_STREAM: &str = "SHARDKEEPER_DEAD_LETTER_STREAM";

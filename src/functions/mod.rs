@@ -1,15 +1,17 @@
 //! The functions the binaries in `functions/` run: the scheduled
 //! lease-rebalancer and heartbeat-reaper (their ticks, the loop that runs
 //! ticks until the Lambda deadline, their handlers), the shard worker's
-//! invocation, and the fleet of workers the rebalancer keeps. The binaries
-//! only build clients and call these.
+//! invocation, the fleet of workers the rebalancer keeps, and each
+//! function's whole `main` from the environment (`entry`).
 
+mod entry;
 mod fleet;
 mod reaper;
 mod rebalancer;
 mod ticker;
 mod worker;
 
+pub use entry::{run_reaper, run_rebalancer};
 pub use fleet::{Fleet, FleetTick, LambdaStarter, StartWorkers, Started, TaskStarter};
 pub use reaper::{handle_reap, ReapTick, Reaper};
 pub use rebalancer::{handle_rebalance, RebalanceTick, Rebalancer};
@@ -77,8 +79,10 @@ pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
 /// Sets up logging with `lambda_runtime`'s subscriber, so Lambda's logging
 /// controls apply: the level from `AWS_LAMBDA_LOG_LEVEL` (else `RUST_LOG`,
 /// else `info`), JSON lines when the function's log format is JSON
-/// (`AWS_LAMBDA_LOG_FORMAT`; the template sets it), text otherwise. Call it
-/// once per process.
+/// (`AWS_LAMBDA_LOG_FORMAT`; the template sets it), text otherwise. It does
+/// nothing when the process has set a global subscriber of its own.
 pub fn init_tracing() {
-    lambda_runtime::tracing::init_default_subscriber();
+    if !tracing::dispatcher::has_been_set() {
+        lambda_runtime::tracing::init_default_subscriber();
+    }
 }

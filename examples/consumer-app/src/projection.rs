@@ -1,14 +1,11 @@
-//! stream-processor: keeps a per-key projection of an orders table from its
-//! DynamoDB stream. Each write is conditional on the stream sequence number,
-//! so the projection never goes back in time and re-delivered changes are
+//! A per-key projection of an orders table, kept from its DynamoDB stream.
+//! Each write is conditional on the stream sequence number, so the
+//! projection never goes back in time and re-delivered changes are
 //! harmless.
 
-#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
-
 use aws_sdk_dynamodb::types::AttributeValue;
-use shardkeeper::lambda::DynamoDbProcessor;
 use shardkeeper::processing::{changes, Change, RecordHandler, StreamRecord};
-use shardkeeper::state::{SequenceNumber, StateStore};
+use shardkeeper::state::SequenceNumber;
 
 /// An order item in the source table.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -75,13 +72,11 @@ impl Projector {
     }
 }
 
-/// The processor: typed changes, de-duplicated through `store`.
-pub fn processor(projector: Projector, store: StateStore) -> DynamoDbProcessor<impl RecordHandler> {
-    DynamoDbProcessor::new(changes(
-        move |change: Change<Order>, record: StreamRecord| {
-            let projector = projector.clone();
-            async move { projector.apply(change, record).await }
-        },
-    ))
-    .with_store(store)
+/// The record handler: each record is a typed [`Change`] of an [`Order`]
+/// item, applied by `projector`.
+pub fn handler(projector: Projector) -> impl RecordHandler {
+    changes(move |change: Change<Order>, record: StreamRecord| {
+        let projector = projector.clone();
+        async move { projector.apply(change, record).await }
+    })
 }

@@ -1,14 +1,10 @@
-//! kinesis-processor: typed order events from a Kinesis stream, each written
-//! to an orders table once (an idempotent conditional write), with the
-//! shardkeeper batch processor's ordering, de-duplication, retries and parking.
-
-#![warn(missing_docs, rust_2018_idioms, nonstandard_style)]
+//! Typed order events from a Kinesis stream, each written to an orders
+//! table once (an idempotent conditional write). The `orders` function runs
+//! this handler under shardkeeper's batch processor, which adds ordering,
+//! de-duplication of retried batches, attempts and parking.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use shardkeeper::lambda::KinesisProcessor;
-use shardkeeper::processing::{json, Parking, ProcessingOptions, RecordHandler, StreamRecord};
-use shardkeeper::state::{StateStore, StreamAddress};
-use std::time::Duration;
+use shardkeeper::processing::{json, RecordHandler, StreamRecord};
 
 /// An order event as producers write it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -65,42 +61,11 @@ impl OrderWriter {
     }
 }
 
-/// Settings read from the environment by the binary.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The orders table.
-    pub orders_table: String,
-    /// Failed attempts before a record is parked.
-    pub max_attempts: u32,
-    /// A dead-letter stream for parked records (else they go to the state table).
-    pub dead_letter_stream: Option<StreamAddress>,
-}
-
-/// The processor: typed orders, de-duplicated through `store`.
-pub fn processor(
-    writer: OrderWriter,
-    store: StateStore,
-    kinesis: aws_sdk_kinesis::Client,
-    settings: &Settings,
-) -> KinesisProcessor<impl RecordHandler> {
-    let parking = match &settings.dead_letter_stream {
-        Some(stream) => Parking::DeadLetterStream {
-            client: kinesis,
-            stream: stream.clone(),
-        },
-        None => Parking::StateTable {
-            ttl: Duration::from_secs(14 * 24 * 3600),
-        },
-    };
-    let handler = json(move |order: Order, record: StreamRecord| {
+/// The record handler: each record's data is an [`Order`] in JSON (a
+/// record that is not one fails), written by `writer`.
+pub fn handler(writer: OrderWriter) -> impl RecordHandler {
+    json(move |order: Order, record: StreamRecord| {
         let writer = writer.clone();
         async move { writer.write(order, record).await }
-    });
-    KinesisProcessor::new(handler)
-        .with_store(store)
-        .with_options(ProcessingOptions {
-            max_attempts: settings.max_attempts,
-            parking,
-            ..ProcessingOptions::default()
-        })
+    })
 }

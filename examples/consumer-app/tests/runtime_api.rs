@@ -1,4 +1,4 @@
-//! The kinesis-processor binary as Lambda runs it: a Lambda Runtime API is
+//! The orders binary as Lambda runs it: a Lambda Runtime API is
 //! served here (`next` hands out events, `response` and `error` take the
 //! answers), the binary is started with the environment Lambda gives it and
 //! the local servers' endpoints, and it answers two invocations through
@@ -46,7 +46,7 @@ async fn next(State(api): State<Api>) -> (HeaderMap, String) {
     headers.insert("lambda-runtime-deadline-ms", header(deadline.to_string()));
     headers.insert(
         "lambda-runtime-invoked-function-arn",
-        header("arn:aws:lambda:us-east-1:123456789012:function:kinesis-processor".into()),
+        header("arn:aws:lambda:us-east-1:123456789012:function:orders".into()),
     );
     headers.insert(
         "lambda-runtime-trace-id",
@@ -75,7 +75,7 @@ async fn init_error(State(api): State<Api>, body: String) -> &'static str {
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(
-        "{}/../../events/{name}",
+        "{}/events/{name}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()
@@ -141,15 +141,15 @@ async fn run_binary(
     let runtime_api = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kinesis-processor"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orders"))
         .env_clear()
         .envs([
             ("AWS_LAMBDA_RUNTIME_API", runtime_api.as_str()),
-            ("AWS_LAMBDA_FUNCTION_NAME", "kinesis-processor"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
             ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256"),
             ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
             ("AWS_LAMBDA_LOG_STREAM_NAME", "local"),
-            ("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/kinesis-processor"),
+            ("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/orders"),
             ("AWS_REGION", "us-east-1"),
             ("AWS_ACCESS_KEY_ID", "local"),
             ("AWS_SECRET_ACCESS_KEY", "local"),

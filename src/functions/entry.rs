@@ -1,0 +1,110 @@
+//! The whole `main` of each function, so a function's binary is a few
+//! lines: configuration from the environment, AWS clients from the standard
+//! credential and region chains, then the Lambda runtime loop.
+
+use super::{
+    handle_reap, handle_rebalance, init_scheduled, init_tracing, Fleet, LambdaStarter, Reaper,
+    Rebalancer, WorkerFunction,
+};
+use crate::config::{ProcessorConfig, PARKED_IN_TABLE_FOR};
+use crate::lambda::{BatchProcessor, EventSource};
+use crate::processing::{Parking, ProcessingOptions, RecordHandler};
+use crate::state::StateStore;
+use lambda_runtime::service_fn;
+use std::sync::Arc;
+
+/// The lease-rebalancer's `main`: configured by the environment
+/// ([`ScheduledConfig`](crate::config::ScheduledConfig)), it ticks until
+/// each invocation's deadline, and starts the shard workers of
+/// `SHARDKEEPER_WORKER_FUNCTION` when that is set.
+pub async fn run_rebalancer() -> Result<(), lambda_runtime::Error> {
+    let init = init_scheduled().await?;
+    let fleet = init.config.worker_function.clone().map(|function| {
+        let starter = LambdaStarter::new(&init.aws, function, init.config.store.retry);
+        Fleet::new(init.config.fleet.clone(), Arc::new(starter))
+    });
+    let rebalancer = Rebalancer {
+        emit_metrics: true,
+        fleet,
+        ..Rebalancer::new(init.store, init.kinesis, init.config.rebalance.clone())
+    };
+    let timing = init.config.timing;
+    lambda_runtime::run(service_fn(|event| {
+        handle_rebalance(&rebalancer, timing, event)
+    }))
+    .await
+}
+
+/// The heartbeat-reaper's `main`: configured by the environment
+/// ([`ScheduledConfig`](crate::config::ScheduledConfig)), it ticks until
+/// each invocation's deadline.
+pub async fn run_reaper() -> Result<(), lambda_runtime::Error> {
+    let init = init_scheduled().await?;
+    let reaper = Reaper {
+        emit_metrics: true,
+        ..Reaper::new(init.store, init.kinesis, init.config.reap.clone())
+    };
+    let timing = init.config.timing;
+    lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await
+}
+
+impl<F, H> WorkerFunction<F>
+where
+    F: Fn() -> H,
+    H: RecordHandler,
+{
+    /// A shard worker configured by the environment
+    /// ([`ScheduledConfig`](crate::config::ScheduledConfig)), its store
+    /// started and its connections warmed; `handler` makes the record
+    /// handler once per invocation. Sets up logging ([`init_tracing`]).
+    pub async fn from_env(handler: F) -> crate::Result<Self> {
+        let init = init_scheduled().await?;
+        Ok(WorkerFunction {
+            store: init.store,
+            kinesis: init.kinesis,
+            lease_term: init.config.lease_term,
+            config: init.config.worker_config(),
+            margin: init.config.timing.margin,
+            drain: init.config.drain,
+            handler,
+            emit_metrics: true,
+            observer: None,
+        })
+    }
+
+    /// Runs the Lambda runtime loop with this worker as the handler of
+    /// every invocation.
+    pub async fn run(self) -> Result<(), lambda_runtime::Error> {
+        lambda_runtime::run(service_fn(|event| self.handle(event))).await
+    }
+}
+
+impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
+    /// A processor configured by the environment ([`ProcessorConfig`]):
+    /// its state store on a DynamoDB client made from `aws` (one read at
+    /// init warms the connection), parking after the configured attempts in
+    /// the dead-letter stream if one is set, else in the state table for
+    /// [`PARKED_IN_TABLE_FOR`]. Sets up logging ([`init_tracing`]).
+    pub async fn from_env(handler: H, aws: &aws_config::SdkConfig) -> crate::Result<Self> {
+        init_tracing();
+        let config = ProcessorConfig::from_env()?;
+        let store = StateStore::new(aws_sdk_dynamodb::Client::new(aws), config.store);
+        store.stream_item().state().await?;
+        let parking = match config.dead_letter_stream {
+            Some(stream) => Parking::DeadLetterStream {
+                client: aws_sdk_kinesis::Client::new(aws),
+                stream,
+            },
+            None => Parking::StateTable {
+                ttl: PARKED_IN_TABLE_FOR,
+            },
+        };
+        Ok(Self::new(handler)
+            .with_store(store)
+            .with_options(ProcessingOptions {
+                max_attempts: config.max_attempts,
+                parking,
+                ..ProcessingOptions::default()
+            }))
+    }
+}
