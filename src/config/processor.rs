@@ -37,11 +37,12 @@ impl ProcessorConfig {
         let store = processor_store_config(&lookup)?;
         let vars = Vars(lookup);
         let max_attempts = vars.positive(MAX_ATTEMPTS, 3)?;
-        let max_attempts = u32::try_from(max_attempts).map_err(|_| super::ConfigError::Malformed {
-            var: MAX_ATTEMPTS,
-            value: max_attempts.to_string(),
-            reason: format!("at most {}", u32::MAX),
-        })?;
+        let max_attempts =
+            u32::try_from(max_attempts).map_err(|_| super::ConfigError::Malformed {
+                var: MAX_ATTEMPTS,
+                value: max_attempts.to_string(),
+                reason: format!("at most {}", u32::MAX),
+            })?;
         let dead_letter_stream = vars
             .get(DEAD_LETTER_STREAM)
             .map(|s| StreamAddress::parse(&s).map_err(|e| state_error(DEAD_LETTER_STREAM, s, e)))

@@ -147,7 +147,8 @@ async fn the_projection_never_goes_back() {
 
     // An old change delivered late (another group, no de-duplication) does
     // not take the projection back.
-    let mut old: serde_json::Value = serde_json::from_str(event("dynamodb-stream.json").get()).unwrap();
+    let mut old: serde_json::Value =
+        serde_json::from_str(event("dynamodb-stream.json").get()).unwrap();
     old["Records"].as_array_mut().unwrap().truncate(1);
     let late = DynamoDbProcessor::new(projection::handler(projector))
         .with_store(store(&aws, "late").await);

@@ -74,11 +74,7 @@ async fn init_error(State(api): State<Api>, body: String) -> &'static str {
 }
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/events/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read_to_string(format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 /// Runs the binary against a Runtime API handing out `events` (last first)
