@@ -206,3 +206,52 @@ fn a_heartbeat_timeout_shorter_than_the_term_plus_a_renewal_interval_is_refused(
     assert_eq!(long.rebalance.heartbeat_timeout, Duration::from_secs(35));
     assert_eq!(long.reap.lease_term, Duration::from_secs(30));
 }
+
+fn processor(vars: &[(&str, &str)]) -> Result<ProcessorConfig, ConfigError> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ProcessorConfig::from_lookup(|k| map.get(k).cloned()).map_err(|e| match e {
+        crate::Error::Config(e) => e,
+        other => panic!("not a configuration error: {other}"),
+    })
+}
+
+#[test]
+fn a_processor_parks_after_its_attempts_in_the_table_or_a_dead_letter_stream() {
+    let base = [(GROUP, "orders-esm"), (STREAM, "orders")];
+    let c = processor(&base).unwrap();
+    assert_eq!((c.max_attempts, c.dead_letter_stream.is_none()), (3, true));
+    assert_eq!(c.store.buckets.count(), PROCESSOR_BUCKETS);
+    let c = processor(&[
+        base[0],
+        base[1],
+        (MAX_ATTEMPTS, "5"),
+        (DEAD_LETTER_STREAM, "parked"),
+    ])
+    .unwrap();
+    assert_eq!(c.max_attempts, 5);
+    assert_eq!(c.dead_letter_stream.unwrap().name().as_str(), "parked");
+    let arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/parked";
+    let c = processor(&[base[0], base[1], (DEAD_LETTER_STREAM, arn)]).unwrap();
+    assert!(c.dead_letter_stream.unwrap().arn().is_some());
+
+    for (var, value) in [
+        (MAX_ATTEMPTS, "0"),
+        (MAX_ATTEMPTS, "three"),
+        (MAX_ATTEMPTS, "5000000000"),
+        (DEAD_LETTER_STREAM, "no spaces allowed"),
+        (DEAD_LETTER_STREAM, "arn:aws:kinesis:nowhere"),
+    ] {
+        let e = processor(&[base[0], base[1], (var, value)]).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Malformed { var: v, .. } if *v == var),
+            "{var}={value}: {e}"
+        );
+    }
+    assert_eq!(
+        processor(&[base[0]]).unwrap_err(),
+        ConfigError::Missing { var: STREAM }
+    );
+}
