@@ -20,12 +20,9 @@
 //! cargo bench --bench init -- --bin-dir DIR  # binaries in DIR, hello-lambda in DIR/examples
 //! ```
 //!
-//! `cargo bench --bench init -- --serve [--env-file PATH]` instead starts
-//! only the local servers on fixed ports (DynamoDB 8000, Kinesis 4567) with
-//! the `orders` stream and the state, `orders` and `projection` tables
-//! created, prints (and writes to PATH) the environment the functions need
-//! to use them, and runs until Ctrl-C: what `cargo lambda watch` needs to run
-//! the functions locally (docs/DEPLOY.md).
+//! The servers and the functions' environment are the ones
+//! `cargo run -p shardkeeper-demo -- --serve` gives `cargo lambda watch`
+//! (`shardkeeper_demo::serve`).
 //!
 //! The numbers are process start to ready on this machine, not a Lambda cold
 //! start: they leave out what Lambda adds before the process starts
@@ -34,8 +31,8 @@
 use axum::extract::State;
 use axum::routing::get;
 use axum::Router;
-use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
-use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
+use shardkeeper_demo::serve::{environment, start_servers};
+use shardkeeper_local::LocalOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -53,25 +50,18 @@ const FUNCTIONS: [&str; 5] = [
     "orders",
     "projection",
 ];
-const GROUP: &str = "orders-app";
-const STREAM: &str = "orders";
-const SHARD_COUNT: i32 = 4;
 /// How long one start may take before the run is declared failed.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Options {
     runs: usize,
     bin_dir: Option<PathBuf>,
-    serve: bool,
-    env_file: Option<PathBuf>,
 }
 
 fn options() -> Result<Options, Error> {
     let mut options = Options {
         runs: 20,
         bin_dir: None,
-        serve: false,
-        env_file: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -85,10 +75,6 @@ fn options() -> Result<Options, Error> {
             }
             "--bin-dir" => {
                 options.bin_dir = Some(args.next().ok_or("--bin-dir needs a directory")?.into());
-            }
-            "--serve" => options.serve = true,
-            "--env-file" => {
-                options.env_file = Some(args.next().ok_or("--env-file needs a path")?.into());
             }
             // What `cargo bench` passes, and filters: not used.
             _ => {}
@@ -109,60 +95,6 @@ fn binary(dir: &Path, name: &str) -> PathBuf {
     } else {
         dir.join(name)
     }
-}
-
-/// The in-process servers with the stream and the state table created, as a
-/// deployed stack has them before any function starts.
-async fn start_servers(options: LocalOptions) -> Result<(LocalServers, AwsClients), Error> {
-    let servers = LocalServers::start(options)?;
-    let aws = AwsClients::connect(&Endpoints::local(&servers)).await;
-    aws.kinesis
-        .create_stream()
-        .stream_name(STREAM)
-        .shard_count(SHARD_COUNT)
-        .send()
-        .await?;
-    let store = StateStore::new(aws.dynamodb.clone(), StoreConfig::new(GROUP, STREAM)?);
-    store.table().ensure(&TableOptions::default()).await?;
-    Ok((servers, aws))
-}
-
-/// The environment of one function: the Lambda variables, the local
-/// endpoints with dummy credentials, and the function's own configuration.
-fn environment(function: &str, servers: &LocalServers) -> Vec<(&'static str, String)> {
-    let mut env = vec![
-        ("AWS_LAMBDA_FUNCTION_NAME", function.to_owned()),
-        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256".to_owned()),
-        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
-        ("AWS_REGION", "us-east-1".to_owned()),
-        ("AWS_ACCESS_KEY_ID", "local".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "local".to_owned()),
-        ("AWS_ENDPOINT_URL_DYNAMODB", servers.dynamodb_endpoint()),
-        ("AWS_ENDPOINT_URL_KINESIS", servers.kinesis_endpoint()),
-        // No shared config files and no instance metadata, as in Lambda.
-        ("AWS_CONFIG_FILE", "/nonexistent/config".to_owned()),
-        (
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/credentials".to_owned(),
-        ),
-        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-        ("RUST_LOG", "info".to_owned()),
-        ("SHARDKEEPER_TABLE", "shardkeeper-state".to_owned()),
-        ("SHARDKEEPER_GROUP", GROUP.to_owned()),
-        ("SHARDKEEPER_STREAM", STREAM.to_owned()),
-    ];
-    match function {
-        "orders" => {
-            env.push(("ORDERS_TABLE", "orders".to_owned()));
-            env.push(("SHARDKEEPER_MAX_ATTEMPTS", "3".to_owned()));
-        }
-        "projection" => {
-            env.push(("PROJECTION_TABLE", "projection".to_owned()));
-            env.push(("SHARDKEEPER_STREAM", "orders-table-stream".to_owned()));
-        }
-        _ => {}
-    }
-    env
 }
 
 /// The Runtime API's `next`: tells the benchmark when it was asked, then
@@ -253,78 +185,8 @@ fn summarize(mut samples: Vec<Duration>) -> Summary {
     }
 }
 
-/// A table keyed by `order_id`, like the template's orders and projection tables.
-async fn order_table(aws: &AwsClients, name: &str) -> Result<(), Error> {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
-    aws.dynamodb
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("order_id")
-                .key_type(KeyType::Hash)
-                .build()?,
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("order_id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .send()
-        .await?;
-    Ok(())
-}
-
-fn serve(env_file: Option<&Path>) -> Result<(), Error> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        let (servers, aws) = start_servers(LocalOptions {
-            dynamodb_port: 8000,
-            kinesis_port: 4567,
-            ..LocalOptions::default()
-        })
-        .await?;
-        order_table(&aws, "orders").await?;
-        order_table(&aws, "projection").await?;
-        println!("DynamoDB at {}", servers.dynamodb_endpoint());
-        println!("Kinesis at {}", servers.kinesis_endpoint());
-        println!(
-            "created: stream {STREAM:?} ({SHARD_COUNT} shards), tables \"shardkeeper-state\", \"orders\", \"projection\""
-        );
-        // One environment for all five functions, as `cargo lambda watch`
-        // gives every function the same variables.
-        let mut env: Vec<String> = environment("lease-rebalancer", &servers)
-            .into_iter()
-            .filter(|(k, _)| !k.starts_with("AWS_LAMBDA_") && !k.ends_with("_FILE"))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        env.push("ORDERS_TABLE=orders".to_owned());
-        env.push("PROJECTION_TABLE=projection".to_owned());
-        let env = env.join("\n") + "\n";
-        println!("the functions reach them with this environment:\n{env}");
-        if let Some(path) = env_file {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, &env)?;
-            println!("(written to {}: cargo lambda watch --env-file {})", path.display(), path.display());
-        }
-        println!("Ctrl-C stops them.");
-        tokio::signal::ctrl_c().await?;
-        servers.stop();
-        Ok(())
-    })
-}
-
 fn main() -> Result<(), Error> {
     let options = options()?;
-    if options.serve {
-        return serve(options.env_file.as_deref());
-    }
     let dir = options
         .bin_dir
         .clone()

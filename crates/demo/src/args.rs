@@ -30,4 +30,13 @@ pub struct DemoArgs {
     /// No progress bar (plain log lines).
     #[arg(long)]
     pub quiet: bool,
+    /// Run no demo: serve DynamoDB on 127.0.0.1:8000 and Kinesis on
+    /// 127.0.0.1:4567, with the stream and the tables the functions use,
+    /// until Ctrl-C (for `cargo lambda watch`).
+    #[arg(long)]
+    pub serve: bool,
+    /// With --serve: also write the functions' environment to this file
+    /// (for `cargo lambda watch --env-file`).
+    #[arg(long, requires = "serve")]
+    pub env_file: Option<PathBuf>,
 }

@@ -10,6 +10,7 @@
 pub mod args;
 pub mod render;
 mod run;
+pub mod serve;
 
 pub use args::DemoArgs;
 pub use run::{run, DemoReport};

@@ -267,6 +267,8 @@ async fn the_demo_verifies_what_it_consumed() {
         keys: 12,
         timeout_seconds: 90,
         quiet: true,
+        serve: false,
+        env_file: None,
     };
     let report = shardkeeper_demo::run(&args).await.unwrap();
     let v = &report.verification;
