@@ -2,8 +2,10 @@
 //! (`system::readme`) checks that every Rust block of the README stands here
 //! verbatim. Not meant to be run: `cargo run --example readme` only says so.
 
+use aws_config::BehaviorVersion;
 use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
-use shardkeeper::processing::{changes, json, Change, StreamRecord};
+use shardkeeper::functions::WorkerFunction;
+use shardkeeper::processing::{changes, json, Change, RecordHandler, StreamRecord};
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig, TableOptions,
 };
@@ -29,6 +31,21 @@ async fn event_source_mapping(store: StateStore) -> Result<(), shardkeeper::Erro
     }))
     .with_store(store); // skip what a retried batch already did, count attempts, park poison records
     processor.run().await // the Lambda runtime loop; each event read once, from its bytes
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn processor_from_the_environment(handler: impl RecordHandler) -> Result<(), lambda_runtime::Error> {
+    let aws = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    KinesisProcessor::from_env(handler, &aws).await?.run().await?; // DynamoDbProcessor::from_env likewise
+    Ok(())
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn worker_from_the_environment(handler: impl RecordHandler + Clone) -> Result<(), lambda_runtime::Error> {
+    WorkerFunction::from_env(|| handler.clone()).await?.run().await?;
+    Ok(())
 }
 
 #[allow(dead_code)]

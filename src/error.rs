@@ -17,6 +17,7 @@
 //!   `ReadError`, `StreamsClient` [`StreamsError`].
 
 use crate::config::ConfigError;
+#[cfg(feature = "ddb-streams")]
 use crate::ddb_streams::StreamsError;
 use crate::kpl::KplError;
 use crate::processing::{HandlerError, RecordError};
@@ -44,6 +45,7 @@ pub enum Error {
     /// invocation or post an answer).
     #[error("the Lambda runtime failed: {0}")]
     Runtime(#[source] lambda_runtime::Error),
+    #[cfg(feature = "ddb-streams")]
     /// A DynamoDB Streams call failed (throttling already retried
     /// `attempts` times).
     #[error("DynamoDB Streams {operation} failed after {attempts} attempt(s): {error}")]
@@ -105,6 +107,7 @@ pub enum Error {
         source: HandlerError,
     },
     /// The operator's reset was refused; nothing was written.
+    #[cfg(feature = "fleet")]
     #[error("reset refused: {0}")]
     ResetRefused(#[from] crate::group::ResetRefused),
     /// A KPL aggregate could not be read.
@@ -134,6 +137,7 @@ impl Error {
     pub fn is_throttled(&self) -> bool {
         match self {
             Error::State(e) => e.is_throttled(),
+            #[cfg(feature = "ddb-streams")]
             Error::Streams { error, .. } => error.is_throttled(),
             _ => false,
         }
@@ -144,6 +148,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::State(e) => e.is_transient(),
+            #[cfg(feature = "ddb-streams")]
             Error::Streams { error, .. } => error.is_transient(),
             _ => false,
         }
@@ -156,12 +161,14 @@ impl Error {
             Error::Config(_) => "Config",
             Error::Event(_) => "Event",
             Error::Runtime(_) => "Runtime",
+            #[cfg(feature = "ddb-streams")]
             Error::Streams { .. } => "Streams",
             Error::TrimmedData { .. } => "TrimmedData",
             Error::Record { .. } => "Record",
             Error::Handler { .. } => "Handler",
             Error::Item { .. } => "Item",
             Error::Window { .. } => "Window",
+            #[cfg(feature = "fleet")]
             Error::ResetRefused(_) => "ResetRefused",
             Error::Kpl(_) => "Kpl",
         }

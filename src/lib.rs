@@ -39,6 +39,20 @@
 //! This is the only module map; each module's own documentation lists its
 //! parts.
 //!
+//! # Features
+//!
+//! * `esm` (default): [`lambda`], the event-source-mapped processors.
+//! * `worker`: [`pipeline`] and [`consumer`], the self-managed Kinesis
+//!   shard worker, and its Lambda function ([`functions::WorkerFunction`]).
+//! * `fleet` (with `worker`): [`group`], the control plane's planners, and
+//!   the rebalancer, the reaper and the worker fleet in [`functions`].
+//! * `ddb-streams`: [`ddb_streams`], the self-managed DynamoDB Streams
+//!   reader (with [`pipeline`]).
+//!
+//! [`state`], [`processing`], [`config`], [`functions`], [`metrics`] and
+//! [`kpl`] are always there; the items of `config` and `functions` that
+//! belong to a feature come with it.
+//!
 //! ```
 //! use shardkeeper::state::{Checkpoint, SequenceNumber};
 //!
@@ -63,17 +77,30 @@ pub use error::{Error, Result};
 
 pub mod processing;
 
+#[cfg(feature = "esm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "esm")))]
 pub mod lambda;
+#[cfg(feature = "esm")]
 pub use lambda::{DynamoDbProcessor, KinesisProcessor};
 
+#[cfg(any(feature = "worker", feature = "ddb-streams"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "worker", feature = "ddb-streams"))))]
 pub mod pipeline;
 
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
 pub mod consumer;
+#[cfg(feature = "worker")]
 pub use consumer::ShardWorker;
 
+#[cfg(feature = "fleet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fleet")))]
 pub mod group;
 
+#[cfg(feature = "ddb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ddb-streams")))]
 pub mod ddb_streams;
+#[cfg(feature = "ddb-streams")]
 pub use ddb_streams::StreamReader;
 
 pub mod functions;

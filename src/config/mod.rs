@@ -7,13 +7,15 @@
 //! processors read on top in `processor`.
 
 mod processor;
+#[cfg(feature = "worker")]
 mod scheduled;
 mod store;
-#[cfg(test)]
+#[cfg(all(test, feature = "fleet"))]
 mod tests;
 mod vars;
 
 pub use processor::{ProcessorConfig, PARKED_IN_TABLE_FOR};
+#[cfg(feature = "worker")]
 pub use scheduled::{ScheduledConfig, TickTiming};
 pub use store::{processor_store_config, store_config_from_env, PROCESSOR_BUCKETS};
 pub use vars::{

@@ -6,6 +6,7 @@ use super::store::{buckets, store_config};
 use super::vars::*;
 use super::ConfigError;
 use crate::consumer::{EfoPool, WorkerConfig, MAX_EFO_CONSUMERS};
+#[cfg(feature = "fleet")]
 use crate::group::{FleetConfig, ReapConfig, RebalanceConfig};
 use crate::pipeline::InitialPosition;
 use crate::state::{Buckets, StoreConfig};
@@ -30,8 +31,10 @@ pub struct ScheduledConfig {
     /// Lease term of assignments.
     pub lease_term: Duration,
     /// The rebalancer's planner settings.
+    #[cfg(feature = "fleet")]
     pub rebalance: RebalanceConfig,
     /// The reaper's planner settings.
+    #[cfg(feature = "fleet")]
     pub reap: ReapConfig,
     /// Enhanced fan-out consumers the shard workers share (0: they poll).
     pub efo_pool_size: usize,
@@ -45,6 +48,7 @@ pub struct ScheduledConfig {
     /// The shard-worker function the rebalancer starts workers of.
     pub worker_function: Option<String>,
     /// How the rebalancer sizes the fleet of shard workers.
+    #[cfg(feature = "fleet")]
     pub fleet: FleetConfig,
     /// The least time between two checkpoints of a shard while records are
     /// processed ([`CHECKPOINT_SECONDS`]).
@@ -129,6 +133,8 @@ impl ScheduledConfig {
         Ok(Self::read(&Vars(lookup))?)
     }
 
+    // Without `fleet` the planners' settings are read and checked, not kept.
+    #[cfg_attr(not(feature = "fleet"), allow(unused_variables))]
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let store = store_config(vars)?;
         let secs = Duration::from_secs;
@@ -150,11 +156,13 @@ impl ScheduledConfig {
                 margin: Duration::from_millis(vars.number(DEADLINE_MARGIN_MS, 2000)?),
             },
             lease_term,
+            #[cfg(feature = "fleet")]
             rebalance: RebalanceConfig {
                 lease_term,
                 heartbeat_timeout,
                 max_moves_per_tick: (moves > 0).then_some(moves as usize),
             },
+            #[cfg(feature = "fleet")]
             reap: ReapConfig {
                 heartbeat_timeout,
                 lease_term,
@@ -165,6 +173,7 @@ impl ScheduledConfig {
             buckets: buckets(vars)?,
             drain,
             worker_function: vars.get(WORKER_FUNCTION),
+            #[cfg(feature = "fleet")]
             fleet: FleetConfig {
                 min_workers: vars.number(MIN_WORKERS, 1)? as usize,
                 max_workers: vars.positive(MAX_WORKERS, 64)? as usize,

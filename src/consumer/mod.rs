@@ -17,6 +17,7 @@ pub mod reads;
 mod worker;
 
 pub use events::{Observer, StopReason, WorkerEvent};
+#[cfg(feature = "fleet")]
 pub(crate) use leases::FirstSeen;
 pub use leases::{
     lock_or_grow, stream_arn, ConsumerSession, EfoPool, SessionTick, StandaloneSession,

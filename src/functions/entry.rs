@@ -2,26 +2,39 @@
 //! lines: configuration from the environment, AWS clients from the standard
 //! credential and region chains, then the Lambda runtime loop.
 
-use super::{
-    handle_reap, handle_rebalance, init_scheduled, init_tracing, Fleet, LambdaStarter, Reaper,
-    Rebalancer, WorkerFunction,
-};
+#[cfg(feature = "worker")]
+use super::init_scheduled;
+#[cfg(feature = "esm")]
+use super::init_tracing;
+#[cfg(feature = "worker")]
+use super::WorkerFunction;
+#[cfg(feature = "fleet")]
+use super::{handle_reap, handle_rebalance, Fleet, LambdaStarter, Reaper, Rebalancer};
+#[cfg(feature = "esm")]
 use crate::config::{ProcessorConfig, PARKED_IN_TABLE_FOR};
+#[cfg(feature = "esm")]
 use crate::lambda::{BatchProcessor, EventSource};
-use crate::processing::{Parking, ProcessingOptions, RecordHandler};
+#[cfg(feature = "worker")]
+use crate::processing::RecordHandler as WorkerHandler;
+#[cfg(feature = "esm")]
+use crate::processing::RecordHandler;
+#[cfg(feature = "esm")]
+use crate::processing::{Parking, ProcessingOptions};
+#[cfg(feature = "esm")]
 use crate::state::StateStore;
+#[cfg(any(feature = "worker", feature = "fleet"))]
 use lambda_runtime::service_fn;
-use std::sync::Arc;
 
 /// The lease-rebalancer's `main`: configured by the environment
 /// ([`ScheduledConfig`](crate::config::ScheduledConfig)), it ticks until
 /// each invocation's deadline, and starts the shard workers of
 /// `SHARDKEEPER_WORKER_FUNCTION` when that is set.
+#[cfg(feature = "fleet")]
 pub async fn run_rebalancer() -> Result<(), lambda_runtime::Error> {
     let init = init_scheduled().await?;
     let fleet = init.config.worker_function.clone().map(|function| {
         let starter = LambdaStarter::new(&init.aws, function, init.config.store.retry);
-        Fleet::new(init.config.fleet.clone(), Arc::new(starter))
+        Fleet::new(init.config.fleet.clone(), std::sync::Arc::new(starter))
     });
     let rebalancer = Rebalancer {
         emit_metrics: true,
@@ -38,6 +51,7 @@ pub async fn run_rebalancer() -> Result<(), lambda_runtime::Error> {
 /// The heartbeat-reaper's `main`: configured by the environment
 /// ([`ScheduledConfig`](crate::config::ScheduledConfig)), it ticks until
 /// each invocation's deadline.
+#[cfg(feature = "fleet")]
 pub async fn run_reaper() -> Result<(), lambda_runtime::Error> {
     let init = init_scheduled().await?;
     let reaper = Reaper {
@@ -48,10 +62,11 @@ pub async fn run_reaper() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await
 }
 
+#[cfg(feature = "worker")]
 impl<F, H> WorkerFunction<F>
 where
     F: Fn() -> H,
-    H: RecordHandler,
+    H: WorkerHandler,
 {
     /// A shard worker configured by the environment
     /// ([`ScheduledConfig`](crate::config::ScheduledConfig)), its store
@@ -79,6 +94,7 @@ where
     }
 }
 
+#[cfg(feature = "esm")]
 impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// A processor configured by the environment ([`ProcessorConfig`]):
     /// its state store on a DynamoDB client made from `aws` (one read at

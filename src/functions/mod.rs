@@ -5,17 +5,28 @@
 //! function's whole `main` from the environment (`entry`).
 
 mod entry;
+#[cfg(feature = "fleet")]
 mod fleet;
+#[cfg(feature = "fleet")]
 mod reaper;
+#[cfg(feature = "fleet")]
 mod rebalancer;
+#[cfg(feature = "fleet")]
 mod ticker;
+#[cfg(feature = "worker")]
 mod worker;
 
+#[cfg(feature = "fleet")]
 pub use entry::{run_reaper, run_rebalancer};
+#[cfg(feature = "fleet")]
 pub use fleet::{Fleet, FleetTick, LambdaStarter, StartWorkers, Started, TaskStarter};
+#[cfg(feature = "fleet")]
 pub use reaper::{handle_reap, ReapTick, Reaper};
+#[cfg(feature = "fleet")]
 pub use rebalancer::{handle_rebalance, RebalanceTick, Rebalancer};
+#[cfg(feature = "fleet")]
 pub use ticker::{run_ticks, InvocationSummary, TickLoop};
+#[cfg(feature = "worker")]
 pub use worker::{invocation_consumer_id, worker_metrics, WorkerFunction};
 
 /// Checks the state table and the stream once and records the stream's
@@ -23,6 +34,7 @@ pub use worker::{invocation_consumer_id, worker_metrics, WorkerFunction};
 /// the scheduled functions do at init, which also warms both connections.
 /// A new group is laid out over the configured buckets, or as many as the
 /// stream's open shards need.
+#[cfg(feature = "worker")]
 pub async fn start_store(
     config: &crate::config::ScheduledConfig,
     dynamodb: aws_sdk_dynamodb::Client,
@@ -49,6 +61,7 @@ pub async fn start_store(
 
 /// What every scheduled function (rebalancer, reaper, shard worker) builds
 /// once at init.
+#[cfg(feature = "worker")]
 pub struct ScheduledInit {
     /// Its configuration, from the environment.
     pub config: crate::config::ScheduledConfig,
@@ -62,6 +75,7 @@ pub struct ScheduledInit {
 
 /// The init of a scheduled function: logging, configuration from the
 /// environment, AWS clients from the standard chains, then [`start_store`].
+#[cfg(feature = "worker")]
 pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
     init_tracing();
     let config = crate::config::ScheduledConfig::from_env()?;

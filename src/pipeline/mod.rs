@@ -13,6 +13,14 @@
 //!   and the margin of a lost LATEST start.
 //! - `report`: [`ShardReport`], what one shard's pipeline did; a worker's and
 //!   a reader's reports are sums of them.
+//!
+//! The shard worker (`worker`) and the DynamoDB Streams reader
+//! (`ddb-streams`) each use their own part of it; built with one of them,
+//! the other's parts are unused.
+#![cfg_attr(
+    not(all(feature = "worker", feature = "ddb-streams")),
+    allow(dead_code, unused_imports)
+)]
 
 mod checkpointer;
 mod end;

@@ -3,9 +3,12 @@
 //! write uses), and typed with [`ChangeRecord::change`] into the same
 //! [`Change`] the event-source-mapped handlers get.
 
-use crate::processing::{is_ttl_deletion, Change, ChangeParts, RecordError};
+#[cfg(feature = "ddb-streams")]
+use crate::processing::is_ttl_deletion;
+use crate::processing::{Change, ChangeParts, RecordError};
 use crate::state::{EpochMillis, SequenceNumber, ShardId};
 use aws_sdk_dynamodb::types::AttributeValue;
+#[cfg(feature = "ddb-streams")]
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, OperationType};
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -67,6 +70,7 @@ pub struct ChangeRecord {
 /// is an equivalence.
 impl Eq for ChangeRecord {}
 
+#[cfg(feature = "ddb-streams")]
 fn attribute(value: &StreamValue) -> Result<AttributeValue, String> {
     Ok(match value {
         StreamValue::S(s) => AttributeValue::S(s.clone()),
@@ -83,6 +87,7 @@ fn attribute(value: &StreamValue) -> Result<AttributeValue, String> {
     })
 }
 
+#[cfg(feature = "ddb-streams")]
 fn image(map: &HashMap<String, StreamValue>) -> Result<Image, String> {
     map.iter()
         .map(|(k, v)| Ok((k.clone(), attribute(v).map_err(|e| format!("{k}: {e}"))?)))
@@ -94,6 +99,8 @@ impl ChangeRecord {
     /// for the error when it has no sequence number). A record the reader
     /// cannot use (no sequence number, an unknown event name or attribute
     /// type) is an error naming it, never a panic.
+    #[cfg(feature = "ddb-streams")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "ddb-streams")))]
     pub fn from_sdk(
         shard_id: &ShardId,
         index: usize,
@@ -204,7 +211,7 @@ impl ChangeRecord {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "ddb-streams"))]
 mod tests {
     use super::*;
     use crate::processing::Keys;

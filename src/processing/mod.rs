@@ -66,6 +66,7 @@ pub(crate) mod unit;
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use change_record::{ChangeKind, ChangeRecord, Image};
 pub use core::Core;
+#[cfg(any(feature = "worker", feature = "ddb-streams"))]
 pub(crate) use core::Ran;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use image::from_image_json;

@@ -46,6 +46,7 @@ pub(crate) const ATTEMPTS_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
 /// How long an event-source-mapped batch's checkpoint lives, twice the
 /// 24 hours of default retention for the same reason: a retry of the batch
 /// later than this repeats its records (never skips one).
+#[cfg(feature = "esm")]
 pub(crate) const CHECKPOINT_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
 
 /// Commit progress during a batch at least this often: a timeout or a crash
@@ -57,6 +58,7 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// deadline and reports the rest (with less time than this left, half of
 /// what is left), so a handler given up and the last checkpoint land before
 /// Lambda ends the invocation.
+#[cfg(feature = "esm")]
 pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// Processor settings.

@@ -12,6 +12,7 @@
 //!   (a holding's wait, and the rebalancer's and reaper's sightings).
 
 mod efo_pool;
+#[cfg(feature = "fleet")]
 mod first_seen;
 mod holding;
 mod mode;
@@ -19,6 +20,7 @@ mod session;
 mod standalone;
 
 pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
+#[cfg(feature = "fleet")]
 pub(crate) use first_seen::FirstSeen;
 pub(crate) use mode::{Mode, ModeCheckpoints};
 pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};

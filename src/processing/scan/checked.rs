@@ -4,10 +4,13 @@
 //! not of the shape expected, makes it answer `None`, so the caller falls
 //! back to serde and its errors.
 
-use super::{object, skip_ws, Spans};
+use super::skip_ws;
+#[cfg(feature = "esm")]
+use super::{object, Spans};
 
 /// One record of an event read by [`event_records`]: its text, the spans
 /// of its fields, and those of the fields of its inner object (if any).
+#[cfg(feature = "esm")]
 pub(crate) type RecordSpans<'a, const N: usize, const M: usize> =
     (&'a str, Spans<'a, N>, Option<Spans<'a, M>>);
 
@@ -20,6 +23,7 @@ pub(crate) type RecordSpans<'a, const N: usize, const M: usize> =
 /// (no `Records`, or twice), or not read plainly (a key with an escape, a
 /// record naming one of those fields twice): serde then reads the event
 /// and says what is wrong.
+#[cfg(feature = "esm")]
 pub(crate) fn event_records<'a, const N: usize, const M: usize>(
     text: &'a str,
     names: [&str; N],
@@ -43,6 +47,7 @@ pub(crate) fn event_records<'a, const N: usize, const M: usize>(
 }
 
 /// The records of the list that starts at `i`, and its end.
+#[cfg(feature = "esm")]
 fn record_list<'a, const N: usize, const M: usize>(
     text: &'a str,
     mut i: usize,

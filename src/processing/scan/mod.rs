@@ -9,6 +9,7 @@
 //! `None`, so the caller falls back to serde and its errors.
 
 mod checked;
+#[cfg(feature = "esm")]
 pub(crate) use checked::event_records;
 
 use checked::{valid_string_end, valid_value_end};
@@ -142,6 +143,7 @@ pub(crate) fn optional_string(value: Option<&str>) -> Option<Option<Cow<'_, str>
 
 /// An optional number: absent or `null` is `Some(None)`; `None` if it is
 /// something else.
+#[cfg(feature = "esm")]
 pub(crate) fn optional_number(value: Option<&str>) -> Option<Option<f64>> {
     match value {
         None | Some("null") => Some(None),
