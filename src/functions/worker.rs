@@ -103,8 +103,8 @@ where
         if let Some(observer) = &self.observer {
             worker = worker.with_observer(observer.clone());
         }
-        let report = worker
-            .run_until(Some(started + left), || false)
+        let report = crate::processing::RecordContext::of(&event.context)
+            .scope(worker.run_until(Some(started + left), || false))
             .await?
             .clone();
         tracing::info!(

@@ -12,6 +12,7 @@ use crate::processing::handler::RecordHandler;
 use crate::processing::options::{ProcessingOptions, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
 use crate::processing::sink::NoCheckpoints;
+use crate::processing::RecordContext;
 use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
@@ -126,8 +127,8 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> crate::Result<S::Response> {
         let started = SystemTime::now();
         let function = Some(context.env_config.function_name.as_str());
-        let (report, stream) = self
-            .run_event(body, Some(context.deadline()), function)
+        let (report, stream) = RecordContext::of(context)
+            .scope(self.run_event(body, Some(context.deadline()), function))
             .await?;
         let group = self
             .inner

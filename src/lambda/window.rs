@@ -83,7 +83,9 @@ where
         &self,
         event: LambdaEvent<Box<RawValue>>,
     ) -> crate::Result<KinesisTimeWindowEventResponse> {
-        self.process(event.payload.get()).await
+        crate::processing::RecordContext::of(&event.context)
+            .scope(self.process(event.payload.get()))
+            .await
     }
 
     /// Processes one time-window event (its JSON text).

@@ -11,8 +11,9 @@
 //!   mode keeps its positions, as the core sees it), `unit` (a record as the
 //!   core receives it, a record the DynamoDB Streams reader read handed over
 //!   decoded).
-//! - The user contract: `handler` (the trait, `json`), `record`, `outcome`
-//!   (reports and record errors), `options`, `parking`.
+//! - The user contract: `handler` (the trait, `json`), `record`, `context`
+//!   (the invocation a handler call runs in), `outcome` (reports and record
+//!   errors), `options`, `parking`.
 //! - Typed DynamoDB changes: `change` (the type and its decoder),
 //!   `change_record` (one record of a DynamoDB stream as the SDK reads it,
 //!   which the reader hands over), `keys` (a
@@ -50,6 +51,7 @@
 pub(crate) mod change;
 mod change_record;
 mod change_text;
+mod context;
 pub(crate) mod core;
 pub(crate) mod handler;
 pub(crate) mod image;
@@ -65,6 +67,7 @@ pub(crate) mod unit;
 
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
 pub use change_record::{ChangeKind, ChangeRecord, Image};
+pub use context::RecordContext;
 pub use core::Core;
 #[cfg(any(feature = "worker", feature = "ddb-streams"))]
 pub(crate) use core::Ran;

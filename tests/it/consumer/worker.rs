@@ -170,6 +170,9 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
     produce(&ctx.aws.kinesis, &stream, 4, 0..3).await;
     let log: Log = Arc::default();
     let sink = log.clone();
+    // The invocation each handler call ran in, as the handler reads it.
+    let contexts: Arc<std::sync::Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen_in = contexts.clone();
     let function = shardkeeper::functions::WorkerFunction {
         store: store.clone(),
         kinesis: ctx.aws.kinesis.clone(),
@@ -186,9 +189,16 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
         observer: None,
         handler: move || {
             let sink = sink.clone();
+            let seen_in = seen_in.clone();
             move |record: StreamRecord| {
                 let sink = sink.clone();
+                let seen_in = seen_in.clone();
                 async move {
+                    let context = shardkeeper::processing::RecordContext::current();
+                    seen_in
+                        .lock()
+                        .unwrap()
+                        .push(context.map(|c| c.request_id.to_string()));
                     let n: u32 = std::str::from_utf8(&record.data).unwrap().parse().unwrap();
                     sink.lock().unwrap().push((
                         "fn".to_owned(),
@@ -224,6 +234,9 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
     ticking.await.unwrap();
     assert_eq!(report.shards.processed, 12, "{report:?}");
     check(&log, 4, 3);
+    // Every handler call ran in the invocation's context.
+    let request = Some("5f1c2e3a-8b9d-4e6f-a1b2-c3d4e5f6a7b8".to_owned());
+    assert_eq!(*contexts.lock().unwrap(), vec![request; 12]);
     // At the deadline the leases were released, checkpointed, and the
     // invocation's consumer deregistered.
     assert!(store.consumers().list().await.unwrap().is_empty());
