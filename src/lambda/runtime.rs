@@ -34,14 +34,44 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// `Panic` error, as `lambda_runtime` reports one, and the process goes
     /// on to the next event.
     pub async fn run(self) -> crate::Result<()> {
+        self.runtime().run().await.map_err(crate::Error::Runtime)
+    }
+
+    /// The runtime [`BatchProcessor::run`] serves, for tower layers of your
+    /// own around it (OpenTelemetry, your metrics): add them with
+    /// [`Runtime::layer`], then call [`Runtime::run`]. A layer added here
+    /// runs before the processor's: it sees each invocation as the runtime
+    /// received it (`LambdaInvocation`: the body's bytes, the context) and
+    /// its inner service runs the processor on it, reading the body once,
+    /// and posts the answer. Like `lambda_runtime::Runtime::new`, it panics
+    /// outside Lambda's environment (no `AWS_LAMBDA_RUNTIME_API`).
+    ///
+    /// ```no_run
+    /// # async fn example(processor: shardkeeper::KinesisProcessor<fn(shardkeeper::processing::StreamRecord) -> std::future::Ready<Result<(), std::io::Error>>>) -> Result<(), lambda_runtime::Error> {
+    /// use lambda_runtime::tower::layer::layer_fn;
+    /// processor
+    ///     .runtime()
+    ///     .layer(layer_fn(|inner| inner)) // your layer
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    pub fn runtime(
+        self,
+    ) -> Runtime<
+        impl Service<
+                LambdaInvocation,
+                Response = (),
+                Error = BoxError,
+                Future = impl Future<Output = Result<(), BoxError>> + Send,
+            > + Send
+            + 'static,
+    > {
         let post =
             service_fn(|event: LambdaEvent<Answer>| async move { event.payload.into_result() });
         Runtime::new(post)
             .layer(ReadOnce { processor: self })
             .layer(TracingLayer::new())
-            .run()
-            .await
-            .map_err(crate::Error::Runtime)
     }
 }
 

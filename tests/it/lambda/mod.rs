@@ -6,4 +6,5 @@ mod dynamodb;
 mod esm_contract;
 mod functions;
 mod kinesis;
+mod runtime_layers;
 mod windows;
