@@ -108,12 +108,7 @@ fn main() {
             store: store.clone(),
             kinesis: aws.kinesis.clone(),
             lease_term: TERM,
-            config: WorkerConfig {
-                renew_every: RENEW,
-                idle_poll_interval: Duration::from_millis(200),
-                expiry_margin: Duration::from_millis(500),
-                ..WorkerConfig::default()
-            },
+            config: WorkerConfig::default().renew_every(RENEW).idle_poll_interval(Duration::from_millis(200)).expiry_margin(Duration::from_millis(500)),
             margin: Duration::from_millis(200),
             drain: DRAIN,
             emit_metrics: false,
@@ -175,23 +170,11 @@ fn main() {
         let rebalancer = Rebalancer {
             store: store.clone(),
             kinesis: aws.kinesis.clone(),
-            config: RebalanceConfig {
-                lease_term: TERM,
-                heartbeat_timeout: TERM,
-                max_moves_per_tick: None,
-            },
+            config: RebalanceConfig::default().lease_term(TERM).heartbeat_timeout(TERM).max_moves_per_tick(None),
             emit_metrics: false,
             sightings: Default::default(),
             fleet: Some(Fleet::new(
-                FleetConfig {
-                    min_workers: 1,
-                    max_workers: 12,
-                    shards_per_worker: 16,
-                    lead: DRAIN + Duration::from_secs(4),
-                    start_timeout: Duration::from_secs(5),
-                    heartbeat_timeout: TERM,
-                    ..FleetConfig::default()
-                },
+                FleetConfig::default().min_workers(1).max_workers(12).shards_per_worker(16).lead(DRAIN + Duration::from_secs(4)).start_timeout(Duration::from_secs(5)).heartbeat_timeout(TERM),
                 Arc::new(starter),
             )),
         };

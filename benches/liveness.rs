@@ -74,10 +74,7 @@ async fn measure(shards: usize) -> Measured {
     let rebalancer = Rebalancer::new(
         store.clone(),
         aws.kinesis.clone(),
-        RebalanceConfig {
-            lease_term: LEASE_TERM,
-            ..RebalanceConfig::default()
-        },
+        RebalanceConfig::default().lease_term(LEASE_TERM),
     );
     let reaper = Reaper::new(store.clone(), aws.kinesis.clone(), ReapConfig::default());
     let mut sessions: Vec<ConsumerSession> = (0..consumers)

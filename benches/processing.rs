@@ -326,10 +326,8 @@ fn dynamodb_typed() -> DynamoDbProcessor<impl RecordHandler> {
 /// The processors' options: the defaults, without handler spans when
 /// `SHARDKEEPER_BENCH_SPANS=off`.
 fn bench_options() -> ProcessingOptions {
-    ProcessingOptions {
-        handler_spans: std::env::var("SHARDKEEPER_BENCH_SPANS").as_deref() != Ok("off"),
-        ..ProcessingOptions::default()
-    }
+    ProcessingOptions::default()
+        .handler_spans(std::env::var("SHARDKEEPER_BENCH_SPANS").as_deref() != Ok("off"))
 }
 
 /// The events measured: name, text.

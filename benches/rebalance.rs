@@ -158,7 +158,7 @@ fn main() {
         let config = StoreConfig::new("bench", &stream).unwrap().table(&unique_name("bench")).unwrap();
         let store = StateStore::with_clock(aws.dynamodb.clone(), config, Arc::new(clock.clone()));
         store.table().ensure(&TableOptions::default()).await.unwrap();
-        let rebalancer = Rebalancer::new(store.clone(), aws.kinesis.clone(), RebalanceConfig { lease_term: LEASE_TERM, ..RebalanceConfig::default() });
+        let rebalancer = Rebalancer::new(store.clone(), aws.kinesis.clone(), RebalanceConfig::default().lease_term(LEASE_TERM));
         let mut sim = Sim { aws: aws.clone(), clock: clock.clone(), rebalancer, sessions: Vec::new(), t: 0 };
         let mut phases = Vec::new();
 
@@ -191,7 +191,7 @@ fn main() {
         // Same starting states, planned with one move per tick (KCL-like) vs as many as needed.
         let now = store.now();
         let unlimited = RebalanceConfig::default();
-        let one = RebalanceConfig { max_moves_per_tick: Some(1), ..RebalanceConfig::default() };
+        let one = RebalanceConfig::default().max_moves_per_tick(Some(1));
         let mut live_join = before_join.clone();
         for s in &mut live_join.shards {
             s.expires = Some(now + 10_000);

@@ -59,12 +59,7 @@ fn main() {
         };
         // What the toolkit can do, so no pacing to the Kinesis limit (that
         // is the baseline the result is compared with).
-        let config = WorkerConfig {
-            min_poll_interval: Duration::ZERO,
-            read_bytes_per_second: u64::MAX,
-            checkpoint_every: Duration::ZERO,
-            ..WorkerConfig::default()
-        };
+        let config = WorkerConfig::default().min_poll_interval(Duration::ZERO).read_bytes_per_second(u64::MAX).checkpoint_every(Duration::ZERO);
         let mut worker = holding_worker(&aws, &stream, "bench-worker", handler, config).await;
         let d0 = aws.dynamodb_requests.snapshot();
         let started = Instant::now();
@@ -150,10 +145,7 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         .await
         .unwrap();
     active(aws, &stream).await;
-    let config = WorkerConfig {
-        checkpoint_every: every,
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default().checkpoint_every(every);
     let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
     let mut worker = holding_worker(aws, &stream, "steady-worker", handler, config).await;
     // The producer: 500 records every 250 ms.

@@ -48,11 +48,9 @@ async fn main() -> Result<(), Error> {
             aws.dynamodb,
             aws.kinesis,
             StoreConfig::new("orders-app", "orders")?,
-            WorkerConfig {
-                renew_every: Duration::from_secs(1),
-                enhanced_fan_out: efo.then(|| EfoPool::new("orders-app", 1)),
-                ..WorkerConfig::default()
-            },
+            WorkerConfig::default()
+                .renew_every(Duration::from_secs(1))
+                .enhanced_fan_out(efo.then(|| EfoPool::new("orders-app", 1))),
         )
     } else {
         let config = ScheduledConfig::from_env()?;

@@ -43,6 +43,7 @@ pub enum OnTrimmed {
 
 /// How a [`crate::ddb_streams::StreamReader`] reads.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReaderConfig {
     /// Where the shards start that have no saved position the first time
     /// the reader sees the stream. Shards that appear later always start at
@@ -58,6 +59,40 @@ pub struct ReaderConfig {
     /// How [`crate::ddb_streams::StreamReader::poll`] treats failures: the
     /// failure mode, attempts before a record is parked, and where.
     pub processing: ProcessingOptions,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl ReaderConfig {
+    /// Sets [`ReaderConfig::initial_position`](Self::initial_position).
+    pub fn initial_position(mut self, initial_position: InitialPosition) -> Self {
+        self.initial_position = initial_position;
+        self
+    }
+
+    /// Sets [`ReaderConfig::limit`](Self::limit).
+    pub fn limit(mut self, limit: Option<i32>) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Sets [`ReaderConfig::on_trimmed`](Self::on_trimmed).
+    pub fn on_trimmed(mut self, on_trimmed: OnTrimmed) -> Self {
+        self.on_trimmed = on_trimmed;
+        self
+    }
+
+    /// Sets [`ReaderConfig::idle_pause`](Self::idle_pause).
+    pub fn idle_pause(mut self, idle_pause: Duration) -> Self {
+        self.idle_pause = idle_pause;
+        self
+    }
+
+    /// Sets [`ReaderConfig::processing`](Self::processing).
+    pub fn processing(mut self, processing: ProcessingOptions) -> Self {
+        self.processing = processing;
+        self
+    }
 }
 
 impl Default for ReaderConfig {

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 /// How a fleet is sized.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FleetConfig {
     /// The fewest workers kept running (default 1).
     pub min_workers: usize,
@@ -50,6 +51,58 @@ pub struct FleetConfig {
     /// The size of the enhanced fan-out pool the workers read through, if
     /// they do: no more workers are wanted than it has consumers.
     pub efo_pool_size: Option<usize>,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl FleetConfig {
+    /// Sets [`FleetConfig::min_workers`](Self::min_workers).
+    pub fn min_workers(mut self, min_workers: usize) -> Self {
+        self.min_workers = min_workers;
+        self
+    }
+
+    /// Sets [`FleetConfig::max_workers`](Self::max_workers).
+    pub fn max_workers(mut self, max_workers: usize) -> Self {
+        self.max_workers = max_workers;
+        self
+    }
+
+    /// Sets [`FleetConfig::shards_per_worker`](Self::shards_per_worker).
+    pub fn shards_per_worker(mut self, shards_per_worker: usize) -> Self {
+        self.shards_per_worker = shards_per_worker;
+        self
+    }
+
+    /// Sets [`FleetConfig::target_busy`](Self::target_busy).
+    pub fn target_busy(mut self, target_busy: u32) -> Self {
+        self.target_busy = target_busy;
+        self
+    }
+
+    /// Sets [`FleetConfig::lead`](Self::lead).
+    pub fn lead(mut self, lead: Duration) -> Self {
+        self.lead = lead;
+        self
+    }
+
+    /// Sets [`FleetConfig::start_timeout`](Self::start_timeout).
+    pub fn start_timeout(mut self, start_timeout: Duration) -> Self {
+        self.start_timeout = start_timeout;
+        self
+    }
+
+    /// Sets [`FleetConfig::heartbeat_timeout`](Self::heartbeat_timeout).
+    pub fn heartbeat_timeout(mut self, heartbeat_timeout: Duration) -> Self {
+        self.heartbeat_timeout = heartbeat_timeout;
+        self
+    }
+
+    /// Sets [`FleetConfig::efo_pool_size`](Self::efo_pool_size).
+    pub fn efo_pool_size(mut self, efo_pool_size: Option<usize>) -> Self {
+        self.efo_pool_size = efo_pool_size;
+        self
+    }
 }
 
 impl Default for FleetConfig {

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 /// How the reaper decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReapConfig {
     /// A consumer whose heartbeat has not changed for longer than this (as observed) is removed.
     pub heartbeat_timeout: Duration,
@@ -41,6 +42,34 @@ pub struct ReapConfig {
     /// The stream's retention period: a depleted shard depleted longer ago
     /// than this has no records left, and its state goes.
     pub retention: Duration,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl ReapConfig {
+    /// Sets [`ReapConfig::heartbeat_timeout`](Self::heartbeat_timeout).
+    pub fn heartbeat_timeout(mut self, heartbeat_timeout: Duration) -> Self {
+        self.heartbeat_timeout = heartbeat_timeout;
+        self
+    }
+
+    /// Sets [`ReapConfig::lease_term`](Self::lease_term).
+    pub fn lease_term(mut self, lease_term: Duration) -> Self {
+        self.lease_term = lease_term;
+        self
+    }
+
+    /// Sets [`ReapConfig::efo_idle_timeout`](Self::efo_idle_timeout).
+    pub fn efo_idle_timeout(mut self, efo_idle_timeout: Duration) -> Self {
+        self.efo_idle_timeout = efo_idle_timeout;
+        self
+    }
+
+    /// Sets [`ReapConfig::retention`](Self::retention).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
 }
 
 impl Default for ReapConfig {

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 /// How the rebalancer decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RebalanceConfig {
     /// The lease term: a session unchanged for this long (as observed) is
     /// stale, and its leases move.
@@ -38,6 +39,28 @@ pub struct RebalanceConfig {
     /// The most claims per tick; `None`: as many as reach balance in one
     /// tick. Free and stale leases (a forced take too) are always given.
     pub max_moves_per_tick: Option<usize>,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl RebalanceConfig {
+    /// Sets [`RebalanceConfig::lease_term`](Self::lease_term).
+    pub fn lease_term(mut self, lease_term: Duration) -> Self {
+        self.lease_term = lease_term;
+        self
+    }
+
+    /// Sets [`RebalanceConfig::heartbeat_timeout`](Self::heartbeat_timeout).
+    pub fn heartbeat_timeout(mut self, heartbeat_timeout: Duration) -> Self {
+        self.heartbeat_timeout = heartbeat_timeout;
+        self
+    }
+
+    /// Sets [`RebalanceConfig::max_moves_per_tick`](Self::max_moves_per_tick).
+    pub fn max_moves_per_tick(mut self, max_moves_per_tick: Option<usize>) -> Self {
+        self.max_moves_per_tick = max_moves_per_tick;
+        self
+    }
 }
 
 impl Default for RebalanceConfig {

@@ -63,6 +63,7 @@ pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// Processor settings.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessingOptions {
     /// Stop at the first failure (default) or report all.
     pub mode: FailureMode,
@@ -86,6 +87,46 @@ pub struct ProcessingOptions {
     /// Under a subscriber that records INFO spans, a span costs about half
     /// a microsecond a record (docs/BENCHMARKS.md, "Handler spans").
     pub handler_spans: bool,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl ProcessingOptions {
+    /// Sets [`ProcessingOptions::mode`](Self::mode).
+    pub fn mode(mut self, mode: FailureMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets [`ProcessingOptions::max_attempts`](Self::max_attempts).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets [`ProcessingOptions::parking`](Self::parking).
+    pub fn parking(mut self, parking: Parking) -> Self {
+        self.parking = parking;
+        self
+    }
+
+    /// Sets [`ProcessingOptions::checkpoint_records`](Self::checkpoint_records).
+    pub fn checkpoint_records(mut self, checkpoint_records: Option<u64>) -> Self {
+        self.checkpoint_records = checkpoint_records;
+        self
+    }
+
+    /// Sets [`ProcessingOptions::consumer`](Self::consumer).
+    pub fn consumer(mut self, consumer: Option<String>) -> Self {
+        self.consumer = consumer;
+        self
+    }
+
+    /// Sets [`ProcessingOptions::handler_spans`](Self::handler_spans).
+    pub fn handler_spans(mut self, handler_spans: bool) -> Self {
+        self.handler_spans = handler_spans;
+        self
+    }
 }
 
 impl Default for ProcessingOptions {

@@ -110,13 +110,11 @@ fn spawn_worker(
         Ok::<(), std::io::Error>(())
     });
     let observer = recording_observer(history, &name);
-    let config = WorkerConfig {
-        renew_every: Duration::from_millis(500),
-        min_poll_interval: Duration::from_millis(100),
-        idle_poll_interval: Duration::from_millis(200),
-        max_records: 200,
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .renew_every(Duration::from_millis(500))
+        .min_poll_interval(Duration::from_millis(100))
+        .idle_poll_interval(Duration::from_millis(200))
+        .max_records(200);
     let mut worker = ShardWorker::new(session, store.clone(), kinesis.clone(), handler, config)
         .with_observer(observer);
     let stop = stop.clone();
@@ -276,19 +274,15 @@ async fn run_on(
     let rebalancer = Rebalancer::new(
         store.clone(),
         kinesis.clone(),
-        RebalanceConfig {
-            lease_term: LEASE_TERM,
-            heartbeat_timeout: LEASE_TERM,
-            max_moves_per_tick: None,
-        },
+        RebalanceConfig::default()
+            .lease_term(LEASE_TERM)
+            .heartbeat_timeout(LEASE_TERM)
+            .max_moves_per_tick(None),
     );
     let reaper = Reaper::new(
         store.clone(),
         kinesis.clone(),
-        ReapConfig {
-            heartbeat_timeout: LEASE_TERM * 2,
-            ..ReapConfig::default()
-        },
+        ReapConfig::default().heartbeat_timeout(LEASE_TERM * 2),
     );
     let mut workers = Vec::new();
     for i in 0..args.workers.max(1) {

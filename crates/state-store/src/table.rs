@@ -28,6 +28,7 @@ pub enum Billing {
 
 /// How to create and check the state table.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TableOptions {
     /// Billing of a table created by the store.
     pub billing: Billing,
@@ -39,6 +40,40 @@ pub struct TableOptions {
     pub wait_timeout: Duration,
     /// How often to look while waiting.
     pub poll_interval: Duration,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl TableOptions {
+    /// Sets [`TableOptions::billing`](Self::billing).
+    pub fn billing(mut self, billing: Billing) -> Self {
+        self.billing = billing;
+        self
+    }
+
+    /// Sets [`TableOptions::sse`](Self::sse).
+    pub fn sse(mut self, sse: bool) -> Self {
+        self.sse = sse;
+        self
+    }
+
+    /// Sets [`TableOptions::tags`](Self::tags).
+    pub fn tags(mut self, tags: BTreeMap<String, String>) -> Self {
+        self.tags = tags;
+        self
+    }
+
+    /// Sets [`TableOptions::wait_timeout`](Self::wait_timeout).
+    pub fn wait_timeout(mut self, wait_timeout: Duration) -> Self {
+        self.wait_timeout = wait_timeout;
+        self
+    }
+
+    /// Sets [`TableOptions::poll_interval`](Self::poll_interval).
+    pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
 }
 
 impl Default for TableOptions {

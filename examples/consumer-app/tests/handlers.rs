@@ -77,13 +77,13 @@ async fn store(aws: &AwsClients, stream: &str) -> StateStore {
 fn orders_function(writer: OrderWriter, store: StateStore) -> KinesisProcessor<impl RecordHandler> {
     KinesisProcessor::new(orders::handler(writer))
         .with_store(store)
-        .with_options(ProcessingOptions {
-            max_attempts: 3,
-            parking: Parking::StateTable {
-                ttl: PARKED_IN_TABLE_FOR,
-            },
-            ..ProcessingOptions::default()
-        })
+        .with_options(
+            ProcessingOptions::default()
+                .max_attempts(3)
+                .parking(Parking::StateTable {
+                    ttl: PARKED_IN_TABLE_FOR,
+                }),
+        )
 }
 
 async fn count(aws: &AwsClients, table: &str) -> usize {

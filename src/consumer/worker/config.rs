@@ -10,6 +10,7 @@ pub const SHARD_READ_BYTES_PER_SECOND: u64 = 2 * 1024 * 1024;
 
 /// How the worker reads.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// Where shards with no checkpoint start.
     pub initial_position: InitialPosition,
@@ -52,6 +53,82 @@ pub struct WorkerConfig {
     /// send time plus the term): a slow batch is cut there, checkpointed,
     /// and goes on after the next heartbeat.
     pub expiry_margin: Duration,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl WorkerConfig {
+    /// Sets [`WorkerConfig::initial_position`](Self::initial_position).
+    pub fn initial_position(mut self, initial_position: InitialPosition) -> Self {
+        self.initial_position = initial_position;
+        self
+    }
+
+    /// Sets [`WorkerConfig::renew_every`](Self::renew_every).
+    pub fn renew_every(mut self, renew_every: Duration) -> Self {
+        self.renew_every = renew_every;
+        self
+    }
+
+    /// Sets [`WorkerConfig::min_poll_interval`](Self::min_poll_interval).
+    pub fn min_poll_interval(mut self, min_poll_interval: Duration) -> Self {
+        self.min_poll_interval = min_poll_interval;
+        self
+    }
+
+    /// Sets [`WorkerConfig::read_bytes_per_second`](Self::read_bytes_per_second).
+    pub fn read_bytes_per_second(mut self, read_bytes_per_second: u64) -> Self {
+        self.read_bytes_per_second = read_bytes_per_second;
+        self
+    }
+
+    /// Sets [`WorkerConfig::idle_poll_interval`](Self::idle_poll_interval).
+    pub fn idle_poll_interval(mut self, idle_poll_interval: Duration) -> Self {
+        self.idle_poll_interval = idle_poll_interval;
+        self
+    }
+
+    /// Sets [`WorkerConfig::max_records`](Self::max_records).
+    pub fn max_records(mut self, max_records: i32) -> Self {
+        self.max_records = max_records;
+        self
+    }
+
+    /// Sets [`WorkerConfig::processing`](Self::processing).
+    pub fn processing(mut self, processing: ProcessingOptions) -> Self {
+        self.processing = processing;
+        self
+    }
+
+    /// Sets [`WorkerConfig::release_on_stop`](Self::release_on_stop).
+    pub fn release_on_stop(mut self, release_on_stop: bool) -> Self {
+        self.release_on_stop = release_on_stop;
+        self
+    }
+
+    /// Sets [`WorkerConfig::enhanced_fan_out`](Self::enhanced_fan_out).
+    pub fn enhanced_fan_out(mut self, enhanced_fan_out: Option<EfoPool>) -> Self {
+        self.enhanced_fan_out = enhanced_fan_out;
+        self
+    }
+
+    /// Sets [`WorkerConfig::subscription_lifetime`](Self::subscription_lifetime).
+    pub fn subscription_lifetime(mut self, subscription_lifetime: Duration) -> Self {
+        self.subscription_lifetime = subscription_lifetime;
+        self
+    }
+
+    /// Sets [`WorkerConfig::checkpoint_every`](Self::checkpoint_every).
+    pub fn checkpoint_every(mut self, checkpoint_every: Duration) -> Self {
+        self.checkpoint_every = checkpoint_every;
+        self
+    }
+
+    /// Sets [`WorkerConfig::expiry_margin`](Self::expiry_margin).
+    pub fn expiry_margin(mut self, expiry_margin: Duration) -> Self {
+        self.expiry_margin = expiry_margin;
+        self
+    }
 }
 
 impl Default for WorkerConfig {

@@ -15,7 +15,7 @@ use crate::support::classes::{counted_kinesis, kinesis_at, of_error, quick_retri
 use crate::support::common::{active_efo_consumer, create_stream, ctx, register_pool, stream_arn};
 use crate::support::consume::{eager, worker_with, Log};
 use crate::support::faulty::Faulty;
-use shardkeeper::consumer::{lock_or_grow, EfoPool, WorkerConfig};
+use shardkeeper::consumer::{lock_or_grow, EfoPool};
 use shardkeeper::state::{ConsumerId, RetryPolicy, StateError, StateStore, StoreConfig};
 use shardkeeper_local::unique_name;
 use std::time::{Duration, Instant};
@@ -211,10 +211,7 @@ async fn a_registration_past_the_consumer_quota_ends_the_worker_after_bounded_at
     }
     let (kinesis, requests) = counted_kinesis(&ctx);
     let store = ctx.store(&stream);
-    let config = WorkerConfig {
-        enhanced_fan_out: Some(pool("grp")),
-        ..eager()
-    };
+    let config = eager().enhanced_fan_out(Some(pool("grp")));
     let mut worker = worker_with(&store, &kinesis, "w0", Log::default(), config);
     let started = Instant::now();
     let error = worker

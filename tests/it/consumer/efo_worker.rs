@@ -16,13 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn efo(prefix: &str, size: usize) -> WorkerConfig {
-    WorkerConfig {
-        enhanced_fan_out: Some(EfoPool {
-            poll_interval: Duration::from_millis(20),
-            ..EfoPool::new(prefix, size)
-        }),
-        ..eager()
-    }
+    eager().enhanced_fan_out(Some(EfoPool {
+        poll_interval: Duration::from_millis(20),
+        ..EfoPool::new(prefix, size)
+    }))
 }
 
 /// A context on servers of its own whose Kinesis ends every subscription

@@ -219,14 +219,12 @@ impl Subscription for FakeSubscription {
 /// The eager configuration, reading with an EFO pool of one when `efo`, and
 /// subscriptions renewed every 40 ms.
 fn fake_config(efo: bool) -> WorkerConfig {
-    WorkerConfig {
-        enhanced_fan_out: efo.then(|| EfoPool {
+    eager()
+        .enhanced_fan_out(efo.then(|| EfoPool {
             poll_interval: Duration::from_millis(20),
             ..EfoPool::new("fake", 1)
-        }),
-        subscription_lifetime: Duration::from_millis(40),
-        ..eager()
-    }
+        }))
+        .subscription_lifetime(Duration::from_millis(40))
 }
 
 /// A standalone worker on a real one-shard stream (its shard listing, its
@@ -412,11 +410,7 @@ async fn polling_is_paced_to_the_shard_read_rate() {
     fake.0.lock().unwrap().records = records(4, 3);
     let log: Log = Arc::default();
     // 4 one-byte records per GetRecords at 16 bytes/s: 250 ms apart at least.
-    let config = WorkerConfig {
-        max_records: 4,
-        read_bytes_per_second: 16,
-        ..fake_config(false)
-    };
+    let config = fake_config(false).max_records(4).read_bytes_per_second(16);
     let mut w = reading_through(&ctx, &fake, log.clone(), config).await;
     run(&mut w, |w| w.report().shards.processed == 12).await;
     crate::support::consume::check(&log, 4, 3);

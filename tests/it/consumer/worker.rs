@@ -177,12 +177,10 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
         store: store.clone(),
         kinesis: ctx.aws.kinesis.clone(),
         lease_term: Duration::from_secs(10),
-        config: WorkerConfig {
-            renew_every: Duration::from_millis(50),
-            min_poll_interval: Duration::ZERO,
-            idle_poll_interval: Duration::from_millis(20),
-            ..WorkerConfig::default()
-        },
+        config: WorkerConfig::default()
+            .renew_every(Duration::from_millis(50))
+            .min_poll_interval(Duration::ZERO)
+            .idle_poll_interval(Duration::from_millis(20)),
         margin: Duration::from_millis(300),
         drain: Duration::ZERO,
         emit_metrics: false,
@@ -462,11 +460,9 @@ async fn a_slow_handler_never_outlives_the_lease() {
         "w0",
         slow,
         term,
-        WorkerConfig {
-            renew_every: Duration::from_millis(300),
-            expiry_margin: Duration::from_millis(300),
-            ..crate::support::consume::eager()
-        },
+        crate::support::consume::eager()
+            .renew_every(Duration::from_millis(300))
+            .expiry_margin(Duration::from_millis(300)),
     );
     w.step().await.unwrap(); // registers
     rebalancer.tick().await.unwrap();
@@ -535,10 +531,8 @@ async fn children_of_a_parent_without_progress_start_at_their_first_record() {
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
     let log: Log = Arc::default();
-    let config = WorkerConfig {
-        initial_position: shardkeeper::pipeline::InitialPosition::Latest,
-        ..crate::support::consume::eager()
-    };
+    let config = crate::support::consume::eager()
+        .initial_position(shardkeeper::pipeline::InitialPosition::Latest);
     let mut workers = vec![crate::support::consume::worker_with(
         &store,
         &ctx.aws.kinesis,
@@ -594,10 +588,8 @@ async fn a_failed_first_batch_after_latest_is_read_again_not_skipped() {
         "w0",
         handler,
         Duration::from_secs(10),
-        WorkerConfig {
-            initial_position: shardkeeper::pipeline::InitialPosition::Latest,
-            ..crate::support::consume::eager()
-        },
+        crate::support::consume::eager()
+            .initial_position(shardkeeper::pipeline::InitialPosition::Latest),
     )];
     for _ in 0..3 {
         tick_and_step(&rebalancer, &mut workers).await; // holds the shard, reads LATEST: nothing
@@ -714,10 +706,8 @@ async fn a_latest_start_whose_first_iterator_is_lost_skips_nothing_written_since
         &ctx.aws.kinesis,
         "w0",
         log.clone(),
-        WorkerConfig {
-            initial_position: shardkeeper::pipeline::InitialPosition::Latest,
-            ..crate::support::consume::eager()
-        },
+        crate::support::consume::eager()
+            .initial_position(shardkeeper::pipeline::InitialPosition::Latest),
     )];
     lose_the_first_iterator_then_read(&faulty, &rebalancer, &mut workers, &stream, &log).await;
 }
@@ -772,9 +762,9 @@ async fn a_latest_start_whose_holder_crashes_before_any_record_skips_nothing() {
     let store = ctx.store(&stream);
     let rebalancer = rebalancer(&ctx.aws, &store);
     let log: Log = Arc::default();
-    let latest = || WorkerConfig {
-        initial_position: shardkeeper::pipeline::InitialPosition::Latest,
-        ..crate::support::consume::eager()
+    let latest = || {
+        crate::support::consume::eager()
+            .initial_position(shardkeeper::pipeline::InitialPosition::Latest)
     };
     let mut first = vec![crate::support::consume::worker_with(
         &store,
@@ -846,10 +836,7 @@ async fn checkpoints_are_paced_and_the_deferred_one_is_written_when_due_and_at_a
     let rebalancer = rebalancer(&ctx.aws, &store);
     let log: Log = Arc::default();
     let every = Duration::from_secs(1);
-    let config = WorkerConfig {
-        checkpoint_every: every,
-        ..crate::support::consume::eager()
-    };
+    let config = crate::support::consume::eager().checkpoint_every(every);
     let worker = |name: &str| {
         crate::support::consume::worker_with(
             &store,

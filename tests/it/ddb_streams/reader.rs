@@ -35,10 +35,7 @@ fn keys(id: &str) -> Keys {
 }
 
 fn config() -> ReaderConfig {
-    ReaderConfig {
-        idle_pause: Duration::from_millis(5),
-        ..ReaderConfig::default()
-    }
+    ReaderConfig::default().idle_pause(Duration::from_millis(5))
 }
 
 /// Reads and commits until the reader is caught up; the records' ids, in order.
@@ -160,10 +157,7 @@ async fn a_restarted_reader_resumes_after_the_committed_position() {
         put(&ctx, &table, id, "new").await;
     }
     let group = unique_name("g");
-    let limited = ReaderConfig {
-        limit: Some(2),
-        ..config()
-    };
+    let limited = config().limit(Some(2));
     let mut first = StreamReader::new(
         ctx.aws.streams.clone(),
         ctx.store_for(&group, &table),
@@ -697,10 +691,7 @@ async fn an_expired_latest_iterator_is_never_replaced_at_latest() {
     let now = ctx.clock_now();
     fake.add_shard("shard", None);
     fake.write("shard", "before", now - 60_000);
-    let latest = ReaderConfig {
-        initial_position: InitialPosition::Latest,
-        ..config()
-    };
+    let latest = config().initial_position(InitialPosition::Latest);
     let (mut reader, _store) = fake_reader(&ctx, &fake, latest);
     assert!(reader.next_batch().await.unwrap().is_empty());
     // Records arrive while the reader is away for longer than an iterator lives.
@@ -742,10 +733,7 @@ async fn trimmed_data_restarts_at_trim_horizon_and_is_reported_or_fails_when_ask
         let now = ctx.clock_now();
         let fake = Fake::one_shard(&["r1", "r2", "r3", "r4", "r5"], now);
         fake.state().page = 2;
-        let cfg = ReaderConfig {
-            on_trimmed,
-            ..config()
-        };
+        let cfg = config().on_trimmed(on_trimmed);
         let (mut reader, _store) = fake_reader(&ctx, &fake, cfg);
         let first = reader.next_batch().await.unwrap();
         assert_eq!(record_ids(&first), ["r1", "r2"]);
@@ -820,14 +808,9 @@ async fn a_poll_broken_off_by_the_state_table_reads_its_shard_again() {
     let faulty = crate::support::faulty::Faulty::start(11).await;
     let now = faulty.ctx.clock_now();
     let fake = Fake::one_shard(&["r1", "r2", "r3"], now);
-    let config = ReaderConfig {
-        processing: ProcessingOptions {
-            // A position saved after every record.
-            checkpoint_records: Some(1),
-            ..ProcessingOptions::default()
-        },
-        ..config()
-    };
+    let config = config()
+        // A position saved after every record.
+        .processing(ProcessingOptions::default().checkpoint_records(Some(1)));
     let (mut reader, _store) = fake_reader(&faulty.ctx, &fake, config);
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let (at_r2, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -992,21 +975,12 @@ async fn a_failing_record_holds_up_its_shard_alone_until_it_is_parked() {
     for id in ["b1", "b2"] {
         fake.write("b", id, now);
     }
-    let options = ProcessingOptions {
-        max_attempts: 2,
-        parking: Parking::StateTable {
+    let options = ProcessingOptions::default()
+        .max_attempts(2)
+        .parking(Parking::StateTable {
             ttl: Duration::from_secs(3600),
-        },
-        ..ProcessingOptions::default()
-    };
-    let (mut reader, store) = fake_reader(
-        &ctx,
-        &fake,
-        ReaderConfig {
-            processing: options,
-            ..config()
-        },
-    );
+        });
+    let (mut reader, store) = fake_reader(&ctx, &fake, config().processing(options));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handler = {
         let seen = seen.clone();

@@ -42,11 +42,7 @@ fn a_worker_near_its_end_no_longer_counts_so_its_replacement_starts_before_it_dr
 
 #[test]
 fn the_fleet_follows_the_shards_and_the_handlers_load_within_its_bounds() {
-    let config = FleetConfig {
-        shards_per_worker: 4,
-        max_workers: 6,
-        ..FleetConfig::default()
-    };
+    let config = FleetConfig::default().shards_per_worker(4).max_workers(6);
     let idle = group(vec![worker("a", 0, 10 * LEAD_MS, 50)]);
     assert_eq!(plan_fleet(&idle, &ages(&idle), 8, 0, &config).wanted, 2);
     assert_eq!(plan_fleet(&idle, &ages(&idle), 0, 0, &config).wanted, 1);
@@ -110,20 +106,15 @@ fn a_start_counts_until_a_new_consumer_registers_or_it_times_out() {
 /// more workers than the pool has consumers.
 #[test]
 fn on_enhanced_fan_out_a_waiting_worker_stays_and_the_pool_bounds_the_fleet() {
-    let config = FleetConfig {
-        shards_per_worker: 1,
-        efo_pool_size: Some(2),
-        ..FleetConfig::default()
-    };
+    let config = FleetConfig::default()
+        .shards_per_worker(1)
+        .efo_pool_size(Some(2));
     let mut waiting = worker("b", 0, 10 * LEAD_MS, 0);
     waiting.active = false;
     let snap = group(vec![worker("a", 0, 10 * LEAD_MS, 900), waiting]);
     let plan = plan_fleet(&snap, &ages(&snap), 8, 0, &config);
     assert_eq!((plan.wanted, plan.staying, plan.start), (2, 2, 0));
     // Without a pool, 8 shards at one per worker want 8.
-    let polling = FleetConfig {
-        efo_pool_size: None,
-        ..config
-    };
+    let polling = config.efo_pool_size(None);
     assert_eq!(plan_fleet(&snap, &ages(&snap), 8, 0, &polling).start, 6);
 }

@@ -6,12 +6,11 @@ use shardkeeper::state::GroupSnapshot;
 use std::time::Duration;
 
 fn config() -> ReapConfig {
-    ReapConfig {
-        heartbeat_timeout: Duration::from_secs(15),
-        lease_term: TERM,
-        efo_idle_timeout: Duration::from_secs(600),
-        retention: Duration::from_secs(3600),
-    }
+    ReapConfig::default()
+        .heartbeat_timeout(Duration::from_secs(15))
+        .lease_term(TERM)
+        .efo_idle_timeout(Duration::from_secs(600))
+        .retention(Duration::from_secs(3600))
 }
 
 fn describe(actions: &[Action]) -> Vec<String> {

@@ -8,11 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 fn config() -> RebalanceConfig {
-    RebalanceConfig {
-        lease_term: TERM,
-        heartbeat_timeout: Duration::from_secs(15),
-        max_moves_per_tick: None,
-    }
+    RebalanceConfig::default()
+        .lease_term(TERM)
+        .heartbeat_timeout(Duration::from_secs(15))
+        .max_moves_per_tick(None)
 }
 
 /// Applies a plan as if every owner honoured its claims (new and open) at once.
@@ -282,10 +281,7 @@ fn scenarios() {
                     shard("s4"),
                 ],
             ),
-            RebalanceConfig {
-                max_moves_per_tick: Some(1),
-                ..config()
-            },
+            config().max_moves_per_tick(Some(1)),
             vec![t("s4", "b", "assign"), t("s2", "b", "claim")],
         ),
         (
@@ -366,7 +362,7 @@ proptest! {
 
     #[test]
     fn plans_keep_the_invariants((snap, moves) in arb_group()) {
-        let cfg = RebalanceConfig { max_moves_per_tick: moves, ..config() };
+        let cfg = config().max_moves_per_tick(moves);
         let plan = plan_rebalance(&snap, &ages(&snap), &cfg);
         let live: BTreeSet<&ConsumerId> = snap
             .consumers

@@ -319,10 +319,7 @@ async fn the_reaper_removes_the_dead_and_deregisters_idle_efo_consumers() {
     let reaper = Reaper {
         store: store.clone(),
         kinesis: ctx.aws.kinesis.clone(),
-        config: ReapConfig {
-            efo_idle_timeout: Duration::from_secs(600),
-            ..ReapConfig::default()
-        },
+        config: ReapConfig::default().efo_idle_timeout(Duration::from_secs(600)),
         emit_metrics: true,
         sightings: Default::default(),
     };

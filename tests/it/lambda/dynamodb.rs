@@ -188,13 +188,11 @@ async fn attempts_follow_the_record_across_retries_that_start_at_it() {
     let store = ctx.store(&table);
     let (projection, log): (Projection, Log) = Default::default();
     let fail_on = Arc::new(Mutex::new(Some("insert o2".to_owned())));
-    let options = shardkeeper::processing::ProcessingOptions {
-        max_attempts: 2,
-        parking: shardkeeper::processing::Parking::StateTable {
+    let options = shardkeeper::processing::ProcessingOptions::default()
+        .max_attempts(2)
+        .parking(shardkeeper::processing::Parking::StateTable {
             ttl: Duration::from_secs(3600),
-        },
-        ..Default::default()
-    };
+        });
     let processor = DynamoDbProcessor::new(projector(projection, log.clone(), fail_on))
         .with_store(store.clone())
         .with_options(options);

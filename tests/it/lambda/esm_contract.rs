@@ -113,14 +113,12 @@ fn seeds() -> std::ops::Range<u64> {
 /// and checkpoints after every few records or by time only.
 fn property_options(seed: u64) -> ProcessingOptions {
     let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
-    ProcessingOptions {
-        max_attempts: 2,
-        parking: Parking::StateTable {
+    ProcessingOptions::default()
+        .max_attempts(2)
+        .parking(Parking::StateTable {
             ttl: Duration::from_secs(3600),
-        },
-        checkpoint_records: rng.bool().then(|| rng.u64(1..=4)),
-        ..ProcessingOptions::default()
-    }
+        })
+        .checkpoint_records(rng.bool().then(|| rng.u64(1..=4)))
 }
 
 /// One property run: for each seed, a mapping drawn (re-formed between
@@ -376,13 +374,11 @@ async fn two_functions_on_one_stream_each_run_every_record() {
     let ctx = ctx().await;
     let (_, _, records) = records(&ctx, 20, 4, None).await;
     let store = ctx.store("esm-two-functions");
-    let options = ProcessingOptions {
-        max_attempts: 2,
-        parking: Parking::StateTable {
+    let options = ProcessingOptions::default()
+        .max_attempts(2)
+        .parking(Parking::StateTable {
             ttl: Duration::from_secs(3600),
-        },
-        ..ProcessingOptions::default()
-    };
+        });
     let archive: Completions = Arc::default();
     let archiver = KinesisProcessor::new(handler(archive.clone()))
         .with_store(store.clone())
@@ -433,10 +429,7 @@ async fn a_configured_consumer_keeps_two_mappings_of_one_function_apart() {
     let named = |name: &str| {
         KinesisProcessor::new(handler(completions.clone()))
             .with_store(store.clone())
-            .with_options(ProcessingOptions {
-                consumer: Some(name.to_owned()),
-                ..ProcessingOptions::default()
-            })
+            .with_options(ProcessingOptions::default().consumer(Some(name.to_owned())))
     };
     let (live, replay) = (named("live"), named("replay"));
     invoke_as(&live, "orders", &records).await;
@@ -463,10 +456,7 @@ async fn a_re_formed_batch_skips_only_records_a_batch_holding_them_did() {
     let completions: Completions = Arc::default();
     let processor = KinesisProcessor::new(handler(completions.clone()))
         .with_store(store)
-        .with_options(ProcessingOptions {
-            checkpoint_records: Some(1),
-            ..ProcessingOptions::default()
-        });
+        .with_options(ProcessingOptions::default().checkpoint_records(Some(1)));
     // Lane of key k0: records 0, 2, 4; its invocation completed them and
     // was killed before it returned (so Lambda sends them again).
     let lane: Vec<EsmRecord> = records.iter().step_by(2).cloned().collect();
@@ -688,10 +678,7 @@ async fn a_killed_invocation_keeps_what_it_checkpointed() {
     let killed = Arc::new(tokio::sync::Notify::new());
     // The first invocation dies as it starts its sixth record.
     let handler = dying(completions.clone(), 5, killed.clone());
-    let options = ProcessingOptions {
-        checkpoint_records: Some(1),
-        ..ProcessingOptions::default()
-    };
+    let options = ProcessingOptions::default().checkpoint_records(Some(1));
     let processor = KinesisProcessor::new(handler)
         .with_store(ctx.store("esm-killed"))
         .with_options(options);
@@ -724,15 +711,14 @@ async fn a_state_table_outage_degrades_to_at_least_once_and_fails_nothing_else()
     let f = crate::support::faulty::Faulty::start(fastrand::u64(..)).await;
     let (_, _, records) = records(&f.ctx, 6, 2, Some(4)).await;
     let completions: Completions = Arc::default();
-    let processor = KinesisProcessor::new(handler(completions.clone()))
-        .with_store(f.ctx.store("esm-outage"))
-        .with_options(ProcessingOptions {
-            max_attempts: 1,
-            parking: Parking::StateTable {
-                ttl: Duration::from_secs(3600),
-            },
-            ..ProcessingOptions::default()
-        });
+    let processor =
+        KinesisProcessor::new(handler(completions.clone()))
+            .with_store(f.ctx.store("esm-outage"))
+            .with_options(ProcessingOptions::default().max_attempts(1).parking(
+                Parking::StateTable {
+                    ttl: Duration::from_secs(3600),
+                },
+            ));
     f.dynamodb
         .set_faults(crate::support::faulty::every_request_fails())
         .unwrap();
@@ -784,10 +770,7 @@ async fn a_bisected_half_skips_what_the_whole_batch_completed() {
     let handler = dying(completions.clone(), 7, killed.clone());
     let processor = KinesisProcessor::new(handler)
         .with_store(ctx.store("esm-bisected"))
-        .with_options(ProcessingOptions {
-            checkpoint_records: Some(1),
-            ..ProcessingOptions::default()
-        });
+        .with_options(ProcessingOptions::default().checkpoint_records(Some(1)));
     let whole = kinesis_lane_event(&records);
     tokio::select! {
         _ = processor.process(&whole, None) => panic!("to be killed"),

@@ -52,11 +52,9 @@ async fn stream_with(ctx: &Ctx, payloads: &[Vec<u8>]) -> Fixture {
 
 /// Options that park a record after `max_attempts` failures, as `parking` says.
 fn parking_after(max_attempts: u32, parking: Parking) -> ProcessingOptions {
-    ProcessingOptions {
-        max_attempts,
-        parking,
-        ..ProcessingOptions::default()
-    }
+    ProcessingOptions::default()
+        .max_attempts(max_attempts)
+        .parking(parking)
 }
 
 /// The progress stored for the batch that starts at `records[0]`.
@@ -361,10 +359,7 @@ async fn malformed_input_fails_per_record_with_clear_errors() {
         serde_json::json!("99999999999999999999999999999999999999999999999999999999");
     event["Records"].as_array_mut().unwrap().push(bad);
 
-    let options = ProcessingOptions {
-        mode: FailureMode::ReportAllFailures,
-        ..ProcessingOptions::default()
-    };
+    let options = ProcessingOptions::default().mode(FailureMode::ReportAllFailures);
     let seen: Seen = Arc::default();
     let processor =
         KinesisProcessor::new(recording(seen.clone(), Arc::default())).with_options(options);

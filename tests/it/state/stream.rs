@@ -19,10 +19,7 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     let created = summary.created;
     let store = ctx.store(&stream);
     let options = StartOptions {
-        table: TableOptions {
-            poll_interval: Duration::from_millis(50),
-            ..TableOptions::default()
-        },
+        table: TableOptions::default().poll_interval(Duration::from_millis(50)),
         stream_created: created,
         stream_arn: Some(summary.arn.clone()),
     };

@@ -10,10 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn fast() -> TableOptions {
-    TableOptions {
-        poll_interval: Duration::from_millis(50),
-        ..TableOptions::default()
-    }
+    TableOptions::default().poll_interval(Duration::from_millis(50))
 }
 
 #[tokio::test]
@@ -23,10 +20,7 @@ async fn creates_the_table_once_encrypted_with_ttl_and_tags() {
     let config = StoreConfig::new("g", "s").unwrap().table(&table).unwrap();
     let store = StateStore::new(ctx.aws.dynamodb.clone(), config);
     let tags = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
-    let options = TableOptions {
-        tags: tags.clone(),
-        ..fast()
-    };
+    let options = fast().tags(tags.clone());
     let first = store.table().ensure(&options).await.unwrap();
     assert!(first.created);
     let second = store.table().ensure(&options).await.unwrap();
@@ -65,13 +59,10 @@ async fn creates_the_table_once_encrypted_with_ttl_and_tags() {
         Some("expires_ttl")
     );
     // A tag added later is confirmed at the next start.
-    let more = TableOptions {
-        tags: BTreeMap::from([
-            ("team".to_owned(), "payments".to_owned()),
-            ("env".to_owned(), "test".to_owned()),
-        ]),
-        ..fast()
-    };
+    let more = fast().tags(BTreeMap::from([
+        ("team".to_owned(), "payments".to_owned()),
+        ("env".to_owned(), "test".to_owned()),
+    ]));
     let third = store.table().ensure(&more).await.unwrap();
     assert_eq!(third.tags_set, vec!["env".to_owned()]);
     let listed = ctx
@@ -98,10 +89,7 @@ async fn provisioned_billing_on_request() {
         ctx.aws.dynamodb.clone(),
         StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),
     );
-    let options = TableOptions {
-        billing: Billing::Provisioned { read: 5, write: 7 },
-        ..fast()
-    };
+    let options = fast().billing(Billing::Provisioned { read: 5, write: 7 });
     store.table().ensure(&options).await.unwrap();
     let desc = ctx
         .aws

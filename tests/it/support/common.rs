@@ -38,10 +38,7 @@ pub async fn ctx() -> Ctx {
             let clients = test_clients().await.expect("test servers");
             StateStore::new(clients.dynamodb.clone(), config)
                 .table()
-                .ensure(&TableOptions {
-                    poll_interval: Duration::from_millis(50),
-                    ..TableOptions::default()
-                })
+                .ensure(&TableOptions::default().poll_interval(Duration::from_millis(50)))
                 .await
                 .expect("state table");
             table
@@ -412,10 +409,7 @@ pub async fn start_group(ctx: &Ctx, store: &StateStore) {
     store
         .start_on_stream(
             &ctx.aws.kinesis,
-            TableOptions {
-                poll_interval: Duration::from_millis(50),
-                ..TableOptions::default()
-            },
+            TableOptions::default().poll_interval(Duration::from_millis(50)),
         )
         .await
         .unwrap();

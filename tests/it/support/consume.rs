@@ -31,14 +31,12 @@ pub fn logging(name: &str, log: Log) -> impl shardkeeper::processing::RecordHand
 
 /// Renew, poll and checkpoint at every step.
 pub fn eager() -> WorkerConfig {
-    WorkerConfig {
-        renew_every: Duration::ZERO,
-        min_poll_interval: Duration::ZERO,
-        idle_poll_interval: Duration::ZERO,
-        checkpoint_every: Duration::ZERO,
-        processing: ProcessingOptions::default(),
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .renew_every(Duration::ZERO)
+        .min_poll_interval(Duration::ZERO)
+        .idle_poll_interval(Duration::ZERO)
+        .checkpoint_every(Duration::ZERO)
+        .processing(ProcessingOptions::default())
 }
 
 /// A group worker `name` logging to `log`, with the eager configuration.

@@ -71,10 +71,7 @@ impl Faulty {
                 .unwrap(),
         )
         .table()
-        .ensure(&TableOptions {
-            poll_interval: Duration::from_millis(50),
-            ..TableOptions::default()
-        })
+        .ensure(&TableOptions::default().poll_interval(Duration::from_millis(50)))
         .await
         .unwrap();
         Faulty {

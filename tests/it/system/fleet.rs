@@ -102,11 +102,10 @@ async fn run_fleet(
     let rebalancer = Rebalancer {
         store: store.clone(),
         kinesis: ctx.aws.kinesis.clone(),
-        config: RebalanceConfig {
-            lease_term: TERM,
-            heartbeat_timeout: TERM,
-            max_moves_per_tick: None,
-        },
+        config: RebalanceConfig::default()
+            .lease_term(TERM)
+            .heartbeat_timeout(TERM)
+            .max_moves_per_tick(None),
         emit_metrics: false,
         sightings: Default::default(),
         fleet: Some(Fleet::new(fleet, Arc::new(starter))),
@@ -196,26 +195,22 @@ async fn every_record_processed(
 }
 
 fn quick() -> WorkerConfig {
-    WorkerConfig {
-        renew_every: Duration::from_millis(300),
-        min_poll_interval: Duration::ZERO,
-        idle_poll_interval: Duration::from_millis(50),
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .renew_every(Duration::from_millis(300))
+        .min_poll_interval(Duration::ZERO)
+        .idle_poll_interval(Duration::from_millis(50))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_short_lived_workers_hands_every_shard_to_a_running_worker() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 4).await;
-    let fleet = FleetConfig {
-        min_workers: 2,
-        shards_per_worker: 2,
-        lead: DRAIN + Duration::from_secs(2),
-        start_timeout: Duration::from_secs(3),
-        heartbeat_timeout: TERM,
-        ..FleetConfig::default()
-    };
+    let fleet = FleetConfig::default()
+        .min_workers(2)
+        .shards_per_worker(2)
+        .lead(DRAIN + Duration::from_secs(2))
+        .start_timeout(Duration::from_secs(3))
+        .heartbeat_timeout(TERM);
     let run = run_fleet(&ctx, &stream, quick(), fleet, LIFETIME * 3).await;
     assert!(
         run.ended.len() >= 6,
@@ -249,22 +244,17 @@ async fn a_fleet_on_enhanced_fan_out_stays_within_its_pool() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 4).await;
     let pool = 2;
-    let config = WorkerConfig {
-        enhanced_fan_out: Some(EfoPool {
-            poll_interval: Duration::from_millis(50),
-            ..EfoPool::new(&shardkeeper_local::unique_name("fleet"), pool)
-        }),
-        ..quick()
-    };
-    let fleet = FleetConfig {
-        min_workers: 1,
-        shards_per_worker: 1,
-        lead: DRAIN + Duration::from_secs(2),
-        start_timeout: Duration::from_secs(3),
-        heartbeat_timeout: TERM,
-        efo_pool_size: Some(pool),
-        ..FleetConfig::default()
-    };
+    let config = quick().enhanced_fan_out(Some(EfoPool {
+        poll_interval: Duration::from_millis(50),
+        ..EfoPool::new(&shardkeeper_local::unique_name("fleet"), pool)
+    }));
+    let fleet = FleetConfig::default()
+        .min_workers(1)
+        .shards_per_worker(1)
+        .lead(DRAIN + Duration::from_secs(2))
+        .start_timeout(Duration::from_secs(3))
+        .heartbeat_timeout(TERM)
+        .efo_pool_size(Some(pool));
     let run_for = LIFETIME * 3;
     let run = run_fleet(&ctx, &stream, config, fleet, run_for).await;
     // A worker is replaced once less than the lead is left of its run: a

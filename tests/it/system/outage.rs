@@ -57,12 +57,10 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
         })
     };
     let log: Log = Arc::default();
-    let config = WorkerConfig {
-        renew_every: Duration::from_millis(200),
-        min_poll_interval: Duration::from_millis(50),
-        idle_poll_interval: Duration::from_millis(50),
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .renew_every(Duration::from_millis(200))
+        .min_poll_interval(Duration::from_millis(50))
+        .idle_poll_interval(Duration::from_millis(50));
     let mut worker = worker_with(&store, &f.ctx.aws.kinesis, "w0", log.clone(), config);
     let running = {
         let stop = stop.clone();

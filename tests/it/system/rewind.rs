@@ -8,7 +8,6 @@ use crate::support::common::{
 };
 use crate::support::consume::{eager, produce};
 use crate::support::recorded::{millis_now, parents, recorded, records, Key};
-use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::group::{apply_rewind, plan_rewind, GroupStatus, RewindTarget};
 use shardkeeper::state::{Checkpoint, ShardId, ShardSpec, StateStore};
 use shardkeeper_cli::args::RewindArgs;
@@ -98,10 +97,7 @@ async fn a_running_group_rewound_to_a_time_reads_everything_after_it_again_and_n
 async fn a_group_rewound_to_latest_skips_its_backlog_and_reads_what_comes_after() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 2).await;
-    let config = WorkerConfig {
-        max_records: 5,
-        ..eager()
-    };
+    let config = eager().max_records(5);
     let mut g = recorded(&ctx, &stream, config).await;
     let store = g.store.clone();
     produce(&ctx.aws.kinesis, &stream, 12, 0..8).await;

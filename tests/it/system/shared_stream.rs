@@ -112,13 +112,10 @@ async fn a_stream_another_account_shares_is_read_whole_by_its_arn() {
     );
 
     let fanning_out = start_group(&theirs, &ctx.table, &unique_name("efo"), &arn).await;
-    let efo = WorkerConfig {
-        enhanced_fan_out: Some(EfoPool {
-            poll_interval: Duration::from_millis(20),
-            ..EfoPool::new(&unique_name("x"), 1)
-        }),
-        ..eager()
-    };
+    let efo = eager().enhanced_fan_out(Some(EfoPool {
+        poll_interval: Duration::from_millis(20),
+        ..EfoPool::new(&unique_name("x"), 1)
+    }));
     check(
         &consume_all(&theirs, &fanning_out, efo).await,
         KEYS,

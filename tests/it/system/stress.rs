@@ -316,18 +316,16 @@ fn spawn_consumer<H: RecordHandler>(
     let (history, lease_term) = (with.history, with.lease_term);
     let info = ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), store.now());
     let session = ConsumerSession::new(store.clone(), info, lease_term);
-    let config = WorkerConfig {
-        initial_position: InitialPosition::Latest,
-        renew_every: RENEW_EVERY,
-        min_poll_interval: Duration::from_millis(100),
-        idle_poll_interval: Duration::from_millis(200),
-        max_records: 200,
-        enhanced_fan_out: (with.efo > 0).then(|| EfoPool {
+    let config = WorkerConfig::default()
+        .initial_position(InitialPosition::Latest)
+        .renew_every(RENEW_EVERY)
+        .min_poll_interval(Duration::from_millis(100))
+        .idle_poll_interval(Duration::from_millis(200))
+        .max_records(200)
+        .enhanced_fan_out((with.efo > 0).then(|| EfoPool {
             poll_interval: Duration::from_millis(20),
             ..EfoPool::new("stress", with.efo)
-        }),
-        ..WorkerConfig::default()
-    };
+        }));
     let mut worker = ShardWorker::new(
         session,
         store.clone(),
@@ -578,20 +576,17 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     let rebalancer = Arc::new(Rebalancer::new(
         store.clone(),
         system.kinesis.clone(),
-        RebalanceConfig {
-            lease_term,
-            heartbeat_timeout: heartbeat_timeout(lease_term),
-            max_moves_per_tick: None,
-        },
+        RebalanceConfig::default()
+            .lease_term(lease_term)
+            .heartbeat_timeout(heartbeat_timeout(lease_term))
+            .max_moves_per_tick(None),
     ));
     let reaper = Arc::new(Reaper::new(
         store.clone(),
         system.kinesis.clone(),
-        ReapConfig {
-            heartbeat_timeout: heartbeat_timeout(lease_term),
-            lease_term,
-            ..ReapConfig::default()
-        },
+        ReapConfig::default()
+            .heartbeat_timeout(heartbeat_timeout(lease_term))
+            .lease_term(lease_term),
     ));
     let rebalancing = ticking(
         Duration::from_millis(250),
