@@ -50,8 +50,14 @@ impl RecordContext {
     }
 
     /// Runs `work` with this as the current context.
-    pub(crate) async fn scope<F: std::future::Future>(self, work: F) -> F::Output {
-        CURRENT.scope(self, work).await
+    #[cfg(any(feature = "esm", feature = "worker", test))]
+    pub(crate) fn scope<F: std::future::Future>(
+        self,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        // The task-local future holds `work` itself: no second copy of it
+        // in an async fn's state, so the handler's future costs no more stack.
+        CURRENT.scope(self, work)
     }
 }
 

@@ -5,9 +5,6 @@
 //! what the init benchmark starts the function binaries with.
 
 use crate::Error;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
 use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
 use std::path::Path;
@@ -42,28 +39,9 @@ pub async fn start_servers(options: LocalOptions) -> Result<(LocalServers, AwsCl
 /// A table keyed by the string `order_id`, as the application's orders and
 /// projection tables are.
 pub async fn order_table(aws: &AwsClients, name: &str) -> Result<(), Error> {
-    let key = |e: aws_sdk_dynamodb::error::BuildError| err("table key", e);
-    aws.dynamodb
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("order_id")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(key)?,
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("order_id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(key)?,
-        )
-        .send()
+    shardkeeper_local::create_keyed_table(&aws.dynamodb, name, "order_id", false)
         .await
-        .map_err(|e| err("create table", aws_sdk_dynamodb::Error::from(e)))?;
+        .map_err(|e| err("create table", e))?;
     Ok(())
 }
 

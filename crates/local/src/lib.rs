@@ -6,7 +6,9 @@
 //! The same clients can point at external servers or at real AWS (see
 //! [`test_endpoints`]), so one test suite runs everywhere. A [`FaultProxy`]
 //! in front of a server throttles, fails, drops or delays requests at chosen
-//! rates, for tests of retries and failure handling.
+//! rates, for tests of retries and failure handling. A [`RuntimeApi`] serves
+//! the Lambda Runtime API to a function binary, as Lambda runs it.
+//! [`create_keyed_table`] makes the plain tables beside the state table.
 //!
 //! ```no_run
 //! use shardkeeper_local::{AwsClients, Endpoints, LocalOptions, LocalServers};
@@ -27,8 +29,10 @@ mod fault_proxy;
 mod faults;
 mod names;
 mod other_account;
+mod runtime_api;
 mod server_thread;
 mod servers;
+mod tables;
 
 pub use clients::{
     shared_servers, test_clients, test_endpoints, AwsClients, Endpoints, DYNAMODB_ENDPOINT_VAR,
@@ -40,7 +44,9 @@ pub use fault_proxy::FaultProxy;
 pub use faults::{AwsService, FailingEndpoint};
 pub use names::unique_name;
 pub use other_account::SharedStreamCounts;
+pub use runtime_api::{Answer, Invocation, RuntimeApi};
 pub use servers::{LocalOptions, LocalServers};
+pub use tables::create_keyed_table;
 
 /// Errors of starting the local servers.
 #[derive(Debug, thiserror::Error)]

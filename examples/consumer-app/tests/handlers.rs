@@ -3,10 +3,7 @@
 //! `SHARDKEEPER_TEST_DYNAMODB_ENDPOINT` / `SHARDKEEPER_TEST_KINESIS_ENDPOINT`
 //! name others), fed the events in `events/`.
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use consumer_app::orders::{self, OrderWriter};
 use consumer_app::projection::{self, Projector};
 use lambda_runtime::LambdaEvent;
@@ -15,7 +12,7 @@ use shardkeeper::config::PARKED_IN_TABLE_FOR;
 use shardkeeper::processing::{Parking, ProcessingOptions, RecordHandler};
 use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
 use shardkeeper::{DynamoDbProcessor, KinesisProcessor};
-use shardkeeper_local::{test_clients, unique_name, AwsClients};
+use shardkeeper_local::{create_keyed_table, test_clients, unique_name, AwsClients};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn event(name: &str) -> Box<RawValue> {
@@ -33,25 +30,7 @@ fn context() -> lambda_runtime::Context {
 /// A table keyed by the string `order_id`, as both of the app's tables are.
 async fn keyed_table(aws: &AwsClients, prefix: &str) -> String {
     let table = unique_name(prefix);
-    aws.dynamodb
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("order_id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("order_id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
+    create_keyed_table(&aws.dynamodb, &table, "order_id", false)
         .await
         .unwrap();
     table

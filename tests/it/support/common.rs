@@ -178,39 +178,9 @@ pub async fn create_id_table(
     name: &str,
     with_stream: bool,
 ) -> aws_sdk_dynamodb::operation::create_table::CreateTableOutput {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-        StreamSpecification, StreamViewType,
-    };
-    let mut req = aws
-        .dynamodb
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        );
-    if with_stream {
-        req = req.stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .unwrap(),
-        );
-    }
-    req.send().await.expect("create table")
+    shardkeeper_local::create_keyed_table(&aws.dynamodb, name, "id", with_stream)
+        .await
+        .expect("create table")
 }
 
 /// A new table keyed by `id` with a NEW_AND_OLD_IMAGES stream: its name and

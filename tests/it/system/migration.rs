@@ -8,10 +8,7 @@ use crate::support::common::{
 use crate::support::consume::{eager, produce};
 use crate::support::esm::read_shard;
 use crate::support::recorded::{recorded, recorded_on, records};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::state::Checkpoint;
 use shardkeeper_cli::args::ImportKclArgs;
 use shardkeeper_cli::Error;
@@ -32,25 +29,7 @@ fn n(v: u64) -> AttributeValue {
 /// A KCL lease table, keyed by `leaseKey` as KCL's `createLeaseTableIfNotExists` creates it.
 async fn create_kcl_table(dynamodb: &aws_sdk_dynamodb::Client) -> String {
     let name = shardkeeper_local::unique_name("kcl-app");
-    dynamodb
-        .create_table()
-        .table_name(&name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseKey")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseKey")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
+    shardkeeper_local::create_keyed_table(dynamodb, &name, "leaseKey", false)
         .await
         .unwrap();
     name
