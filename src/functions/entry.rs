@@ -30,7 +30,7 @@ use lambda_runtime::service_fn;
 /// each invocation's deadline, and starts the shard workers of
 /// `SHARDKEEPER_WORKER_FUNCTION` when that is set.
 #[cfg(feature = "fleet")]
-pub async fn run_rebalancer() -> Result<(), lambda_runtime::Error> {
+pub async fn run_rebalancer() -> crate::Result<()> {
     let init = init_scheduled().await?;
     let fleet = init.config.worker_function.clone().map(|function| {
         let starter = LambdaStarter::new(&init.aws, function, init.config.store.retry);
@@ -46,20 +46,23 @@ pub async fn run_rebalancer() -> Result<(), lambda_runtime::Error> {
         handle_rebalance(&rebalancer, timing, event)
     }))
     .await
+    .map_err(crate::Error::Runtime)
 }
 
 /// The heartbeat-reaper's `main`: configured by the environment
 /// ([`ScheduledConfig`](crate::config::ScheduledConfig)), it ticks until
 /// each invocation's deadline.
 #[cfg(feature = "fleet")]
-pub async fn run_reaper() -> Result<(), lambda_runtime::Error> {
+pub async fn run_reaper() -> crate::Result<()> {
     let init = init_scheduled().await?;
     let reaper = Reaper {
         emit_metrics: true,
         ..Reaper::new(init.store, init.kinesis, init.config.reap.clone())
     };
     let timing = init.config.timing;
-    lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event))).await
+    lambda_runtime::run(service_fn(|event| handle_reap(&reaper, timing, event)))
+        .await
+        .map_err(crate::Error::Runtime)
 }
 
 #[cfg(feature = "worker")]
@@ -89,8 +92,10 @@ where
 
     /// Runs the Lambda runtime loop with this worker as the handler of
     /// every invocation.
-    pub async fn run(self) -> Result<(), lambda_runtime::Error> {
-        lambda_runtime::run(service_fn(|event| self.handle(event))).await
+    pub async fn run(self) -> crate::Result<()> {
+        lambda_runtime::run(service_fn(|event| self.handle(event)))
+            .await
+            .map_err(crate::Error::Runtime)
     }
 }
 

@@ -4,5 +4,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shardkeeper::functions::run_reaper().await
+    Ok(shardkeeper::functions::run_reaper().await?)
 }

@@ -5,5 +5,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shardkeeper::functions::run_rebalancer().await
+    Ok(shardkeeper::functions::run_rebalancer().await?)
 }

@@ -16,5 +16,6 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             Ok::<(), serde_json::Error>(())
         }
     };
-    WorkerFunction::from_env(handler).await?.run().await
+    WorkerFunction::from_env(handler).await?.run().await?;
+    Ok(())
 }
