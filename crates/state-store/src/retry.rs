@@ -67,6 +67,7 @@ impl Backoff {
 
 /// How often and how long to retry throttled requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Attempts in all, the first one included (at least 1).
     pub max_attempts: u32,
@@ -74,6 +75,28 @@ pub struct RetryPolicy {
     pub base_delay: Duration,
     /// The backoff never exceeds this.
     pub max_delay: Duration,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl RetryPolicy {
+    /// Sets [`RetryPolicy::max_attempts`](Self::max_attempts).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets [`RetryPolicy::base_delay`](Self::base_delay).
+    pub fn base_delay(mut self, base_delay: Duration) -> Self {
+        self.base_delay = base_delay;
+        self
+    }
+
+    /// Sets [`RetryPolicy::max_delay`](Self::max_delay).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = max_delay;
+        self
+    }
 }
 
 /// How long the store's client waits: to open a connection, and for each

@@ -176,11 +176,10 @@ async fn throttling_is_retried_with_backoff_then_reported_as_throttled() {
             .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
             .build(),
     );
-    let retry = RetryPolicy {
-        max_attempts: 4,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
-    };
+    let retry = RetryPolicy::default()
+        .max_attempts(4)
+        .base_delay(Duration::from_millis(1))
+        .max_delay(Duration::from_millis(5));
     let store = StateStore::new(
         client.clone(),
         StoreConfig::new("g", "s").unwrap().retry(retry),

@@ -127,11 +127,10 @@ pub fn config_at(ctx: &Ctx, url: &str) -> aws_config::SdkConfig {
 
 /// A retry policy of `attempts` attempts with short pauses.
 pub fn quick_retries(attempts: u32) -> shardkeeper::state::RetryPolicy {
-    shardkeeper::state::RetryPolicy {
-        max_attempts: attempts,
-        base_delay: std::time::Duration::from_millis(1),
-        max_delay: std::time::Duration::from_millis(5),
-    }
+    shardkeeper::state::RetryPolicy::default()
+        .max_attempts(attempts)
+        .base_delay(std::time::Duration::from_millis(1))
+        .max_delay(std::time::Duration::from_millis(5))
 }
 
 /// A Kinesis client of the test servers that sends each request once,
