@@ -113,7 +113,10 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         store.stream_item().state().await?;
         let parking = match config.dead_letter_stream {
             Some(stream) => Parking::DeadLetterStream {
-                client: aws_sdk_kinesis::Client::new(aws),
+                client: crate::state::kinesis_with_timeouts(
+                    &aws_sdk_kinesis::Client::new(aws),
+                    &crate::state::SdkTimeouts::default(),
+                ),
                 stream,
             },
             None => Parking::StateTable {

@@ -137,10 +137,22 @@ pub struct LambdaStarter {
 }
 
 impl LambdaStarter {
-    /// A starter of `function`'s invocations, with a Lambda client made from `aws`.
+    /// A starter of `function`'s invocations, with a Lambda client made
+    /// from `aws` whose attempts time out as the store's do
+    /// ([`SdkTimeouts`](crate::state::SdkTimeouts): an asynchronous Invoke
+    /// answers at once, so a start never holds a rebalancer tick).
     pub fn new(aws: &aws_config::SdkConfig, function: String, retry: RetryPolicy) -> Self {
+        let timeouts = crate::state::SdkTimeouts::default();
+        let config = aws_sdk_lambda::config::Builder::from(aws)
+            .timeout_config(
+                aws_smithy_types::timeout::TimeoutConfig::builder()
+                    .connect_timeout(timeouts.connect)
+                    .operation_attempt_timeout(timeouts.attempt)
+                    .build(),
+            )
+            .build();
         LambdaStarter {
-            lambda: aws_sdk_lambda::Client::new(aws),
+            lambda: aws_sdk_lambda::Client::from_conf(config),
             function,
             retry,
         }

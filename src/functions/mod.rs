@@ -80,7 +80,10 @@ pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
     init_tracing();
     let config = crate::config::ScheduledConfig::from_env()?;
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kinesis = aws_sdk_kinesis::Client::new(&aws);
+    let kinesis = crate::state::kinesis_with_timeouts(
+        &aws_sdk_kinesis::Client::new(&aws),
+        &config.store.timeouts,
+    );
     let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
     Ok(ScheduledInit {
         config,

@@ -549,6 +549,28 @@ where
     }
 }
 
+/// `client` with `timeouts` on every attempt (its retries as they are): a
+/// Kinesis client whose calls cannot hang on a connection that never
+/// answers. A SubscribeToShard attempt ends with its first answer, so the
+/// event stream after it stays open past the attempt timeout
+/// (`consumer::efo_worker::a_subscription_outlives_the_clients_attempt_timeout`).
+pub fn kinesis_with_timeouts(
+    client: &aws_sdk_kinesis::Client,
+    timeouts: &SdkTimeouts,
+) -> aws_sdk_kinesis::Client {
+    let config = client
+        .config()
+        .to_builder()
+        .timeout_config(
+            aws_smithy_types::timeout::TimeoutConfig::builder()
+                .connect_timeout(timeouts.connect)
+                .operation_attempt_timeout(timeouts.attempt)
+                .build(),
+        )
+        .build();
+    aws_sdk_kinesis::Client::from_conf(config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

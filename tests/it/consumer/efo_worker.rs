@@ -266,3 +266,47 @@ async fn a_subscription_that_is_never_answered_fails_transiently() {
     );
     held.abort();
 }
+
+/// A subscription outlives the Kinesis client's attempt timeout
+/// (`kinesis_with_timeouts`): SubscribeToShard's answer is a stream that
+/// stays open for minutes, so its call has none, and records that arrive
+/// long after the timeout come on the same subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_outlives_the_clients_attempt_timeout() {
+    use shardkeeper::state::{kinesis_with_timeouts, SdkTimeouts};
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    let kinesis = kinesis_with_timeouts(
+        &ctx.aws.kinesis,
+        &SdkTimeouts::new(Duration::from_secs(2), Duration::from_millis(200)),
+    );
+    produce(&ctx.aws.kinesis, &stream, 1, 0..5).await;
+    let log: Log = Arc::default();
+    let mut worker = standalone_with(&store, &kinesis, "s", log.clone(), efo("timeouts", 1));
+    for _ in 0..300 {
+        worker.step().await.unwrap();
+        if log.lock().unwrap().len() >= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(log.lock().unwrap().len(), 5);
+    // Well past the attempt timeout on the open subscription, then more.
+    for _ in 0..40 {
+        worker.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    produce(&ctx.aws.kinesis, &stream, 1, 5..10).await;
+    for _ in 0..300 {
+        worker.step().await.unwrap();
+        if log.lock().unwrap().len() >= 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check(&log, 1, 10);
+    let report = worker.report();
+    assert_eq!(report.shards.subscriptions, 1, "{report:?}");
+    assert_eq!(report.shards.transient_errors, 0, "{report:?}");
+}

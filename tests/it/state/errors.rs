@@ -277,3 +277,62 @@ async fn an_attempt_past_its_timeout_is_sent_again_by_the_store_alone() {
         .await
         .is_ok());
 }
+
+/// A Kinesis client given timeouts (`kinesis_with_timeouts`, what the
+/// scheduled functions use) cuts an attempt whose answer does not come, and
+/// its retries send it again; the call ends with a transient error instead
+/// of waiting on the connection. Answers in time go through.
+#[tokio::test]
+async fn a_kinesis_attempt_past_its_timeout_is_cut_and_sent_again() {
+    use shardkeeper::state::{
+        kinesis_stream_summary, kinesis_with_timeouts, SdkTimeouts, StreamAddress,
+    };
+    use shardkeeper_local::{Faults, SlowRequests};
+    use std::time::Duration;
+
+    let faulty = Faulty::start(53).await;
+    let stream = crate::support::common::create_stream(&faulty.direct, 1).await;
+    // The SDK's standard retries: three attempts.
+    let client = aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(&faulty.ctx.aws.config)
+            .endpoint_url(faulty.kinesis.url())
+            .retry_config(
+                aws_sdk_kinesis::config::retry::RetryConfig::standard().with_max_attempts(3),
+            )
+            .build(),
+    );
+    let client = kinesis_with_timeouts(
+        &client,
+        &SdkTimeouts::new(Duration::from_secs(2), Duration::from_millis(200)),
+    );
+    let address = StreamAddress::parse(&stream).unwrap();
+    let slow = |latency: Duration| Faults {
+        slow: Some(SlowRequests {
+            operation: "DescribeStreamSummary".to_owned(),
+            body_contains: vec![],
+            latency: latency..=latency,
+        }),
+        ..Faults::none()
+    };
+    faulty
+        .kinesis
+        .set_faults(slow(Duration::from_millis(600)))
+        .unwrap();
+    let before = faulty.kinesis.counts().slowed;
+    let error = kinesis_stream_summary(&client, &address, &quick_retries(1))
+        .await
+        .unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(
+        faulty.kinesis.counts().slowed - before,
+        3,
+        "the client's attempts, each cut at its timeout"
+    );
+    faulty
+        .kinesis
+        .set_faults(slow(Duration::from_millis(20)))
+        .unwrap();
+    assert!(kinesis_stream_summary(&client, &address, &quick_retries(1))
+        .await
+        .is_ok());
+}
