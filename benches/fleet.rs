@@ -104,27 +104,7 @@ fn main() {
         let handlers = Arc::new(AtomicU64::new(0));
         let hand_offs: Arc<Mutex<BTreeMap<String, Vec<u64>>>> = Arc::default();
         let handed_log = hand_offs.clone();
-        let function = Arc::new(WorkerFunction {
-            store: store.clone(),
-            kinesis: aws.kinesis.clone(),
-            lease_term: TERM,
-            config: WorkerConfig::default().renew_every(RENEW).idle_poll_interval(Duration::from_millis(200)).expiry_margin(Duration::from_millis(500)),
-            margin: Duration::from_millis(200),
-            drain: DRAIN,
-            emit_metrics: false,
-            observer: Some(Arc::new(move |event| {
-                if let WorkerEvent::Stopped {
-                    shard,
-                    why: StopReason::HandedOff,
-                    at,
-                } = event
-                {
-                    let at = at.saturating_duration_since(t0).as_millis() as u64;
-                    handed_log.lock().unwrap().entry(shard.to_string()).or_default().push(at);
-                }
-            })),
-            handler: move || {
-                // One handler per invocation: numbered, to tell hand-overs.
+        let function = Arc::new(WorkerFunction::new(store.clone(), aws.kinesis.clone(), move || {
                 let sink = sink.clone();
                 let worker = handlers.fetch_add(1, Ordering::SeqCst);
                 move |record: StreamRecord| {
@@ -140,8 +120,17 @@ fn main() {
                         Ok::<(), std::io::Error>(())
                     }
                 }
-            },
-        });
+            }).lease_term(TERM).config(WorkerConfig::default().renew_every(RENEW).idle_poll_interval(Duration::from_millis(200)).expiry_margin(Duration::from_millis(500))).margin(Duration::from_millis(200)).drain(DRAIN).emit_metrics(false).observer(Some(Arc::new(move |event| {
+                if let WorkerEvent::Stopped {
+                    shard,
+                    why: StopReason::HandedOff,
+                    at,
+                } = event
+                {
+                    let at = at.saturating_duration_since(t0).as_millis() as u64;
+                    handed_log.lock().unwrap().entry(shard.to_string()).or_default().push(at);
+                }
+            }))));
         // The Lambda service: each start is one invocation with its deadline.
         let running = Arc::new(AtomicI64::new(0));
         let invocations = Arc::new(AtomicU64::new(0));

@@ -12,7 +12,10 @@ use crate::state::{ConsumerId, ConsumerInfo, StateStore};
 use lambda_runtime::LambdaEvent;
 use std::time::{Duration, Instant, SystemTime};
 
-/// What the shard-worker function needs for every invocation.
+/// What the shard-worker function needs for every invocation: made by
+/// [`WorkerFunction::from_env`], or by [`WorkerFunction::new`] and its
+/// setters.
+#[non_exhaustive]
 pub struct WorkerFunction<F> {
     /// The group's state.
     pub store: StateStore,
@@ -35,6 +38,63 @@ pub struct WorkerFunction<F> {
     /// Receives every invocation's lease and checkpoint events (see
     /// [`ShardWorker::with_observer`]).
     pub observer: Option<Observer>,
+}
+
+impl<F> WorkerFunction<F> {
+    /// A shard-worker function of the group of `store`, reading with
+    /// `kinesis`, whose `handler` makes the record handler of each
+    /// invocation; the scheduled functions' defaults for the rest (a lease
+    /// term of 10 s, 2 s kept free before the deadline, a drain of 15 s,
+    /// metrics written, no observer, the default [`WorkerConfig`]).
+    pub fn new(store: StateStore, kinesis: aws_sdk_kinesis::Client, handler: F) -> Self {
+        WorkerFunction {
+            store,
+            kinesis,
+            lease_term: Duration::from_secs(10),
+            config: WorkerConfig::default(),
+            margin: Duration::from_secs(2),
+            drain: Duration::from_secs(15),
+            handler,
+            emit_metrics: true,
+            observer: None,
+        }
+    }
+
+    /// Sets [`WorkerFunction::lease_term`](Self::lease_term).
+    pub fn lease_term(mut self, lease_term: Duration) -> Self {
+        self.lease_term = lease_term;
+        self
+    }
+
+    /// Sets [`WorkerFunction::config`](Self::config).
+    pub fn config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets [`WorkerFunction::margin`](Self::margin).
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+
+    /// Sets [`WorkerFunction::drain`](Self::drain).
+    pub fn drain(mut self, drain: Duration) -> Self {
+        self.drain = drain;
+        self
+    }
+
+    /// Sets [`WorkerFunction::emit_metrics`](Self::emit_metrics).
+    pub fn emit_metrics(mut self, emit_metrics: bool) -> Self {
+        self.emit_metrics = emit_metrics;
+        self
+    }
+
+    /// Sets [`WorkerFunction::observer`](Self::observer).
+    pub fn observer(mut self, observer: Option<Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
 }
 
 /// How long a local emulator's invocation runs when its deadline has

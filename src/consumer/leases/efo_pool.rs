@@ -19,6 +19,7 @@ pub const MAX_EFO_CONSUMERS: usize = 20;
 
 /// How the pool grows.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EfoPool {
     /// The most EFO consumers the group registers (1 to 20; other groups
     /// and applications share the stream's limit of 20).
@@ -29,6 +30,34 @@ pub struct EfoPool {
     pub active_timeout: Duration,
     /// How often to ask meanwhile.
     pub poll_interval: Duration,
+}
+
+/// Setters, for a configuration built from its default (the struct is
+/// `#[non_exhaustive]`: a field added later breaks no caller).
+impl EfoPool {
+    /// Sets [`EfoPool::size`](Self::size).
+    pub fn size(mut self, size: usize) -> Self {
+        self.size = size;
+        self
+    }
+
+    /// Sets [`EfoPool::prefix`](Self::prefix).
+    pub fn prefix(mut self, prefix: String) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Sets [`EfoPool::active_timeout`](Self::active_timeout).
+    pub fn active_timeout(mut self, active_timeout: Duration) -> Self {
+        self.active_timeout = active_timeout;
+        self
+    }
+
+    /// Sets [`EfoPool::poll_interval`](Self::poll_interval).
+    pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
 }
 
 impl EfoPool {

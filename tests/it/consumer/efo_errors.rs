@@ -21,10 +21,7 @@ use shardkeeper_local::unique_name;
 use std::time::{Duration, Instant};
 
 fn pool(prefix: &str) -> EfoPool {
-    EfoPool {
-        poll_interval: Duration::from_millis(20),
-        ..EfoPool::new(prefix, 2)
-    }
+    EfoPool::new(prefix, 2).poll_interval(Duration::from_millis(20))
 }
 
 /// A store of a group of its own on `stream`, retrying 3 times.

@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn efo(prefix: &str, size: usize) -> WorkerConfig {
-    eager().enhanced_fan_out(Some(EfoPool {
-        poll_interval: Duration::from_millis(20),
-        ..EfoPool::new(prefix, size)
-    }))
+    eager().enhanced_fan_out(Some(
+        EfoPool::new(prefix, size).poll_interval(Duration::from_millis(20)),
+    ))
 }
 
 /// A context on servers of its own whose Kinesis ends every subscription

@@ -220,10 +220,9 @@ impl Subscription for FakeSubscription {
 /// subscriptions renewed every 40 ms.
 fn fake_config(efo: bool) -> WorkerConfig {
     eager()
-        .enhanced_fan_out(efo.then(|| EfoPool {
-            poll_interval: Duration::from_millis(20),
-            ..EfoPool::new("fake", 1)
-        }))
+        .enhanced_fan_out(
+            efo.then(|| EfoPool::new("fake", 1).poll_interval(Duration::from_millis(20))),
+        )
         .subscription_lifetime(Duration::from_millis(40))
 }
 

@@ -173,19 +173,10 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
     // The invocation each handler call ran in, as the handler reads it.
     let contexts: Arc<std::sync::Mutex<Vec<Option<String>>>> = Arc::default();
     let seen_in = contexts.clone();
-    let function = shardkeeper::functions::WorkerFunction {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        lease_term: Duration::from_secs(10),
-        config: WorkerConfig::default()
-            .renew_every(Duration::from_millis(50))
-            .min_poll_interval(Duration::ZERO)
-            .idle_poll_interval(Duration::from_millis(20)),
-        margin: Duration::from_millis(300),
-        drain: Duration::ZERO,
-        emit_metrics: false,
-        observer: None,
-        handler: move || {
+    let function = shardkeeper::functions::WorkerFunction::new(
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        move || {
             let sink = sink.clone();
             let seen_in = seen_in.clone();
             move |record: StreamRecord| {
@@ -207,7 +198,18 @@ async fn the_shard_worker_function_consumes_until_its_deadline_and_releases() {
                 }
             }
         },
-    };
+    )
+    .lease_term(Duration::from_secs(10))
+    .config(
+        WorkerConfig::default()
+            .renew_every(Duration::from_millis(50))
+            .min_poll_interval(Duration::ZERO)
+            .idle_poll_interval(Duration::from_millis(20)),
+    )
+    .margin(Duration::from_millis(300))
+    .drain(Duration::ZERO)
+    .emit_metrics(false)
+    .observer(None);
     // The rebalancer ticks until every record was handled, then stops, so
     // the state seen at the end is the worker's own leave.
     let rebalancer = rebalancer(&ctx.aws, &store);

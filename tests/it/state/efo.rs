@@ -244,10 +244,7 @@ async fn deregistering_an_enhanced_consumer_removes_it_from_the_pool() {
 }
 
 fn test_pool(prefix: &str, size: usize) -> shardkeeper::consumer::EfoPool {
-    shardkeeper::consumer::EfoPool {
-        poll_interval: Duration::from_millis(20),
-        ..shardkeeper::consumer::EfoPool::new(prefix, size)
-    }
+    shardkeeper::consumer::EfoPool::new(prefix, size).poll_interval(Duration::from_millis(20))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,16 +57,8 @@ async fn run_fleet(
     );
     let seen: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let sink = seen.clone();
-    let function = Arc::new(WorkerFunction {
-        store: store.clone(),
-        kinesis: ctx.aws.kinesis.clone(),
-        lease_term: TERM,
-        config,
-        margin: Duration::from_millis(200),
-        drain: DRAIN,
-        emit_metrics: false,
-        observer: None,
-        handler: move || {
+    let function = Arc::new(
+        WorkerFunction::new(store.clone(), ctx.aws.kinesis.clone(), move || {
             let sink = sink.clone();
             move |record: StreamRecord| {
                 let sink = sink.clone();
@@ -77,8 +69,14 @@ async fn run_fleet(
                     Ok::<(), std::io::Error>(())
                 }
             }
-        },
-    });
+        })
+        .lease_term(TERM)
+        .config(config)
+        .margin(Duration::from_millis(200))
+        .drain(DRAIN)
+        .emit_metrics(false)
+        .observer(None),
+    );
     // The Lambda service: each start is one invocation with its deadline.
     let ended: Ended = Arc::default();
     let invocations = Arc::new(AtomicU64::new(0));
@@ -244,10 +242,10 @@ async fn a_fleet_on_enhanced_fan_out_stays_within_its_pool() {
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 4).await;
     let pool = 2;
-    let config = quick().enhanced_fan_out(Some(EfoPool {
-        poll_interval: Duration::from_millis(50),
-        ..EfoPool::new(&shardkeeper_local::unique_name("fleet"), pool)
-    }));
+    let config = quick().enhanced_fan_out(Some(
+        EfoPool::new(&shardkeeper_local::unique_name("fleet"), pool)
+            .poll_interval(Duration::from_millis(50)),
+    ));
     let fleet = FleetConfig::default()
         .min_workers(1)
         .shards_per_worker(1)

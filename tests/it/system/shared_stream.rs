@@ -112,10 +112,9 @@ async fn a_stream_another_account_shares_is_read_whole_by_its_arn() {
     );
 
     let fanning_out = start_group(&theirs, &ctx.table, &unique_name("efo"), &arn).await;
-    let efo = eager().enhanced_fan_out(Some(EfoPool {
-        poll_interval: Duration::from_millis(20),
-        ..EfoPool::new(&unique_name("x"), 1)
-    }));
+    let efo = eager().enhanced_fan_out(Some(
+        EfoPool::new(&unique_name("x"), 1).poll_interval(Duration::from_millis(20)),
+    ));
     check(
         &consume_all(&theirs, &fanning_out, efo).await,
         KEYS,

@@ -322,10 +322,10 @@ fn spawn_consumer<H: RecordHandler>(
         .min_poll_interval(Duration::from_millis(100))
         .idle_poll_interval(Duration::from_millis(200))
         .max_records(200)
-        .enhanced_fan_out((with.efo > 0).then(|| EfoPool {
-            poll_interval: Duration::from_millis(20),
-            ..EfoPool::new("stress", with.efo)
-        }));
+        .enhanced_fan_out(
+            (with.efo > 0)
+                .then(|| EfoPool::new("stress", with.efo).poll_interval(Duration::from_millis(20))),
+        );
     let mut worker = ShardWorker::new(
         session,
         store.clone(),
