@@ -142,14 +142,8 @@ impl LambdaStarter {
     /// ([`SdkTimeouts`](crate::state::SdkTimeouts): an asynchronous Invoke
     /// answers at once, so a start never holds a rebalancer tick).
     pub fn new(aws: &aws_config::SdkConfig, function: String, retry: RetryPolicy) -> Self {
-        let timeouts = crate::state::SdkTimeouts::default();
         let config = aws_sdk_lambda::config::Builder::from(aws)
-            .timeout_config(
-                aws_smithy_types::timeout::TimeoutConfig::builder()
-                    .connect_timeout(timeouts.connect)
-                    .operation_attempt_timeout(timeouts.attempt)
-                    .build(),
-            )
+            .timeout_config(crate::state::SdkTimeouts::default().sdk_config())
             .build();
         LambdaStarter {
             lambda: aws_sdk_lambda::Client::from_conf(config),

@@ -116,6 +116,14 @@ impl SdkTimeouts {
     pub fn new(connect: Duration, attempt: Duration) -> Self {
         SdkTimeouts { connect, attempt }
     }
+
+    /// As an SDK client's timeout configuration.
+    pub fn sdk_config(&self) -> aws_smithy_types::timeout::TimeoutConfig {
+        aws_smithy_types::timeout::TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .build()
+    }
 }
 
 impl Default for SdkTimeouts {
@@ -561,12 +569,7 @@ pub fn kinesis_with_timeouts(
     let config = client
         .config()
         .to_builder()
-        .timeout_config(
-            aws_smithy_types::timeout::TimeoutConfig::builder()
-                .connect_timeout(timeouts.connect)
-                .operation_attempt_timeout(timeouts.attempt)
-                .build(),
-        )
+        .timeout_config(timeouts.sdk_config())
         .build();
     aws_sdk_kinesis::Client::from_conf(config)
 }

@@ -551,12 +551,7 @@ fn own_client(
         .config()
         .to_builder()
         .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_smithy_types::timeout::TimeoutConfig::builder()
-                .connect_timeout(timeouts.connect)
-                .operation_attempt_timeout(timeouts.attempt)
-                .build(),
-        )
+        .timeout_config(timeouts.sdk_config())
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
 }
