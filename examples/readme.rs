@@ -7,7 +7,7 @@ use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
 use shardkeeper::functions::WorkerFunction;
 use shardkeeper::processing::{changes, json, Change, RecordHandler, StreamRecord};
 use shardkeeper::state::{
-    Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig, TableOptions,
+    Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig,
 };
 use shardkeeper::{KinesisProcessor, StateStore};
 use std::time::Duration;
@@ -77,7 +77,7 @@ async fn state_store_alone(
     record: aws_sdk_kinesis::types::Record,
 ) -> shardkeeper::state::Result<()> {
     let store = StateStore::new(dynamodb_client, StoreConfig::new("billing", "orders")?);
-    store.start(&StartOptions { table: TableOptions::default(), stream_created, stream_arn: None }).await?;
+    store.start(&StartOptions::new(stream_created)).await?;
     store.consumers().heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
     let lease = store.leases().acquire(&shard, &me, Duration::from_secs(30)).await?.expect("free shard");
     store.checkpoints().save(&lease, &Checkpoint::after(record.sequence_number())?, None).await?; // Err(LeaseLost) once taken

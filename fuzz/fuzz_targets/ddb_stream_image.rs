@@ -123,10 +123,7 @@ fn event(text: &str) {
         assert_eq!((record.sub_sequence, record.aggregated), (0, false));
         async { Ok::<(), HandlerError>(()) }
     });
-    let options = ProcessingOptions {
-        mode: FailureMode::ReportAllFailures,
-        ..ProcessingOptions::default()
-    };
+    let options = ProcessingOptions::default().mode(FailureMode::ReportAllFailures);
     let processor = DynamoDbProcessor::new(handler).with_options(options);
     let result = block_on(processor.process(text, None));
     if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {

@@ -56,10 +56,7 @@ fn batch(event: &str, mode: FailureMode) {
             }
         }
     };
-    let options = ProcessingOptions {
-        mode,
-        ..ProcessingOptions::default()
-    };
+    let options = ProcessingOptions::default().mode(mode);
     let processor = KinesisProcessor::new(handler).with_options(options);
     let result = block_on(processor.process(event, None));
     let seen = seen.lock().unwrap();

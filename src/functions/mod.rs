@@ -40,9 +40,7 @@ pub async fn start_store(
     dynamodb: aws_sdk_dynamodb::Client,
     kinesis: &aws_sdk_kinesis::Client,
 ) -> crate::Result<crate::state::StateStore> {
-    use crate::state::{
-        kinesis_stream_summary, Buckets, SpreadPolicy, StartOptions, StateStore, TableOptions,
-    };
+    use crate::state::{kinesis_stream_summary, Buckets, SpreadPolicy, StartOptions, StateStore};
     let summary =
         kinesis_stream_summary(kinesis, &config.store.stream, &config.store.retry).await?;
     let buckets = config
@@ -50,11 +48,7 @@ pub async fn start_store(
         .unwrap_or_else(|| Buckets::for_shards(summary.open_shards, &SpreadPolicy::default()));
     let store = StateStore::new(dynamodb, config.store.clone().buckets(buckets));
     store
-        .start(&StartOptions {
-            table: TableOptions::default(),
-            stream_created: summary.created,
-            stream_arn: Some(summary.arn),
-        })
+        .start(&StartOptions::new(summary.created).stream_arn(Some(summary.arn)))
         .await?;
     Ok(store)
 }

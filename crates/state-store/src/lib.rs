@@ -27,12 +27,12 @@
 //!
 //! ```no_run
 //! use shardkeeper_state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId, ShardScope, ShardSpec,
-//!     StartOptions, StateStore, StoreConfig, TableOptions};
+//!     StartOptions, StateStore, StoreConfig};
 //! use std::time::Duration;
 //!
 //! # async fn demo(client: aws_sdk_dynamodb::Client) -> shardkeeper_state::Result<()> {
 //! let store = StateStore::new(client, StoreConfig::new("billing", "orders")?);
-//! store.start(&StartOptions { table: TableOptions::default(), stream_created: 1_700_000_000_000, stream_arn: None }).await?;
+//! store.start(&StartOptions::new(1_700_000_000_000)).await?;
 //! let me = ConsumerId::new("worker-1")?;
 //! store.consumers().heartbeat(&ConsumerInfo::for_this_process(me.clone(), store.now())).await?;
 //! store.shards().ensure(&ShardScope::Group, &ShardSpec::new("shardId-000000000000")?).await?;

@@ -31,8 +31,10 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// What identifies one consumer group's state: the table, the group and the stream.
+/// What identifies one consumer group's state: the table, the group and the
+/// stream ([`StoreConfig::new`], then its builder methods).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreConfig {
     /// The DynamoDB table holding the state (shared by any number of groups).
     pub table: String,

@@ -30,8 +30,9 @@ pub enum StreamInit {
     },
 }
 
-/// Options of [`StateStore::start`].
+/// Options of [`StateStore::start`]: [`StartOptions::new`], then its setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StartOptions {
     /// How to create and check the table.
     pub table: TableOptions,
@@ -41,6 +42,30 @@ pub struct StartOptions {
     /// state so a same-named stream of another account or region is never
     /// taken for it; `None` if not known.
     pub stream_arn: Option<String>,
+}
+
+impl StartOptions {
+    /// The options of a stream created at `stream_created`: the default
+    /// table options, no ARN known.
+    pub fn new(stream_created: EpochMillis) -> Self {
+        StartOptions {
+            table: TableOptions::default(),
+            stream_created,
+            stream_arn: None,
+        }
+    }
+
+    /// Sets [`StartOptions::table`](Self::table).
+    pub fn table(mut self, table: TableOptions) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// Sets [`StartOptions::stream_arn`](Self::stream_arn).
+    pub fn stream_arn(mut self, stream_arn: Option<String>) -> Self {
+        self.stream_arn = stream_arn;
+        self
+    }
 }
 
 /// What [`StateStore::start`] did.

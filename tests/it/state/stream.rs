@@ -18,11 +18,9 @@ async fn state_is_reset_when_the_stream_is_recreated() {
         .unwrap();
     let created = summary.created;
     let store = ctx.store(&stream);
-    let options = StartOptions {
-        table: TableOptions::default().poll_interval(Duration::from_millis(50)),
-        stream_created: created,
-        stream_arn: Some(summary.arn.clone()),
-    };
+    let options = StartOptions::new(created)
+        .table(TableOptions::default().poll_interval(Duration::from_millis(50)))
+        .stream_arn(Some(summary.arn.clone()));
     let report = store.start(&options).await.unwrap();
     assert_eq!(report.stream, StreamInit::Created);
     assert!(!report.table.created, "the run's table exists already");
