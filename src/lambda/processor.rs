@@ -497,12 +497,21 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         let event = include_str!("../../events/kinesis-batch.json");
-        tracing::subscriber::with_default(subscriber, || {
+        let run = || {
             tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap()
                 .block_on(processor.process(event, None))
-                .unwrap();
+                .unwrap()
+        };
+        // A first run registers the callsites (another test's thread may
+        // have registered them first, while no subscriber wanted them, and
+        // tracing caches that answer); they are asked again with this
+        // thread's subscriber in place, and the second run is the one read.
+        let _ = run();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::callsite::rebuild_interest_cache();
+            run();
         });
         let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         text.lines()
