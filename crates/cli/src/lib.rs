@@ -36,6 +36,27 @@ pub fn init_logging() {
         .init();
 }
 
+/// Prints a command's outcome and gives its exit status: its output and 0
+/// if it passed, 1 if it ran but did not pass (a check failed), 2 with the
+/// error on standard error if it could not run.
+pub fn finish<E: std::fmt::Display>(outcome: Result<(String, bool), E>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    match outcome {
+        Ok((out, passed)) => {
+            print!("{out}");
+            if passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Asks `question` on the terminal; `true` only for an answer of `yes`.
 pub fn ask_on_terminal(question: &str) -> bool {
     print!("{question} Type 'yes' to go on: ");

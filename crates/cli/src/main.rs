@@ -1,4 +1,4 @@
-//! `shardkeeper`: status, reset, demo. See `shardkeeper --help`.
+//! `shardkeeper`: the operator CLI. See `shardkeeper --help`.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -6,18 +6,5 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     shardkeeper_cli::init_logging();
-    match shardkeeper_cli::run(shardkeeper_cli::Cli::parse()).await {
-        Ok((out, passed)) => {
-            print!("{out}");
-            if passed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    shardkeeper_cli::finish(shardkeeper_cli::run(shardkeeper_cli::Cli::parse()).await)
 }

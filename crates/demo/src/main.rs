@@ -9,26 +9,12 @@ async fn main() -> ExitCode {
     shardkeeper_cli::init_logging();
     let args = shardkeeper_demo::DemoArgs::parse();
     if args.serve {
-        return match shardkeeper_demo::serve::serve(args.env_file.as_deref()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        };
+        let served = shardkeeper_demo::serve::serve(args.env_file.as_deref()).await;
+        return shardkeeper_cli::finish(served.map(|()| (String::new(), true)));
     }
-    match shardkeeper_demo::run(&args).await {
-        Ok(report) => {
-            print!("{}", shardkeeper_demo::render::demo(&report));
-            if report.verification.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    let outcome = shardkeeper_demo::run(&args).await.map(|report| {
+        let passed = report.verification.passed();
+        (shardkeeper_demo::render::demo(&report), passed)
+    });
+    shardkeeper_cli::finish(outcome)
 }
