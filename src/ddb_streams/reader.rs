@@ -213,19 +213,23 @@ impl<C: StreamsClient> StreamReader<C> {
         }
     }
 
-    /// One DynamoDB Streams call, throttling retried with the store's retry policy.
+    /// One DynamoDB Streams call, retried with the store's retry policy when
+    /// throttled or failed in passing (a server fault, no answer); an expired
+    /// iterator is the reader's to renew. The client sends each request once
+    /// (see `sdk`), so this is the call's one retry budget.
     pub(super) async fn call<T, F, Fut>(&self, operation: &'static str, send: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StreamsError>>,
     {
-        let is_throttled = |e: &StreamsError| {
-            let yes = e.is_throttled();
-            self.throttled.fetch_add(u64::from(yes), Ordering::Relaxed);
-            yes
+        let retryable = |e: &StreamsError| {
+            let throttled = e.is_throttled();
+            self.throttled
+                .fetch_add(u64::from(throttled), Ordering::Relaxed);
+            e.is_transient() && !matches!(e, StreamsError::ExpiredIterator(_))
         };
         let retry = &self.store.config().retry;
-        retry_throttled(retry, operation, is_throttled, || false, send)
+        retry_throttled(retry, operation, retryable, || false, send)
             .await
             .map_err(|e| match e {
                 Retried::Failed { error, attempts } => Error::Streams {

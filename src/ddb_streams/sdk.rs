@@ -1,4 +1,7 @@
-//! [`StreamsClient`] for the AWS SDK's DynamoDB Streams client.
+//! [`StreamsClient`] for the AWS SDK's DynamoDB Streams client. Each
+//! request is sent once, the SDK's retries off for it whatever the client's:
+//! the reader's retry policy is the one budget (`DynamoDbStreamsReader`'s
+//! `call`).
 
 use crate::ddb_streams::client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};
 use crate::ddb_streams::error::StreamsError;
@@ -12,6 +15,12 @@ fn streams_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::
 ) -> StreamsError {
     let code = err.code().map(str::to_owned);
     StreamsError::from_code(code.as_deref(), DisplayErrorContext(&err).to_string())
+}
+
+/// The configuration of a request sent once: no SDK retries.
+fn sent_once() -> aws_sdk_dynamodbstreams::config::Builder {
+    aws_sdk_dynamodbstreams::config::Builder::default()
+        .retry_config(aws_sdk_dynamodbstreams::config::retry::RetryConfig::disabled())
 }
 
 fn invalid(e: StateError) -> StreamsError {
@@ -48,7 +57,12 @@ impl StreamsClient for aws_sdk_dynamodbstreams::Client {
             .stream_arn(stream_arn)
             .set_exclusive_start_shard_id(exclusive_start_shard_id.map(str::to_owned));
         async move {
-            let out = req.send().await.map_err(streams_error)?;
+            let out = req
+                .customize()
+                .config_override(sent_once())
+                .send()
+                .await
+                .map_err(streams_error)?;
             let Some(description) = out.stream_description() else {
                 return Ok(ShardPage::default());
             };
@@ -77,7 +91,12 @@ impl StreamsClient for aws_sdk_dynamodbstreams::Client {
             .shard_iterator_type(ShardIteratorType::from(start.iterator_type()))
             .set_sequence_number(start.sequence_number().map(|s| s.as_str().to_owned()));
         async move {
-            let out = req.send().await.map_err(streams_error)?;
+            let out = req
+                .customize()
+                .config_override(sent_once())
+                .send()
+                .await
+                .map_err(streams_error)?;
             Ok(out.shard_iterator)
         }
     }
@@ -89,7 +108,12 @@ impl StreamsClient for aws_sdk_dynamodbstreams::Client {
     ) -> impl Future<Output = Result<ChangesPage, StreamsError>> + Send {
         let req = self.get_records().shard_iterator(iterator).set_limit(limit);
         async move {
-            let out = req.send().await.map_err(streams_error)?;
+            let out = req
+                .customize()
+                .config_override(sent_once())
+                .send()
+                .await
+                .map_err(streams_error)?;
             Ok(ChangesPage {
                 records: out.records.unwrap_or_default(),
                 next_iterator: out.next_shard_iterator,

@@ -113,10 +113,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         store.stream_item().state().await?;
         let parking = match config.dead_letter_stream {
             Some(stream) => Parking::DeadLetterStream {
-                client: crate::state::kinesis_with_timeouts(
-                    &aws_sdk_kinesis::Client::new(aws),
-                    &crate::state::SdkTimeouts::default(),
-                ),
+                client: aws_sdk_kinesis::Client::new(aws),
                 stream,
             },
             None => Parking::StateTable {

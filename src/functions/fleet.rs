@@ -132,7 +132,8 @@ pub struct LambdaStarter {
     pub lambda: aws_sdk_lambda::Client,
     /// The shard-worker function's name or ARN.
     pub function: String,
-    /// Retries of throttled invocations.
+    /// Retries of throttled or failed invocations (the one budget: the
+    /// client does not retry).
     pub retry: RetryPolicy,
 }
 
@@ -140,9 +141,11 @@ impl LambdaStarter {
     /// A starter of `function`'s invocations, with a Lambda client made
     /// from `aws` whose attempts time out as the store's do
     /// ([`SdkTimeouts`](crate::state::SdkTimeouts): an asynchronous Invoke
-    /// answers at once, so a start never holds a rebalancer tick).
+    /// answers at once, so a start never holds a rebalancer tick) and that
+    /// does not retry: `retry` is the one retry budget of each Invoke.
     pub fn new(aws: &aws_config::SdkConfig, function: String, retry: RetryPolicy) -> Self {
         let config = aws_sdk_lambda::config::Builder::from(aws)
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
             .timeout_config(crate::state::SdkTimeouts::default().sdk_config())
             .build();
         LambdaStarter {

@@ -74,7 +74,7 @@ pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
     init_tracing();
     let config = crate::config::ScheduledConfig::from_env()?;
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kinesis = crate::state::kinesis_with_timeouts(
+    let kinesis = crate::state::own_kinesis_client(
         &aws_sdk_kinesis::Client::new(&aws),
         &config.store.timeouts,
     );

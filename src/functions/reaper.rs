@@ -17,7 +17,9 @@ use std::time::Duration;
 pub struct Reaper {
     /// The group's state.
     pub store: StateStore,
-    /// Kinesis, to deregister idle EFO consumers.
+    /// Kinesis, to deregister idle EFO consumers ([`Reaper::new`] makes it
+    /// the library's own client of the one given: see
+    /// [`own_kinesis_client`](crate::state::own_kinesis_client)).
     pub kinesis: aws_sdk_kinesis::Client,
     /// Planner settings.
     pub config: ReapConfig,
@@ -38,6 +40,7 @@ impl Reaper {
     /// A reaper of `store`'s group with `config`: no metrics written,
     /// nothing seen yet.
     pub fn new(store: StateStore, kinesis: aws_sdk_kinesis::Client, config: ReapConfig) -> Self {
+        let kinesis = crate::state::own_kinesis_client(&kinesis, &store.config().timeouts);
         Reaper {
             store,
             kinesis,

@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 pub struct Rebalancer {
     /// The group's state.
     pub store: StateStore,
-    /// Kinesis, for shard discovery.
+    /// Kinesis, for shard discovery ([`Rebalancer::new`] makes it the
+    /// library's own client of the one given: see
+    /// [`own_kinesis_client`](crate::state::own_kinesis_client)).
     pub kinesis: aws_sdk_kinesis::Client,
     /// Planner settings.
     pub config: RebalanceConfig,
@@ -67,6 +69,7 @@ impl Rebalancer {
         kinesis: aws_sdk_kinesis::Client,
         config: RebalanceConfig,
     ) -> Self {
+        let kinesis = crate::state::own_kinesis_client(&kinesis, &store.config().timeouts);
         Rebalancer {
             store,
             kinesis,

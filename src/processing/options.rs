@@ -31,7 +31,9 @@ pub enum Parking {
     /// To a dead-letter Kinesis stream, as a JSON envelope with the record
     /// and the error.
     DeadLetterStream {
-        /// Kinesis client.
+        /// Kinesis client. Records are put with the library's own client of
+        /// it ([`own_kinesis_client`](crate::state::own_kinesis_client): the
+        /// store's retry policy and timeouts, no SDK retries).
         client: aws_sdk_kinesis::Client,
         /// The dead-letter stream (a name, or an ARN for one of another account).
         stream: StreamAddress,

@@ -10,7 +10,9 @@
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
-use crate::state::{call_kinesis, ForStream, ParkedRecord, RecordKey, StateStore};
+use crate::state::{
+    call_kinesis, own_kinesis_client, ForStream, ParkedRecord, RecordKey, StateStore,
+};
 use crate::Result;
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -143,12 +145,14 @@ pub(crate) async fn park(
         }
         Parking::DeadLetterStream { client, stream } => {
             let body = envelope(key, record, error, attempts).to_string();
-            let req = client
+            let (retry, timeouts) = store
+                .map(|s| (s.config().retry, s.config().timeouts))
+                .unwrap_or_default();
+            let req = own_kinesis_client(client, &timeouts)
                 .put_record()
                 .for_stream(stream)
                 .partition_key(dead_letter_partition_key(record))
                 .data(aws_sdk_kinesis::primitives::Blob::new(body));
-            let retry = store.map(|s| s.config().retry).unwrap_or_default();
             call_kinesis(&retry, "PutRecord", || req.clone().send()).await?;
             Ok(true)
         }

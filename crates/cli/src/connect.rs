@@ -40,10 +40,13 @@ async fn sdk_config(conn: &Connection) -> SdkConfig {
     loader.load().await
 }
 
-/// A DynamoDB client for `conn` (`--endpoint-url` applied).
+/// A DynamoDB client for `conn` (`--endpoint-url` applied), without the
+/// SDK's retries: the commands' [`RetryPolicy`](shardkeeper::state::RetryPolicy)
+/// is the one retry budget of each call.
 pub async fn dynamodb(conn: &Connection) -> aws_sdk_dynamodb::Client {
     let config = sdk_config(conn).await;
-    let mut builder = aws_sdk_dynamodb::config::Builder::from(&config);
+    let mut builder = aws_sdk_dynamodb::config::Builder::from(&config)
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled());
     if let Some(url) = &conn.endpoint_url {
         builder = builder.endpoint_url(url);
     }
@@ -56,7 +59,9 @@ pub async fn store(target: &Target) -> Result<StateStore, crate::Error> {
     Ok(StateStore::new(dynamodb(&target.conn).await, store_config))
 }
 
-/// [`store`], and a Kinesis client (`--kinesis-endpoint-url` applied).
+/// [`store`], and the library's own Kinesis client
+/// ([`own_kinesis_client`](shardkeeper::state::own_kinesis_client),
+/// `--kinesis-endpoint-url` applied).
 pub async fn clients(
     target: &Target,
 ) -> Result<(StateStore, aws_sdk_kinesis::Client), crate::Error> {
@@ -65,8 +70,10 @@ pub async fn clients(
     if let Some(url) = &target.conn.kinesis_endpoint_url {
         builder = builder.endpoint_url(url);
     }
-    Ok((
-        store(target).await?,
-        aws_sdk_kinesis::Client::from_conf(builder.build()),
-    ))
+    let store = store(target).await?;
+    let kinesis = shardkeeper::state::own_kinesis_client(
+        &aws_sdk_kinesis::Client::from_conf(builder.build()),
+        &store.config().timeouts,
+    );
+    Ok((store, kinesis))
 }

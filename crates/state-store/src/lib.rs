@@ -50,6 +50,7 @@ mod batch;
 mod bounded;
 mod buckets;
 mod checkpoint;
+mod clients;
 mod clock;
 mod consumer;
 pub mod cost;
@@ -83,6 +84,7 @@ pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
 // Test clocks: a deployed consumer runs on the system clock, so they are
 // public only for tests (this workspace's and a user's) that ask for them.
+pub use clients::own_kinesis_client;
 #[cfg(feature = "testing")]
 pub use clock::{ManualClock, SkewedClock};
 pub use consumer::{Acks, ClearReport, Consumers, Heartbeat, Revocation, MAX_GIVEN};
@@ -104,8 +106,8 @@ pub use reset::PositionMove;
 pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_kms_key_code, is_server_fault_code, is_throttling_code,
-    is_transient_code, kinesis_coded_error, kinesis_error, kinesis_with_timeouts, retry_throttled,
-    Backoff, Jitter, Retried, RetryPolicy, SdkTimeouts,
+    is_transient_code, kinesis_coded_error, kinesis_error, retry_throttled, Backoff, Jitter,
+    Retried, RetryPolicy, SdkTimeouts,
 };
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};

@@ -402,14 +402,17 @@ pub enum Retried<E> {
     },
 }
 
-/// Runs `send` until it succeeds, fails with an error that `throttled` does
-/// not call throttling, `stopped` says to stop, or throttling outlasts
-/// `policy` (capped exponential backoff with full jitter between attempts).
-/// The one retry loop of every AWS call the state store and its users make.
+/// Runs `send` until it succeeds, fails with an error that `retryable` does
+/// not call worth sending again (throttling, a transient fault), `stopped`
+/// says to stop, or such errors outlast `policy` (capped exponential backoff
+/// with full jitter between attempts). The one retry loop of every AWS call
+/// the state store and its users make; on a client that does not retry
+/// (see [`own_kinesis_client`](crate::own_kinesis_client)), the call's one
+/// retry budget.
 pub async fn retry_throttled<T, E, F, Fut>(
     policy: &RetryPolicy,
     operation: &str,
-    throttled: impl Fn(&E) -> bool,
+    retryable: impl Fn(&E) -> bool,
     stopped: impl Fn() -> bool,
     mut send: F,
 ) -> Result<T, Retried<E>>
@@ -428,33 +431,27 @@ where
             Ok(out) => return Ok(out),
             Err(error) => error,
         };
-        if attempts >= max || !throttled(&error) {
+        if attempts >= max || !retryable(&error) {
             return Err(Retried::Failed { error, attempts });
         }
         let pause = policy.backoff().delay(attempts);
-        tracing::debug!(operation, attempts, ?pause, "throttled, backing off");
+        tracing::debug!(
+            operation,
+            attempts,
+            ?pause,
+            "failed in passing, backing off"
+        );
         tokio::time::sleep(pause).await;
     }
 }
 
-/// What a call's retry loop sends again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retrying {
-    /// Throttling only: the client retries faults itself (the SDK's
-    /// standard retries of a client the caller made).
-    Throttling,
-    /// Throttling and faults: the client does not retry (the store's own,
-    /// see `StateStore::new`), so the loop is the call's one retry budget.
-    Everything,
-}
-
-/// Runs `send` until it succeeds, fails for good, or what `retrying` sends
-/// again outlasts `policy`.
+/// Runs `send` until it succeeds, fails for good, or throttling and
+/// transient faults outlast `policy`: the call's one retry budget, on a
+/// client without the SDK's retries (see `clients`).
 pub(crate) async fn with_retries<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     service: Service,
     operation: &'static str,
-    retrying: Retrying,
     stopped: impl Fn() -> bool,
     send: F,
 ) -> Result<T, CallError<E>>
@@ -464,18 +461,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    // Besides throttling, on a client that does not retry: a server fault,
-    // an attempt that timed out, a connection that failed or an answer that
-    // could not be read may pass if sent again. (A write whose answer was
-    // lost is sent again too: the protocol's conditions tell its own write
-    // apart, as they did under the SDK's retries.)
-    let faults = retrying == Retrying::Everything;
+    // Besides throttling: a server fault, an attempt that timed out, a
+    // connection that failed or an answer that could not be read may pass if
+    // sent again. (A write whose answer was lost is sent again too: the
+    // protocol's conditions tell its own write apart.)
     let retryable = |err: &SdkError<E, R>| match err {
         SdkError::ServiceError(_) => err
             .code()
-            .is_some_and(|c| is_throttling_code(c) || (faults && is_server_fault_code(c))),
+            .is_some_and(|c| is_throttling_code(c) || is_server_fault_code(c)),
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            faults
+            true
         }
         _ => false,
     };
@@ -503,8 +498,10 @@ where
     }))
 }
 
-/// Sends a Kinesis request with the throttling retries of `policy`; every
-/// failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
+/// Sends a Kinesis request with the retries of `policy` (throttling and
+/// transient faults; give it a client from
+/// [`own_kinesis_client`](crate::own_kinesis_client), whose requests the
+/// SDK does not retry as well); every failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
 /// `KmsKey`, or `Sdk` with the AWS error code).
 pub async fn call_kinesis<T, E, R, F, Fut>(
     policy: &RetryPolicy,
@@ -520,8 +517,10 @@ where
     call_aws(policy, Service::Kinesis, operation, send).await
 }
 
-/// Sends a request to `service` with the throttling retries of `policy`;
-/// every failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
+/// Sends a request to `service` with the retries of `policy` (throttling
+/// and transient faults, on a client without the SDK's retries: see
+/// [`own_kinesis_client`](crate::own_kinesis_client)); every failure comes
+/// back as a [`StateError`] (`Throttled`, `EfoQuota`,
 /// `KmsKey`, or `Sdk` with the AWS error code; a failed condition is an
 /// `Sdk` error here).
 pub async fn call_aws<T, E, R, F, Fut>(
@@ -536,16 +535,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
-    match with_retries(
-        policy,
-        service,
-        operation,
-        Retrying::Throttling,
-        || false,
-        send,
-    )
-    .await
-    {
+    match with_retries(policy, service, operation, || false, send).await {
         Ok(out) => Ok(out),
         Err(CallError::Failed(e)) => Err(e),
         Err(CallError::Condition(e)) => Err(StateError::Sdk {
@@ -555,23 +545,6 @@ where
             message: error_chain(&e),
         }),
     }
-}
-
-/// `client` with `timeouts` on every attempt (its retries as they are): a
-/// Kinesis client whose calls cannot hang on a connection that never
-/// answers. A SubscribeToShard attempt ends with its first answer, so the
-/// event stream after it stays open past the attempt timeout
-/// (`consumer::efo_worker::a_subscription_outlives_the_clients_attempt_timeout`).
-pub fn kinesis_with_timeouts(
-    client: &aws_sdk_kinesis::Client,
-    timeouts: &SdkTimeouts,
-) -> aws_sdk_kinesis::Client {
-    let config = client
-        .config()
-        .to_builder()
-        .timeout_config(timeouts.sdk_config())
-        .build();
-    aws_sdk_kinesis::Client::from_conf(config)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use crate::buckets::Buckets;
 use crate::checkpoint::Checkpoints;
+use crate::clients::own_dynamodb_client;
 use crate::clock::{Clock, EpochMillis, SystemClock};
 use crate::consumer::Consumers;
 use crate::efo::EfoConsumers;
@@ -13,7 +14,7 @@ use crate::lease::Leases;
 use crate::names::GroupName;
 use crate::positions::Positions;
 use crate::records::RecordState;
-use crate::retry::{with_retries, CallError, RetryPolicy, Retrying, SdkTimeouts};
+use crate::retry::{with_retries, CallError, RetryPolicy, SdkTimeouts};
 use crate::schema::{self, PK, SK};
 use crate::shard::Shards;
 use crate::stream::StreamItem;
@@ -66,7 +67,10 @@ impl StoreConfig {
         })
     }
 
-    /// Uses these timeouts on the store's client.
+    /// Uses these timeouts on the store's client, and on the library's own
+    /// Kinesis clients made for the store's group (the workers', the
+    /// rebalancer's and the reaper's: see
+    /// [`own_kinesis_client`](crate::own_kinesis_client)).
     pub fn timeouts(mut self, timeouts: SdkTimeouts) -> Self {
         self.timeouts = timeouts;
         self
@@ -145,7 +149,7 @@ impl StateStore {
         config: StoreConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let client = own_client(&client, &config.timeouts);
+        let client = own_dynamodb_client(&client, &config.timeouts);
         let pk = schema::partition_key(&config.group, config.stream.name());
         StateStore {
             inner: Arc::new(Inner {
@@ -280,7 +284,7 @@ impl StateStore {
         &self.inner.config.table
     }
 
-    /// Sends a request with throttling retries; a lost condition is counted.
+    /// Sends a request with the store's retries; a lost condition is counted.
     pub(crate) async fn call<T, E, R, F, Fut>(
         &self,
         operation: &'static str,
@@ -297,7 +301,6 @@ impl StateStore {
             &self.inner.config.retry,
             Service::DynamoDb,
             operation,
-            Retrying::Everything,
             stopped,
             send,
         )
@@ -539,21 +542,4 @@ pub(crate) fn sk_suffix<'a>(item: &'a RawItem, prefix: &str) -> Option<&'a str> 
         Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)) => sk.strip_prefix(prefix),
         _ => None,
     }
-}
-
-/// The store's own client of `client`: the same connections and
-/// credentials, without the SDK's retries (the store's [`RetryPolicy`] is
-/// the one retry budget of its calls, see `with_retries`) and with
-/// `timeouts` on connecting and on each attempt.
-fn own_client(
-    client: &aws_sdk_dynamodb::Client,
-    timeouts: &SdkTimeouts,
-) -> aws_sdk_dynamodb::Client {
-    let config = client
-        .config()
-        .to_builder()
-        .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
-        .timeout_config(timeouts.sdk_config())
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
 }

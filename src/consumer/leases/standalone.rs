@@ -46,6 +46,7 @@ impl StandaloneSession {
         mut info: ConsumerInfo,
     ) -> Self {
         info.standalone = true;
+        let kinesis = crate::state::own_kinesis_client(&kinesis, &store.config().timeouts);
         let scope = ShardScope::Consumer(info.id.clone());
         StandaloneSession {
             store,

@@ -19,22 +19,27 @@ use aws_smithy_types::DateTime;
 /// for up to 5 minutes).
 const SUBSCRIBE_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads through an `aws_sdk_kinesis::Client`. GetShardIterator is retried
-/// by the project's policy; GetRecords is sent once, with the SDK's own
-/// retries turned off (the worker backs off the one shard that is throttled
-/// or failed and goes on with the others, instead of every shard waiting
-/// out the SDK's backoff).
+/// Reads through an `aws_sdk_kinesis::Client`. Each read (GetShardIterator,
+/// GetRecords, SubscribeToShard) is sent once, with the SDK's own retries
+/// turned off for it whatever the client's: the worker backs off the one
+/// shard that is throttled or failed and goes on with the others, and reads
+/// it again from its position, instead of every shard waiting out a backoff.
 #[derive(Debug, Clone)]
 pub struct SdkReads {
     client: aws_sdk_kinesis::Client,
-    retry: RetryPolicy,
 }
 
 impl SdkReads {
-    /// Reads through `client`, retrying GetShardIterator by `retry`.
-    pub fn new(client: aws_sdk_kinesis::Client, retry: RetryPolicy) -> Self {
-        SdkReads { client, retry }
+    /// Reads through `client`.
+    pub fn new(client: aws_sdk_kinesis::Client) -> Self {
+        SdkReads { client }
     }
+}
+
+/// The configuration of a read sent once: no SDK retries.
+fn sent_once() -> aws_sdk_kinesis::config::Builder {
+    aws_sdk_kinesis::config::Builder::default()
+        .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
 }
 
 fn classify(
@@ -142,7 +147,10 @@ impl KinesisReads for SdkReads {
                 .shard_iterator_type(kind)
                 .set_starting_sequence_number(sequence.map(str::to_owned))
                 .set_timestamp(timestamp);
-            let out = call_kinesis(&self.retry, "GetShardIterator", || req.clone().send()).await?;
+            let out = call_kinesis(&RetryPolicy::none(), "GetShardIterator", || {
+                req.clone().customize().config_override(sent_once()).send()
+            })
+            .await?;
             out.shard_iterator.ok_or_else(|| {
                 ReadError::from(StateError::validation(
                     "GetShardIterator answer",
@@ -166,10 +174,7 @@ impl KinesisReads for SdkReads {
                 .shard_iterator(iterator)
                 .limit(limit)
                 .customize()
-                .config_override(
-                    aws_sdk_kinesis::config::Builder::default()
-                        .retry_config(aws_smithy_types::retry::RetryConfig::disabled()),
-                )
+                .config_override(sent_once())
                 .send()
                 .await
                 .map_err(|e| classify("GetRecords", &e))?;
@@ -201,6 +206,8 @@ impl KinesisReads for SdkReads {
                 .consumer_arn(consumer_arn)
                 .shard_id(shard.as_str())
                 .starting_position(position)
+                .customize()
+                .config_override(sent_once())
                 .send();
             // An answer that never comes (a connection that hangs) must not
             // hold the worker: the shard backs off and subscribes again.

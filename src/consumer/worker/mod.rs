@@ -107,7 +107,10 @@ impl<H: RecordHandler> ShardWorker<H> {
             // Nothing to read with until an EFO consumer is locked.
             mode.set_efo_lock(None);
         }
-        let reads = Arc::new(SdkReads::new(kinesis.clone(), store.config().retry));
+        // The store's retry policy is the one budget of the worker's
+        // Kinesis calls; the reads are sent once (a shard backs off alone).
+        let kinesis = crate::state::own_kinesis_client(&kinesis, &store.config().timeouts);
+        let reads = Arc::new(SdkReads::new(kinesis.clone()));
         ShardWorker {
             mode,
             store,

@@ -249,7 +249,7 @@ async fn a_subscription_that_is_never_answered_fails_transiently() {
         dummy_credentials: true,
     })
     .await;
-    let reads = SdkReads::new(aws.kinesis.clone(), Default::default());
+    let reads = SdkReads::new(aws.kinesis.clone());
     let shard = shardkeeper::state::ShardId::new("shardId-000000000000").unwrap();
     let consumer = "arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1";
     let err = match reads
@@ -266,23 +266,39 @@ async fn a_subscription_that_is_never_answered_fails_transiently() {
     held.abort();
 }
 
-/// A subscription outlives the Kinesis client's attempt timeout
-/// (`kinesis_with_timeouts`): SubscribeToShard's answer is a stream that
-/// stays open for minutes, so its call has none, and records that arrive
-/// long after the timeout come on the same subscription.
+/// A subscription outlives the Kinesis client's attempt timeout (the
+/// store's [`SdkTimeouts`](shardkeeper::state::SdkTimeouts), which the
+/// worker's own client takes: `own_kinesis_client`): SubscribeToShard's
+/// answer is a stream that stays open for minutes, so its call has none,
+/// and records that arrive long after the timeout come on the same
+/// subscription.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_outlives_the_clients_attempt_timeout() {
-    use shardkeeper::state::{kinesis_with_timeouts, SdkTimeouts};
+    use shardkeeper::state::{SdkTimeouts, StateStore};
     let ctx = ctx().await;
     let stream = create_stream(&ctx.aws, 1).await;
-    let store = ctx.store(&stream);
-    let kinesis = kinesis_with_timeouts(
-        &ctx.aws.kinesis,
-        &SdkTimeouts::new(Duration::from_secs(2), Duration::from_millis(200)),
+    let config = ctx
+        .store(&stream)
+        .config()
+        .clone()
+        .timeouts(SdkTimeouts::new(
+            Duration::from_secs(2),
+            Duration::from_millis(200),
+        ));
+    let store = StateStore::with_clock(
+        ctx.aws.dynamodb.clone(),
+        config,
+        Arc::new(ctx.clock.clone()),
     );
     produce(&ctx.aws.kinesis, &stream, 1, 0..5).await;
     let log: Log = Arc::default();
-    let mut worker = standalone_with(&store, &kinesis, "s", log.clone(), efo("timeouts", 1));
+    let mut worker = standalone_with(
+        &store,
+        &ctx.aws.kinesis,
+        "s",
+        log.clone(),
+        efo("timeouts", 1),
+    );
     for _ in 0..300 {
         worker.step().await.unwrap();
         if log.lock().unwrap().len() >= 5 {

@@ -19,7 +19,7 @@ use crate::support::classes::{kinesis_at, of_error, of_read, quick_retries, Clas
 use crate::support::common::ctx;
 use shardkeeper::consumer::list_stream_shards;
 use shardkeeper::consumer::reads::{IteratorStart, KinesisReads, SdkReads};
-use shardkeeper::state::{kinesis_stream_summary, RetryPolicy, ShardId, StreamAddress};
+use shardkeeper::state::{kinesis_stream_summary, ShardId, StreamAddress};
 use shardkeeper_local::{AwsService, FailingEndpoint};
 
 /// Checks what every class but the retried ones must say: the failure names
@@ -82,7 +82,7 @@ async fn every_documented_get_records_error_has_its_class() {
         let endpoint = FailingEndpoint::start_as(AwsService::Kinesis, status, code)
             .await
             .unwrap();
-        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()), RetryPolicy::default());
+        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()));
         let error = reads
             .get_records(&stream, "AAAAAAAAAAE=", 100)
             .await
@@ -93,9 +93,9 @@ async fn every_documented_get_records_error_has_its_class() {
     }
 }
 
-/// GetShardIterator is retried when throttled (it opens a read, so a shard
-/// waits for it); throttling that outlasts the retries is transient: the
-/// shard backs off and opens its iterator again. Codes from
+/// GetShardIterator is sent once, as GetRecords is: throttled (5 a second
+/// per shard) or failed in passing, the shard backs off alone and opens its
+/// iterator again. Codes from
 /// <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_GetShardIterator.html#API_GetShardIterator_Errors>.
 #[tokio::test]
 async fn every_documented_get_shard_iterator_error_has_its_class() {
@@ -119,22 +119,14 @@ async fn every_documented_get_shard_iterator_error_has_its_class() {
         let endpoint = FailingEndpoint::start_as(AwsService::Kinesis, status, code)
             .await
             .unwrap();
-        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()), quick_retries(3));
+        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()));
         let error = reads
             .shard_iterator(&stream, &shard, &IteratorStart::TrimHorizon)
             .await
             .unwrap_err();
         assert_eq!(of_read(&error), expected, "{code}: {error}");
         check_message("GetShardIterator", code, expected, &error.to_string());
-        if expected == Class::Throttled {
-            let shardkeeper::consumer::reads::ReadError::Failed(e) = &error else {
-                panic!("{code}: {error:?}");
-            };
-            assert!(e.is_transient(), "{code}: throttling past the retries");
-            assert_eq!(endpoint.hits(), 3, "{code}: one request per attempt");
-        } else {
-            assert_eq!(endpoint.hits(), 1, "{code}: not retried");
-        }
+        assert_eq!(endpoint.hits(), 1, "{code}: sent once");
     }
 }
 
@@ -167,7 +159,7 @@ async fn every_documented_subscribe_to_shard_error_has_its_class() {
         let endpoint = FailingEndpoint::start_as(AwsService::Kinesis, status, code)
             .await
             .unwrap();
-        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()), RetryPolicy::default());
+        let reads = SdkReads::new(kinesis_at(&ctx, endpoint.url()));
         let error = match reads
             .subscribe(consumer, &shard, &IteratorStart::TrimHorizon)
             .await
@@ -182,11 +174,13 @@ async fn every_documented_subscribe_to_shard_error_has_its_class() {
 }
 
 /// The listing calls (shard discovery's ListShards, the stream's
-/// DescribeStreamSummary) are retried when throttled: Kinesis limits them
-/// with `LimitExceededException` (ListShards 1,000 a second per stream,
-/// DescribeStreamSummary 20), and past the retries that is transient. A
-/// stream still being created (ListShards' `ResourceInUseException`) or an
-/// expired pagination token is transient too. Codes from
+/// DescribeStreamSummary) are retried by the policy, its attempts the only
+/// ones, when throttled (Kinesis limits them with `LimitExceededException`:
+/// ListShards 1,000 a second per stream, DescribeStreamSummary 20) or when
+/// the service failed (`InternalFailure`, HTTP 500); past the retries that
+/// is transient. A stream still being created (ListShards'
+/// `ResourceInUseException`) or an expired pagination token is transient
+/// too, for the caller's next tick. Codes from
 /// <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_ListShards.html#API_ListShards_Errors>
 /// and
 /// <https://docs.aws.amazon.com/kinesis/latest/APIReference/API_DescribeStreamSummary.html#API_DescribeStreamSummary_Errors>.
@@ -280,10 +274,64 @@ async fn every_documented_listing_error_has_its_class() {
         } else {
             check_message(call, code, expected, &message);
         }
-        let attempts = if expected == Class::Throttled { 3 } else { 1 };
+        let attempts = if expected == Class::Throttled || status == 500 {
+            3
+        } else {
+            1
+        };
         assert_eq!(endpoint.hits(), attempts, "{call} {code}");
         if matches!(expected, Class::Throttled | Class::Transient) {
             assert!(error.is_transient(), "{call} {code}");
         }
     }
+}
+
+/// What the library builds on a team's Kinesis client (made as
+/// `aws_sdk_kinesis::Client::new` makes it, with the SDK's standard
+/// retries) sends without the SDK's retries: the rebalancer's ListShards,
+/// throttled, exactly the store policy's attempts (not the SDK's three
+/// under each), and a worker's GetShardIterator once a step (its shard
+/// backs off alone and the step goes on).
+#[tokio::test]
+async fn a_teams_kinesis_client_gets_one_retry_budget() {
+    use crate::support::common::{create_stream, lease, seed_shards, start_group};
+    use crate::support::consume::worker;
+    use shardkeeper::functions::Rebalancer;
+    use shardkeeper::group::RebalanceConfig;
+    use shardkeeper::state::StateStore;
+    use std::sync::Arc;
+
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let config = ctx.store(&stream).config().clone().retry(quick_retries(4));
+    let store = StateStore::with_clock(
+        ctx.aws.dynamodb.clone(),
+        config,
+        Arc::new(ctx.clock.clone()),
+    );
+    start_group(&ctx, &store).await;
+    let endpoint = FailingEndpoint::start_as(AwsService::Kinesis, 400, "LimitExceededException")
+        .await
+        .unwrap();
+    let counter = shardkeeper_local::RequestCounter::new();
+    let kinesis = aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(&ctx.aws.config)
+            .endpoint_url(endpoint.url())
+            .retry_config(
+                aws_sdk_kinesis::config::retry::RetryConfig::standard().with_max_attempts(3),
+            )
+            .interceptor(counter.clone())
+            .build(),
+    );
+    let sent = |operation: &str| counter.snapshot().get(operation).map_or(0, |c| c.requests);
+
+    let rebalancer = Rebalancer::new(store.clone(), kinesis.clone(), RebalanceConfig::default());
+    let _ = rebalancer.tick().await;
+    assert_eq!(sent("ListShards"), 4, "the store policy's attempts");
+
+    let shard = seed_shards(&store, 1).await.remove(0);
+    lease(&store, &shard, "w").await;
+    let mut worker = worker(&store, &kinesis, "w", Default::default());
+    worker.step().await.unwrap();
+    assert_eq!(sent("GetShardIterator"), 1, "sent once, not retried");
 }

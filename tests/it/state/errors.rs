@@ -278,14 +278,17 @@ async fn an_attempt_past_its_timeout_is_sent_again_by_the_store_alone() {
         .is_ok());
 }
 
-/// A Kinesis client given timeouts (`kinesis_with_timeouts`, what the
-/// scheduled functions use) cuts an attempt whose answer does not come, and
-/// its retries send it again; the call ends with a transient error instead
-/// of waiting on the connection. Answers in time go through.
+/// The library's own Kinesis client (`own_kinesis_client`, what the
+/// scheduled functions, workers, rebalancer and reaper use) of a client
+/// with the SDK's standard retries: the call's retry policy is its one
+/// budget. A throttled call, a failed one (HTTP 500) and one whose attempts
+/// outlast the attempt timeout (cut, not waited on) are each sent exactly
+/// the policy's attempts, not the SDK's three under each of them, and end
+/// transient. Answers in time go through.
 #[tokio::test]
-async fn a_kinesis_attempt_past_its_timeout_is_cut_and_sent_again() {
+async fn a_kinesis_call_has_one_retry_budget() {
     use shardkeeper::state::{
-        kinesis_stream_summary, kinesis_with_timeouts, SdkTimeouts, StreamAddress,
+        kinesis_stream_summary, own_kinesis_client, SdkTimeouts, StreamAddress,
     };
     use shardkeeper_local::{Faults, SlowRequests};
     use std::time::Duration;
@@ -301,11 +304,12 @@ async fn a_kinesis_attempt_past_its_timeout_is_cut_and_sent_again() {
             )
             .build(),
     );
-    let client = kinesis_with_timeouts(
+    let client = own_kinesis_client(
         &client,
         &SdkTimeouts::new(Duration::from_secs(2), Duration::from_millis(200)),
     );
     let address = StreamAddress::parse(&stream).unwrap();
+    let policy = quick_retries(4);
     let slow = |latency: Duration| Faults {
         slow: Some(SlowRequests {
             operation: "DescribeStreamSummary".to_owned(),
@@ -314,25 +318,40 @@ async fn a_kinesis_attempt_past_its_timeout_is_cut_and_sent_again() {
         }),
         ..Faults::none()
     };
-    faulty
-        .kinesis
-        .set_faults(slow(Duration::from_millis(600)))
-        .unwrap();
-    let before = faulty.kinesis.counts().slowed;
-    let error = kinesis_stream_summary(&client, &address, &quick_retries(1))
-        .await
-        .unwrap_err();
-    assert!(error.is_transient(), "{error}");
-    assert_eq!(
-        faulty.kinesis.counts().slowed - before,
-        3,
-        "the client's attempts, each cut at its timeout"
-    );
+    let cases = [
+        (
+            "throttled",
+            Faults {
+                throttle: 1.0,
+                ..Faults::none()
+            },
+        ),
+        (
+            "failed",
+            Faults {
+                server_error: 1.0,
+                ..Faults::none()
+            },
+        ),
+        ("past the attempt timeout", slow(Duration::from_millis(600))),
+    ];
+    for (case, faults) in cases {
+        faulty.kinesis.set_faults(faults).unwrap();
+        let before = faulty.kinesis.counts();
+        let error = kinesis_stream_summary(&client, &address, &policy)
+            .await
+            .unwrap_err();
+        assert!(error.is_transient(), "{case}: {error}");
+        let after = faulty.kinesis.counts();
+        let sent = (after.throttled + after.errors_500 + after.slowed)
+            - (before.throttled + before.errors_500 + before.slowed);
+        assert_eq!(sent, 4, "{case}: the policy's attempts, no more");
+    }
     faulty
         .kinesis
         .set_faults(slow(Duration::from_millis(20)))
         .unwrap();
-    assert!(kinesis_stream_summary(&client, &address, &quick_retries(1))
+    assert!(kinesis_stream_summary(&client, &address, &policy)
         .await
         .is_ok());
 }

@@ -68,9 +68,9 @@ const MAX_SKEW_MS: i64 = 30_000;
 /// The lease term (and heartbeat timeout) of a run without faults.
 const LEASE_TERM: Duration = Duration::from_secs(2);
 
-/// The lease term of a run with faults: a renewal tick that meets a
-/// throttle waits out the SDK's backoff (1 s and up), so 2 s would have
-/// consumers reaped over and over for missed heartbeats.
+/// The lease term of a run with faults: a heartbeat that meets throttles
+/// and faults waits out the retry policy's backoff (up to 2 s a pause), so
+/// 2 s would have consumers reaped over and over for missed heartbeats.
 const FAULTY_LEASE_TERM: Duration = Duration::from_secs(4);
 
 /// The run's size, from the environment or the CI defaults.
