@@ -128,7 +128,12 @@ impl<C: StreamsClient> StreamReader<C> {
         handler: &H,
         stop_by: Option<Instant>,
     ) -> Result<PollReport, Error> {
-        let batch = self.next_batch().await?;
+        // Boxed: the reading futures nest deep (the SDK's sends under the
+        // retries), and an application awaiting `poll` in its own `main`
+        // would otherwise pass the compiler's default query depth
+        // (`recursion_limit`) computing its future's layout. One allocation
+        // a poll.
+        let batch = Box::pin(self.next_batch()).await?;
         let mut report = PollReport {
             shards: ShardReport::default(),
             discovery: batch.discovery,

@@ -1,6 +1,6 @@
 //! [`StreamsClient`] for the AWS SDK's DynamoDB Streams client. Each
 //! request is sent once, the SDK's retries off for it whatever the client's:
-//! the reader's retry policy is the one budget (`DynamoDbStreamsReader`'s
+//! the reader's retry policy is the one budget (`StreamReader`'s
 //! `call`).
 
 use crate::ddb_streams::client::{ChangesPage, ShardPage, StreamsClient, StreamsIteratorStart};

@@ -3,8 +3,9 @@
 //! `StreamsError` class, through the real SDK client against an endpoint
 //! that answers with that error and its HTTP status: an expired iterator
 //! (replaced after the last record read), trimmed data (the shard restarts
-//! at TRIM_HORIZON, or `OnTrimmed::Fail`), throttling (retried, then
-//! transient), a transient failure, not found (a shard or stream gone), or
+//! at TRIM_HORIZON, or `OnTrimmed::Fail`), throttling (retried by the
+//! reader's policy, then transient), a transient failure (retried the same
+//! way), not found (a shard or stream gone), or
 //! a failure that stops the reader (denied, invalid), with its code.
 //!
 //! The codes are each call's "Errors" section in the Amazon DynamoDB Streams
@@ -19,6 +20,25 @@ use shardkeeper_local::FailingEndpoint;
 
 const STREAM_ARN: &str =
     "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2024-01-01T00:00:00.000";
+
+/// A client of `url` with the SDK's standard retries (three attempts), as
+/// `aws_sdk_dynamodbstreams::Client::new` makes one: the reader's requests
+/// are sent once all the same.
+fn with_sdk_retries(
+    ctx: &crate::support::common::Ctx,
+    url: &str,
+) -> aws_sdk_dynamodbstreams::Client {
+    aws_sdk_dynamodbstreams::Client::from_conf(
+        streams_at(ctx, url)
+            .config()
+            .to_builder()
+            .retry_config(
+                aws_sdk_dynamodbstreams::config::retry::RetryConfig::standard()
+                    .with_max_attempts(3),
+            )
+            .build(),
+    )
+}
 
 /// One call of `call` on `client`.
 async fn send(client: &aws_sdk_dynamodbstreams::Client, call: &str) -> Result<(), StreamsError> {
@@ -115,7 +135,7 @@ async fn every_documented_dynamodb_streams_error_has_its_class() {
     }
     for (call, status, code, expected) in cases {
         let endpoint = FailingEndpoint::start(status, code).await.unwrap();
-        let client = streams_at(&ctx, endpoint.url());
+        let client = with_sdk_retries(&ctx, endpoint.url());
         let error = send(&client, call).await.unwrap_err();
         assert_eq!(of_streams(&error), expected, "{call} {code}: {error}");
         assert_eq!(
@@ -129,4 +149,26 @@ async fn every_documented_dynamodb_streams_error_has_its_class() {
         assert!(error.to_string().contains(code), "{call} {code}: {error}");
         assert_eq!(endpoint.hits(), 1, "{call} {code}: sent once");
     }
+}
+
+/// The reader retries a failed call by the store's policy, and those are
+/// all the attempts: a DescribeStream answered 503 every time is sent the
+/// policy's three, not three SDK attempts under each, then ends the batch
+/// with a transient error.
+#[tokio::test]
+async fn the_readers_calls_have_one_retry_budget() {
+    use crate::support::classes::quick_retries;
+    use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
+    use shardkeeper::state::StateStore;
+    let ctx = ctx().await;
+    let endpoint = FailingEndpoint::start(503, "ServiceUnavailable")
+        .await
+        .unwrap();
+    let client = with_sdk_retries(&ctx, endpoint.url());
+    let config = ctx.store("orders").config().clone().retry(quick_retries(3));
+    let store = StateStore::new(ctx.aws.dynamodb.clone(), config);
+    let mut reader = StreamReader::new(client, store, STREAM_ARN, ReaderConfig::default());
+    let error = reader.next_batch().await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(endpoint.hits(), 3, "the policy's attempts, no more");
 }
