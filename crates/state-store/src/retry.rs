@@ -65,7 +65,8 @@ impl Backoff {
     }
 }
 
-/// How often and how long to retry throttled requests.
+/// How often and how long to retry a throttled or failed request: the one
+/// retry budget of every AWS call the library makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
@@ -501,8 +502,9 @@ where
 /// Sends a Kinesis request with the retries of `policy` (throttling and
 /// transient faults; give it a client from
 /// [`own_kinesis_client`](crate::own_kinesis_client), whose requests the
-/// SDK does not retry as well); every failure comes back as a [`StateError`] (`Throttled`, `EfoQuota`,
-/// `KmsKey`, or `Sdk` with the AWS error code).
+/// SDK does not retry as well); every failure comes back as a
+/// [`StateError`] (`Throttled`, `EfoQuota`, `KmsKey`, or `Sdk` with the AWS
+/// error code).
 pub async fn call_kinesis<T, E, R, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
