@@ -8,6 +8,30 @@
 use crate::retry::SdkTimeouts;
 use aws_smithy_types::retry::RetryConfig;
 
+/// `$client`'s own copy with `$timeouts`, a client of the SDK crate
+/// `$sdk`; `$client` itself when it is one already (no SDK retries, the
+/// same timeouts), so a client handed on from one part of the library to
+/// the next is not copied again.
+macro_rules! own_client {
+    ($sdk:ident, $client:expr, $timeouts:expr) => {{
+        let config = $client.config();
+        let timeouts = $timeouts.sdk_config();
+        let own = config.retry_config().is_some_and(|r| r.max_attempts() == 1)
+            && config.timeout_config() == Some(&timeouts);
+        if own {
+            $client.clone()
+        } else {
+            $sdk::Client::from_conf(
+                config
+                    .to_builder()
+                    .retry_config(RetryConfig::disabled())
+                    .timeout_config(timeouts)
+                    .build(),
+            )
+        }
+    }};
+}
+
 /// The library's own Kinesis client of `client`: no SDK retries, `timeouts`
 /// on every attempt. A SubscribeToShard attempt ends with its first answer,
 /// so the event stream after it stays open past the attempt timeout
@@ -16,13 +40,7 @@ pub fn own_kinesis_client(
     client: &aws_sdk_kinesis::Client,
     timeouts: &SdkTimeouts,
 ) -> aws_sdk_kinesis::Client {
-    let config = client
-        .config()
-        .to_builder()
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts.sdk_config())
-        .build();
-    aws_sdk_kinesis::Client::from_conf(config)
+    own_client!(aws_sdk_kinesis, client, timeouts)
 }
 
 /// The store's own DynamoDB client of `client`: no SDK retries, `timeouts`
@@ -31,11 +49,5 @@ pub(crate) fn own_dynamodb_client(
     client: &aws_sdk_dynamodb::Client,
     timeouts: &SdkTimeouts,
 ) -> aws_sdk_dynamodb::Client {
-    let config = client
-        .config()
-        .to_builder()
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts.sdk_config())
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
+    own_client!(aws_sdk_dynamodb, client, timeouts)
 }
