@@ -44,7 +44,6 @@
 #![recursion_limit = "256"]
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use base64::Engine;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::de::IgnoredAny;
@@ -109,7 +108,7 @@ struct Line {
 
 /// A deterministic Kinesis event of `n` records with `note_len` bytes of padding each.
 fn kinesis_event(n: usize, note_len: usize) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD;
+    let b64 = base64_simd::STANDARD;
     let note = "x".repeat(note_len);
     let records: Vec<serde_json::Value> = (0..n)
         .map(|i| {
@@ -130,7 +129,7 @@ fn kinesis_event(n: usize, note_len: usize) -> String {
                     "kinesisSchemaVersion": "1.0",
                     "partitionKey": format!("c-{}", i % 97),
                     "sequenceNumber": seq,
-                    "data": b64.encode(order.to_string()),
+                    "data": b64.encode_to_string(order.to_string()),
                     "approximateArrivalTimestamp": 1_763_701_200.123,
                 },
                 "eventSource": "aws:kinesis",
@@ -240,11 +239,11 @@ fn raw_kinesis_borrowed(event: &str) -> usize {
         #[serde(borrow)]
         data: Cow<'a, str>,
     }
-    let b64 = base64::engine::general_purpose::STANDARD;
+    let b64 = base64_simd::STANDARD;
     let parsed: Event<'_> = serde_json::from_str(event).unwrap();
     let mut n = 0;
     for r in &parsed.records {
-        let data = b64.decode(r.kinesis.data.as_bytes()).unwrap();
+        let data = b64.decode_to_vec(r.kinesis.data.as_bytes()).unwrap();
         let order: Order = serde_json::from_slice(&data).unwrap();
         n += black_box(order.amount_cents) as usize & 1;
     }

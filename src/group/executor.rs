@@ -7,7 +7,7 @@
 //! other service errors end an execution early.
 
 use crate::group::{Action, ActionKind};
-use crate::state::{ConsumerId, EfoName, ShardId, ShardScope, StateStore, TakeFrom};
+use crate::state::{ConsumerId, EfoName, ShardId, ShardScope, StateError, StateStore, TakeFrom};
 use crate::Result;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -134,10 +134,19 @@ pub async fn execute(
                 lock_counter,
             } => match kinesis {
                 Some(kinesis) => {
-                    let done = store
+                    let removed = store
                         .efo_consumers()
                         .remove_idle(kinesis, name, arn, *lock_counter)
-                        .await?;
+                        .await;
+                    // An item naming a consumer that is not this pool's on
+                    // this stream is left alone (and said), not deregistered.
+                    let done = match removed {
+                        Err(StateError::Validation { field, reason }) => {
+                            tracing::warn!(efo = %name, field, %reason, "enhanced fan-out consumer kept");
+                            false
+                        }
+                        other => other?,
+                    };
                     if done {
                         report.efo_deregistered.push(name.clone());
                     }

@@ -11,6 +11,7 @@
 //!   mode keeps its positions, as the core sees it), `unit` (a record as the
 //!   core receives it, a record the DynamoDB Streams reader read handed over
 //!   decoded).
+//! - `base64`: the payloads' encoding, with errors that say what is wrong.
 //! - The user contract: `handler` (the trait, `json`), `record`, `context`
 //!   (the invocation a handler call runs in), `outcome` (reports and record
 //!   errors), `options`, `parking`.
@@ -48,6 +49,7 @@
 //! # }
 //! ```
 
+pub(crate) mod base64;
 pub(crate) mod change;
 mod change_record;
 mod change_text;

@@ -7,6 +7,7 @@
 //! partition key longer than Kinesis accepts (256 characters) is hashed; a
 //! long error message is cut.
 
+use crate::processing::base64;
 use crate::processing::options::Parking;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
@@ -14,7 +15,6 @@ use crate::state::{
     call_kinesis, own_kinesis_client, ForStream, ParkedRecord, RecordKey, StateStore,
 };
 use crate::Result;
-use base64::Engine;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 
@@ -103,7 +103,7 @@ pub(crate) fn envelope(
         "partition_key": record.partition_key,
         "attempts": attempts,
         "error": bounded_error(error),
-        "data": base64::engine::general_purpose::STANDARD.encode(data),
+        "data": base64::encode(data),
         "data_size": payload.len(),
         "data_sha256": sha256,
     })
@@ -202,9 +202,7 @@ mod tests {
         let big = record("k", vec![7; MAX_ENVELOPE_DATA + 1]);
         let error = RecordError::payload("1", "x".repeat(10_000));
         let envelope = envelope(&key, &big, &error, 3);
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(envelope["data"].as_str().unwrap())
-            .unwrap();
+        let data = base64::decode(envelope["data"].as_str().unwrap().as_bytes()).unwrap();
         assert_eq!(data.len(), PREFIX);
         assert_eq!(envelope["data_size"], MAX_ENVELOPE_DATA + 1);
         assert_eq!(envelope["data_sha256"], sha256_hex(&big.data));

@@ -107,7 +107,6 @@ pub fn parked(records: &[shardkeeper::state::ParkedRecord], now: i64) -> String 
 
 /// One parked record as JSON, its payload (or kept prefix) in base64.
 pub fn parked_json(p: &shardkeeper::state::ParkedRecord) -> serde_json::Value {
-    use base64::Engine;
     serde_json::json!({
         "source": p.key.source,
         "shard_id": p.key.shard_id.as_ref().map(|s| s.as_str()),
@@ -117,7 +116,7 @@ pub fn parked_json(p: &shardkeeper::state::ParkedRecord) -> serde_json::Value {
         "attempts": p.attempts,
         "parked_at": p.parked_at,
         "error": p.error,
-        "data": base64::engine::general_purpose::STANDARD.encode(&p.data),
+        "data": base64_simd::STANDARD.encode_to_string(&p.data),
         "data_size": p.data_size,
         "data_sha256": p.data_sha256,
     })

@@ -52,6 +52,8 @@ pub struct AwsClients {
     pub dynamodb_requests: RequestCounter,
     /// Requests the Kinesis client sent.
     pub kinesis_requests: RequestCounter,
+    /// Requests the DynamoDB Streams client sent.
+    pub streams_requests: RequestCounter,
     /// Where the clients point.
     pub endpoints: Endpoints,
 }
@@ -80,7 +82,9 @@ impl AwsClients {
             aws_sdk_dynamodb::config::Builder::from(&config).interceptor(dynamodb_requests.clone());
         let mut kin =
             aws_sdk_kinesis::config::Builder::from(&config).interceptor(kinesis_requests.clone());
-        let mut streams = aws_sdk_dynamodbstreams::config::Builder::from(&config);
+        let streams_requests = RequestCounter::new();
+        let mut streams = aws_sdk_dynamodbstreams::config::Builder::from(&config)
+            .interceptor(streams_requests.clone());
         if let Some(url) = &endpoints.dynamodb {
             ddb = ddb.endpoint_url(url);
             streams = streams.endpoint_url(url);
@@ -95,6 +99,7 @@ impl AwsClients {
             config,
             dynamodb_requests,
             kinesis_requests,
+            streams_requests,
             endpoints: endpoints.clone(),
         }
     }

@@ -23,6 +23,8 @@ pub struct RequestCounter {
 pub struct LoggedRequest {
     /// The operation name.
     pub operation: String,
+    /// The request's URI (path and query; Lambda names the function there).
+    pub uri: String,
     /// The request body (JSON for DynamoDB and Kinesis).
     pub body: Vec<u8>,
 }
@@ -141,6 +143,7 @@ impl Intercept for RequestCounter {
             if let Some(log) = log.as_mut() {
                 log.push(LoggedRequest {
                     operation: operation.clone(),
+                    uri: context.request().uri().to_owned(),
                     body: body.to_vec(),
                 });
             }

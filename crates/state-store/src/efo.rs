@@ -242,6 +242,7 @@ impl EfoConsumers<'_> {
         arn: &str,
         lock_counter: u64,
     ) -> Result<bool> {
+        self.check_consumer_arn(name, arn)?;
         let expr = Expr::new()
             .names(&[attr::USED_BY, attr::LOCK_COUNTER, attr::RETIRING])
             .value("n", n(lock_counter))
@@ -281,6 +282,43 @@ impl EfoConsumers<'_> {
             )
             .await?;
         Ok(true)
+    }
+
+    /// Refuses (a typed validation error) an ARN that is not the ARN of
+    /// consumer `name` of this store's stream: the pool's item is writable by
+    /// every function of the group, and a deregistration is not undone, so
+    /// an item naming another stream's consumer, or another consumer of
+    /// this one, never reaches `DeregisterStreamConsumer`. Kinesis consumer
+    /// ARNs are `<stream ARN>/consumer/<name>:<creation timestamp>`.
+    fn check_consumer_arn(self, name: &EfoName, arn: &str) -> Result<()> {
+        let stream = &self.store.config().stream;
+        let ours = match arn.split_once(":stream/") {
+            Some((head, tail)) => {
+                let of_stream = match stream.arn() {
+                    Some(stream_arn) => {
+                        arn.starts_with(&format!("{}/consumer/", stream_arn.as_str()))
+                    }
+                    None => head.starts_with("arn:") && head.contains(":kinesis:"),
+                };
+                let consumer = tail
+                    .strip_prefix(&format!("{}/consumer/", stream.name()))
+                    .and_then(|rest| rest.rsplit_once(':'))
+                    .map(|(consumer, _)| consumer);
+                of_stream && consumer == Some(name.as_str())
+            }
+            None => false,
+        };
+        if ours {
+            Ok(())
+        } else {
+            Err(StateError::validation(
+                "consumer ARN",
+                format!(
+                    "{arn} is not the ARN of enhanced fan-out consumer {name} of stream {}: not deregistered",
+                    stream.name()
+                ),
+            ))
+        }
     }
 }
 

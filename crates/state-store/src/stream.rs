@@ -5,6 +5,7 @@ use crate::error::{Result, Service, StateError};
 use crate::item::{n, s, Expr, RawItem};
 use crate::layout::SK_BUCKETS;
 use crate::model::StreamState;
+use crate::records::SK_PARKED;
 use crate::retry::call_kinesis;
 use crate::schema::{attr, PK, SCHEMA_VERSION, SK, SK_STREAM};
 use crate::store::StateStore;
@@ -21,12 +22,17 @@ pub enum StreamInit {
     /// The state belongs to this incarnation of the stream.
     Existing,
     /// The stored state belonged to an earlier stream of the same name
-    /// (another creation time): all of it was deleted and the state begun anew.
+    /// (another creation time): its leases, checkpoints, consumers and
+    /// positions were deleted and the state begun anew. Parked records are
+    /// kept: they are the only copy of their payloads, and an operator
+    /// lists, replays or removes them (`shardkeeper parked`).
     Reset {
         /// The creation time the old state was recorded for.
         previous_created: EpochMillis,
         /// How many items were deleted.
         deleted_items: usize,
+        /// How many parked records were kept.
+        kept_parked: usize,
     },
 }
 
@@ -185,17 +191,19 @@ impl StreamItem<'_> {
                         )
                         .await?;
                     if won {
-                        let deleted = self.store.delete_items(false).await?;
+                        let (deleted, kept_parked) = self.store.delete_items(false).await?;
                         tracing::warn!(
                             pk = self.store.layout().partition_key(),
                             previous_created = state.stream_created,
                             stream_created,
                             deleted,
-                            "stream state has been reset: the stream was re-created (creation time differs)"
+                            kept_parked,
+                            "stream state has been reset: the stream was re-created (creation time differs); parked records kept"
                         );
                         reset = Some(StreamInit::Reset {
                             previous_created: state.stream_created,
                             deleted_items: deleted + 1,
+                            kept_parked,
                         });
                     }
                 }
@@ -273,16 +281,18 @@ impl StateStore {
     /// Deletes every item of this group on this stream, its layout too;
     /// returns how many.
     pub async fn delete_all_items(&self) -> Result<usize> {
-        let deleted = self.delete_items(true).await?;
+        let (deleted, _) = self.delete_items(true).await?;
         self.forget_layout();
         Ok(deleted)
     }
 
-    /// Deletes the group's items in every bucket; the stream item and the
-    /// layout only if `everything` (a reset has removed the stream item
-    /// already, conditionally, and a racing start may have written the new
-    /// one; the layout says where the new state goes).
-    async fn delete_items(&self, everything: bool) -> Result<usize> {
+    /// Deletes the group's items in every bucket; the stream item, the
+    /// layout and parked records only if `everything` (a reset has removed
+    /// the stream item already, conditionally, and a racing start may have
+    /// written the new one; the layout says where the new state goes; a
+    /// parked record is the only copy of its payload). How many were
+    /// deleted, and how many parked records were kept.
+    async fn delete_items(&self, everything: bool) -> Result<(usize, usize)> {
         let buckets = self.layout().buckets().await?;
         let items = self.query_all(buckets, "", true).await?;
         let kept = |item: &RawItem| {
@@ -290,9 +300,15 @@ impl StateStore {
                 .iter()
                 .any(|sk| crate::store::sk_suffix(item, sk) == Some(""))
         };
+        let parked = |item: &RawItem| crate::store::sk_suffix(item, SK_PARKED).is_some();
+        let kept_parked = if everything {
+            0
+        } else {
+            items.iter().filter(|item| parked(item)).count()
+        };
         let keys: Vec<RawItem> = items
             .into_iter()
-            .filter(|item| everything || !kept(item))
+            .filter(|item| everything || !(kept(item) || parked(item)))
             .map(|item| {
                 item.into_iter()
                     .filter(|(k, _)| k == PK || k == SK)
@@ -339,7 +355,7 @@ impl StateStore {
                     .unwrap_or_default();
             }
         }
-        Ok(count)
+        Ok((count, kept_parked))
     }
 }
 

@@ -2,12 +2,11 @@
 //! attribute values, each `{"<type>": <value>}`, and the value handed to
 //! the visitor as its type and what the visitor asked for say.
 
+use crate::processing::base64;
 use crate::processing::image::elements::{Elements, Kind};
 use crate::processing::image::variant::OneVariant;
 use crate::processing::image::Hint;
 use crate::processing::number::NumberVisitor;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
 use serde::de::{
     self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
@@ -328,7 +327,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for BytesVisitor<V> {
         self.0.visit_bytes(v)
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<V::Value, E> {
-        match BASE64.decode(v) {
+        match base64::decode(v.as_bytes()) {
             Ok(bytes) => self.0.visit_byte_buf(bytes),
             Err(e) => Err(E::custom(format_args!("B is not base64: {e}"))),
         }

@@ -491,3 +491,71 @@ async fn kinesis_consumers(
         .map(|c| c.consumer_name().to_owned())
         .collect()
 }
+
+/// The pool's items are writable by every function of the group, and a
+/// deregistration cannot be undone: an item whose ARN is another stream's
+/// consumer, or another consumer of this stream, is refused with a typed
+/// error before anything is written or deregistered, and the reaper keeps
+/// such an item (and says so) instead of failing its tick.
+#[tokio::test]
+async fn an_arn_that_is_not_this_pools_consumer_on_this_stream_is_never_deregistered() {
+    let ctx = ctx().await;
+    let ours = create_stream(&ctx.aws, 1).await;
+    let theirs = create_stream(&ctx.aws, 1).await;
+    let ours_arn = stream_arn(&ctx.aws, &ours).await;
+    let theirs_arn = stream_arn(&ctx.aws, &theirs).await;
+    let store = ctx.store(&ours);
+    let foreign =
+        crate::support::common::active_efo_consumer(&ctx.aws, &theirs_arn, "pool-0").await;
+    let other = crate::support::common::active_efo_consumer(&ctx.aws, &ours_arn, "not-pool").await;
+    let cases = [
+        ("pool-0", foreign.clone()),
+        ("pool-1", other.clone()),
+        ("pool-2", format!("{ours_arn}/consumer/pool-2")),
+        ("pool-3", "arn:aws:iam::123456789012:role/x".to_owned()),
+    ];
+    for (name, arn) in &cases {
+        let name = EfoName::new(*name).unwrap();
+        store.efo_consumers().register(&name, arn).await.unwrap();
+        let refused = store
+            .efo_consumers()
+            .remove_idle(&ctx.aws.kinesis, &name, arn, 0)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, shardkeeper::state::StateError::Validation { .. }),
+            "{arn}: {refused}"
+        );
+        assert!(
+            refused.to_string().contains("not deregistered"),
+            "{refused}"
+        );
+    }
+    // Nothing was marked, and both consumers still exist on Kinesis.
+    let seen = store.efo_consumers().list().await.unwrap();
+    assert!(seen.iter().all(|e| !e.retiring), "{seen:?}");
+    for arn in [&foreign, &other] {
+        ctx.aws
+            .kinesis
+            .describe_stream_consumer()
+            .consumer_arn(arn)
+            .send()
+            .await
+            .expect("still registered");
+    }
+    // The reaper's executor, given their retirement, keeps them and
+    // finishes its pass.
+    let plan: Vec<_> = seen
+        .iter()
+        .map(|e| shardkeeper::group::Action::DeregisterEfo {
+            name: e.name.clone(),
+            arn: e.arn.clone(),
+            lock_counter: e.lock_counter,
+        })
+        .collect();
+    let report = shardkeeper::group::execute(&store, Some(&ctx.aws.kinesis), &plan, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(report.efo_deregistered.is_empty(), "{report:?}");
+    assert_eq!(pool_names(&store).await.len(), cases.len());
+}

@@ -1,9 +1,10 @@
-//! Stream state: created once, kept, and reset when the Kinesis stream was re-created.
+//! Stream state: created once, kept, and reset when the Kinesis stream was
+//! re-created (parked records kept).
 
 use crate::support::common::{ctx, seed_shards, wait_stream_active};
 use shardkeeper::state::{
-    kinesis_stream_summary, ConsumerId, ConsumerInfo, RetryPolicy, StartOptions, StateError,
-    StreamAddress, StreamInit, TableOptions,
+    kinesis_stream_summary, ConsumerId, ConsumerInfo, ParkedRecord, RecordKey, RetryPolicy,
+    SequenceNumber, ShardId, StartOptions, StateError, StreamAddress, StreamInit, TableOptions,
 };
 use std::time::Duration;
 
@@ -33,6 +34,27 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     store
         .consumers()
         .heartbeat(&ConsumerInfo::for_this_process(me, 0))
+        .await
+        .unwrap();
+    // A poison record parked before the stream goes: the only copy of its
+    // payload once the stream is deleted.
+    let parked = ParkedRecord {
+        key: RecordKey::in_shard(
+            ShardId::new("shardId-000000000000").unwrap(),
+            SequenceNumber::new("4711").unwrap(),
+            0,
+        ),
+        partition_key: "k".to_owned(),
+        data: b"poison".to_vec(),
+        data_size: 6,
+        data_sha256: None,
+        error: "handler failed".to_owned(),
+        attempts: 3,
+        parked_at: ctx.clock_now(),
+    };
+    store
+        .record_state()
+        .park(&parked, Duration::from_secs(3_600))
         .await
         .unwrap();
 
@@ -94,14 +116,21 @@ async fn state_is_reset_when_the_stream_is_recreated() {
     if let StreamInit::Reset {
         previous_created,
         deleted_items,
+        kept_parked,
     } = resets[0]
     {
         assert_eq!(*previous_created, created);
         assert_eq!(*deleted_items, 5, "stream item, 3 shards, 1 consumer");
+        assert_eq!(*kept_parked, 1, "the parked record is kept");
     }
     let snapshot = store.load_group().await.unwrap();
     assert_eq!(snapshot.stream.unwrap().stream_created, recreated);
     assert!(snapshot.shards.is_empty() && snapshot.consumers.is_empty());
+    // The parked record is still listed, whole, after the reset.
+    let listed = store.record_state().list_parked().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].data, parked.data);
+    assert_eq!(listed[0].key, parked.key);
 }
 
 #[tokio::test]

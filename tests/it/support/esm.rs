@@ -1,7 +1,6 @@
 //! Shaping event-source-mapping events from what the servers return.
 
 use crate::support::common::Ctx;
-use base64::Engine;
 use serde_json::json;
 
 /// Reads every record of one shard from TRIM_HORIZON (page after page,
@@ -61,7 +60,7 @@ pub fn kinesis_event_record(
     shard: &str,
     r: &aws_sdk_kinesis::types::Record,
 ) -> serde_json::Value {
-    let b64 = base64::engine::general_purpose::STANDARD;
+    let b64 = base64_simd::STANDARD;
     let arrival = r
         .approximate_arrival_timestamp()
         .map(|t| t.as_secs_f64())
@@ -71,7 +70,7 @@ pub fn kinesis_event_record(
             "kinesisSchemaVersion": "1.0",
             "partitionKey": r.partition_key(),
             "sequenceNumber": r.sequence_number(),
-            "data": b64.encode(r.data().as_ref()),
+            "data": b64.encode_to_string(r.data().as_ref()),
             "approximateArrivalTimestamp": arrival,
         },
         "eventSource": "aws:kinesis",
@@ -86,13 +85,13 @@ pub fn kinesis_event_record(
 
 fn attribute_json(value: &aws_sdk_dynamodbstreams::types::AttributeValue) -> serde_json::Value {
     use aws_sdk_dynamodbstreams::types::AttributeValue as A;
-    let b64 = base64::engine::general_purpose::STANDARD;
+    let b64 = base64_simd::STANDARD;
     match value {
         A::S(s) => json!({ "S": s }),
         A::N(n) => json!({ "N": n }),
         A::Bool(b) => json!({ "BOOL": b }),
         A::Null(_) => json!({ "NULL": true }),
-        A::B(b) => json!({ "B": b64.encode(b.as_ref()) }),
+        A::B(b) => json!({ "B": b64.encode_to_string(b.as_ref()) }),
         A::Ss(v) => json!({ "SS": v }),
         A::Ns(v) => json!({ "NS": v }),
         A::L(v) => json!({ "L": v.iter().map(attribute_json).collect::<Vec<_>>() }),

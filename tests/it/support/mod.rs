@@ -6,5 +6,6 @@ pub mod consume;
 pub mod esm;
 pub mod faulty;
 pub mod fixtures;
+pub mod iam;
 pub mod lambda_esm;
 pub mod recorded;

@@ -7,6 +7,7 @@ mod cutover;
 mod fault_proxy;
 mod fleet;
 mod history;
+mod iam;
 mod local;
 mod migration;
 mod outage;

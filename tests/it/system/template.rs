@@ -100,8 +100,11 @@ fn statement_actions(statements: &Value, out: &mut BTreeSet<String>) {
 }
 
 /// The actions a function is granted: its inline statements, and the
-/// control plane's state policy where it attaches that (by the nested
-/// stack's output `StatePolicyArn`).
+/// control plane's state policy where it attaches that (by `Ref` in the
+/// control plane, by the nested stack's output `StatePolicyArn` in the
+/// application). The IAM audit (`system::iam`) checks each action on its
+/// resource and keys; this checks the variables and that no action is a
+/// wildcard.
 fn actions(function: &Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for policy in function["Properties"]["Policies"]
@@ -110,6 +113,12 @@ fn actions(function: &Value) -> BTreeSet<String> {
         .flatten()
     {
         match policy {
+            Value::Tagged(t) if t.tag == "Ref" => {
+                assert_eq!(t.value.as_str(), Some("StatePolicy"));
+                let document =
+                    &template()["Resources"]["StatePolicy"]["Properties"]["PolicyDocument"];
+                statement_actions(&document["Statement"], &mut out);
+            }
             Value::Tagged(t) if t.tag == "GetAtt" => {
                 assert_eq!(
                     t.value.as_str(),
