@@ -31,9 +31,19 @@ Two verdicts per call:
   is, and a call moto denies is run again with administrator credentials to
   show that it runs on the deployed resources.
 
-Exit status: 0 when every call is allowed by the policies, 1 when one is
-not, 2 when the rehearsal itself failed (translation, stack creation, or a
-call that does not run on moto even as administrator).
+Exit status: 0 when every call is allowed by the policies (and every call
+marked expect="denied" is denied), 1 when not, 2 when the rehearsal itself
+failed (translation, stack creation, or a call that does not run on moto
+even as administrator).
+
+What it cannot show: the alarms and the schedules (moto's CloudFormation
+has no model for AWS::CloudWatch::Alarm nor AWS::Scheduler::Schedule, so
+they are left out, and nothing checks that they would deploy), properties
+moto ignores (e.g. Lambda Architectures and LoggingConfig), service-side
+validation of names and values, and anything IAM checks beyond identity
+policies (resource policies, SCPs, KMS key policies, the scheduler's
+invoke permission at run time). That the calls list is complete is up
+to the table below: it is not derived from the code.
 """
 
 from __future__ import annotations
@@ -41,7 +51,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import fnmatch
 import io
 import json
 import re
@@ -60,14 +69,21 @@ from dataclasses import dataclass, field
 #   fn        the function (a key of FUNCTIONS)
 #   service   boto3 client name
 #   op        the API operation (boto3 method in CamelCase)
-#   request   its parameters; "{name}" placeholders are filled from the
-#             deployed stack (see PLACEHOLDERS in run())
+#   request   its parameters; placeholders are filled from the deployed
+#             stack: {table} {table_arn} {stream} {stream_arn} {group}
+#             {pk} (the group's partition key, <group>#<stream>) {other_pk}
+#             (another group's) {worker} {worker_arn} (WorkerFunctionName)
+#             {consumer_arn} (an EFO consumer <group>-00 of the stream, as
+#             moto names it) {consumer_arn_aws} (the same as AWS names it,
+#             ending in :<timestamp>) {region} {account} {partition}
 #   authz     what IAM authorizes the call as: (IAM action, resource ARN,
 #             condition-key context) for each part; a TransactWriteItems
 #             is authorized by each part's own action, never by a
 #             "TransactWriteItems" action (DynamoDB developer guide, "Using
 #             IAM with DynamoDB transactions").
 #   where     the code that makes it (for the reader)
+#   expect    "allowed" (default): the function needs it; "denied": the
+#             role must not grant it (a check of the policy's scoping)
 # --------------------------------------------------------------------------
 
 FUNCTIONS = {
@@ -87,6 +103,8 @@ class Call:
     request: dict
     authz: list  # [(action, resource, context)]
     where: str = ""
+    expect: str = "allowed"  # "denied": a call the role must not be granted
+    note: str = ""  # shown beside the API call
 
 
 def state_table_calls(fn: str) -> list[Call]:
@@ -130,6 +148,12 @@ def state_table_calls(fn: str) -> list[Call]:
              [("dynamodb:ConditionCheckItem", "{table_arn}", IN_TX),
               ("dynamodb:UpdateItem", "{table_arn}", IN_TX)],
              "state-store store.rs tx_check + transact, checkpoint.rs"),
+        # Scoping: another group's items are out of reach (the state
+        # policy's dynamodb:LeadingKeys condition).
+        Call(fn, "dynamodb", "GetItem",
+             {"TableName": "{table}", "Key": {"pk": {"S": "{other_pk}"}, "sk": {"S": "lease#shardId-000000000000"}}},
+             [("dynamodb:GetItem", "{table_arn}", {"dynamodb:LeadingKeys": ["{other_pk}"]})],
+             "state-store scoping", expect="denied", note="another group's item"),
     ]
 
 
@@ -146,7 +170,7 @@ CALLS: list[Call] = [
     Call("heartbeat-reaper", "kinesis", "DescribeStreamSummary", {"StreamName": "{stream}"},
          [("kinesis:DescribeStreamSummary", "{stream_arn}", {})], "state-store stream.rs"),
     Call("heartbeat-reaper", "kinesis", "DeregisterStreamConsumer", {"ConsumerARN": "{consumer_arn}"},
-         [("kinesis:DeregisterStreamConsumer", "{consumer_arn}", {})], "state-store efo.rs"),
+         [("kinesis:DeregisterStreamConsumer", "{consumer_arn_aws}", {})], "state-store efo.rs"),
 ]
 
 # --------------------------------------------------------------------------
@@ -278,7 +302,8 @@ class Moto:
         import urllib.request
 
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        req = urllib.request.Request(self.endpoint + path, data=data, method="POST")
+        req = urllib.request.Request(self.endpoint + path, data=data, method="POST",
+                                     headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(req, timeout=30) as r:
             r.read()
 
@@ -439,6 +464,42 @@ def evaluate(policies: list[tuple[str, dict]], action: str, resource: str, ctx: 
     return "denied", "no statement allows it"
 
 
+def self_check() -> int:
+    """The evaluator on known cases (IAM's documented semantics)."""
+    t = "arn:aws:dynamodb:us-east-1:123456789012:table/T"
+    scoped = {"Statement": [{"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:DescribeTable"],
+                             "Resource": t,
+                             "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["g#*"]}}}]}
+    cases = [
+        (scoped, "dynamodb:GetItem", t, {"dynamodb:LeadingKeys": ["g#s"]}, "allowed"),
+        (scoped, "dynamodb:GetItem", t, {"dynamodb:LeadingKeys": ["h#s"]}, "denied"),
+        (scoped, "dynamodb:GetItem", t, {"dynamodb:LeadingKeys": ["g#s", "h#s"]}, "denied"),
+        (scoped, "dynamodb:DescribeTable", t, {}, "allowed"),  # ForAllValues of no value holds
+        (scoped, "DynamoDB:getitem", t, {"dynamodb:LeadingKeys": ["g#s"]}, "allowed"),  # actions: any case
+        (scoped, "dynamodb:GetItem", t + "2", {"dynamodb:LeadingKeys": ["g#s"]}, "denied"),
+        (scoped, "dynamodb:ConditionCheckItem", t, {"dynamodb:LeadingKeys": ["g#s"]}, "denied"),
+        ({"Statement": [{"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"},
+                        {"Effect": "Deny", "Action": "dynamodb:GetItem", "Resource": t}]},
+         "dynamodb:GetItem", t, {}, "denied"),
+        ({"Statement": [{"Effect": "Allow", "NotAction": "kinesis:*", "Resource": "arn:aws:dynamodb:*"}]},
+         "dynamodb:GetItem", t, {}, "allowed"),
+        ({"Statement": {"Effect": "Allow", "Action": "kinesis:DeregisterStreamConsumer",
+                        "Resource": "arn:aws:kinesis:us-east-1:1:stream/s/consumer/g-*"}},
+         "kinesis:DeregisterStreamConsumer", "arn:aws:kinesis:us-east-1:1:stream/s/consumer/g-00:17", {},
+         "allowed"),
+        ({"Statement": [{"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": t,
+                         "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}}]},
+         "dynamodb:GetItem", t, {}, "undetermined"),
+    ]
+    bad = 0
+    for doc, action, resource, ctx, want in cases:
+        got, why = evaluate([("case", doc)], action, resource, ctx)
+        if got != want:
+            bad += 1
+            say(f"   evaluator self-check: {action} on {resource} with {ctx}: {got} ({why}), expected {want}")
+    return bad
+
+
 def parse_doc(doc) -> dict:
     """A policy document as moto's IAM returns it: JSON, or (for inline
     policies created by its CloudFormation) a Python dict's repr."""
@@ -462,6 +523,12 @@ class Row:
     why: str
     moto: str = ""
     runs: str = ""
+    expect: str = "allowed"
+    ctx: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.policy == self.expect
 
 
 @dataclass
@@ -488,6 +555,8 @@ def run(args) -> int:
     started = time.monotonic()
     moto = Moto(args.endpoint)
 
+    if self_check():
+        raise RehearsalError("the policy evaluator fails its own cases")
     say(f"== 1. translate {args.template} (SAM translator, offline)")
     cfn = translate(args.template)
     params_declared = cfn.get("Parameters", {})
@@ -550,6 +619,7 @@ def run(args) -> int:
     say("== 3. the functions' roles as moto holds them")
     iam = moto.client("iam")
     role_policies: dict[str, list[tuple[str, dict]]] = {}
+    roles: dict[str, str] = {}
     for fn, logical in FUNCTIONS.items():
         fres = tpl["Resources"].get(logical)
         if not fres:
@@ -558,7 +628,7 @@ def run(args) -> int:
         role_logical = role_ref["Fn::GetAtt"][0] if isinstance(role_ref, dict) and "Fn::GetAtt" in role_ref else None
         if role_logical not in physical:
             raise RehearsalError(f"{logical}'s role is not a role of this stack: {role_ref}")
-        role = physical[role_logical]
+        role = roles[fn] = physical[role_logical]
         pols: list[tuple[str, dict]] = []
         for pname in iam.list_role_policies(RoleName=role)["PolicyNames"]:
             doc = parse_doc(iam.get_role_policy(RoleName=role, PolicyName=pname)["PolicyDocument"])
@@ -584,6 +654,9 @@ def run(args) -> int:
             ver = iam.get_policy_version(PolicyArn=arn, VersionId=pol["DefaultVersionId"])["PolicyVersion"]
             pols.append((f"managed {arn.rsplit('/', 1)[-1]}", parse_doc(ver["Document"])))
         role_policies[fn] = pols
+        if args.show_policies:
+            for name, doc in pols:
+                say(f"   {fn} {name}: {json.dumps(doc)}")
 
     say("== 4. scenario: what the calls need to exist")
     # Invoked functions run as no code on moto (no Docker).
@@ -598,6 +671,7 @@ def run(args) -> int:
     group = outputs.get("ConsumerGroup") or params.get("ConsumerGroup") or params_declared.get("ConsumerGroup", {}).get("Default", "group")
     values["group"] = group
     values["pk"] = f"{group}#{stream}"
+    values["other_pk"] = f"another-group#{stream}"
     worker = params.get("WorkerFunctionName") or f"{stack}-shard-worker"
     values["worker"] = worker
     values["worker_arn"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{worker}"
@@ -609,13 +683,16 @@ def run(args) -> int:
     kin = moto.client("kinesis")
     consumer = kin.register_stream_consumer(StreamARN=values["stream_arn"], ConsumerName=f"{group}-00")["Consumer"]
     values["consumer_arn"] = consumer["ConsumerARN"]
+    # AWS's consumer ARNs end in ":<creation timestamp>"; moto's do not.
+    values["consumer_arn_aws"] = consumer["ConsumerARN"] + (
+        "" if re.search(r":\d+$", consumer["ConsumerARN"]) else ":1700000000")
     say(f"   an EFO consumer of the group's pool: {consumer['ConsumerName']}")
 
     say("== 5. the calls, with each function's role credentials")
     sts = moto.client("sts")
     creds: dict[str, dict] = {}
     for fn, logical in FUNCTIONS.items():
-        role_arn = lam.get_function(FunctionName=physical[logical])["Configuration"]["Role"]
+        role_arn = iam.get_role(RoleName=roles[fn])["Role"]["Arn"]
         # moto's AssumeRole check fails with a 500 on a trust policy whose
         # principal is a service (lambda.amazonaws.com): TypeError in
         # moto/iam/access_control.py _check_principal. The role is assumed
@@ -653,20 +730,26 @@ def run(args) -> int:
         for action, resource, ctx in call.authz:
             resource = fill(resource, values)
             verdict, why = evaluate(role_policies[call.fn], action, resource, fill(ctx, values))
-            result.rows.append(Row(call.fn, f"{call.service}:{call.op}" if first else "",
+            label = f"{call.service}:{call.op}" + (f" ({call.note})" if call.note else "")
+            result.rows.append(Row(call.fn, label if first else "",
                                    action, resource, verdict, why,
-                                   moto_verdict if first else "", runs if first else ""))
+                                   moto_verdict if first else "", runs if first else "", call.expect,
+                                   fill(ctx, values)))
             first = False
 
     say()
     print_table(result.rows)
     say()
-    failing = [r for r in result.rows if r.policy != "allowed"]
-    say(f"{len(result.rows) - len(failing)} allowed, {len(failing)} denied or undetermined "
-        f"(policy verdict, {len(CALLS)} calls of {len(FUNCTIONS)} functions); "
-        f"{time.monotonic() - started:.1f} s")
+    failing = [r for r in result.rows if not r.ok]
+    say(f"{len(result.rows) - len(failing)} as expected, {len(failing)} not "
+        f"(policy verdict; {len(result.rows)} authorizations of {len(CALLS)} calls of "
+        f"{len(FUNCTIONS)} functions); {time.monotonic() - started:.1f} s")
     for r in failing:
-        say(f"MISSING: {r.fn} needs {r.action} on {r.resource}: {r.policy}, {r.why}")
+        if r.expect == "allowed":
+            say(f"MISSING: {r.fn} needs {r.action} on {r.resource}: {r.policy}, {r.why}")
+        else:
+            say(f"TOO BROAD: {r.fn} is granted {r.action} on {r.resource} "
+                f"with {json.dumps(r.ctx)}, which it must not be: {r.policy} {r.why}")
     say("The 'moto' column is moto's own check of the call made with the role's credentials: "
         "it matches the API's action name against the resource '*' and ignores conditions, "
         "so it denies ARN-scoped grants and checks dynamodb:TransactWriteItems and lambda:Invoke "
@@ -693,6 +776,9 @@ def print_table(rows: list[Row]) -> None:
     for r in rows:
         line = [getattr(r, c) for c, _ in cols]
         line[3] = short(r.resource)
+        line[4] = r.policy if r.expect == "allowed" else f"{r.policy} (must be denied)"
+        if not r.ok:
+            line[4] += "  <-- FAIL"
         if r.fn == prev_fn:
             line[0] = ""
         prev_fn = r.fn
@@ -711,6 +797,7 @@ def main() -> int:
     ap.add_argument("--stack-name", default="rehearsal")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="a stack parameter (repeatable); WorkerFunctionName defaults to <stack>-shard-worker")
+    ap.add_argument("--show-policies", action="store_true", help="print each role's policies as deployed")
     args = ap.parse_args()
     try:
         return run(args)

@@ -24,7 +24,7 @@ pub(crate) fn why_not(text: &[u8]) -> String {
     if let Some(at) = body.iter().position(|&b| !in_alphabet(b)) {
         return format!("invalid byte {:?} at offset {at}", char::from(body[at]));
     }
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return format!("invalid length {} (not a multiple of 4)", text.len());
     }
     if padding > 2 {

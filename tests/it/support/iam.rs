@@ -440,7 +440,7 @@ impl Deployment {
     }
 
     /// The statements of a resolved policy document's `Statement`.
-    fn document(&self, statements: &Value) -> Vec<Statement> {
+    pub fn document(&self, statements: &Value) -> Vec<Statement> {
         let list = |v: &Value| -> Vec<String> {
             match v {
                 Value::String(s) => vec![s.clone()],

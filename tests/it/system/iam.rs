@@ -46,6 +46,8 @@ const REAPER: &str = "HeartbeatReaper";
 const WORKER: &str = "ShardWorker";
 const ORDERS: &str = "Orders";
 const PROJECTION: &str = "Projection";
+/// The operator running the CLI (`docs/operator-policy.json`).
+const OPERATOR: &str = "Operator";
 
 /// One function's clients, each keeping a log of its requests.
 struct Role {
@@ -376,6 +378,11 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
         .unwrap();
     assert!(report.parked > 0, "{report:?}");
 
+    // The operator: every CLI command that reads or changes the group, on
+    // the operator's clients.
+    let operator_role = Role::new().await;
+    Box::pin(operate(ctx, &operator_role, &group, &stream)).await;
+
     let mut place = place;
     place.table_stream = Some(orders_stream_arn.clone());
     let mut needs = BTreeMap::new();
@@ -384,6 +391,7 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
     needs.insert(WORKER, worker_role.needs(&place));
     needs.insert(ORDERS, orders_role.needs(&place));
     needs.insert(PROJECTION, projection_role.needs(&place));
+    needs.insert(OPERATOR, operator_role.needs(&place));
     Run {
         place,
         group,
@@ -396,6 +404,100 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
         worker_function,
         needs,
     }
+}
+
+/// The CLI's commands on `group`, as an operator runs them: status, the
+/// table's groups, parked records listed and replayed, positions exported
+/// and imported, a shard reset, the group rewound.
+async fn operate(ctx: &Ctx, role: &Role, group: &str, stream: &str) {
+    use shardkeeper_cli::args::{
+        GroupsArgs, ImportArgs, ParkedArgs, ResetArgs, RewindArgs, StatusArgs, Target,
+    };
+    use shardkeeper_cli::{commands, positions, rewind};
+    let store = role.store(ctx, group, stream);
+    let target = Target {
+        table: ctx.table.clone(),
+        group: group.to_owned(),
+        stream: stream.to_owned(),
+        conn: Default::default(),
+    };
+    let status = StatusArgs {
+        target: target.clone(),
+        json: false,
+        heartbeat_timeout_seconds: 10,
+    };
+    commands::status(&store, &status).await.unwrap();
+    let groups = GroupsArgs {
+        table: ctx.table.clone(),
+        conn: Default::default(),
+        json: false,
+    };
+    commands::groups(&role.aws.dynamodb, &groups).await.unwrap();
+    let parked = ParkedArgs {
+        target: target.clone(),
+        json: true,
+        replay: true,
+        to_stream: None,
+    };
+    commands::parked(&store, &parked).await.unwrap();
+    let replayed = commands::replay_parked(&store, &role.aws.kinesis, &parked)
+        .await
+        .unwrap();
+    assert!(!replayed.starts_with("0 of"), "{replayed}");
+    let exported = positions::export(&store).await.unwrap();
+    let file = std::env::temp_dir().join(format!("{}.json", unique_name("positions")));
+    std::fs::write(&file, exported).unwrap();
+    let import = ImportArgs {
+        target: target.clone(),
+        file: file.clone(),
+        yes: true,
+        force: true,
+        json: false,
+    };
+    positions::import(&store, &import, |_| true).await.unwrap();
+    std::fs::remove_file(&file).ok();
+    let shard = store.load_group().await.unwrap().shards[0]
+        .shard_id
+        .to_string();
+    let reset = ResetArgs {
+        target: target.clone(),
+        to: "trim-horizon".to_owned(),
+        shard: Some(shard),
+        consumer: None,
+        efo: None,
+        yes: true,
+        force: true,
+        json: false,
+    };
+    commands::reset(&store, &reset, |_| true).await.unwrap();
+    let rewind = RewindArgs {
+        target,
+        to: Some("TRIM_HORIZON".to_owned()),
+        shard: None,
+        to_sequence: None,
+        change: crate::support::common::scripted(),
+    };
+    rewind::rewind(&store, &role.aws.kinesis, &rewind, |_| true)
+        .await
+        .unwrap();
+}
+
+/// The operator's policy as shipped (`docs/operator-policy.json`), its
+/// placeholders filled for `run`.
+fn operator_policy(run: &Run) -> Vec<Statement> {
+    let path = format!("{}/docs/operator-policy.json", env!("CARGO_MANIFEST_DIR"));
+    let mut text = std::fs::read_to_string(&path).expect(&path);
+    for (name, value) in [
+        ("${Partition}", run.place.partition.as_str()),
+        ("${Region}", run.place.region.as_str()),
+        ("${Account}", run.place.account.as_str()),
+        ("${StateTable}", run.table.as_str()),
+        ("${Stream}", run.stream.as_str()),
+    ] {
+        text = text.replace(name, value);
+    }
+    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    Deployment::default().document(&doc["Statement"])
 }
 
 /// The templates in `dir` (relative to the repository): the control
@@ -521,6 +623,10 @@ fn audit(run: &Run, control_plane: &Value, app: &Value) -> Vec<String> {
     let mappings = mapping_needs(run);
     let mut lines = Vec::new();
     for (function, needs) in &run.needs {
+        if *function == OPERATOR {
+            lines.extend(denied(function, &operator_policy(run), needs));
+            continue;
+        }
         let (template, deployment) = if [REBALANCER, REAPER].contains(function) {
             (control_plane, &control)
         } else {
