@@ -493,3 +493,44 @@ fn is_ref(value: &Value, name: &str) -> bool {
         _ => false,
     }
 }
+
+/// What keeps a deployment from losing data or logs to a mistake: the
+/// state table cannot be deleted while protected and is kept with the
+/// stack; the example's data tables and dead-letter stream are kept; each
+/// function logs into a log group of the stack's from its first invocation
+/// (its `LoggingConfig` names it, and the group's name does not wait for
+/// the function).
+#[test]
+fn the_templates_keep_data_and_logs_through_mistakes() {
+    let control = template();
+    let table = &control["Resources"]["StateTable"];
+    assert_eq!(table["Properties"]["DeletionProtectionEnabled"], true);
+    assert_eq!(table["DeletionPolicy"], "Retain");
+    let app = template_in(APP);
+    for kept in ["OrdersTable", "ProjectionTable", "DeadLetterStream"] {
+        let r = &app["Resources"][kept];
+        assert_eq!(r["DeletionPolicy"], "Retain", "{kept}");
+        assert_eq!(r["UpdateReplacePolicy"], "Retain", "{kept}");
+    }
+    for t in [&control, &app] {
+        let resources = t["Resources"].as_mapping().unwrap();
+        for (name, r) in resources {
+            if r["Type"] != "AWS::Serverless::Function" {
+                continue;
+            }
+            let name = name.as_str().unwrap();
+            let group = &r["Properties"]["LoggingConfig"]["LogGroup"];
+            let Value::Tagged(reference) = group else {
+                panic!("{name}: no LoggingConfig.LogGroup");
+            };
+            assert_eq!(reference.tag, "Ref", "{name}");
+            let logs = &t["Resources"][reference.value.as_str().unwrap()];
+            assert_eq!(logs["Type"], "AWS::Logs::LogGroup", "{name}");
+            let log_name = format!("{:?}", logs["Properties"]["LogGroupName"]);
+            assert!(
+                !log_name.contains(&format!("${{{name}}}")),
+                "{name}: its log group's name waits for the function: {log_name}"
+            );
+        }
+    }
+}
