@@ -2,9 +2,9 @@
 
 use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
-use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
 use crate::group::{plan_reap, ReapConfig, Sightings};
+use crate::group::{Action, ActionKind};
 use crate::metrics::{emit_for, Metric};
 use crate::state::StateStore;
 use crate::Result;
@@ -50,13 +50,34 @@ impl Reaper {
         }
     }
 
-    /// One tick: read the group, plan the clean-up, apply it.
+    /// One tick: read the group, plan the clean-up, apply it. A plan that
+    /// removes state past retention is made again with the stream's own
+    /// retention when that is longer than the configured one (read then,
+    /// one DescribeStreamSummary): a closed shard's state outlives its
+    /// records, so discovery never finds a listed shard without state.
     pub async fn tick(&self) -> Result<ReapTick> {
         let snapshot = self.store.load_group().await?;
         let ages = self
             .sightings
             .observe(&snapshot, self.store.monotonic_now());
-        let actions = plan_reap(&snapshot, &ages, self.store.now(), &self.config);
+        let now = self.store.now();
+        let mut actions = plan_reap(&snapshot, &ages, now, &self.config);
+        let past_retention = |a: &Action| {
+            matches!(
+                a,
+                Action::RemoveShard { .. } | Action::RemoveScopedShard { .. }
+            )
+        };
+        if actions.iter().any(past_retention) {
+            let config = &self.store.config();
+            let stream =
+                crate::state::kinesis_stream_summary(&self.kinesis, &config.stream, &config.retry)
+                    .await?;
+            if stream.retention > self.config.retention {
+                let config = self.config.clone().retention(stream.retention);
+                actions = plan_reap(&snapshot, &ages, now, &config);
+            }
+        }
         let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;
         let tick = ReapTick { execution };
         if self.emit_metrics {

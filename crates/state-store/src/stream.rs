@@ -361,7 +361,12 @@ impl StateStore {
 
 /// What one DescribeStreamSummary tells of a Kinesis stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamSummary {
+    /// How long the stream keeps records (its `RetentionPeriodHours`):
+    /// state of a closed, fully read shard is kept at least this long, or
+    /// discovery would find the shard listed again.
+    pub retention: std::time::Duration,
     /// Its creation time, to pass to [`StateStore::start`].
     pub created: EpochMillis,
     /// How many shards are open now (what a new group's bucket count is
@@ -371,7 +376,7 @@ pub struct StreamSummary {
     pub arn: String,
 }
 
-/// The creation time, open shard count and ARN of a Kinesis stream.
+/// The creation time, open shard count, ARN and retention of a Kinesis stream.
 pub async fn kinesis_stream_summary(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &StreamAddress,
@@ -387,7 +392,9 @@ pub async fn kinesis_stream_summary(
                 .stream_creation_timestamp()
                 .to_millis()
                 .map_err(|e| StateError::validation("stream creation time", e.to_string()))?;
+            let hours = u64::try_from(summary.retention_period_hours()).unwrap_or(24);
             Ok(StreamSummary {
+                retention: std::time::Duration::from_secs(hours * 3600),
                 created,
                 open_shards: usize::try_from(summary.open_shard_count()).unwrap_or(0),
                 arn: summary.stream_arn().to_owned(),

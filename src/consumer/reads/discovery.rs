@@ -78,9 +78,23 @@ pub async fn discover_shards_in(
         pages,
         ..DiscoveryReport::default()
     };
+    // A closed shard without state whose child has state was read and its
+    // state removed past retention (the reaper's, while Kinesis still lists
+    // it): it is not created again, or it would be read a second time.
+    let has_known_child = |parent: &ShardId| {
+        specs.iter().any(|child| {
+            child.parents.iter().any(|p| p == parent) && known.contains_key(&child.shard_id)
+        })
+    };
+    let retired: Vec<ShardId> = specs
+        .iter()
+        .filter(|s| s.ending_sequence.is_some() && !known.contains_key(&s.shard_id))
+        .filter(|s| has_known_child(&s.shard_id))
+        .map(|s| s.shard_id.clone())
+        .collect();
     for spec in ShardSpec::parents_first(specs) {
         let changed = match known.get(&spec.shard_id) {
-            None => true,
+            None => !retired.contains(&spec.shard_id),
             Some(closed) => !closed && spec.ending_sequence.is_some(),
         };
         if !changed {

@@ -6,5 +6,6 @@ mod pickup;
 mod plan_fleet;
 mod plan_reap;
 mod plan_rebalance;
+mod retention;
 mod scheduled;
 mod skew;
