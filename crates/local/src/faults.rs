@@ -140,11 +140,39 @@ impl FailingEndpoint {
         Self::start_as(AwsService::DynamoDb, status, error_type).await
     }
 
+    /// Starts the endpoint on the current runtime, answering every request
+    /// with `status` and `body` as `content_type`: what a proxy, a load
+    /// balancer or a server's own failure page answers (an HTML page, an
+    /// empty body), which is no AWS error at all.
+    pub async fn start_raw(
+        status: u16,
+        content_type: &'static str,
+        body: &'static str,
+    ) -> Result<Self, LocalError> {
+        let status = StatusCode::from_u16(status).map_err(|e| LocalError::Start(e.to_string()))?;
+        Self::serve(move || {
+            let mut resp = (status, body).into_response();
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static(content_type));
+            resp
+        })
+        .await
+    }
+
     /// Starts the endpoint on the current runtime, answering as `service`.
     pub async fn start_as(
         service: AwsService,
         status: u16,
         error_type: &str,
+    ) -> Result<Self, LocalError> {
+        let status = StatusCode::from_u16(status).map_err(|e| LocalError::Start(e.to_string()))?;
+        let error_type = error_type.to_owned();
+        Self::serve(move || error_response(service, status, &error_type)).await
+    }
+
+    /// Serves `answer` to every request, counting them.
+    async fn serve(
+        answer: impl Fn() -> Response<Body> + Clone + Send + Sync + 'static,
     ) -> Result<Self, LocalError> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
@@ -156,12 +184,10 @@ impl FailingEndpoint {
                 .map_err(|e| LocalError::Start(e.to_string()))?
         );
         let hits = Arc::new(AtomicU64::new(0));
-        let status = StatusCode::from_u16(status).map_err(|e| LocalError::Start(e.to_string()))?;
-        let error_type = error_type.to_owned();
         let counter = hits.clone();
         let app = axum::Router::new().fallback(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-            let resp = error_response(service, status, &error_type);
+            let resp = answer();
             async move { resp }
         });
         let task = tokio::spawn(async move {

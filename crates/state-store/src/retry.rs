@@ -458,7 +458,7 @@ pub(crate) async fn with_retries<T, E, R, F, Fut>(
 ) -> Result<T, CallError<E>>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
@@ -466,13 +466,19 @@ where
     // connection that failed or an answer that could not be read may pass if
     // sent again. (A write whose answer was lost is sent again too: the
     // protocol's conditions tell its own write apart.)
+    // A 5xx whose body is no AWS error (a proxy's or a load balancer's
+    // page, an empty body) is a server fault too, whatever code the SDK
+    // could not read from it.
     let retryable = |err: &SdkError<E, R>| match err {
-        SdkError::ServiceError(_) => err
-            .code()
-            .is_some_and(|c| is_throttling_code(c) || is_server_fault_code(c)),
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
+        SdkError::ServiceError(_) => {
+            err.code()
+                .is_some_and(|c| is_throttling_code(c) || is_server_fault_code(c))
+                || (err.code().is_none() && status_is(err.raw_response(), |s| s.is_server_error()))
         }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
+        // An answer that could not be read: sent again unless it said the
+        // request itself was refused (a 4xx page).
+        SdkError::ResponseError(_) => !status_is(err.raw_response(), |s| s.is_client_error()),
         _ => false,
     };
     let (err, attempts) = match retry_throttled(policy, operation, retryable, stopped, send).await {
@@ -499,6 +505,19 @@ where
     }))
 }
 
+/// Whether `raw` is an HTTP answer whose status passes `test` (a response
+/// type other than the SDK's HTTP response passes none).
+fn status_is<R: 'static>(
+    raw: Option<&R>,
+    test: impl Fn(aws_smithy_runtime_api::http::StatusCode) -> bool,
+) -> bool {
+    raw.and_then(|r| {
+        (r as &dyn std::any::Any)
+            .downcast_ref::<aws_smithy_runtime_api::client::orchestrator::HttpResponse>()
+    })
+    .is_some_and(|r| test(r.status()))
+}
+
 /// Sends a Kinesis request with the retries of `policy` (throttling and
 /// transient faults; give it a client from
 /// [`own_kinesis_client`](crate::own_kinesis_client), whose requests the
@@ -512,7 +531,7 @@ pub async fn call_kinesis<T, E, R, F, Fut>(
 ) -> Result<T, StateError>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {
@@ -533,7 +552,7 @@ pub async fn call_aws<T, E, R, F, Fut>(
 ) -> Result<T, StateError>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, SdkError<E, R>>>,
 {

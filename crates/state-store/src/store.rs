@@ -292,7 +292,7 @@ impl StateStore {
     ) -> Result<T, CallError<E>>
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-        R: std::fmt::Debug,
+        R: std::fmt::Debug + 'static,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, R>>>,
     {
@@ -320,7 +320,7 @@ impl StateStore {
     ) -> Result<T>
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-        R: std::fmt::Debug,
+        R: std::fmt::Debug + 'static,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, R>>>,
     {

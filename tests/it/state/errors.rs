@@ -355,3 +355,59 @@ async fn a_kinesis_call_has_one_retry_budget() {
         .await
         .is_ok());
 }
+
+/// A proxy, a load balancer or a failing server can answer a 5xx whose body
+/// is no AWS error (an HTML page, nothing at all): the SDK reads no code
+/// from it. On DynamoDB and on Kinesis it is a server fault like any other:
+/// sent the policy's attempts, then transient (never an error that ends a
+/// worker or drops a write for good). A 4xx page is not sent again.
+#[tokio::test]
+async fn a_server_fault_whose_body_is_not_json_is_retried_and_transient() {
+    use shardkeeper::state::{kinesis_stream_summary, own_kinesis_client, StreamAddress};
+    use shardkeeper_local::FailingEndpoint;
+    let ctx = crate::support::common::ctx().await;
+    let html = "<html><body><h1>502 Bad Gateway</h1></body></html>";
+    for (status, content_type, body, attempts) in [
+        (500, "text/html", html, 3),
+        (502, "text/html", html, 3),
+        (503, "text/plain", "", 3),
+        (504, "text/html", html, 3),
+        (403, "text/html", "<html>Forbidden</html>", 1),
+    ] {
+        let dynamodb = FailingEndpoint::start_raw(status, content_type, body)
+            .await
+            .unwrap();
+        let store = StateStore::new(
+            dynamodb_at(&ctx, dynamodb.url()),
+            StoreConfig::new(&unique_name("html"), "s")
+                .unwrap()
+                .table("state")
+                .unwrap()
+                .retry(quick_retries(3)),
+        );
+        let error = store.stream_item().state().await.unwrap_err();
+        assert_eq!(dynamodb.hits(), attempts, "{status}: {error}");
+        if status >= 500 {
+            assert!(error.is_transient(), "{status}: {error}");
+        }
+
+        let kinesis = FailingEndpoint::start_raw(status, content_type, body)
+            .await
+            .unwrap();
+        let client = own_kinesis_client(
+            &crate::support::classes::kinesis_at(&ctx, kinesis.url()),
+            &Default::default(),
+        );
+        let error = kinesis_stream_summary(
+            &client,
+            &StreamAddress::parse("s").unwrap(),
+            &quick_retries(3),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(kinesis.hits(), attempts, "{status}: {error}");
+        if status >= 500 {
+            assert!(error.is_transient(), "{status}: {error}");
+        }
+    }
+}
