@@ -192,31 +192,47 @@ impl Leases<'_> {
         self.store.shard_at(&ShardScope::Group, shard).await
     }
 
-    /// Takes the lease if it is free or expired by this writer's wall clock
-    /// (or already this consumer's: re-acquiring moves the counter on), the
-    /// shard is not depleted and no parent is pending. Exactly one of many
-    /// racing consumers gets `Some(lease)`; the others get `None`.
+    /// Takes the lease if it is free or already this consumer's
+    /// (re-acquiring moves the counter on), or if its owner is gone: no
+    /// longer registered (it left, or the reaper removed it) and its stored
+    /// expiry past by this writer's clock. The shard must not be depleted
+    /// nor have a pending parent. Exactly one of many racing consumers gets
+    /// `Some(lease)`; the others get `None`.
     ///
-    /// Expiry is judged here by comparing the stored `expires` with this
-    /// writer's clock, so clock skew between machines moves it: a tool's and
-    /// a test's convenience. It knows nothing of sessions either: a lease of
-    /// a live session whose stored expiry has passed is taken. A consumer
-    /// group never takes leases this way; its rebalancer judges sessions by
-    /// observation and takes with [`Leases::take`].
+    /// It follows sessions: a registered owner's lease is never taken,
+    /// whatever its stored expiry says (sessions do not renew it; their
+    /// heartbeat keeps every lease). Taking a dead but still registered
+    /// owner's lease is the rebalancer's, which judges sessions by
+    /// observation ([`Leases::take`]); the reaper unregisters a consumer
+    /// whose heartbeat it saw stale, and its leases are free to acquire then.
     pub async fn acquire(
         self,
         shard: &ShardId,
         consumer: &ConsumerId,
         term: Duration,
     ) -> Result<Option<Lease>> {
-        let condition = format!(
-            "{LEASABLE} AND (attribute_not_exists(#owner) OR #expires < :now OR #owner = :me)"
-        );
+        let condition = format!("{LEASABLE} AND (attribute_not_exists(#owner) OR #owner = :me)");
         let (expr, _) = self.owner_expr(consumer, None, term);
-        match self.set_owner(shard, expr, None, &condition).await? {
-            Ok(lease) => Ok(Some(lease)),
-            Err(_) => Ok(None),
+        if let Ok(lease) = self.set_owner(shard, expr, None, &condition).await? {
+            return Ok(Some(lease));
         }
+        let seen = match self.store.shards().get(&ShardScope::Group, shard).await {
+            Ok(seen) => seen,
+            Err(StateError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let (Some(owner), Some(expires)) = (seen.owner.clone(), seen.expires) else {
+            return Ok(None);
+        };
+        if owner == *consumer || expires >= self.store.now() {
+            return Ok(None);
+        }
+        let from = TakeFrom::Stale {
+            counter: seen.counter,
+            expires: Some(expires),
+            session: Some(SessionSeen::Unregistered { consumer: owner }),
+        };
+        self.take(shard, consumer, &from, None, term).await
     }
 
     /// Gives the lease to `new_owner` if it is still exactly as the caller

@@ -582,3 +582,55 @@ async fn a_take_from_a_stale_session_loses_to_an_earlier_heartbeat_and_is_told_t
         .unwrap();
     assert_eq!(take.map(|l| l.owner), Some(cid("c")));
 }
+
+/// `acquire` (README's five-line example, tools) follows sessions: a
+/// registered consumer's lease is not taken when its stored expiry passes
+/// (sessions do not renew it; the heartbeat keeps every lease), only once
+/// the consumer is gone from the group (it left, or the reaper removed
+/// it). A free lease and one's own are taken as before.
+#[tokio::test]
+async fn acquire_never_takes_a_registered_consumers_lease_by_its_stored_expiry() {
+    let ctx = ctx().await;
+    let store = ctx.store("acquire-sessions");
+    let shards = seed_shards(&store, 1).await;
+    register(&store, "a").await;
+    let held = store
+        .leases()
+        .acquire(&shards[0], &cid("a"), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a free lease");
+    // The stored expiry passes; a's session (its consumer item) is live.
+    ctx.clock.advance(Duration::from_secs(11));
+    assert!(store
+        .leases()
+        .acquire(&shards[0], &cid("b"), TERM)
+        .await
+        .unwrap()
+        .is_none());
+    // Its own lease a takes up again (the counter moves on).
+    let again = store
+        .leases()
+        .acquire(&shards[0], &cid("a"), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("its own lease");
+    assert_eq!(again.counter, held.counter + 1);
+    // Once a is gone from the group, b takes the expired lease, fenced.
+    ctx.clock.advance(Duration::from_secs(11));
+    assert!(store.consumers().deregister(&cid("a")).await.unwrap());
+    let taken = store
+        .leases()
+        .acquire(&shards[0], &cid("b"), TERM)
+        .await
+        .unwrap()
+        .expect("a gone consumer's expired lease");
+    assert_eq!(taken.owner, cid("b"));
+    assert!(matches!(
+        store
+            .checkpoints()
+            .save(&again, &Checkpoint::after("1").unwrap(), None)
+            .await,
+        Err(StateError::LeaseLost { .. })
+    ));
+}
