@@ -365,24 +365,28 @@ impl Consumers<'_> {
         Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
-    /// Notes on `consumer`'s item that its lease was taken from it (an
-    /// operator's eviction), so its next heartbeat tells it; `false` if it
-    /// is not registered.
-    pub(crate) async fn note_revoked(
+    /// The part of an operator's move that tells the lease's owner, in the
+    /// move's transaction: the lease at the counter it held is revoked
+    /// (it stops at its next heartbeat), and the shard is given to it again
+    /// by name (the same heartbeat takes it up at the moved counter, from
+    /// the moved position). Fails the transaction if `consumer` is not
+    /// registered.
+    pub(crate) fn moved_part(
         self,
         consumer: &ConsumerId,
         revoked: &Revocation,
-    ) -> Result<bool> {
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem> {
         let expr = Expr::new()
-            .names(&[attr::REVOKED])
-            .value("revoked", AttributeValue::Ss(vec![revoked.encode()]));
-        let req = self.store.update_req(
+            .names(&[attr::REVOKED, attr::ASSIGNED, attr::NAMED, attr::GIVEN])
+            .value("revoked", AttributeValue::Ss(vec![revoked.encode()]))
+            .value("one", n(1))
+            .value("shards", shard_set(std::iter::once(&revoked.shard_id)));
+        self.store.tx_update(
             &self.store.home(consumer_sk(consumer)),
             &expr,
-            "ADD #revoked :revoked",
+            "ADD #revoked :revoked, #assigned :one, #named :one, #given :shards",
             Some("attribute_exists(pk)"),
-        );
-        Ok(self.store.conditional_update(req).await?.is_ok())
+        )
     }
 
     /// Sets the consumer's active flag (an inactive consumer is given no

@@ -73,9 +73,14 @@ impl Checkpoints<'_> {
     /// Leased scope: the shard's counter must still be the one seen (the
     /// caller decided from what it read whether a live lease is held, see
     /// `plan_reset`: the moved counter fences an owner that was not seen).
-    /// With `evict` the lease ends too, so the holder learns at its next
-    /// heartbeat (else at its next write, which the moved counter refuses)
-    /// instead of writing its old position over the move. Standalone scopes
+    /// With `evict` and an owner seen, the lease stays in the owner's name
+    /// and, in the same transaction, the owner's item notes the lease at the
+    /// counter seen as revoked and the shard as given again: the holder
+    /// stops at its next heartbeat (else at its next write, which the moved
+    /// counter refuses) and the same heartbeat takes the shard up again
+    /// from the moved position. No other consumer is given the shard
+    /// meanwhile: its owner's session is live. An owner no longer
+    /// registered processes nothing: its lease ends instead. Standalone scopes
     /// have no lease: the item must not have been written since it was read
     /// (`updated` unchanged). `false` if the condition failed (nothing
     /// written).
@@ -114,48 +119,82 @@ impl Checkpoints<'_> {
             expr = expr.names(&[attr::END]).value("end", s(end.to_string()));
             set.push_str(", #end = :end");
         }
-        let mut update = format!("{set} REMOVE #cp_arrival");
-        let condition = match scope {
-            ShardScope::Group => {
-                // Only a shard that has state: a move never creates an item.
-                let counter = if seen.counter == 0 {
-                    "attribute_exists(pk) AND (attribute_not_exists(#counter) OR #counter = :n)"
-                } else {
-                    "attribute_exists(pk) AND #counter = :n"
-                };
-                if mv.evict {
-                    update.push_str(", #owner, #expires, #claim_by, #claim_at, #holder");
-                }
-                counter.to_owned()
-            }
-            ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated".to_owned(),
-        };
-        update.push_str(" ADD #counter :one");
         if !mv.wait_for.is_empty() {
             expr = expr.names(&[attr::PENDING]).value(
                 "wait_for",
                 AttributeValue::Ss(mv.wait_for.iter().map(|p| p.as_str().to_owned()).collect()),
             );
-            update.push_str(", #pending :wait_for");
         }
-        let req = self.store.update_req(
-            &self.store.shard_at(scope, &seen.shard_id).await?,
-            &expr,
-            &update,
-            Some(&condition),
-        );
-        let applied = self.store.conditional_update(req).await?.is_ok();
-        if applied {
-            tracing::warn!(shard = %seen.shard_id, checkpoint = %mv.to, evict = mv.evict, reopen = mv.reopen, "position moved by an operator");
-            if let (true, ShardScope::Group, Some(owner)) = (mv.evict, scope, &seen.owner) {
-                // The holder learns of it at its next heartbeat (else at
-                // its next checkpoint, which the moved counter refuses).
+        let at = self.store.shard_at(scope, &seen.shard_id).await?;
+        let condition = match scope {
+            // Only a shard that has state: a move never creates an item.
+            ShardScope::Group if seen.counter == 0 => {
+                "attribute_exists(pk) AND (attribute_not_exists(#counter) OR #counter = :n)"
+            }
+            ShardScope::Group => "attribute_exists(pk) AND #counter = :n",
+            ShardScope::Consumer(_) | ShardScope::Efo(_) => "#updated = :seen_updated",
+        };
+        // The update, with what else of the lease it removes.
+        let update = |removed: &str| {
+            let mut update = format!("{set} REMOVE #cp_arrival{removed} ADD #counter :one");
+            if !mv.wait_for.is_empty() {
+                update.push_str(", #pending :wait_for");
+            }
+            update
+        };
+        let owner = match (mv.evict, scope) {
+            (true, ShardScope::Group) => seen.owner.as_ref(),
+            _ => None,
+        };
+        let applied = match owner {
+            None => {
+                let removed = if mv.evict && *scope == ShardScope::Group {
+                    ", #owner, #expires, #claim_by, #claim_at, #holder"
+                } else {
+                    ""
+                };
+                let req = self
+                    .store
+                    .update_req(&at, &expr, &update(removed), Some(condition));
+                self.store.conditional_update(req).await?.is_ok()
+            }
+            Some(owner) => {
                 let revoked = Revocation {
                     shard_id: seen.shard_id.clone(),
                     counter: seen.counter,
                 };
-                self.store.consumers().note_revoked(owner, &revoked).await?;
+                let parts = vec![
+                    self.store.tx_update(
+                        &at,
+                        &expr,
+                        &update(", #claim_by, #claim_at"),
+                        Some(condition),
+                    )?,
+                    self.store.consumers().moved_part(owner, &revoked)?,
+                ];
+                match self.store.transact(parts).await? {
+                    Ok(()) => true,
+                    // The owner is not registered: nothing runs under its
+                    // lease, which ends with the move.
+                    Err(codes)
+                        if codes.get(1).map(String::as_str) == Some("ConditionalCheckFailed")
+                            && codes.first().map(String::as_str)
+                                != Some("ConditionalCheckFailed") =>
+                    {
+                        let req = self.store.update_req(
+                            &at,
+                            &expr,
+                            &update(", #owner, #expires, #claim_by, #claim_at, #holder"),
+                            Some(condition),
+                        );
+                        self.store.conditional_update(req).await?.is_ok()
+                    }
+                    Err(_) => false,
+                }
             }
+        };
+        if applied {
+            tracing::warn!(shard = %seen.shard_id, checkpoint = %mv.to, evict = mv.evict, reopen = mv.reopen, "position moved by an operator");
         }
         Ok(applied)
     }

@@ -404,3 +404,97 @@ async fn a_mapping_consumers_shard_progress_is_its_furthest_batch_or_floor() {
         .unwrap();
     assert_eq!((none.furthest, none.stored), (None, 0));
 }
+
+/// An operator's move of a live lease's position (a forced reset, a rewind)
+/// keeps the lease in its owner's name and, in the same transaction, tells
+/// the owner: the lease at the counter it held is revoked and the shard is
+/// given to it again by name. So no other consumer is given the shard while
+/// the old holder may still be inside a batch, and no note can be lost
+/// apart from the move. The old holder's writes at its counter are refused.
+/// A lease whose owner is not registered ends with the move.
+#[tokio::test]
+async fn an_operators_move_keeps_the_lease_with_its_owner_and_tells_it_in_one_write() {
+    use crate::support::common::{lease, register};
+    use shardkeeper::state::{ConsumerInfo, Revocation};
+    let ctx = ctx().await;
+    let store = ctx.store("moves");
+    let shards = seed_shards(&store, 2).await;
+    register(&store, "a").await;
+    register(&store, "b").await;
+    let held = lease(&store, &shards[0], "a").await;
+    let seen = store
+        .shards()
+        .get(&ShardScope::Group, &shards[0])
+        .await
+        .unwrap();
+    assert!(store
+        .checkpoints()
+        .reset(&ShardScope::Group, &seen, &Checkpoint::TrimHorizon, true)
+        .await
+        .unwrap());
+    let moved = store
+        .shards()
+        .get(&ShardScope::Group, &shards[0])
+        .await
+        .unwrap();
+    assert_eq!(
+        moved.owner,
+        Some(ConsumerId::new("a").unwrap()),
+        "still a's"
+    );
+    assert_eq!(moved.counter, held.counter + 1);
+    assert_eq!(moved.checkpoint, Some(Checkpoint::TrimHorizon));
+    // The old holder's write at its counter is refused.
+    assert!(matches!(
+        store
+            .checkpoints()
+            .save(&held, &Checkpoint::after("9").unwrap(), None)
+            .await,
+        Err(StateError::LeaseLost { .. })
+    ));
+    // The rebalancer's plan, both consumers just seen live, gives the
+    // shard to nobody (before, the move freed it for any consumer).
+    let plan = shardkeeper::group::plan_rebalance(
+        &store.load_group().await.unwrap(),
+        &shardkeeper::group::Ages::default(),
+        &shardkeeper::group::RebalanceConfig::default(),
+    );
+    assert!(
+        !format!("{plan:?}").contains(shards[0].as_str()),
+        "{plan:?}"
+    );
+    // a's next heartbeat tells it both: revoked at the old counter, given again.
+    let beat = store
+        .consumers()
+        .heartbeat(&ConsumerInfo::for_this_process(
+            ConsumerId::new("a").unwrap(),
+            store.now(),
+        ))
+        .await
+        .unwrap();
+    assert!(beat.revoked.contains(&Revocation {
+        shard_id: shards[0].clone(),
+        counter: held.counter,
+    }));
+    assert!(beat.given.contains(&shards[0]));
+
+    // A lease of an owner no longer registered ends with the move.
+    let orphan = lease(&store, &shards[1], "gone").await;
+    let seen = store
+        .shards()
+        .get(&ShardScope::Group, &shards[1])
+        .await
+        .unwrap();
+    assert!(store
+        .checkpoints()
+        .reset(&ShardScope::Group, &seen, &Checkpoint::TrimHorizon, true)
+        .await
+        .unwrap());
+    let freed = store
+        .shards()
+        .get(&ShardScope::Group, &shards[1])
+        .await
+        .unwrap();
+    assert_eq!(freed.owner, None);
+    assert_eq!(freed.counter, orphan.counter + 1);
+}
