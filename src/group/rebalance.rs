@@ -137,12 +137,22 @@ fn take_stale(snapshot: &GroupSnapshot, shard: &ShardState) -> TakeFrom {
 
 /// Children whose pending parent is depleted or gone, and that parent: their
 /// depletion was recorded without the child (the repair the rebalancer makes).
+/// Not a child a rewind still in progress moved: it waits for a parent the
+/// rewind reopens after it (moves go children first), and a rewind cut
+/// short keeps it waiting until the rewind is run again and finishes.
 fn stranded_children(snapshot: &GroupSnapshot) -> Vec<(&ShardId, &ShardId)> {
     let by_id: BTreeMap<&ShardId, &ShardState> =
         snapshot.shards.iter().map(|s| (&s.shard_id, s)).collect();
+    let rewinding = snapshot
+        .stream
+        .as_ref()
+        .and_then(|s| s.rewind.as_ref())
+        .filter(|r| r.finished.is_none())
+        .map(|r| r.id);
     snapshot
         .shards
         .iter()
+        .filter(|s| rewinding.is_none() || s.rewound != rewinding)
         .flat_map(|s| s.pending_parents.iter().map(move |p| (&s.shard_id, p)))
         .filter(|(_, p)| by_id.get(p).is_none_or(|ps| ps.depleted))
         .collect()

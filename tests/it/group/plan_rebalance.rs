@@ -464,3 +464,47 @@ fn a_draining_worker_is_given_nothing() {
         vec![t("s0", "staying", "assign"), t("s1", "staying", "assign")]
     );
 }
+
+/// A rewind moves children first, each waiting again for its parent, then
+/// reopens the parent. A tick between the two must not take the still
+/// depleted parent for a depletion that forgot the child (the repair that
+/// clears the pending parent), or the child is read from the target before
+/// its reopened parent. While the rewind is unfinished (also when it was cut
+/// short, until it is run again), its children keep waiting; once it
+/// finished, the repair is made as before.
+#[test]
+fn a_child_a_rewind_in_progress_moved_keeps_waiting_for_its_parent() {
+    use shardkeeper::state::{Checkpoint, RewindState, StreamState};
+    const REWIND: i64 = 1_700_000_000_000;
+    let mut moved = child(shard("c0"), &["p"], &["p"]);
+    moved.rewound = Some(REWIND);
+    let mut snap = snapshot(vec![consumer("a", 0)], vec![depleted(shard("p"), 0), moved]);
+    let rewind = |finished| StreamState {
+        stream_created: 1,
+        schema_version: 3,
+        stream_arn: None,
+        sessions_since: None,
+        rewind: Some(RewindState {
+            id: REWIND,
+            request: "--to TRIM_HORIZON".to_owned(),
+            to: Checkpoint::TrimHorizon,
+            shards: 2,
+            finished,
+        }),
+        end: None,
+    };
+    let repairs = |snap: &GroupSnapshot| {
+        plan_rebalance(snap, &ages(snap), &config())
+            .into_iter()
+            .filter(|a| matches!(a, Action::ClearPendingParent { .. }))
+            .count()
+    };
+    snap.stream = Some(rewind(None));
+    assert_eq!(repairs(&snap), 0, "the rewind is still moving shards");
+    snap.stream = Some(rewind(Some(REWIND + 1_000)));
+    assert_eq!(
+        repairs(&snap),
+        1,
+        "a finished rewind's leftovers are repaired"
+    );
+}
