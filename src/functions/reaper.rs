@@ -54,7 +54,9 @@ impl Reaper {
     /// removes state past retention is made again with the stream's own
     /// retention when that is longer than the configured one (read then,
     /// one DescribeStreamSummary): a closed shard's state outlives its
-    /// records, so discovery never finds a listed shard without state.
+    /// records, so discovery never finds a listed shard without state. A
+    /// stream that is gone keeps the configured retention; one whose
+    /// retention cannot be read now has its removals wait a tick.
     pub async fn tick(&self) -> Result<ReapTick> {
         let snapshot = self.store.load_group().await?;
         let ages = self
@@ -70,12 +72,22 @@ impl Reaper {
         };
         if actions.iter().any(past_retention) {
             let config = &self.store.config();
-            let stream =
-                crate::state::kinesis_stream_summary(&self.kinesis, &config.stream, &config.retry)
-                    .await?;
-            if stream.retention > self.config.retention {
-                let config = self.config.clone().retention(stream.retention);
-                actions = plan_reap(&snapshot, &ages, now, &config);
+            match crate::state::kinesis_stream_summary(&self.kinesis, &config.stream, &config.retry)
+                .await
+            {
+                Ok(stream) if stream.retention > self.config.retention => {
+                    let config = self.config.clone().retention(stream.retention);
+                    actions = plan_reap(&snapshot, &ages, now, &config);
+                }
+                Ok(_) => {}
+                // The stream is gone: nothing lists its shards again.
+                Err(crate::state::StateError::NotFound { .. }) => {}
+                // Not known now: the removals wait for a tick that knows,
+                // the rest of the clean-up goes on.
+                Err(e) => {
+                    tracing::warn!(error = %e, "the stream's retention is not known: removals past retention wait");
+                    actions.retain(|a| !past_retention(a));
+                }
             }
         }
         let execution = execute(&self.store, Some(&self.kinesis), &actions, Duration::ZERO).await?;

@@ -87,3 +87,39 @@ async fn a_read_parent_stays_removed_and_is_kept_for_the_streams_own_retention()
     assert!(tick.discovery.created.is_empty(), "{:?}", tick.discovery);
     assert!(!has_parent().await, "the read parent came back");
 }
+
+/// The stream's retention is read only when a removal is planned. A stream
+/// that is gone keeps the configured retention: the reaper's tick neither
+/// fails on it nor keeps the state forever.
+#[tokio::test]
+async fn a_gone_streams_read_shards_are_removed_after_the_configured_retention() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    crate::support::common::start_group(&ctx, &store).await;
+    let shard = crate::support::common::seed_shards(&store, 1)
+        .await
+        .remove(0);
+    let held = lease(&store, &shard, "reader").await;
+    store.checkpoints().mark_depleted(&held, &[]).await.unwrap();
+    ctx.aws
+        .kinesis
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
+    let reaper = Reaper::new(
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        ReapConfig::default().retention(24 * HOUR),
+    );
+    ctx.clock.advance(25 * HOUR);
+    let tick = reaper.tick().await.unwrap();
+    assert_eq!(
+        tick.execution
+            .applied(shardkeeper::group::ActionKind::RemoveShard),
+        1,
+        "{tick:?}"
+    );
+}
