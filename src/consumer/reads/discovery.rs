@@ -5,7 +5,7 @@ use crate::state::{
     StateStore, StreamAddress,
 };
 use crate::Result;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a discovery pass found and recorded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -81,15 +81,15 @@ pub async fn discover_shards_in(
     // A closed shard without state whose child has state was read and its
     // state removed past retention (the reaper's, while Kinesis still lists
     // it): it is not created again, or it would be read a second time.
-    let has_known_child = |parent: &ShardId| {
-        specs.iter().any(|child| {
-            child.parents.iter().any(|p| p == parent) && known.contains_key(&child.shard_id)
-        })
-    };
-    let retired: Vec<ShardId> = specs
+    let parents_of_known: BTreeSet<&ShardId> = specs
+        .iter()
+        .filter(|child| known.contains_key(&child.shard_id))
+        .flat_map(|child| child.parents.iter())
+        .collect();
+    let retired: BTreeSet<ShardId> = specs
         .iter()
         .filter(|s| s.ending_sequence.is_some() && !known.contains_key(&s.shard_id))
-        .filter(|s| has_known_child(&s.shard_id))
+        .filter(|s| parents_of_known.contains(&s.shard_id))
         .map(|s| s.shard_id.clone())
         .collect();
     for spec in ShardSpec::parents_first(specs) {
