@@ -7,7 +7,7 @@
 //! other service errors end an execution early.
 
 use crate::group::{Action, ActionKind};
-use crate::state::{ConsumerId, EfoName, ShardId, ShardScope, StateError, StateStore, TakeFrom};
+use crate::state::{EfoName, ShardScope, StateError, StateStore};
 use crate::Result;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -73,7 +73,6 @@ pub async fn execute(
     lease_term: Duration,
 ) -> Result<ExecutionReport> {
     let mut report = ExecutionReport::default();
-    let mut notify: BTreeMap<&ConsumerId, Vec<ShardId>> = BTreeMap::new();
     let group = ShardScope::Group;
     for action in actions {
         let applied = match action {
@@ -90,13 +89,12 @@ pub async fn execute(
                 holder,
                 ..
             } => {
-                let take = Take {
-                    shard,
-                    to,
-                    from: from_state,
-                    holder: holder.as_deref(),
-                };
-                let taken = give(store, take, lease_term, &mut notify).await?;
+                // The give tells `to` in its own transaction.
+                let taken = store
+                    .leases()
+                    .give(shard, to, from_state, holder.as_deref(), lease_term)
+                    .await?
+                    .is_some();
                 if let (true, Action::ForceTake { from, .. }) = (taken, action) {
                     tracing::info!(%shard, %from, %to, "claim not honoured in time: lease taken");
                 }
@@ -168,35 +166,5 @@ pub async fn execute(
         };
         report.count(action.kind(), applied);
     }
-    for (consumer, shards) in notify {
-        store.consumers().notify_assigned(consumer, &shards).await?;
-    }
     Ok(report)
-}
-
-/// One take of a lease for a consumer.
-struct Take<'a> {
-    shard: &'a ShardId,
-    to: &'a ConsumerId,
-    from: &'a TakeFrom,
-    holder: Option<&'a str>,
-}
-
-/// Gives the lease to `take.to`; remembers to tell it once, after all
-/// actions, with the shards it was given.
-async fn give<'a>(
-    store: &StateStore,
-    take: Take<'a>,
-    lease_term: Duration,
-    notify: &mut BTreeMap<&'a ConsumerId, Vec<ShardId>>,
-) -> Result<bool> {
-    let taken = store
-        .leases()
-        .take(take.shard, take.to, take.from, take.holder, lease_term)
-        .await?
-        .is_some();
-    if taken {
-        notify.entry(take.to).or_default().push(take.shard.clone());
-    }
-    Ok(taken)
 }

@@ -48,6 +48,31 @@ fn shard_set<'a>(shards: impl Iterator<Item = &'a ShardId>) -> AttributeValue {
     AttributeValue::Ss(shards.map(|s| s.as_str().to_owned()).collect())
 }
 
+/// The note of a give on the receiver's item: its expression, update and
+/// condition. `named`: the counter moves and the shards are named, while
+/// fewer than [`MAX_GIVEN`] names wait; else the counter alone moves. Both
+/// need the consumer registered.
+fn given_note<'a>(
+    shards: impl Iterator<Item = &'a ShardId>,
+    named: bool,
+) -> (Expr, &'static str, &'static str) {
+    if named {
+        let expr = Expr::new()
+            .names(&[attr::ASSIGNED, attr::NAMED, attr::GIVEN])
+            .value("one", n(1))
+            .value("shards", shard_set(shards))
+            .value("max", n(MAX_GIVEN));
+        (
+            expr,
+            "ADD #assigned :one, #named :one, #given :shards",
+            "attribute_exists(pk) AND (attribute_not_exists(#given) OR size(#given) < :max)",
+        )
+    } else {
+        let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
+        (expr, "ADD #assigned :one", "attribute_exists(pk)")
+    }
+}
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
@@ -329,40 +354,50 @@ impl Consumers<'_> {
         })
     }
 
-    /// Tells a consumer that it was given the leases of `shards`: moves its
-    /// assignment counter and names the shards beside it, both of which its
-    /// next heartbeat sees, so it reads those shards instead of every one.
-    /// While [`MAX_GIVEN`] names wait unacknowledged (a consumer that does not
-    /// acknowledge them, as code from before them), only the counter moves.
-    /// `false` if the consumer is not registered.
+    /// Tells a consumer that it was given the leases of `shards` by a write
+    /// of its own (a tool's, or code from before gives carried their note):
+    /// moves its assignment counter and names the shards beside it, both of
+    /// which its next heartbeat sees, so it reads those shards instead of
+    /// every one. While [`MAX_GIVEN`] names wait unacknowledged (a consumer
+    /// that does not acknowledge them, as code from before them), only the
+    /// counter moves. `false` if the consumer is not registered. A give by
+    /// [`Leases::give`](crate::Leases::give) carries this note in its own
+    /// transaction.
     pub async fn notify_assigned(self, consumer: &ConsumerId, shards: &[ShardId]) -> Result<bool> {
         let at = self.store.home(consumer_sk(consumer));
         if !shards.is_empty() {
-            let expr = Expr::new()
-                .names(&[attr::ASSIGNED, attr::NAMED, attr::GIVEN])
-                .value("one", n(1))
-                .value("shards", shard_set(shards.iter()))
-                .value("max", n(MAX_GIVEN));
-            let req = self.store.update_req(
-                &at,
-                &expr,
-                "ADD #assigned :one, #named :one, #given :shards",
-                Some("attribute_exists(pk) AND (attribute_not_exists(#given) OR size(#given) < :max)"),
-            );
+            let (expr, update, condition) = given_note(shards.iter(), true);
+            let req = self.store.update_req(&at, &expr, update, Some(condition));
             match self.store.conditional_update(req).await? {
                 Ok(_) => return Ok(true),
                 Err(None) => return Ok(false),
                 Err(Some(_)) => {} // at the bound: the counter alone
             }
         }
-        let expr = Expr::new().names(&[attr::ASSIGNED]).value("one", n(1));
-        let req = self.store.update_req(
-            &at,
-            &expr,
-            "ADD #assigned :one",
-            Some("attribute_exists(pk)"),
-        );
+        let (expr, update, condition) = given_note(shards.iter(), false);
+        let req = self.store.update_req(&at, &expr, update, Some(condition));
         Ok(self.store.conditional_update(req).await?.is_ok())
+    }
+
+    /// The part of a give that tells the consumer, in the give's
+    /// transaction: its assignment counter moves, and with `named` the
+    /// shard is named beside it (conditioned on fewer than [`MAX_GIVEN`]
+    /// names waiting; without it the counter alone moves, and its next
+    /// heartbeat reads every shard). Fails the transaction if `consumer` is
+    /// not registered.
+    pub(crate) fn given_part(
+        self,
+        consumer: &ConsumerId,
+        shard: &ShardId,
+        named: bool,
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem> {
+        let (expr, update, condition) = given_note(std::iter::once(shard), named);
+        self.store.tx_update(
+            &self.store.home(consumer_sk(consumer)),
+            &expr,
+            update,
+            Some(condition),
+        )
     }
 
     /// The part of an operator's move that tells the lease's owner, in the

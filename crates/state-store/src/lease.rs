@@ -18,7 +18,7 @@ use crate::model::{Claim, Lease, SessionSeen, ShardState};
 use crate::names::{ConsumerId, ShardId};
 use crate::schema::{attr, consumer_sk, ShardScope};
 use crate::store::{At, StateStore};
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -125,6 +125,15 @@ fn lease_names(expr: Expr) -> Expr {
         attr::UPDATED,
         attr::HOLDER,
     ])
+}
+
+/// Whether a transaction of `count` parts whose last is a give's note was
+/// cancelled by that note's condition alone (its receiver at the bound of
+/// names, or not registered).
+fn only_the_note_failed(codes: &[String], count: usize) -> bool {
+    codes.len() == count
+        && codes[..count - 1].iter().all(|c| c == "None")
+        && codes[count - 1] == "ConditionalCheckFailed"
 }
 
 /// Describes the stored lease for a `LeaseLost` error.
@@ -253,6 +262,38 @@ impl Leases<'_> {
         holder: Option<&str>,
         term: Duration,
     ) -> Result<Option<Lease>> {
+        self.take_noted(shard, new_owner, from, holder, term, false)
+            .await
+    }
+
+    /// [`Leases::take`] by another party for `to` (the rebalancer's
+    /// assignment, its forced take after a hand-off timeout), which tells
+    /// `to` in the same transaction: its assignment counter moves and the
+    /// shard is named on its item (see [`Heartbeat`](crate::Heartbeat)), so
+    /// a lease is never given without its note, whatever stops the giver
+    /// after the write. While [`MAX_GIVEN`](crate::MAX_GIVEN) names wait on
+    /// `to`'s item, the counter alone moves (its next heartbeat reads every
+    /// shard). `None` also if `to` is not registered.
+    pub async fn give(
+        self,
+        shard: &ShardId,
+        to: &ConsumerId,
+        from: &TakeFrom,
+        holder: Option<&str>,
+        term: Duration,
+    ) -> Result<Option<Lease>> {
+        self.take_noted(shard, to, from, holder, term, true).await
+    }
+
+    async fn take_noted(
+        self,
+        shard: &ShardId,
+        new_owner: &ConsumerId,
+        from: &TakeFrom,
+        holder: Option<&str>,
+        term: Duration,
+        noted: bool,
+    ) -> Result<Option<Lease>> {
         let (expr, until) = self.owner_expr(new_owner, holder, term);
         let mut expr = expr.value("n", n(from.counter()));
         let (who, expires) = match from {
@@ -269,32 +310,51 @@ impl Leases<'_> {
             }
         };
         let condition = format!("{LEASABLE} AND #counter = :n{who}{renewal}");
-        let old = match from.session() {
-            None => match self.set_owner(shard, expr, holder, &condition).await? {
+        let old = match (from.session(), noted) {
+            (None, false) => match self.set_owner(shard, expr, holder, &condition).await? {
                 Ok(lease) => return Ok(Some(lease)),
                 Err(old) => old,
             },
-            Some(session) => {
+            (session, _) => {
                 let at = self.lease_at(shard).await?;
                 let revocation = Revocation {
                     shard_id: shard.clone(),
                     counter: from.counter(),
                 };
-                let parts = vec![
-                    self.store
-                        .tx_update(&at, &expr, &owner_update(holder), Some(&condition))?,
-                    self.session_part(session, &revocation)?,
-                ];
-                match self.store.transact(parts).await? {
-                    Ok(()) => {
-                        return Ok(Some(Lease {
-                            shard_id: shard.clone(),
-                            owner: new_owner.clone(),
-                            counter: from.counter() + 1,
-                            expires: until,
-                        }))
+                // The note names the shard, or at the bound moves the
+                // counter alone.
+                let mut named = true;
+                loop {
+                    let mut parts = vec![self.store.tx_update(
+                        &at,
+                        &expr,
+                        &owner_update(holder),
+                        Some(&condition),
+                    )?];
+                    if let Some(session) = session {
+                        parts.push(self.session_part(session, &revocation)?);
                     }
-                    Err(_) => self.store.get_item(&at).await?,
+                    if noted {
+                        parts.push(self.store.consumers().given_part(new_owner, shard, named)?);
+                    }
+                    let count = parts.len();
+                    match self.store.transact(parts).await? {
+                        Ok(()) => {
+                            return Ok(Some(Lease {
+                                shard_id: shard.clone(),
+                                owner: new_owner.clone(),
+                                counter: from.counter() + 1,
+                                expires: until,
+                            }))
+                        }
+                        Err(codes) => {
+                            if noted && named && only_the_note_failed(&codes, count) {
+                                named = false;
+                                continue;
+                            }
+                            break self.store.get_item(&at).await?;
+                        }
+                    }
                 }
             }
         };
@@ -468,30 +528,53 @@ impl Leases<'_> {
             let expr = expr
                 .value("by", s(claim.by.as_str()))
                 .value("until", n(now + duration_millis(term)));
-            let hand_off = self.store.update_req(
-                &at,
-                &expr,
-                "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at, #holder",
-                Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
-            );
-            let handed = match self.store.conditional_update(hand_off).await? {
-                Ok(_) => true,
-                Err(old) => old
-                    .as_ref()
-                    .map(ShardState::from_item)
-                    .transpose()?
-                    .is_some_and(|now| {
-                        now.owner.as_ref() == Some(&claim.by) && now.counter == lease.counter + 1
-                    }),
+            // The hand-off and its note to the claimant, in one transaction.
+            let hand_off = |named| -> Result<Vec<TransactWriteItem>> {
+                Ok(vec![
+                    self.store.tx_update(
+                        &at,
+                        &expr,
+                        "SET #owner = :by, #expires = :until, #updated = :now ADD #counter :one REMOVE #claim_by, #claim_at, #holder",
+                        Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
+                    )?,
+                    self.store
+                        .consumers()
+                        .given_part(&claim.by, &lease.shard_id, named)?,
+                ])
             };
-            if handed {
-                tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
-                self.store
-                    .consumers()
-                    .notify_assigned(&claim.by, std::slice::from_ref(&lease.shard_id))
-                    .await?;
-                return Ok(Released::HandedOff(claim.by));
+            let mut outcome = self.store.transact(hand_off(true)?).await?;
+            if matches!(&outcome, Err(codes) if only_the_note_failed(codes, 2)) {
+                outcome = self.store.transact(hand_off(false)?).await?;
             }
+            if outcome.is_err() {
+                let now = self.store.get_item(&at).await?;
+                let now = now.as_ref().map(ShardState::from_item).transpose()?;
+                let Some(now) = now else { continue };
+                // A retry whose first answer was lost finds its own write.
+                let handed =
+                    now.owner.as_ref() == Some(&claim.by) && now.counter == lease.counter + 1;
+                let still_ours = now.owner.as_ref() == Some(&lease.owner)
+                    && now.counter == lease.counter
+                    && now.claim.as_ref().map(|c| &c.by) == Some(&claim.by);
+                if still_ours {
+                    // The claimant is no longer registered: the shard is
+                    // freed, its claim with it.
+                    let free = self.store.update_req(
+                        &at,
+                        &expr,
+                        CLEAR_OWNER,
+                        Some("#owner = :me AND #counter = :n AND #claim_by = :by"),
+                    );
+                    if self.store.conditional_update(free).await?.is_ok() {
+                        return Ok(Released::Free);
+                    }
+                }
+                if !handed {
+                    continue;
+                }
+            }
+            tracing::debug!(shard = %lease.shard_id, from = %lease.owner, to = %claim.by, "lease handed off");
+            return Ok(Released::HandedOff(claim.by));
         }
         Err(lost(&lease.shard_id, lease, None))
     }

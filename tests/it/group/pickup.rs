@@ -142,3 +142,69 @@ async fn names_stop_at_their_bound_and_the_counter_still_moves() {
     assert!(!beat.given.contains(&one_more));
     assert_eq!((beat.assignments, beat.named), (5, 4));
 }
+
+/// A give and its note are one write: whenever the giver stops (a tick
+/// killed at its deadline, a crash between two actions), every lease it
+/// gave is named on the receiver's item, so the receiver's next heartbeat
+/// picks it up at once instead of at its next full read minutes later.
+/// Each request waits 30 ms at a proxy, and the executor is killed after
+/// a deadline swept across its whole run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_is_never_applied_without_its_note_wherever_the_giver_is_killed() {
+    use crate::support::faulty::Faulty;
+    use shardkeeper::group::Action;
+    use shardkeeper_local::Faults;
+    let faulty = Faulty::start(37).await;
+    faulty
+        .dynamodb
+        .set_faults(Faults {
+            delay: 1.0,
+            latency: Duration::from_millis(30)..=Duration::from_millis(30),
+            ..Faults::none()
+        })
+        .unwrap();
+    let me = ConsumerId::new("a").unwrap();
+    let mut partial = 0;
+    for deadline_ms in (15..=255).step_by(20) {
+        let store = faulty.ctx.store("pickup-killed");
+        let shards = seed_shards(&store, 4).await;
+        let info = ConsumerInfo::for_this_process(me.clone(), store.now());
+        store.consumers().heartbeat(&info).await.unwrap();
+        let actions: Vec<Action> = shards
+            .iter()
+            .map(|shard| Action::Assign {
+                shard: shard.clone(),
+                to: me.clone(),
+                from_state: TakeFrom::Stale {
+                    counter: 0,
+                    expires: None,
+                    session: None,
+                },
+                holder: None,
+            })
+            .collect();
+        let run = shardkeeper::group::execute(&store, None, &actions, TERM);
+        let _ = tokio::time::timeout(Duration::from_millis(deadline_ms), run).await;
+        // A request the proxy still holds may yet be applied.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let owned: Vec<ShardId> = store
+            .leases()
+            .owned_shards(&me)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.shard_id)
+            .collect();
+        let beat = store.consumers().heartbeat(&info).await.unwrap();
+        for shard in &owned {
+            assert!(
+                beat.given.contains(shard),
+                "killed after {deadline_ms} ms: {shard} given without its note ({beat:?})"
+            );
+        }
+        if !owned.is_empty() && owned.len() < shards.len() {
+            partial += 1;
+        }
+    }
+    assert!(partial > 0, "some kill fell between two gives");
+}

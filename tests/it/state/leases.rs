@@ -127,6 +127,7 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
     let shard = seed_shards(&store, 1).await.remove(0);
     let lease = lease(&store, &shard, "a").await;
     register(&store, "a").await;
+    register(&store, "b").await;
     // Claims with a stale counter, by the owner itself, or twice are refused.
     assert!(!store
         .leases()
@@ -172,6 +173,10 @@ async fn claim_is_honoured_at_renewal_and_release_hands_off() {
     assert_eq!(state.checkpoint, Some(Checkpoint::after("7").unwrap()));
     let owned = store.leases().owned_shards(&cid("b")).await.unwrap();
     assert_eq!(owned.len(), 1);
+    // The claimant was told in the hand-off's own write.
+    let b = shardkeeper::state::ConsumerInfo::for_this_process(cid("b"), store.now());
+    let beat = store.consumers().heartbeat(&b).await.unwrap();
+    assert!(beat.given.contains(&shard), "{beat:?}");
     // The old owner is fenced out.
     assert!(store
         .leases()
@@ -633,4 +638,35 @@ async fn acquire_never_takes_a_registered_consumers_lease_by_its_stored_expiry()
             .await,
         Err(StateError::LeaseLost { .. })
     ));
+}
+
+/// A hand-off goes only to a claimant still registered, with its note in
+/// the same write: a claimant removed since its claim (it died, or left)
+/// would hold the lease in a name no session picks up; the release frees
+/// the shard instead, and the rebalancer gives it to a live consumer.
+#[tokio::test]
+async fn a_release_frees_a_shard_whose_claimant_is_gone_instead_of_handing_it_over() {
+    let ctx = ctx().await;
+    let store = ctx.store("claimant-gone");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let lease = lease(&store, &shard, "a").await;
+    register(&store, "a").await;
+    register(&store, "b").await;
+    assert!(store
+        .leases()
+        .claim(&shard, &cid("b"), &cid("a"), lease.counter)
+        .await
+        .unwrap());
+    assert!(store.consumers().deregister(&cid("b")).await.unwrap());
+    assert_eq!(
+        store.leases().release(&lease, TERM).await.unwrap(),
+        Released::Free
+    );
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!((state.owner, state.claim), (None, None));
+    assert_eq!(state.counter, lease.counter + 1);
 }

@@ -37,6 +37,7 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
     let (faulty, store) = setup("lost-lease").await;
     let shard = seed_shards(&store, 1).await.remove(0);
     register(&store, "a").await;
+    register(&store, "b").await;
 
     // Take: applied, answer lost, retried.
     faulty.dynamodb.lose_next_responses(1);
