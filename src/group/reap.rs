@@ -96,7 +96,8 @@ pub fn plan_reap(
 ) -> Vec<Action> {
     let mut actions = Vec::new();
     for consumer in &snapshot.consumers {
-        if ages.heartbeat(consumer.id()) <= config.heartbeat_timeout {
+        let term = ages.term(consumer.id(), config.lease_term);
+        if ages.heartbeat(consumer.id()) <= config.heartbeat_timeout.max(term) {
             continue;
         }
         actions.push(Action::ReapConsumer {
@@ -104,7 +105,7 @@ pub fn plan_reap(
             leases: snapshot
                 .shards
                 .iter()
-                .filter(|s| ages.lease(&s.shard_id) >= config.lease_term)
+                .filter(|s| ages.lease(&s.shard_id) >= term)
                 .filter_map(ShardState::lease)
                 .filter(|l| l.owner == *consumer.id())
                 .collect(),

@@ -110,7 +110,8 @@ pub fn held_by<'a>(
 ) -> Option<&'a ConsumerId> {
     shard.owner.as_ref().filter(|owner| {
         let by_lease = ages.renewing.contains(*owner) || !ages.heartbeats.contains_key(*owner);
-        ages.session(owner) < lease_term || (by_lease && ages.lease(&shard.shard_id) < lease_term)
+        let term = ages.term(owner, lease_term);
+        ages.session(owner) < term || (by_lease && ages.lease(&shard.shard_id) < term)
     })
 }
 
@@ -200,7 +201,7 @@ pub fn plan_rebalance(
     let stalled: BTreeSet<&ConsumerId> = live
         .iter()
         .copied()
-        .filter(|c| ages.heartbeat(c) >= config.lease_term)
+        .filter(|c| ages.heartbeat(c) >= ages.term(c, config.lease_term))
         .collect();
     if live.iter().any(|c| !stalled.contains(c)) {
         live.retain(|c| !stalled.contains(c));

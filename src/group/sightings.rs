@@ -56,6 +56,9 @@ pub struct Ages {
     /// Consumers whose heartbeat this observer saw change, or that
     /// registered after its first look: alive while it watched.
     pub beating: BTreeSet<ConsumerId>,
+    /// The lease term each consumer's session said it processes by, as its
+    /// item shows it (missing: not said).
+    pub terms: BTreeMap<ConsumerId, Duration>,
 }
 
 impl Ages {
@@ -80,6 +83,16 @@ impl Ages {
             .or_else(|| self.unregistered.get(owner))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// The term `consumer`'s session is judged by: the longer of the term it
+    /// said it processes by and `configured` (the observer's own), so a
+    /// holder configured with a longer term than the control plane's keeps
+    /// its leases for all of it.
+    pub fn term(&self, consumer: &ConsumerId, configured: Duration) -> Duration {
+        self.terms
+            .get(consumer)
+            .map_or(configured, |said| configured.max(*said))
     }
 
     /// How long the claim on `shard` has been open.
@@ -165,6 +178,11 @@ impl Sightings {
                 .observe(unregistered.into_iter().map(|o| (o, ())), at),
             claims: memory.claims.observe(claims, at),
             efo_free: memory.efo_free.observe(efo_free, at),
+            terms: snapshot
+                .consumers
+                .iter()
+                .filter_map(|c| Some((c.id().clone(), c.info.lease_term?)))
+                .collect(),
         }
     }
 }

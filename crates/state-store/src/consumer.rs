@@ -35,6 +35,7 @@ impl ConsumerInfo {
             ends: None,
             busy: None,
             draining: false,
+            lease_term: None,
         }
     }
 }
@@ -270,6 +271,7 @@ impl Consumers<'_> {
         for (name, value) in [
             (attr::ENDS, info.ends),
             (attr::BUSY, info.busy.map(i64::from)),
+            (attr::TERM, info.lease_term.map(duration_millis)),
         ] {
             if let Some(value) = value {
                 expr = expr.names(&[name]).value(name, n(value));

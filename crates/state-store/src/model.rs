@@ -81,6 +81,12 @@ pub struct ConsumerInfo {
     /// nothing makes it active again (not a re-registration after a reap,
     /// nor an enhanced fan-out consumer locked), so it is given no leases.
     pub draining: bool,
+    /// The lease term its session processes by: a holder processes until
+    /// its last heartbeat that went through plus this term, so an observer
+    /// moves its leases only once its session went unchanged for this long
+    /// (or for the observer's own term, if that is longer). `None`: not
+    /// said (code from before it; the observer's term stands).
+    pub lease_term: Option<std::time::Duration>,
 }
 
 /// A registered consumer of the group.
@@ -356,6 +362,7 @@ impl ConsumerState {
                 ends: r.opt_i64(attr::ENDS)?,
                 busy: r.opt_i64(attr::BUSY)?.map(|b| b.clamp(0, 1000) as u16),
                 draining: r.bool_or(attr::DRAINING, false)?,
+                lease_term: r.opt_u64(attr::TERM)?.map(std::time::Duration::from_millis),
             },
             heartbeat: r.i64_or(attr::HEARTBEAT, 0)?,
             active: r.bool_or(attr::ACTIVE, true)?,

@@ -125,6 +125,10 @@ pub mod attr {
     pub const ENDS: &str = "ends";
     /// Consumer: thousandths of the time its handler was busy since its last heartbeat.
     pub const BUSY: &str = "busy";
+    /// Consumer: the lease term its session processes by (ms): an observer
+    /// moves its leases only after its session went this long unchanged
+    /// (or the observer's own term, if longer).
+    pub const TERM: &str = "term";
     /// Consumer: it drains (the end of its run): kept inactive.
     pub const DRAINING: &str = "draining";
     /// Consumer: the registration's identity, drawn when the item is created.

@@ -80,7 +80,10 @@ pub struct ConsumerSession {
 
 impl ConsumerSession {
     /// A session for the consumer `info` (nothing is sent until the first tick).
-    pub fn new(store: StateStore, info: ConsumerInfo, lease_term: Duration) -> Self {
+    /// Its heartbeats say `lease_term`, so observers with a shorter term of
+    /// their own wait this one out before moving its leases.
+    pub fn new(store: StateStore, mut info: ConsumerInfo, lease_term: Duration) -> Self {
+        info.lease_term = Some(lease_term);
         ConsumerSession {
             store,
             info,

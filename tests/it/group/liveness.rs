@@ -147,3 +147,56 @@ async fn after_an_upgrade_sessions_also_renew_each_lease_for_the_upgrade_window(
     session.tick(no_progress).await.unwrap();
     assert_eq!(updates(&before), 1, "past the window, the heartbeat alone");
 }
+
+/// The lease term is the holder's as much as the observers': a worker
+/// configured with 30 s beside a control plane at 10 s processes up to 30 s
+/// past its last heartbeat, so the rebalancer and the reaper, which judge
+/// by their own 10 s, would give its leases away while it may still be
+/// inside a batch. Its heartbeats say its term, and observers wait out the
+/// longer of the two.
+#[tokio::test]
+async fn observers_wait_out_a_holders_longer_term_before_moving_its_leases() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let reaper = Reaper::new(
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        ReapConfig::default(),
+    );
+    let info =
+        |name: &str| ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let long = Duration::from_secs(30);
+    let mut slow = ConsumerSession::new(store.clone(), info("slow"), long);
+    let mut b = ConsumerSession::new(store.clone(), info("b"), TERM);
+    slow.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    slow.tick(no_progress).await.unwrap();
+    b.tick(no_progress).await.unwrap();
+    let held: Vec<ShardId> = slow.leases().map(|l| l.shard_id.clone()).collect();
+    assert_eq!(held.len(), 4);
+    // The slow holder's last heartbeat: it may process until this plus 30 s.
+    slow.tick(no_progress).await.unwrap();
+    let mut elapsed = Duration::ZERO;
+    while elapsed < Duration::from_secs(60) {
+        ctx.clock.advance(Duration::from_secs(3));
+        elapsed += Duration::from_secs(3);
+        b.tick(no_progress).await.unwrap();
+        rebalancer.tick().await.unwrap();
+        reaper.tick().await.unwrap();
+        let mut owners = Vec::new();
+        for shard in &held {
+            owners.push(store.leases().get_owner(shard).await.unwrap());
+        }
+        if elapsed < long {
+            assert!(
+                owners.iter().all(|o| o.as_ref() == Some(slow.id())),
+                "{elapsed:?} after its last heartbeat, within its 30 s term: {owners:?}"
+            );
+        }
+    }
+    // Past its term, the shards went to the live consumer.
+    b.tick(no_progress).await.unwrap();
+    assert_eq!(b.leases().count(), 4);
+}

@@ -68,6 +68,11 @@ pub fn ages(snapshot: &GroupSnapshot) -> Ages {
         renewing: Default::default(),
         // Watched long enough to have seen every consumer heartbeat.
         beating: snapshot.consumers.iter().map(|c| c.id().clone()).collect(),
+        terms: snapshot
+            .consumers
+            .iter()
+            .filter_map(|c| Some((c.id().clone(), c.info.lease_term?)))
+            .collect(),
     }
 }
 
@@ -93,6 +98,7 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
             ends: None,
             busy: None,
             draining: false,
+            lease_term: None,
         },
         heartbeat: NOW - age_ms,
         active: true,
