@@ -7,6 +7,8 @@
 //! - `standalone`: a consumer that reads every shard in its own scope.
 //! - `mode`: the one of the two a worker runs, and its checkpointer.
 //! - `holding`: a process's hold on its consumer id (the heartbeat token).
+//! - `pulse`: a session's heartbeats on a task of their own, through long
+//!   batches and hung calls.
 //! - `efo_pool`: the group's pool of enhanced fan-out consumers, and locks.
 //! - `first_seen`: how long values went unchanged as one observer saw them
 //!   (a holding's wait, and the rebalancer's and reaper's sightings).
@@ -16,6 +18,7 @@ mod efo_pool;
 mod first_seen;
 mod holding;
 mod mode;
+mod pulse;
 mod session;
 mod standalone;
 

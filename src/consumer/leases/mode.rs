@@ -45,6 +45,25 @@ impl Mode {
         }
     }
 
+    /// Keeps a group consumer's heartbeat going on a task of its own while
+    /// the run lasts (see [`ConsumerSession::keep_alive`]); `every: None`
+    /// stops it.
+    pub(crate) fn keep_alive(&mut self, every: Option<std::time::Duration>) {
+        if let Mode::Group(s) = self {
+            match every {
+                Some(every) => s.keep_alive(every),
+                None => s.end_keep_alive(),
+            }
+        }
+    }
+
+    /// Marks the worker's loop as running.
+    pub(crate) fn alive(&self) {
+        if let Mode::Group(s) = self {
+            s.alive();
+        }
+    }
+
     /// Reports how busy the handler was (a group consumer's heartbeat carries it).
     pub(crate) fn set_busy(&mut self, per_mille: u16) {
         if let Mode::Group(s) = self {

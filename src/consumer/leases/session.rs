@@ -3,6 +3,7 @@
 //! the leases given, and a lost lease stops its shard at once.
 
 use crate::consumer::leases::holding::Holding;
+use crate::consumer::leases::pulse::{lock, Pulse, PulseState};
 use crate::state::schema::UPGRADE_WINDOW;
 use crate::state::{
     duration_millis, Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted,
@@ -10,6 +11,7 @@ use crate::state::{
 };
 use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What one session tick changed.
@@ -76,6 +78,9 @@ pub struct ConsumerSession {
     /// processes of the code before sessions that may still run after an
     /// upgrade (`None`: not read yet; `Some(None)`: never).
     renew_until: Option<Option<EpochMillis>>,
+    /// What the session shares with its pulse (see [`ConsumerSession::keep_alive`]).
+    shared: Arc<Mutex<PulseState>>,
+    pulse: Option<Pulse>,
 }
 
 impl ConsumerSession {
@@ -84,6 +89,16 @@ impl ConsumerSession {
     /// their own wait this one out before moving its leases.
     pub fn new(store: StateStore, mut info: ConsumerInfo, lease_term: Duration) -> Self {
         info.lease_term = Some(lease_term);
+        let shared = Arc::new(Mutex::new(PulseState {
+            info: info.clone(),
+            token: String::new(),
+            incarnation: None,
+            held: BTreeMap::new(),
+            last_sent: None,
+            beat_at: None,
+            loop_seen: Instant::now(),
+            superseded: false,
+        }));
         ConsumerSession {
             store,
             info,
@@ -96,7 +111,49 @@ impl ConsumerSession {
             holding: Holding::new(),
             owed: SessionTick::default(),
             renew_until: None,
+            shared,
+            pulse: None,
         }
+    }
+
+    /// Keeps the consumer's heartbeat going on a task of its own, whenever
+    /// none went out for `every`, so a long batch or a hung call of the
+    /// caller's loop costs no lease (see the `pulse` module). The caller
+    /// marks its loop with [`ConsumerSession::alive`]; a loop unseen for
+    /// three terms lets the leases go. Needs a Tokio runtime; the task ends
+    /// with the session.
+    pub fn keep_alive(&mut self, every: Duration) {
+        self.alive();
+        self.pulse = Some(Pulse::start(
+            self.store.clone(),
+            self.shared.clone(),
+            every,
+            self.lease_term,
+        ));
+    }
+
+    /// Stops the heartbeats of [`ConsumerSession::keep_alive`].
+    pub(crate) fn end_keep_alive(&mut self) {
+        self.pulse = None;
+    }
+
+    /// Marks the caller's loop as running (see [`ConsumerSession::keep_alive`]).
+    pub fn alive(&self) {
+        lock(&self.shared).loop_seen = Instant::now();
+    }
+
+    /// Tells the pulse which leases the session holds now.
+    fn share_held(&self) {
+        lock(&self.shared).held = self
+            .leases
+            .values()
+            .map(|l| (l.shard_id.clone(), l.counter))
+            .collect();
+    }
+
+    /// Tells the pulse how the consumer describes itself now.
+    fn share_info(&self) {
+        lock(&self.shared).info = self.info.clone();
     }
 
     /// The consumer's id.
@@ -119,10 +176,11 @@ impl ConsumerSession {
     /// the term. Nothing of the shard may be processed after it until the
     /// next heartbeat goes through.
     pub fn local_expiry(&self, shard: &ShardId) -> Option<Instant> {
-        self.leases
-            .contains_key(shard)
-            .then_some(self.beat_at?)
-            .map(|t| t + self.lease_term)
+        if !self.leases.contains_key(shard) {
+            return None;
+        }
+        let pulse = lock(&self.shared).beat_at;
+        self.beat_at.max(pulse).map(|t| t + self.lease_term)
     }
 
     /// The term every lease lives for past a heartbeat.
@@ -135,6 +193,7 @@ impl ConsumerSession {
     /// workers by it.
     pub fn set_busy(&mut self, per_mille: u16) {
         self.info.busy = Some(per_mille.min(1000));
+        self.share_info();
     }
 
     /// Starts leaving the group while still reading: the consumer is marked
@@ -145,6 +204,7 @@ impl ConsumerSession {
     pub async fn drain(&mut self) -> Result<()> {
         // From now on every heartbeat keeps it inactive.
         self.info.draining = true;
+        self.share_info();
         self.beat().await?;
         self.store.consumers().set_active(self.id(), false).await?;
         Ok(())
@@ -153,6 +213,7 @@ impl ConsumerSession {
     /// Heartbeats, acknowledging the notes acted on since the last.
     async fn beat(&mut self) -> Result<crate::state::Heartbeat> {
         let acks = std::mem::take(&mut self.acks);
+        lock(&self.shared).last_sent = Some(Instant::now());
         match self.holding.heartbeat(&self.store, &self.info, &acks).await {
             Ok(beat) => Ok(beat),
             Err(e) => {
@@ -164,6 +225,7 @@ impl ConsumerSession {
 
     fn forget(&mut self, shard: &ShardId) {
         self.leases.remove(shard);
+        self.share_held();
     }
 
     /// Heartbeats (which keeps every held lease alive), drops the leases
@@ -207,6 +269,7 @@ impl ConsumerSession {
                 tracing::warn!(%shard, "registered again: the lease is taken up anew");
                 tick.lost.push(shard);
             }
+            self.share_held();
         }
         for revoked in &beat.revoked {
             let held = self.leases.get(&revoked.shard_id);
@@ -219,6 +282,11 @@ impl ConsumerSession {
         self.acks.revoked.extend(beat.revoked.iter().cloned());
         // Every lease still held lives on from this heartbeat.
         self.beat_at = Some(sent);
+        {
+            let mut shared = lock(&self.shared);
+            shared.token = self.holding.token().to_owned();
+            shared.incarnation = Some(beat.incarnation.clone());
+        }
         for shard in &beat.claimed {
             self.honour_claim(shard, tick, progress).await?;
             self.acks.claimed.insert(shard.clone());
@@ -284,6 +352,7 @@ impl ConsumerSession {
                 .await?;
             if let Some(taken) = taken {
                 self.leases.insert(shard_id.clone(), taken);
+                self.share_held();
                 tick.gained.push(shard_id);
             }
         }
@@ -512,6 +581,8 @@ impl ConsumerSession {
         &mut self,
         progress: impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<Vec<ShardId>> {
+        // No heartbeat of the pulse registers it again after it left.
+        self.end_keep_alive();
         // A process superseded under its id leaves nothing: the id, and the
         // leases in its name, are the newer process's now.
         self.beat().await?;

@@ -224,6 +224,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// (a GetRecords, or the events a subscription has delivered). Returns
     /// whether any shard was read.
     pub async fn step(&mut self) -> Result<bool> {
+        self.mode.alive();
         if Instant::now() >= self.next_beat {
             self.beat().await?;
         }
@@ -236,6 +237,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .collect();
         let mut read = false;
         for shard in &due {
+            self.mode.alive();
             // Heartbeats keep their schedule while slow shards are processed.
             if Instant::now() >= self.next_beat {
                 self.beat().await?;

@@ -26,6 +26,9 @@ impl<H: RecordHandler> ShardWorker<H> {
         stop: impl Fn() -> bool,
     ) -> Result<&WorkerReport> {
         let mut failures = 0;
+        // Long batches and hung calls cost no lease: the session's heartbeat
+        // goes on beside the loop.
+        self.mode.keep_alive(Some(self.config.renew_every));
         while !stop() && deadline.is_none_or(|d| Instant::now() < d) {
             match self.step().await {
                 Ok(read) => {
@@ -57,6 +60,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 Err(e) => return Err(e),
             }
         }
+        self.mode.keep_alive(None);
         self.handler.shutdown_requested().await;
         self.report.held_at_stop = self.pipelines.len() as u64;
         let mut attempt = 0;

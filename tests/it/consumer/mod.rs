@@ -5,6 +5,7 @@
 mod efo_errors;
 mod efo_worker;
 mod fake_reads;
+mod pulse;
 mod read_errors;
 mod split_merge;
 mod worker;

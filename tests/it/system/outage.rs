@@ -125,3 +125,121 @@ async fn a_worker_rides_out_faults_and_a_dynamodb_restart_without_loss() {
         check(&log, KEYS, 10);
     }
 }
+
+/// One hung call costs no lease: a worker whose every GetRecords hangs
+/// until its attempt timeout (14 s, longer than the 10 s term plus a
+/// heartbeat interval) keeps its heartbeat going beside its loop, so the
+/// rebalancer, with another consumer live to give the shard to, never sees
+/// its session stale. The hang is on the worker's path alone; the other
+/// consumer and the rebalancer go straight to the servers. Real time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_records_that_hangs_past_the_term_costs_no_lease() {
+    use shardkeeper::state::{SdkTimeouts, ShardScope};
+    use shardkeeper_local::SlowRequests;
+    let f = Faulty::start(fastrand::u64(..)).await;
+    let stream = create_stream(&f.direct, 2).await;
+    let config = f
+        .ctx
+        .store(&stream)
+        .config()
+        .clone()
+        .timeouts(SdkTimeouts::new(
+            Duration::from_secs(3),
+            Duration::from_secs(15),
+        ));
+    let store = StateStore::new(f.ctx.aws.dynamodb.clone(), config.clone());
+    let direct = StateStore::new(f.direct.dynamodb.clone(), config);
+    let assigner = rebalancer(&f.direct, &direct);
+    let stop = Arc::new(AtomicBool::new(false));
+    let assigning = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                assigner.tick().await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let log: Log = Arc::default();
+    let config = WorkerConfig::default()
+        .min_poll_interval(Duration::from_millis(200))
+        .idle_poll_interval(Duration::from_millis(200));
+    let run = |mut worker: shardkeeper::consumer::ShardWorker<_>| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            worker
+                .run_until(None, || stop.load(Ordering::Relaxed))
+                .await
+                .cloned()
+        })
+    };
+    let hung = run(worker_with(
+        &store,
+        &f.ctx.aws.kinesis,
+        "hung",
+        log.clone(),
+        config.clone(),
+    ));
+    let other = run(worker_with(
+        &direct,
+        &f.direct.kinesis,
+        "other",
+        log.clone(),
+        config,
+    ));
+    // Each holds one shard.
+    let hung_id = shardkeeper::state::ConsumerId::new("hung").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        held = direct.leases().owned_shards(&hung_id).await.unwrap();
+        let others = direct
+            .leases()
+            .owned_shards(&shardkeeper::state::ConsumerId::new("other").unwrap())
+            .await
+            .unwrap();
+        if held.len() == 1 && others.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(held.len(), 1, "the hung worker got its shard");
+    // Its session takes the given lease up (moving the counter) at its
+    // next tick.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = direct
+        .shards()
+        .get(&ShardScope::Group, &held[0].shard_id)
+        .await
+        .unwrap()
+        .counter;
+
+    // From now on every GetRecords of the hung worker waits 14 s.
+    f.kinesis
+        .set_faults(Faults {
+            slow: Some(SlowRequests {
+                operation: "GetRecords".into(),
+                body_contains: Vec::new(),
+                latency: Duration::from_secs(14)..=Duration::from_secs(14),
+            }),
+            ..Faults::none()
+        })
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let state = direct
+        .shards()
+        .get(&ShardScope::Group, &held[0].shard_id)
+        .await
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    f.kinesis.set_faults(Faults::none()).unwrap();
+    let report = hung.await.unwrap().expect("the hung worker ran on");
+    other.await.unwrap().unwrap();
+    assigning.await.unwrap();
+    assert_eq!(
+        (state.owner, state.counter),
+        (Some(hung_id), before),
+        "the lease stayed with the worker whose reads hung"
+    );
+    assert_eq!(report.leases_lost, 0, "{report:?}");
+    assert!(f.kinesis.counts().slowed > 0, "the reads hung");
+}
