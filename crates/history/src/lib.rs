@@ -81,6 +81,10 @@ pub struct History {
     pub killed: Vec<(String, Instant)>,
     /// Each shard's parents (from the stream's shard list at the end).
     pub parents: BTreeMap<ShardId, Vec<ShardId>>,
+    /// An operator's moves of the group's positions back (a rewind, a
+    /// forced reset): from when the move was started to when it returned.
+    /// Accepted checkpoints may go back across one; nothing else changes.
+    pub moved_back: Vec<(Instant, Instant)>,
 }
 
 impl History {

@@ -187,6 +187,7 @@ pub fn since(history: &SharedHistory, from: Instant, produced: &BTreeSet<Key>) -
             .collect(),
         killed: vec![],
         parents: Default::default(),
+        moved_back: Vec::new(),
     }
 }
 

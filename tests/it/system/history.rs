@@ -75,6 +75,7 @@ fn good() -> (History, impl Fn(u64) -> Instant) {
         killed: vec![("a".into(), ms(5))],
         parents: Default::default(),
         spans: Vec::new(),
+        moved_back: Vec::new(),
     };
     (history, ms)
 }
@@ -125,6 +126,12 @@ fn a_checkpoint_moving_backwards_is_caught() {
     let v = check(&history);
     assert_eq!(v.checkpoint_regressions, vec![shard(0)]);
     assert!(!v.passed());
+    // An operator's move back between the two is not a regression; one
+    // before both or after both does not excuse it.
+    for (window, passes) in [((23, 24), true), ((10, 21), false), ((26, 30), false)] {
+        history.moved_back = vec![(ms(window.0), ms(window.1))];
+        assert_eq!(check(&history).passed(), passes, "moved back {window:?}");
+    }
 }
 
 #[test]

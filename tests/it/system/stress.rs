@@ -15,7 +15,10 @@
 //! stretches (10 ms a record: a batch outlasts the lease term), and now and
 //! then a second process starts under a live consumer's id (the older one
 //! must stop; the history names the two processes apart, so the checker
-//! would see them hold a shard together).
+//! would see them hold a shard together). An operator moves the running
+//! group back twice, a rewind and a forced reset to before production
+//! began (checkpoints may go back across those moves, nothing else may
+//! change: no handler calls of two consumers on one shard at once).
 //!
 //! It runs twice: on the shared servers, and on servers of its own behind
 //! fault-injecting proxies (throttling, internal errors, dropped
@@ -145,6 +148,11 @@ struct Course {
     chaos: bool,
     /// DynamoDB restarts, spread over the run (with faults only).
     restarts: u32,
+    /// An operator moves the group back mid-run: a rewind a third of the
+    /// way in and a forced reset two thirds of the way in, each to a second
+    /// before production began (a later time would skip the backlog of a
+    /// lagging shard), while the consumers hold their leases and read.
+    operator: bool,
     /// Records per PutRecords, and the pause after each.
     batch: usize,
     pace: Duration,
@@ -159,6 +167,7 @@ impl Course {
             handler: Handler::Mixed,
             chaos: true,
             restarts,
+            operator: true,
             batch: 100,
             pace: Duration::from_millis(20),
         }
@@ -535,11 +544,54 @@ async fn the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard() 
         handler: Handler::HalfSick(ms(300)..=ms(1300)),
         chaos: false,
         restarts: 0,
+        operator: false,
         batch: 20,
         pace: ms(100),
     };
     let counts = stress(&cfg, setup, course).await;
     assert!(counts.slowed > 0, "renewals and heartbeats were slowed");
+}
+
+/// An operator moves the running group back to `to` (ms; no shard's
+/// position may lie before it, or records would be skipped): with
+/// `rewind`, a rewind (run again until it is finished, as its report
+/// asks); else a forced reset, which ends the live leases.
+async fn move_back(store: &StateStore, kinesis: &aws_sdk_kinesis::Client, to: i64, rewind: bool) {
+    let target = crate::support::common::cli_target(store);
+    if rewind {
+        let args = shardkeeper_cli::args::RewindArgs {
+            target,
+            to: Some(to.to_string()),
+            shard: None,
+            to_sequence: None,
+            change: crate::support::common::scripted(),
+        };
+        for _ in 0..20 {
+            let out = shardkeeper_cli::rewind::rewind(store, kinesis, &args, |_| true)
+                .await
+                .unwrap();
+            let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
+            println!("stress run: rewound to {to}: {}", outcome["report"]);
+            if outcome["report"]["finished"] == true {
+                return;
+            }
+        }
+        panic!("the rewind to {to} never finished");
+    }
+    let args = shardkeeper_cli::args::ResetArgs {
+        target,
+        to: format!("at-timestamp={to}"),
+        shard: None,
+        consumer: None,
+        efo: None,
+        yes: true,
+        force: true,
+        json: true,
+    };
+    let out = shardkeeper_cli::commands::reset(store, &args, |_| true)
+        .await
+        .unwrap();
+    println!("stress run: reset to {to} with --force: {}", out.trim());
 }
 
 /// One run; what the proxies did (nothing without them).
@@ -652,6 +704,10 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let started = Instant::now();
+    let production_began = {
+        use shardkeeper::state::Clock;
+        shardkeeper::state::SystemClock.now_millis()
+    };
     let producer = {
         let load = NumberedLoad {
             stream: stream.clone(),
@@ -674,6 +730,17 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     let mut left: Vec<Consumer> = Vec::new();
     let (mut kills, mut leaves, mut splits, mut merges) = (0, 0, 0, 0);
     let (mut restarts, mut crashes, mut doubles, mut superseded) = (0, 0, 0, 0);
+    let mut operator_moves = 0u32;
+    // The group is started on its stream, as every function's init does
+    // (an operator's rewind refuses a group that has not started).
+    let operator = StateStore::new(direct.dynamodb.clone(), store.config().clone());
+    operator
+        .start_on_stream(
+            &direct.kinesis,
+            shardkeeper::state::TableOptions::default().poll_interval(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
     let mut slow_until: Option<Instant> = None;
     let mut slow_phases = 0;
     let seconds = course.seconds;
@@ -708,6 +775,26 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
                 restarts += 1;
                 continue;
             }
+        }
+        if course.operator
+            && operator_moves < 2
+            && started.elapsed() >= Duration::from_secs(seconds) * (operator_moves + 1) / 3
+        {
+            let began = Instant::now();
+            move_back(
+                &operator,
+                &direct.kinesis,
+                production_began - 1000,
+                operator_moves == 0,
+            )
+            .await;
+            history
+                .lock()
+                .unwrap()
+                .moved_back
+                .push((began, Instant::now()));
+            operator_moves += 1;
+            continue;
         }
         if !course.chaos {
             continue;
@@ -769,6 +856,24 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         }
     }
 
+    // A move a restart crowded out of the run comes now, while the group
+    // drains what was produced.
+    while course.operator && operator_moves < 2 {
+        let began = Instant::now();
+        move_back(
+            &operator,
+            &direct.kinesis,
+            production_began - 1000,
+            operator_moves == 0,
+        )
+        .await;
+        history
+            .lock()
+            .unwrap()
+            .moved_back
+            .push((began, Instant::now()));
+        operator_moves += 1;
+    }
     // Production stops; the group drains the stream at full speed.
     spawner.slow.store(false, Ordering::Relaxed);
     producer.0.store(true, Ordering::Relaxed);
@@ -851,7 +956,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
          reads: {polls} GetRecords, {subscriptions} SubscribeToShard, \
          {} records produced, {} processed ({} duplicates), {kills} kills, {leaves} leaves, \
          {splits} splits, {merges} merges, {lease_changes} lease changes, {} failed ticks, \
-         {slow_phases} slow phases, {doubles} second processes under a live id ({superseded} \
+         {slow_phases} slow phases, {operator_moves} operator moves back, {doubles} second processes under a live id ({superseded} \
          older ones stopped), clocks off by up to {MAX_SKEW_MS} ms; \
          faults: {} requests, {} throttled, {} answered 500, {} dropped, {} lost answers, {} delayed, \
          {} slowed renewals and heartbeats, \
