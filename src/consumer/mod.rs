@@ -21,7 +21,7 @@ pub use events::{Observer, StopReason, WorkerEvent};
 pub(crate) use leases::FirstSeen;
 pub use leases::{
     lock_or_grow, stream_arn, ConsumerSession, EfoPool, SessionTick, StandaloneSession,
-    FULL_SCAN_EVERY, MAX_EFO_CONSUMERS,
+    MAX_EFO_CONSUMERS,
 };
 pub use reads::discovery::{
     discover_shards, discover_shards_in, list_stream_shards, DiscoveryReport,

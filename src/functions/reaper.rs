@@ -3,10 +3,14 @@
 use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
 use crate::group::{execute, ExecutionReport};
-use crate::group::{plan_reap, ReapConfig, Sightings};
+use crate::group::{missed_its_heartbeat, plan_reap, ReapConfig, Sightings};
+
+/// How often the reaper reads the group's shards when no consumer is to be
+/// reaped: how long a removal past retention may wait.
+const SHARDS_EVERY: Duration = Duration::from_secs(60);
 use crate::group::{Action, ActionKind};
 use crate::metrics::{emit_for, Metric};
-use crate::state::StateStore;
+use crate::state::{GroupPart, StateStore};
 use crate::Result;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
@@ -58,10 +62,29 @@ impl Reaper {
     /// stream that is gone keeps the configured retention; one whose
     /// retention cannot be read now has its removals wait a tick.
     pub async fn tick(&self) -> Result<ReapTick> {
-        let snapshot = self.store.load_group().await?;
-        let ages = self
+        // The consumers every tick; the shards only to free a dead
+        // consumer's leases, and every `SHARDS_EVERY` for the removals
+        // past retention.
+        let home = self.store.observe_group(GroupPart::Home).await?;
+        let at = self.store.monotonic_now();
+        let ages = self.sightings.observe_home(&home, at);
+        let dead = home
+            .consumers
+            .iter()
+            .any(|c| missed_its_heartbeat(c.id(), &ages, &self.config));
+        let due = self
             .sightings
-            .observe(&snapshot, self.store.monotonic_now());
+            .shards_seen_at()
+            .is_none_or(|t| at - t >= crate::state::duration_millis(SHARDS_EVERY));
+        let (snapshot, ages) = if dead || due {
+            let snapshot = self.store.observe_group(GroupPart::Group).await?;
+            let ages = self
+                .sightings
+                .observe(&snapshot, self.store.monotonic_now());
+            (snapshot, ages)
+        } else {
+            (home, ages)
+        };
         let now = self.store.now();
         let mut actions = plan_reap(&snapshot, &ages, now, &self.config);
         let past_retention = |a: &Action| {

@@ -8,7 +8,7 @@ use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
 use crate::group::{held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings};
 use crate::metrics::{emit_for, Metric};
-use crate::state::StateStore;
+use crate::state::{GroupPart, StateStore};
 use crate::Result;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
@@ -82,10 +82,10 @@ impl Rebalancer {
 
     /// One tick: read the group, record new and closed shards, plan, apply.
     pub async fn tick(&self) -> Result<RebalanceTick> {
-        let mut snapshot = self.store.load_group().await?;
+        let mut snapshot = self.store.observe_group(GroupPart::Leases).await?;
         let discovery = discover_shards(&self.store, &self.kinesis, &snapshot).await?;
         if !discovery.created.is_empty() || !discovery.closed.is_empty() {
-            snapshot = self.store.load_group().await?;
+            snapshot = self.store.observe_group(GroupPart::Leases).await?;
         }
         let ages = self
             .sightings

@@ -34,6 +34,7 @@ mod status;
 pub use action::ActionKind;
 pub use executor::ExecutionReport;
 pub use fleet::{FleetConfig, FleetPlan, Starts};
+pub(crate) use reap::missed_its_heartbeat;
 pub use reap::ReapConfig;
 pub use rebalance::RebalanceConfig;
 pub use reset::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};

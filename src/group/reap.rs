@@ -83,6 +83,17 @@ impl Default for ReapConfig {
     }
 }
 
+/// Whether `consumer` went longer than the heartbeat timeout (or its own
+/// lease term, if longer) without a heartbeat, as observed: it is reaped.
+pub(crate) fn missed_its_heartbeat(
+    consumer: &ConsumerId,
+    ages: &Ages,
+    config: &ReapConfig,
+) -> bool {
+    let term = ages.term(consumer, config.lease_term);
+    ages.heartbeat(consumer) > config.heartbeat_timeout.max(term)
+}
+
 /// Plans one reaper tick at `now` (the reaper's wall clock, for retention
 /// only). See the module documentation.
 ///
@@ -96,10 +107,10 @@ pub fn plan_reap(
 ) -> Vec<Action> {
     let mut actions = Vec::new();
     for consumer in &snapshot.consumers {
-        let term = ages.term(consumer.id(), config.lease_term);
-        if ages.heartbeat(consumer.id()) <= config.heartbeat_timeout.max(term) {
+        if !missed_its_heartbeat(consumer.id(), ages, config) {
             continue;
         }
+        let term = ages.term(consumer.id(), config.lease_term);
         actions.push(Action::ReapConsumer {
             seen: consumer.clone(),
             leases: snapshot

@@ -130,12 +130,34 @@ struct Memory {
     unregistered: FirstSeen<ConsumerId, ()>,
     claims: FirstSeen<ShardId, (ConsumerId, EpochMillis, u64)>,
     efo_free: FirstSeen<EfoName, u64>,
+    /// When the shards were last looked at.
+    shards_at: Option<EpochMillis>,
 }
 
 impl Sightings {
     /// Looks at `snapshot` at `at` (a reading of this process's monotonic
     /// clock) and returns how long each thing in it has gone unchanged.
     pub fn observe(&self, snapshot: &GroupSnapshot, at: EpochMillis) -> Ages {
+        self.look(snapshot, at, true)
+    }
+
+    /// [`Sightings::observe`] of a snapshot read without its shards (see
+    /// `StateStore::observe_group`): the consumers and the enhanced fan-out
+    /// pool are looked at; what was seen of the leases and claims is kept
+    /// as it was, and their ages are not given.
+    pub fn observe_home(&self, snapshot: &GroupSnapshot, at: EpochMillis) -> Ages {
+        self.look(snapshot, at, false)
+    }
+
+    /// When [`Sightings::observe`] last looked at the shards (`None`: never).
+    pub fn shards_seen_at(&self) -> Option<EpochMillis> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shards_at
+    }
+
+    fn look(&self, snapshot: &GroupSnapshot, at: EpochMillis, shards: bool) -> Ages {
         let mut memory = self.memory.lock().unwrap_or_else(|e| e.into_inner());
         let leases = snapshot.shards.iter().filter_map(|s| {
             let owner = s.owner.clone()?;
@@ -163,26 +185,48 @@ impl Sightings {
             .filter(|e| e.used_by.is_none())
             .map(|e| (e.name.clone(), e.lock_counter));
         let heartbeats = memory.heartbeats.observe(heartbeats, at);
+        if shards {
+            memory.shards_at = Some(at);
+        } else {
+            return Ages {
+                heartbeats,
+                beating: memory.heartbeats.changed().cloned().collect(),
+                renewing: renewing(snapshot),
+                efo_free: memory.efo_free.observe(efo_free, at),
+                terms: terms(snapshot),
+                ..Ages::default()
+            };
+        }
         Ages {
             leases: memory.leases.observe(leases, at),
             beating: memory.heartbeats.changed().cloned().collect(),
             heartbeats,
-            renewing: snapshot
-                .consumers
-                .iter()
-                .filter(|c| c.beat.is_none())
-                .map(|c| c.id().clone())
-                .collect(),
+            renewing: renewing(snapshot),
             unregistered: memory
                 .unregistered
                 .observe(unregistered.into_iter().map(|o| (o, ())), at),
             claims: memory.claims.observe(claims, at),
             efo_free: memory.efo_free.observe(efo_free, at),
-            terms: snapshot
-                .consumers
-                .iter()
-                .filter_map(|c| Some((c.id().clone(), c.info.lease_term?)))
-                .collect(),
+            terms: terms(snapshot),
         }
     }
+}
+
+/// Registered consumers of code from before sessions.
+fn renewing(snapshot: &GroupSnapshot) -> BTreeSet<ConsumerId> {
+    snapshot
+        .consumers
+        .iter()
+        .filter(|c| c.beat.is_none())
+        .map(|c| c.id().clone())
+        .collect()
+}
+
+/// The lease term each consumer's heartbeats say.
+fn terms(snapshot: &GroupSnapshot) -> BTreeMap<ConsumerId, Duration> {
+    snapshot
+        .consumers
+        .iter()
+        .filter_map(|c| Some((c.id().clone(), c.info.lease_term?)))
+        .collect()
 }

@@ -16,7 +16,7 @@ use crate::item::{n, s, Expr, ItemReader, RawItem};
 use crate::names::ShardId;
 use crate::records::SK_PARKED;
 use crate::schema::{attr, ShardScope, SK, SK_DDBPOS, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
-use crate::store::{At, StateStore};
+use crate::store::{At, SkRange, StateStore};
 use std::sync::atomic::Ordering;
 
 /// Sort key of the layout item.
@@ -24,6 +24,26 @@ pub(crate) const SK_BUCKETS: &str = "BUCKETS";
 
 /// How many bucket queries run at once in a read of every bucket.
 const CONCURRENT_QUERIES: usize = 16;
+
+/// A sort-key range a read task owns (see [`SkRange`]).
+#[derive(Debug, Clone)]
+pub(crate) enum OwnedRange {
+    All,
+    Prefix(String),
+    Between(&'static str, &'static str),
+    From(&'static str),
+}
+
+impl OwnedRange {
+    fn as_range(&self) -> SkRange<'_> {
+        match self {
+            OwnedRange::All => SkRange::All,
+            OwnedRange::Prefix(p) => SkRange::Prefix(p),
+            OwnedRange::Between(a, b) => SkRange::Between(a, b),
+            OwnedRange::From(a) => SkRange::From(a),
+        }
+    }
+}
 
 /// The group's layout: its home key, its buckets, where an item lives, and
 /// moving its shard items to another bucket count. From [`StateStore::layout`].
@@ -161,19 +181,38 @@ impl StateStore {
         if with_home && buckets != Buckets::ONE {
             keys.push(self.layout().partition_key().to_owned());
         }
-        if let [pk] = keys.as_slice() {
-            // One key (a group from before buckets): no task to spawn.
-            return self.query_key(pk, prefix).await;
+        let range = if prefix.is_empty() {
+            OwnedRange::All
+        } else {
+            OwnedRange::Prefix(prefix.to_owned())
+        };
+        let reads = keys.into_iter().map(|pk| (pk, range.clone())).collect();
+        self.query_keys(reads, true).await
+    }
+
+    /// The items of each (partition key, sort-key range) of `reads`, read
+    /// [`CONCURRENT_QUERIES`] at a time, in sort-key order.
+    pub(crate) async fn query_keys(
+        &self,
+        reads: Vec<(String, OwnedRange)>,
+        consistent: bool,
+    ) -> Result<Vec<RawItem>> {
+        if let [(pk, range)] = reads.as_slice() {
+            // One read (a group from before buckets): no task to spawn.
+            return self.query_range(pk, range.as_range(), consistent).await;
         }
         let mut items = Vec::new();
         let mut running = tokio::task::JoinSet::new();
-        let mut keys = keys.into_iter();
+        let mut reads = reads.into_iter();
         loop {
             while running.len() < CONCURRENT_QUERIES {
-                let Some(pk) = keys.next() else { break };
+                let Some((pk, range)) = reads.next() else {
+                    break;
+                };
                 let store = self.clone();
-                let prefix = prefix.to_owned();
-                running.spawn(async move { store.query_key(&pk, &prefix).await });
+                running.spawn(
+                    async move { store.query_range(&pk, range.as_range(), consistent).await },
+                );
             }
             match running.join_next().await {
                 Some(done) => items.extend(done.map_err(|e| StateError::Sdk {

@@ -112,7 +112,7 @@ pub use retry::{
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
 pub use shard::{EnsureShard, ShardSpec, Shards};
-pub use snapshot::{Assignment, GroupSnapshot};
+pub use snapshot::{Assignment, GroupPart, GroupSnapshot};
 pub use store::{StateStore, StoreConfig, StoreStats};
 pub use stream::{
     kinesis_stream_summary, StartOptions, StartReport, StreamInit, StreamItem, StreamSummary,

@@ -4,12 +4,33 @@
 use crate::buckets::Buckets;
 use crate::clock::EpochMillis;
 use crate::error::Result;
+use crate::item::RawItem;
+use crate::layout::OwnedRange;
 use crate::layout::SK_BUCKETS;
 use crate::model::{ConsumerState, EfoState, ShardState, StoredShardPosition, StreamState};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{SK_CONSUMER, SK_DDBPOS, SK_EFO, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
 use crate::store::{sk_suffix, StateStore};
+
+/// The last sort key of the first range an observer reads: past every
+/// `OWN#` item, before `PARKED#` (`$` follows `#`).
+const OBSERVED_UP_TO: &str = "OWN$";
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Which part of the group an observer reads (see
+/// [`StateStore::observe_group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GroupPart {
+    /// The home key: the consumers, the enhanced fan-out pool, the stream
+    /// and the layout.
+    Home,
+    /// The home key and the leased shards.
+    Leases,
+    /// The home key and every shard: leased, a standalone consumer's, a
+    /// DynamoDB Streams reader's positions.
+    Group,
+}
 
 /// Everything stored for one group on one stream, read at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,12 +96,62 @@ impl StateStore {
     pub async fn load_group(&self) -> Result<GroupSnapshot> {
         let buckets = self.layout().buckets().await?;
         let items = self.query_all(buckets, "", true).await?;
+        self.snapshot_of(buckets, &items)
+    }
+
+    /// The group as an observer (the rebalancer, the reaper) reads it each
+    /// tick: eventually consistent (half the read units of
+    /// [`StateStore::load_group`]; every action an observer takes is
+    /// conditioned on the state it saw, and a stale answer can only make
+    /// what it saw look younger), `part` of it, and never the items only
+    /// the records need (event-source-mapped batches, failed attempts,
+    /// parked records, whose number and size are the records', not the
+    /// group's).
+    pub async fn observe_group(&self, part: GroupPart) -> Result<GroupSnapshot> {
+        let buckets = self.layout().buckets().await?;
+        let home = self.layout().partition_key().to_owned();
+        // In sort-key order: BATCH# < BUCKETS < CONSUMER# < DDBPOS# < EFO# <
+        // EFOSHARD# < OWN# < PARKED# < RECORD# < SHARD# < STREAM.
+        let group_items = OwnedRange::Between(SK_BUCKETS, OBSERVED_UP_TO);
+        let mut reads = Vec::new();
+        if buckets == Buckets::ONE {
+            // One key holds everything.
+            let tail = match part {
+                GroupPart::Home => SK_STREAM,
+                GroupPart::Leases | GroupPart::Group => SK_SHARD,
+            };
+            reads.push((home, group_items.clone()));
+            reads.push((
+                self.layout().partition_key().to_owned(),
+                OwnedRange::From(tail),
+            ));
+        } else {
+            // The home key holds the group's own items.
+            reads.push((home.clone(), group_items.clone()));
+            reads.push((home, OwnedRange::From(SK_SHARD)));
+            for b in 0..buckets.count() {
+                if part == GroupPart::Home {
+                    break;
+                }
+                let pk = self.layout().bucket_key(buckets, b);
+                if part == GroupPart::Group {
+                    reads.push((pk.clone(), group_items.clone()));
+                }
+                reads.push((pk, OwnedRange::From(SK_SHARD)));
+            }
+        }
+        let items = self.query_keys(reads, false).await?;
+        self.snapshot_of(buckets, &items)
+    }
+
+    /// The snapshot `items` (read from the group laid out over `buckets`) make.
+    fn snapshot_of(&self, buckets: Buckets, items: &[RawItem]) -> Result<GroupSnapshot> {
         let mut snap = GroupSnapshot {
             taken_at: self.now(),
             buckets,
             ..GroupSnapshot::default()
         };
-        for item in &items {
+        for item in items {
             if sk_suffix(item, SK_BUCKETS) == Some("") {
                 snap.buckets = self.note_layout(item)?;
             } else if sk_suffix(item, SK_STREAM) == Some("") {
@@ -160,5 +231,36 @@ impl GroupSnapshot {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::SK_BATCH;
+    use crate::records::{SK_ATTEMPTS, SK_PARKED};
+
+    /// The observers' two ranges rest on the order of the sort-key prefixes.
+    #[test]
+    fn the_kinds_an_observer_skips_lie_outside_its_two_ranges() {
+        let read = [
+            SK_BUCKETS,
+            SK_CONSUMER,
+            SK_DDBPOS,
+            SK_EFO,
+            SK_EFOSHARD,
+            SK_OWN,
+        ];
+        for kind in read {
+            assert!((SK_BUCKETS..OBSERVED_UP_TO).contains(&kind), "{kind}");
+        }
+        assert!(format!("{SK_OWN}~").as_str() < OBSERVED_UP_TO);
+        for kind in [SK_SHARD, SK_STREAM] {
+            assert!(kind >= SK_SHARD, "{kind}");
+        }
+        for skipped in [SK_BATCH, SK_PARKED, SK_ATTEMPTS] {
+            let in_first = (SK_BUCKETS..=OBSERVED_UP_TO).contains(&skipped);
+            assert!(!in_first && skipped < SK_SHARD, "{skipped}");
+        }
     }
 }

@@ -24,7 +24,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    ConditionCheck, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
@@ -104,11 +105,29 @@ impl StoreConfig {
     }
 }
 
+/// Which sort keys of one partition key a Query reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SkRange<'a> {
+    /// Every item.
+    All,
+    /// Sort keys starting with the string.
+    Prefix(&'a str),
+    /// Sort keys from the first to the second (both included).
+    Between(&'a str, &'a str),
+    /// Sort keys from the string on.
+    From(&'a str),
+}
+
 /// Counters of what the store saw, for metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreStats {
     /// Conditional writes that lost (normal under contention).
     pub lost_conditions: u64,
+    /// Read capacity units the table reported for the store's reads
+    /// (Query and GetItem ask for it), in thousandths: what the reads cost,
+    /// counted at the client.
+    pub read_milliunits: u64,
 }
 
 #[derive(Debug)]
@@ -121,6 +140,7 @@ pub(crate) struct Inner {
     pub(crate) layout: AtomicU16,
     stopped: AtomicBool,
     lost_conditions: AtomicU64,
+    read_milliunits: AtomicU64,
     /// A bounded group's end, once read (see [`StateStore::group_end`]).
     pub(crate) group_end: std::sync::OnceLock<Option<crate::Checkpoint>>,
 }
@@ -160,6 +180,7 @@ impl StateStore {
                 layout: AtomicU16::new(0),
                 stopped: AtomicBool::new(false),
                 lost_conditions: AtomicU64::new(0),
+                read_milliunits: AtomicU64::new(0),
                 group_end: std::sync::OnceLock::new(),
             }),
         }
@@ -266,6 +287,7 @@ impl StateStore {
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             lost_conditions: self.inner.lost_conditions.load(Ordering::Relaxed),
+            read_milliunits: self.inner.read_milliunits.load(Ordering::Relaxed),
         }
     }
 
@@ -310,6 +332,16 @@ impl StateStore {
             tracing::debug!(operation, group = %self.inner.pk, "condition not met");
         }
         out
+    }
+
+    /// Adds the read units a read's answer reported to the store's count.
+    fn count_read(&self, consumed: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) {
+        if let Some(units) = consumed.and_then(|c| c.capacity_units) {
+            let milli = (units * 1000.0).round().max(0.0) as u64;
+            self.inner
+                .read_milliunits
+                .fetch_add(milli, Ordering::Relaxed);
+        }
     }
 
     /// Like [`StateStore::call`] for calls that have no condition.
@@ -453,8 +485,10 @@ impl StateStore {
             .table_name(self.table_name())
             .key(PK, s(&at.pk))
             .key(SK, s(&at.sk))
-            .consistent_read(true);
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
         let out = self.call_plain("GetItem", || req.clone().send()).await?;
+        self.count_read(out.consumed_capacity.as_ref());
         Ok(out.item)
     }
 
@@ -492,6 +526,23 @@ impl StateStore {
     /// Every item under partition key `pk` whose sort key starts with
     /// `prefix` (strongly consistent, paginated).
     pub(crate) async fn query_key(&self, pk: &str, prefix: &str) -> Result<Vec<RawItem>> {
+        let range = if prefix.is_empty() {
+            SkRange::All
+        } else {
+            SkRange::Prefix(prefix)
+        };
+        self.query_range(pk, range, true).await
+    }
+
+    /// Every item under partition key `pk` whose sort key lies in `range`
+    /// (paginated; `consistent`: strongly consistent, else eventually, at
+    /// half the read units).
+    pub(crate) async fn query_range(
+        &self,
+        pk: &str,
+        range: SkRange<'_>,
+        consistent: bool,
+    ) -> Result<Vec<RawItem>> {
         let mut items = Vec::new();
         let mut start: Option<RawItem> = None;
         loop {
@@ -499,18 +550,29 @@ impl StateStore {
                 .client()
                 .query()
                 .table_name(self.table_name())
-                .consistent_read(true)
+                .consistent_read(consistent)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":pk", s(pk))
                 .set_exclusive_start_key(start.take());
-            req = if prefix.is_empty() {
-                req.key_condition_expression("#pk = :pk")
-            } else {
-                req.key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            req = match range {
+                SkRange::All => req.key_condition_expression("#pk = :pk"),
+                SkRange::Prefix(prefix) => req
+                    .key_condition_expression("#pk = :pk AND begins_with(#sk, :from)")
                     .expression_attribute_names("#sk", SK)
-                    .expression_attribute_values(":prefix", s(prefix))
+                    .expression_attribute_values(":from", s(prefix)),
+                SkRange::Between(from, to) => req
+                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
+                    .expression_attribute_names("#sk", SK)
+                    .expression_attribute_values(":from", s(from))
+                    .expression_attribute_values(":to", s(to)),
+                SkRange::From(from) => req
+                    .key_condition_expression("#pk = :pk AND #sk >= :from")
+                    .expression_attribute_names("#sk", SK)
+                    .expression_attribute_values(":from", s(from)),
             };
             let out = self.call_plain("Query", || req.clone().send()).await?;
+            self.count_read(out.consumed_capacity.as_ref());
             items.extend(out.items.unwrap_or_default());
             match out.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),

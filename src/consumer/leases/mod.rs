@@ -26,5 +26,5 @@ pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
 #[cfg(feature = "fleet")]
 pub(crate) use first_seen::FirstSeen;
 pub(crate) use mode::{Mode, ModeCheckpoints};
-pub use session::{ConsumerSession, SessionTick, FULL_SCAN_EVERY};
+pub use session::{ConsumerSession, SessionTick};
 pub use standalone::StandaloneSession;

@@ -29,11 +29,6 @@ pub struct SessionTick {
     pub handed_off: Vec<(ShardId, Option<ConsumerId>)>,
 }
 
-/// How often a session reads every shard to find its leases even though no
-/// give was left unnamed (a safety net for a give whose notification was
-/// lost).
-pub const FULL_SCAN_EVERY: u32 = 100;
-
 /// How many shards given by name a session reads at once.
 const GIVEN_READS_AT_ONCE: usize = 16;
 
@@ -52,8 +47,11 @@ const GIVEN_READS_AT_ONCE: usize = 16;
 /// the assignment counter with the shards given by name: the session reads
 /// only the named shards it does not hold (one GetItem each), and
 /// acknowledges every note at its next heartbeat. It reads every shard of
-/// the group when it registers, when a give was not named (code from before
-/// names, or names at their bound), and every [`FULL_SCAN_EVERY`] ticks.
+/// the group when it registers, and when a give was not named (code from
+/// before names, or names at their bound). Every write that puts a lease in a
+/// consumer's name for it (a give, a hand-off, an operator's move) names
+/// the shard on its item in the same transaction, so nothing is read on a
+/// schedule besides.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
@@ -69,8 +67,11 @@ pub struct ConsumerSession {
     assignments: Option<(u64, u64)>,
     /// Notes acted on, to acknowledge at the next heartbeat.
     acks: Acks,
-    ticks_since_scan: u32,
     holding: Holding,
+    /// Shards in this consumer's name that cannot be taken yet (they wait
+    /// for parents an operator's rewind reopened): read again at each tick
+    /// until they can be taken, or are no longer in its name.
+    unready: BTreeSet<ShardId>,
     /// Changes made by a tick that failed before it could report them
     /// (a lease taken before a later call failed): the next tick reports them.
     owed: SessionTick,
@@ -107,8 +108,8 @@ impl ConsumerSession {
             beat_at: None,
             assignments: None,
             acks: Acks::default(),
-            ticks_since_scan: 0,
             holding: Holding::new(),
+            unready: BTreeSet::new(),
             owed: SessionTick::default(),
             renew_until: None,
             shared,
@@ -294,20 +295,21 @@ impl ConsumerSession {
         for shard in claimed_at_renewal.difference(&beat.claimed) {
             self.honour_claim(shard, tick, progress).await?;
         }
-        self.ticks_since_scan += 1;
         let now = (beat.assignments, beat.named);
         let unnamed = match self.assignments {
             // More moves of the counter than named ones: a give not named.
             Some((assigned, named)) => now.0.wrapping_sub(assigned) != now.1.wrapping_sub(named),
             None => true,
         };
-        let full = beat.registered || unnamed || self.ticks_since_scan >= FULL_SCAN_EVERY;
+        let full = beat.registered || unnamed;
         // A named shard held already needs no read (given again after it
-        // was lost, it is not held). Leases waited on are read again.
+        // was lost, it is not held). Leases waited on, and those not ready
+        // to be taken, are read again.
         let named: Vec<ShardId> = beat
             .given
             .iter()
             .chain(self.holding.waiting())
+            .chain(self.unready.iter())
             .filter(|s| !self.leases.contains_key(*s))
             .cloned()
             .collect::<BTreeSet<_>>()
@@ -325,6 +327,19 @@ impl ConsumerSession {
         };
         // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
+        // A shard whose parents are still to be read waits in this
+        // consumer's name: it is taken once they are.
+        if full {
+            self.unready.clear();
+        } else {
+            for shard in &named {
+                self.unready.remove(shard);
+            }
+        }
+        let (owned, unready): (Vec<_>, Vec<_>) = owned
+            .into_iter()
+            .partition(|s| s.pending_parents.is_empty());
+        self.unready.extend(unready.into_iter().map(|s| s.shard_id));
         // Taken moving the counter on, so whoever held it under this id
         // before can no longer checkpoint it; one that another process of
         // this id may still hold, only once that process can no longer be
@@ -358,9 +373,6 @@ impl ConsumerSession {
         }
         self.acks.given.extend(beat.given);
         self.assignments = Some(now);
-        if full {
-            self.ticks_since_scan = 0;
-        }
         Ok(())
     }
 

@@ -200,3 +200,63 @@ async fn observers_wait_out_a_holders_longer_term_before_moving_its_leases() {
     b.tick(no_progress).await.unwrap();
     assert_eq!(b.leases().count(), 4);
 }
+
+/// The reaper reads the consumers every tick and the shards only when it
+/// has something to do with them: a consumer to reap (its leases to free),
+/// or once a minute for the shards past retention. Its ticks in between
+/// cost one read of the home key.
+#[tokio::test]
+async fn the_reaper_reads_the_shards_once_a_minute_or_for_a_consumer_to_reap() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let reaper = Reaper::new(
+        store.clone(),
+        ctx.aws.kinesis.clone(),
+        ReapConfig::default(),
+    );
+    let info =
+        |name: &str| ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
+    let mut a = ConsumerSession::new(store.clone(), info("a"), TERM);
+    let mut b = ConsumerSession::new(store.clone(), info("b"), TERM);
+    a.tick(no_progress).await.unwrap();
+    b.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    a.tick(no_progress).await.unwrap();
+    b.tick(no_progress).await.unwrap();
+    let queries = |before: &BTreeMap<String, shardkeeper_local::OperationCount>| {
+        ctx.aws
+            .dynamodb_requests
+            .since(before)
+            .get("Query")
+            .map_or(0, |c| c.requests)
+    };
+    let first = ctx.aws.dynamodb_requests.snapshot();
+    reaper.tick().await.unwrap();
+    let whole = queries(&first);
+    // The next ticks of the minute: the home key alone (two ranges).
+    for _ in 0..5 {
+        ctx.clock.advance(Duration::from_secs(5));
+        a.tick(no_progress).await.unwrap();
+        b.tick(no_progress).await.unwrap();
+        let before = ctx.aws.dynamodb_requests.snapshot();
+        reaper.tick().await.unwrap();
+        assert_eq!(queries(&before), 2, "the home key alone");
+    }
+    assert!(
+        whole > 2,
+        "the first tick read the shards too ({whole} queries)"
+    );
+    // b stops; once it is past the heartbeat timeout, the reaper reads the
+    // shards and frees its leases.
+    let held_by_b = b.leases().count();
+    assert!(held_by_b > 0);
+    let mut freed = 0;
+    for _ in 0..6 {
+        ctx.clock.advance(Duration::from_secs(5));
+        a.tick(no_progress).await.unwrap();
+        freed += reaper.tick().await.unwrap().execution.leases_released;
+    }
+    assert_eq!(freed as usize, held_by_b, "b's leases freed");
+}

@@ -208,3 +208,96 @@ async fn a_give_is_never_applied_without_its_note_wherever_the_giver_is_killed()
     }
     assert!(partial > 0, "some kill fell between two gives");
 }
+
+/// A shard left in its owner's name while it waits for its parent (a child
+/// an operator's rewind moved, waiting for the parent it reopened) cannot
+/// be taken yet; the owner reads it again at each tick and takes it at the
+/// first tick after the parent is read to its end again, with no note more
+/// and no read of the group (before, at its next full read, up to 100
+/// ticks later).
+#[tokio::test]
+async fn a_shard_given_while_it_waits_for_its_parent_is_taken_once_the_parent_ends() {
+    use shardkeeper::state::{PositionMove, ShardScope, ShardSpec};
+    let ctx = ctx().await;
+    let store = ctx.store("pickup-unready");
+    let group = ShardScope::Group;
+    let parent = ShardSpec::new("shardId-000000000000").unwrap();
+    let child = ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    for spec in [&parent, &child] {
+        store.shards().ensure(&group, spec).await.unwrap();
+    }
+    // The parent is read to its end; a takes the child.
+    let p = ConsumerId::new("p").unwrap();
+    let lease = store
+        .leases()
+        .acquire(&parent.shard_id, &p, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoints()
+        .mark_depleted(&lease, std::slice::from_ref(&child))
+        .await
+        .unwrap();
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    let me = ConsumerId::new("a").unwrap();
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    store
+        .leases()
+        .give(&child.shard_id, &me, &free, None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.tick(no_progress).await.unwrap().gained.len(), 1);
+
+    // A rewind: the child moved to wait for its parent (its owner kept and
+    // told), then the parent reopened.
+    let seen = store.shards().get(&group, &child.shard_id).await.unwrap();
+    let mut wait = PositionMove::to(Checkpoint::TrimHorizon);
+    wait.evict = true;
+    wait.wait_for = vec![parent.shard_id.clone()];
+    assert!(store
+        .checkpoints()
+        .move_position(&group, &seen, &wait)
+        .await
+        .unwrap());
+    let seen = store.shards().get(&group, &parent.shard_id).await.unwrap();
+    let mut reopen = PositionMove::to(Checkpoint::TrimHorizon);
+    reopen.evict = true;
+    reopen.reopen = true;
+    assert!(store
+        .checkpoints()
+        .move_position(&group, &seen, &reopen)
+        .await
+        .unwrap());
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(tick.lost, vec![child.shard_id.clone()]);
+    assert!(tick.gained.is_empty(), "it waits: {tick:?}");
+    assert!(a.tick(no_progress).await.unwrap().gained.is_empty());
+
+    // The parent is read to its end again.
+    let lease = store
+        .leases()
+        .acquire(&parent.shard_id, &p, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoints()
+        .mark_depleted(&lease, std::slice::from_ref(&child))
+        .await
+        .unwrap();
+    let counter = &ctx.aws.dynamodb_requests;
+    let before = counter.snapshot();
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained, vec![child.shard_id.clone()]);
+    assert_eq!(sent(counter, &before, "Query"), 0, "the group is not read");
+}

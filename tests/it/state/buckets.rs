@@ -3,7 +3,7 @@
 
 use crate::support::common::{ctx, seed_shards, Ctx};
 use shardkeeper::state::{
-    schema::SCHEMA_VERSION, Buckets, Checkpoint, ConsumerId, ParkedRecord, RecordKey,
+    schema::SCHEMA_VERSION, Buckets, Checkpoint, ConsumerId, GroupPart, ParkedRecord, RecordKey,
     SequenceNumber, ShardScope, StateStore, StoreConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -485,4 +485,90 @@ async fn a_write_between_the_moves_read_and_its_move_is_kept() {
     let after = store_with(&direct_ctx, &group, 8);
     let state = after.shards().get(&ShardScope::Group, last).await.unwrap();
     assert_eq!(state.checkpoint, Some(Checkpoint::after("20").unwrap()));
+}
+
+/// The observers' reads are the group without what only the records need
+/// (failed attempts, parked payloads), eventually consistent: the whole
+/// group (the reaper's, once a minute) has the same shards, consumers,
+/// standalone shards and stream as a whole read; the leases (the
+/// rebalancer's, every tick) cost under half its read units as the table
+/// reports them; the home key (the reaper's, every tick) has the consumers
+/// and no shard. In one key and over buckets.
+#[tokio::test]
+async fn an_observers_read_is_the_group_without_its_records_at_under_half_the_read_units() {
+    let ctx = ctx().await;
+    for buckets in [1, 8] {
+        let group = shardkeeper_local::unique_name("observed");
+        let store = store_with(&ctx, &group, buckets);
+        store.stream_item().init(1_000, None).await.unwrap();
+        let shards = seed_shards(&store, 16).await;
+        let me = ConsumerId::new("w").unwrap();
+        let info = shardkeeper::state::ConsumerInfo::for_this_process(me.clone(), store.now());
+        store.consumers().heartbeat(&info).await.unwrap();
+        store
+            .leases()
+            .acquire(&shards[3], &me, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let own = shardkeeper::state::ShardSpec::new("shardId-000000000000").unwrap();
+        store
+            .shards()
+            .ensure(&ShardScope::Consumer(me.clone()), &own)
+            .await
+            .unwrap();
+        for i in 0..24u32 {
+            let key = RecordKey {
+                consumer: None,
+                source: None,
+                shard_id: Some(shards[(i % 16) as usize].clone()),
+                event_id: None,
+                sequence: SequenceNumber::new(&format!("{}", 1_000 + i)).unwrap(),
+                sub_sequence: 0,
+            };
+            store
+                .record_state()
+                .record_attempt(&key, Duration::from_secs(60))
+                .await
+                .unwrap();
+            let record = ParkedRecord {
+                key,
+                partition_key: format!("k{i}"),
+                data: vec![7; 1024],
+                data_size: 1024,
+                data_sha256: None,
+                error: "poison".to_owned(),
+                attempts: 3,
+                parked_at: ctx.clock_now(),
+            };
+            store
+                .record_state()
+                .park(&record, Duration::from_secs(60))
+                .await
+                .unwrap();
+        }
+        let units = |store: &StateStore| store.stats().read_milliunits;
+        let before = units(&store);
+        let whole = store.load_group().await.unwrap();
+        let whole_units = units(&store) - before;
+        let observed = store.observe_group(GroupPart::Group).await.unwrap();
+        assert_eq!(observed.shards, whole.shards, "{buckets} buckets");
+        assert_eq!(observed.consumers, whole.consumers);
+        assert_eq!(observed.own_shards, whole.own_shards);
+        assert_eq!(observed.stream, whole.stream);
+        assert_eq!(observed.own_shards.len(), 1);
+        let before = units(&store);
+        let leases = store.observe_group(GroupPart::Leases).await.unwrap();
+        let observed_units = units(&store) - before;
+        assert_eq!(leases.shards, whole.shards);
+        assert_eq!(leases.consumers, whole.consumers);
+        assert!(
+            whole_units > 0 && observed_units * 2 < whole_units,
+            "{buckets} buckets: observed {observed_units}, whole {whole_units} (thousandths)"
+        );
+        let home = store.observe_group(GroupPart::Home).await.unwrap();
+        assert!(home.shards.is_empty(), "{buckets} buckets");
+        assert_eq!(home.consumers, whole.consumers);
+        assert_eq!(home.stream, whole.stream);
+    }
 }
