@@ -6,7 +6,9 @@
 //! term 10 s), on a simulated clock.
 //!
 //! It prints the requests of each operation in the measured minute, the
-//! write and read units they cost, and the size of a group read. Run it on
+//! writes, the read units the table reported in its answers (counted at
+//! the client: every store read asks for its consumed capacity), and the
+//! size of the group. Run it on
 //! this commit and on one from before sessions to compare the protocols
 //! (docs/BENCHMARKS.md, "What liveness costs", has both and the cost model).
 //!
@@ -35,6 +37,8 @@ struct Measured {
     shards: usize,
     consumers: usize,
     requests: BTreeMap<String, OperationCount>,
+    /// Read units the table reported for the minute's reads (thousandths).
+    read_milliunits: u64,
     group_bytes: usize,
     group_items: usize,
     setup: Duration,
@@ -110,6 +114,7 @@ async fn measure(shards: usize) -> Measured {
     // One idle minute.
     let started = Instant::now();
     let before = aws.dynamodb_requests.snapshot();
+    let units_before = store.stats().read_milliunits;
     for _ in 0..60 {
         clock.advance(Duration::from_secs(1));
         t += 1;
@@ -125,6 +130,7 @@ async fn measure(shards: usize) -> Measured {
         }
     }
     let requests = aws.dynamodb_requests.since(&before);
+    let read_milliunits = store.stats().read_milliunits - units_before;
     let minute = started.elapsed();
 
     // The group as a read returns it.
@@ -153,6 +159,7 @@ async fn measure(shards: usize) -> Measured {
         shards,
         consumers,
         requests,
+        read_milliunits,
         group_bytes,
         group_items,
         setup,
@@ -183,14 +190,11 @@ fn main() {
         let writes: u64 = DYNAMODB_WRITES.iter().map(|op| count(op)).sum();
         let queries = count("Query");
         let gets = count("GetItem");
-        // A group read is one strongly consistent Query a key (one read
-        // unit a 4 KB, rounded up): the rebalancer's and the reaper's each
-        // tick, counted as group reads; a GetItem of a small item is one.
-        let ticks = 2 * (60 / TICK_EVERY_S);
-        let group_units = shardkeeper::state::cost::read_units(m.group_bytes);
-        let read_units = ticks * group_units + gets;
+        // As the table reported them in its answers (every store read asks
+        // for its consumed capacity), not computed from sizes.
+        let read_units = m.read_milliunits as f64 / 1000.0;
         println!(
-            "| {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {} | {} items, {} KB | {:.0} s + {:.0} s |",
+            "| {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {:.0} | {} items, {} KB | {:.0} s + {:.0} s |",
             m.shards,
             m.consumers,
             writes,

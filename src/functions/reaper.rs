@@ -68,6 +68,7 @@ impl Reaper {
         let home = self.store.observe_group(GroupPart::Home).await?;
         let at = self.store.monotonic_now();
         let ages = self.sightings.observe_home(&home, at);
+        super::ticker::note_older_code(&self.store, &ages).await;
         let dead = home
             .consumers
             .iter()

@@ -90,6 +90,7 @@ impl Rebalancer {
         let ages = self
             .sightings
             .observe(&snapshot, self.store.monotonic_now());
+        super::ticker::note_older_code(&self.store, &ages).await;
         let term = self.config.lease_term;
         let live = live_consumers(&snapshot, &ages, self.config.heartbeat_timeout);
         let available = snapshot.available_shards();

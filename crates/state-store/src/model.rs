@@ -22,6 +22,11 @@ pub struct StreamState {
     /// code may run beside the newer for a while after (see
     /// [`UPGRADE_WINDOW`](crate::schema::UPGRADE_WINDOW)).
     pub sessions_since: Option<EpochMillis>,
+    /// When code from before sessions was last seen running in the group
+    /// (ms; `None`: never since the raise): a consumer of that code
+    /// registered, or a claim of its rebalancer. The upgrade window runs on
+    /// from it (see [`StreamState::upgrade_window_ends`]).
+    pub older_seen: Option<EpochMillis>,
     /// The latest operator's rewind of the group's positions, if any.
     pub rewind: Option<RewindState>,
     /// A bounded group (a backfill) reads each shard up to where this
@@ -319,6 +324,18 @@ fn opt_seq(r: &ItemReader<'_>, name: &str) -> Result<Option<SequenceNumber>> {
 }
 
 impl StreamState {
+    /// Until when sessions also renew each lease (`None`: the group never
+    /// ran code from before sessions): the upgrade window after the raise,
+    /// or after code from before sessions was last seen, whichever is later.
+    pub fn upgrade_window_ends(&self) -> Option<EpochMillis> {
+        let window = crate::clock::duration_millis(crate::schema::UPGRADE_WINDOW);
+        self.sessions_since
+            .into_iter()
+            .chain(self.older_seen)
+            .max()
+            .map(|t| t + window)
+    }
+
     pub(crate) fn from_item(item: &RawItem) -> Result<Self> {
         let r = ItemReader::new(item);
         Ok(StreamState {
@@ -326,6 +343,7 @@ impl StreamState {
             schema_version: r.u64_or(attr::SCHEMA, 0)? as u32,
             stream_arn: r.opt_s(attr::STREAM_ARN)?.map(str::to_owned),
             sessions_since: r.opt_i64(attr::SESSIONS_SINCE)?,
+            older_seen: r.opt_i64(attr::OLDER_SEEN)?,
             rewind: match (r.opt_i64(attr::REWIND_ID)?, r.opt_s(attr::REWIND_TO)?) {
                 (Some(id), Some(to)) => Some(RewindState {
                     id,

@@ -31,10 +31,12 @@ use crate::names::{ConsumerId, EfoName, GroupName, ShardId, StreamName};
 /// "Upgrading a running group").
 pub const SCHEMA_VERSION: u32 = 3;
 
-/// How long after a group was raised to the schema of sessions its
+/// How long after a group was raised to the schema of sessions, and after
+/// code from before sessions was last seen running in it
+/// ([`StreamState::older_seen`](crate::StreamState::older_seen)), its
 /// consumers also renew each lease, as the older code did, so that an
-/// older rebalancer or reaper still running (a Lambda invocation lasts at
-/// most 15 minutes) never takes a lease it sees unrenewed.
+/// older rebalancer or reaper still running never takes a lease it sees
+/// unrenewed.
 pub const UPGRADE_WINDOW: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "shardkeeper-state";
@@ -71,6 +73,9 @@ pub mod attr {
     /// older one (ms, the raising writer's clock; absent for a group that
     /// started on it).
     pub const SESSIONS_SINCE: &str = "sessions_since";
+    /// Stream: when code from before sessions was last seen running in the
+    /// group (ms, the writer's clock).
+    pub const OLDER_SEEN: &str = "older_seen";
     /// Stream: the latest rewind's id (when it started, ms).
     pub const REWIND_ID: &str = "rewind_id";
     /// Stream: what the latest rewind was asked to do (its request text).

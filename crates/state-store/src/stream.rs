@@ -123,6 +123,24 @@ pub struct StreamItem<'a> {
 }
 
 impl StreamItem<'_> {
+    /// Records that code from before sessions was seen running in the group
+    /// now (the upgrade window runs on from it), at most once a minute:
+    /// `true` if written.
+    pub async fn note_older_code(self) -> Result<bool> {
+        let now = self.store.now();
+        let expr = Expr::new()
+            .names(&[attr::OLDER_SEEN])
+            .value("now", n(now))
+            .value("recent", n(now - 60_000));
+        let req = self.store.update_req(
+            &self.store.home(SK_STREAM),
+            &expr,
+            "SET #older_seen = :now",
+            Some("attribute_exists(pk) AND (attribute_not_exists(#older_seen) OR #older_seen < :recent)"),
+        );
+        Ok(self.store.conditional_update(req).await?.is_ok())
+    }
+
     /// The stream item, if any.
     pub async fn state(self) -> Result<Option<StreamState>> {
         self.store

@@ -4,7 +4,6 @@
 
 use crate::consumer::leases::holding::Holding;
 use crate::consumer::leases::pulse::{lock, Pulse, PulseState};
-use crate::state::schema::UPGRADE_WINDOW;
 use crate::state::{
     duration_millis, Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted,
     EpochMillis, Lease, Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
@@ -28,6 +27,10 @@ pub struct SessionTick {
     /// them (`None` if the claim was withdrawn meanwhile and the shard is free).
     pub handed_off: Vec<(ShardId, Option<ConsumerId>)>,
 }
+
+/// How often a session looks again whether code from before sessions was
+/// seen in its group once the upgrade window seems over.
+const WINDOW_READ_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// How many shards given by name a session reads at once.
 const GIVEN_READS_AT_ONCE: usize = 16;
@@ -77,8 +80,9 @@ pub struct ConsumerSession {
     owed: SessionTick,
     /// Until when (the store's clock) each lease is also renewed, for
     /// processes of the code before sessions that may still run after an
-    /// upgrade (`None`: not read yet; `Some(None)`: never).
-    renew_until: Option<Option<EpochMillis>>,
+    /// upgrade (`None`: not read yet; `Some(None)`: never), and when it was
+    /// read (the store's clock).
+    renew_until: Option<(Option<EpochMillis>, EpochMillis)>,
     /// What the session shares with its pulse (see [`ConsumerSession::keep_alive`]).
     shared: Arc<Mutex<PulseState>>,
     pulse: Option<Pulse>,
@@ -292,7 +296,18 @@ impl ConsumerSession {
             self.honour_claim(shard, tick, progress).await?;
             self.acks.claimed.insert(shard.clone());
         }
-        for shard in claimed_at_renewal.difference(&beat.claimed) {
+        let unnoted: Vec<ShardId> = claimed_at_renewal
+            .difference(&beat.claimed)
+            .cloned()
+            .collect();
+        if !unnoted.is_empty() {
+            // A claim on the lease alone: a rebalancer of the code before
+            // sessions runs; the window runs on from now for every session.
+            if let Err(e) = self.store.stream_item().note_older_code().await {
+                tracing::warn!(error = %e, "could not note the older code seen");
+            }
+        }
+        for shard in &unnoted {
             self.honour_claim(shard, tick, progress).await?;
         }
         let now = (beat.assignments, beat.named);
@@ -376,21 +391,29 @@ impl ConsumerSession {
         Ok(())
     }
 
-    /// For [`UPGRADE_WINDOW`] after the group was raised to the schema of
-    /// sessions, renews each held lease before the heartbeat, as the code
-    /// before sessions did, so a rebalancer or reaper of that code still
+    /// For [`UPGRADE_WINDOW`](crate::state::schema::UPGRADE_WINDOW) after
+    /// the group was raised to the schema of sessions, and after code from
+    /// before sessions was last seen running in it (a consumer of it
+    /// registered, or a claim on a lease alone), renews each held lease
+    /// before the heartbeat, as the code before sessions did, so a rebalancer or reaper of that code still
     /// running sees the leases renewed and keeps its hands off. Returns the
     /// shards whose renewal found a claim (that code's claims are on the
     /// lease alone).
     async fn renew_for_older_code(&mut self, tick: &mut SessionTick) -> Result<BTreeSet<ShardId>> {
+        // Read again when the window seems over, then every few minutes:
+        // code from before sessions seen since moves its end on.
+        let now = self.store.now();
+        let fresh = |(until, read): (Option<EpochMillis>, EpochMillis)| match until {
+            Some(until) if now < until => true,
+            Some(until) if read < until => false,
+            _ => now - read < duration_millis(WINDOW_READ_EVERY),
+        };
         let until = match self.renew_until {
-            Some(until) => until,
-            None => {
-                let since = self.store.stream_item().state().await?;
-                let until = since
-                    .and_then(|s| s.sessions_since)
-                    .map(|t| t + duration_millis(UPGRADE_WINDOW));
-                self.renew_until = Some(until);
+            Some(cached) if fresh(cached) => cached.0,
+            _ => {
+                let state = self.store.stream_item().state().await?;
+                let until = state.and_then(|s| s.upgrade_window_ends());
+                self.renew_until = Some((until, now));
                 until
             }
         };

@@ -260,3 +260,78 @@ async fn the_reaper_reads_the_shards_once_a_minute_or_for_a_consumer_to_reap() {
     }
     assert_eq!(freed as usize, held_by_b, "b's leases freed");
 }
+
+/// The upgrade window ends by observation, not by the clock alone: a
+/// consumer of the code before sessions still registered long after the
+/// raise (its deployment, rebalancer and reaper included, kept running) is
+/// seen by the rebalancer, which records it on the stream item; every
+/// session then renews each lease again, for the window from that sighting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_renew_each_lease_again_while_older_code_is_seen_after_the_window() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 4).await;
+    let store = ctx.store(&stream);
+    let home = store.layout().partition_key().to_owned();
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let id = ConsumerId::new("c0").unwrap();
+    let mut session = ConsumerSession::new(
+        store.clone(),
+        ConsumerInfo::for_this_process(id, store.now()),
+        TERM,
+    );
+    session.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    assert_eq!(session.tick(no_progress).await.unwrap().gained.len(), 4);
+    // Raised to sessions an hour ago: the window is long over.
+    let since = store.now() - 3_600_000;
+    ctx.aws
+        .dynamodb
+        .update_item()
+        .table_name(&ctx.table)
+        .key("pk", S(home.clone()))
+        .key("sk", S("STREAM".to_owned()))
+        .update_expression("SET #since = :since")
+        .expression_attribute_names("#since", "sessions_since")
+        .expression_attribute_values(":since", N(since.to_string()))
+        .send()
+        .await
+        .unwrap();
+    let updates = |before: &BTreeMap<String, shardkeeper_local::OperationCount>| {
+        ctx.aws.dynamodb_requests.since(before)["UpdateItem"].requests
+    };
+    ctx.clock.advance(Duration::from_secs(3));
+    let before = ctx.aws.dynamodb_requests.snapshot();
+    session.tick(no_progress).await.unwrap();
+    assert_eq!(updates(&before), 1, "the heartbeat alone");
+
+    // A consumer of the older code (no beat counter) is still registered.
+    ctx.aws
+        .dynamodb
+        .put_item()
+        .table_name(&ctx.table)
+        .item("pk", S(home.clone()))
+        .item("sk", S("CONSUMER#older".to_owned()))
+        .item("heartbeat", N(store.now().to_string()))
+        .item(
+            "active",
+            aws_sdk_dynamodb::types::AttributeValue::Bool(false),
+        )
+        .send()
+        .await
+        .unwrap();
+    rebalancer.tick().await.unwrap();
+    let state = store.stream_item().state().await.unwrap().unwrap();
+    assert_eq!(state.older_seen, Some(store.now()), "the rebalancer saw it");
+    // The session looks again within five minutes, and renews each lease.
+    let mut renewed = false;
+    for _ in 0..110 {
+        ctx.clock.advance(Duration::from_secs(3));
+        let before = ctx.aws.dynamodb_requests.snapshot();
+        session.tick(no_progress).await.unwrap();
+        if updates(&before) == 1 + 4 {
+            renewed = true;
+            break;
+        }
+    }
+    assert!(renewed, "a heartbeat and a renewal a lease again");
+}

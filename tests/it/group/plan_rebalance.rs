@@ -484,6 +484,7 @@ fn a_child_a_rewind_in_progress_moved_keeps_waiting_for_its_parent() {
         schema_version: 3,
         stream_arn: None,
         sessions_since: None,
+        older_seen: None,
         rewind: Some(RewindState {
             id: REWIND,
             request: "--to TRIM_HORIZON".to_owned(),
