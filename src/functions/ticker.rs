@@ -94,6 +94,19 @@ impl<T> InvocationSummary<T> {
     }
 }
 
+/// Records on the stream item that a consumer of the code before sessions
+/// is registered (the observer saw it in `ages`): every session renews each
+/// lease on for the upgrade window from now, for that code's rebalancer and
+/// reaper. A failure is logged; the tick goes on.
+pub(crate) async fn note_older_code(store: &crate::state::StateStore, ages: &crate::group::Ages) {
+    if ages.renewing.is_empty() {
+        return;
+    }
+    if let Err(e) = store.stream_item().note_older_code().await {
+        tracing::warn!(error = %e, "could not note the older code seen");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,18 +179,5 @@ mod tests {
             errors: vec![crate::state::StateError::Stopped.into()],
         };
         assert!(InvocationSummary::from_loop(run).is_err());
-    }
-}
-
-/// Records on the stream item that a consumer of the code before sessions
-/// is registered (the observer saw it in `ages`): every session renews each
-/// lease on for the upgrade window from now, for that code's rebalancer and
-/// reaper. A failure is logged; the tick goes on.
-pub(crate) async fn note_older_code(store: &crate::state::StateStore, ages: &crate::group::Ages) {
-    if ages.renewing.is_empty() {
-        return;
-    }
-    if let Err(e) = store.stream_item().note_older_code().await {
-        tracing::warn!(error = %e, "could not note the older code seen");
     }
 }
