@@ -19,7 +19,8 @@ use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::state::{
-    ConsumerId, ConsumerInfo, ManualClock, StateStore, StoreConfig, TableOptions,
+    Buckets, ConsumerId, ConsumerInfo, ManualClock, SpreadPolicy, StateStore, StoreConfig,
+    TableOptions,
 };
 use shardkeeper_local::{
     unique_name, AwsClients, Endpoints, LocalOptions, LocalServers, OperationCount, DYNAMODB_WRITES,
@@ -39,6 +40,7 @@ struct Measured {
     requests: BTreeMap<String, OperationCount>,
     /// Read units the table reported for the minute's reads (thousandths).
     read_milliunits: u64,
+    buckets: u16,
     group_bytes: usize,
     group_items: usize,
     setup: Duration,
@@ -65,10 +67,13 @@ async fn measure(shards: usize) -> Measured {
         .unwrap();
     let clock = ManualClock::new(1_800_000_000_000);
     let table = unique_name("liveness");
+    // The layout a group of this size gets when its functions start.
+    let buckets = Buckets::for_shards(shards, &SpreadPolicy::default());
     let config = StoreConfig::new("bench", &stream)
         .unwrap()
         .table(&table)
-        .unwrap();
+        .unwrap()
+        .buckets(buckets);
     let store = StateStore::with_clock(aws.dynamodb.clone(), config, Arc::new(clock.clone()));
     store
         .table()
@@ -160,6 +165,7 @@ async fn measure(shards: usize) -> Measured {
         consumers,
         requests,
         read_milliunits,
+        buckets: buckets.count(),
         group_bytes,
         group_items,
         setup,
@@ -182,8 +188,8 @@ fn main() {
          (sessions every {SESSION_EVERY_S} s, rebalancer and reaper every {TICK_EVERY_S} s, \
          {SHARDS_PER_WORKER} shards a consumer):\n"
     );
-    println!("| shards | consumers | writes/min | of them UpdateItem | reads/min (requests) | read units/min | group read | run |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| shards | buckets | consumers | writes/min | of them UpdateItem | reads/min (requests) | read units/min | group | run |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for shards in sizes {
         let m = runtime.block_on(measure(shards));
         let count = |op: &str| m.requests.get(op).map_or(0, |c| c.requests);
@@ -194,8 +200,9 @@ fn main() {
         // for its consumed capacity), not computed from sizes.
         let read_units = m.read_milliunits as f64 / 1000.0;
         println!(
-            "| {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {:.0} | {} items, {} KB | {:.0} s + {:.0} s |",
+            "| {} | {} | {} | {} | {} | {} ({queries} Query, {gets} GetItem) | {:.0} | {} items, {} KB | {:.0} s + {:.0} s |",
             m.shards,
+            m.buckets,
             m.consumers,
             writes,
             count("UpdateItem"),
