@@ -40,6 +40,11 @@ struct Measured {
     requests: BTreeMap<String, OperationCount>,
     /// Read units the table reported for the minute's reads (thousandths).
     read_milliunits: u64,
+    /// The requests of one rotation (a worker leaves, another takes its
+    /// shards), and the read units they cost (thousandths).
+    rotation: BTreeMap<String, OperationCount>,
+    rotation_milliunits: u64,
+    moved: usize,
     buckets: u16,
     group_bytes: usize,
     group_items: usize,
@@ -138,6 +143,32 @@ async fn measure(shards: usize) -> Measured {
     let read_milliunits = store.stats().read_milliunits - units_before;
     let minute = started.elapsed();
 
+    // One rotation of a fleet: a worker leaves at the end of its run
+    // (checkpoints nothing here, releases each lease, deregisters), a new
+    // one registers (reading the group once), the rebalancer gives it the
+    // freed leases, and it takes them up.
+    let before = aws.dynamodb_requests.snapshot();
+    let units_before = store.stats().read_milliunits;
+    let mut leaving = sessions.remove(0);
+    let moved = leaving.leases().count();
+    leaving.leave(|_| None).await.unwrap();
+    let id = ConsumerId::new("worker-new").unwrap();
+    let mut newcomer = ConsumerSession::new(
+        store.clone(),
+        ConsumerInfo::for_this_process(id, store.now()),
+        LEASE_TERM,
+    );
+    newcomer.tick(|_| None).await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    rebalancer.tick().await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    newcomer.tick(|_| None).await.unwrap();
+    // The freed leases went to the newcomer (and, over its quota, to a
+    // consumer below its own).
+    assert!(newcomer.leases().count() + 1 >= moved);
+    let rotation = aws.dynamodb_requests.since(&before);
+    let rotation_milliunits = store.stats().read_milliunits - units_before;
+
     // The group as a read returns it.
     let mut group_bytes = 0;
     let mut group_items = 0;
@@ -165,6 +196,9 @@ async fn measure(shards: usize) -> Measured {
         consumers,
         requests,
         read_milliunits,
+        rotation,
+        rotation_milliunits,
+        moved,
         buckets: buckets.count(),
         group_bytes,
         group_items,
@@ -190,6 +224,7 @@ fn main() {
     );
     println!("| shards | buckets | consumers | writes/min | of them UpdateItem | reads/min (requests) | read units/min | group | run |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut rotations = Vec::new();
     for shards in sizes {
         let m = runtime.block_on(measure(shards));
         let count = |op: &str| m.requests.get(op).map_or(0, |c| c.requests);
@@ -214,5 +249,28 @@ fn main() {
             m.minute.as_secs_f64(),
         );
         eprintln!("{shards} shards: {:?}", m.requests);
+        let rot = |op: &str| m.rotation.get(op).map_or(0, |c| c.requests);
+        // A transaction of a give is two items, two write units each.
+        let rotation_writes =
+            rot("UpdateItem") + rot("PutItem") + rot("DeleteItem") + 4 * rot("TransactWriteItems");
+        rotations.push(format!(
+            "| {} | {} | {} UpdateItem, {} DeleteItem, {} TransactWriteItems: {} write units | {} Query, {} GetItem: {:.0} read units |",
+            m.shards,
+            m.moved,
+            rot("UpdateItem"),
+            rot("DeleteItem"),
+            rot("TransactWriteItems"),
+            rotation_writes,
+            rot("Query"),
+            rot("GetItem"),
+            m.rotation_milliunits as f64 / 1000.0,
+        ));
+        eprintln!("{shards} shards, one rotation: {:?}", m.rotation);
+    }
+    println!("\nOne rotation of a worker fleet (a worker leaves, a new one takes its shards):\n");
+    println!("| shards | leases moved | writes | reads |");
+    println!("| ---: | ---: | --- | --- |");
+    for row in rotations {
+        println!("{row}");
     }
 }

@@ -11,14 +11,13 @@
 use crate::lambda::processor::BatchProcessor;
 use crate::lambda::source::EventSource;
 use crate::processing::handler::RecordHandler;
+use crate::processing::panic::{panic_message, CatchUnwind};
 use bytes::Bytes;
 use lambda_runtime::layers::TracingLayer;
 use lambda_runtime::tower::{Layer, Service, ServiceExt};
 use lambda_runtime::{service_fn, Diagnostic, LambdaEvent, LambdaInvocation, Runtime};
 use serde::{Deserialize, Serialize};
-use std::any::Any;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -112,30 +111,6 @@ impl Answer {
                 error_type: "Panic".to_owned(),
                 error_message: panic_message(&*panic),
             }),
-        }
-    }
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_owned(),
-        (_, Some(s)) => s.clone(),
-        _ => "the handler panicked".to_owned(),
-    }
-}
-
-/// A future whose panic is its output's error.
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.get_mut().0.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(move || inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(panic) => Poll::Ready(Err(panic)),
         }
     }
 }

@@ -14,7 +14,8 @@
 //! - `base64`: the payloads' encoding, with errors that say what is wrong.
 //! - The user contract: `handler` (the trait, `json`), `record`, `context`
 //!   (the invocation a handler call runs in), `outcome` (reports and record
-//!   errors), `options`, `parking`.
+//!   errors), `options`, `parking`, `panic` (a handler's panic as its call's
+//!   error).
 //! - Typed DynamoDB changes: `change` (the type and its decoder),
 //!   `change_record` (one record of a DynamoDB stream as the SDK reads it,
 //!   which the reader hands over), `keys` (a
@@ -61,6 +62,7 @@ pub(crate) mod keys;
 mod number;
 pub(crate) mod options;
 pub(crate) mod outcome;
+pub(crate) mod panic;
 pub(crate) mod parking;
 pub(crate) mod record;
 pub(crate) mod scan;

@@ -42,6 +42,17 @@ pub enum RecordError {
         /// The handler's error.
         error: String,
     },
+    /// The handler panicked on the record (an `unwrap` on an unexpected
+    /// payload): counted and parked as a failure, the process goes on.
+    #[error("record {sequence_number}/{sub_sequence}: handler panicked: {message}")]
+    Panic {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+        /// The panic's message.
+        message: String,
+    },
     /// Not attempted: the Lambda deadline was too close.
     #[error("record {sequence_number} not attempted: the deadline is too close")]
     Deadline {
@@ -65,6 +76,18 @@ impl RecordError {
         RecordError::Timeout {
             sequence_number: record.sequence_number.to_string(),
             sub_sequence: record.sub_sequence,
+        }
+    }
+
+    /// A [`RecordError::Panic`] of `record` with the panic's payload.
+    pub(crate) fn panic(
+        record: &crate::processing::StreamRecord,
+        panic: &(dyn std::any::Any + Send),
+    ) -> Self {
+        RecordError::Panic {
+            sequence_number: record.sequence_number.to_string(),
+            sub_sequence: record.sub_sequence,
+            message: crate::processing::panic::panic_message(panic),
         }
     }
 

@@ -706,13 +706,17 @@ impl Leases<'_> {
 
     /// The shards whose lease is in this consumer's name (not depleted),
     /// whatever their stored expiry says: a consumer takes up the leases
-    /// given to it however its clock differs from the giver's.
+    /// given to it however its clock differs from the giver's. Read as an
+    /// observer reads the leases (eventually consistent, half the read
+    /// units): a lease given a moment ago may be missing, and is named to
+    /// the consumer by its give; a take of what is read is conditioned on
+    /// the state read.
     pub async fn owned_shards(self, consumer: &ConsumerId) -> Result<Vec<ShardState>> {
         Ok(self
             .store
-            .shards()
-            .list(&ShardScope::Group)
+            .observe_group(crate::GroupPart::Leases)
             .await?
+            .shards
             .into_iter()
             .filter(|sh| !sh.depleted && sh.owner.as_ref() == Some(consumer))
             .collect())

@@ -21,6 +21,7 @@ mod batch;
 use crate::processing::handler::{HandlerError, RecordHandler};
 use crate::processing::options::{FailureMode, ProcessingOptions, ATTEMPTS_TTL};
 use crate::processing::outcome::{BatchReport, RecordError};
+use crate::processing::panic::CatchUnwind;
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
@@ -226,6 +227,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         batch: &mut Batch<'_, S>,
         mut run: Vec<Pending>,
     ) -> Result<()> {
+        // After a panic, one record a call: the panicking one is found.
+        let mut singles = false;
         while !run.is_empty() {
             if self.stopped(batch) {
                 batch.report.not_attempted += distinct_items(&run).len() as u64;
@@ -237,7 +240,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 }
                 return Ok(());
             }
-            let records: Vec<StreamRecord> = run.iter().map(|(_, r)| r.clone()).collect();
+            let size = if singles { 1 } else { run.len() };
+            let records: Vec<StreamRecord> = run[..size].iter().map(|(_, r)| r.clone()).collect();
             let span = if self.options.handler_spans {
                 tracing::info_span!(
                     "records",
@@ -250,15 +254,41 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 tracing::Span::none()
             };
             let began = Instant::now();
-            let called = self.handler.handle_batch(records).instrument(span);
+            let called = CatchUnwind(Box::pin(
+                self.handler.handle_batch(records).instrument(span),
+            ));
             let results = bounded(batch.stop_by, called).await;
             batch.report.handler_durations.add(millis(began));
-            let Some(results) = results else {
+            let results = match results {
+                Some(Ok(results)) => results,
                 // Given up at the stop-by instant: none of the run counts.
-                let (item, record) = &run[0];
-                batch.failed = true;
-                batch.fail(item, RecordError::timeout(record));
-                return Ok(());
+                None => {
+                    let (item, record) = &run[0];
+                    batch.failed = true;
+                    batch.fail(item, RecordError::timeout(record));
+                    return Ok(());
+                }
+                // A panic in the batch handler: the run goes again one
+                // record a call, and the record whose call panics is the one
+                // failed (counted, parked at its limit), as a bisecting
+                // mapping would find it.
+                Some(Err(_)) if size > 1 => {
+                    singles = true;
+                    continue;
+                }
+                Some(Err(panic)) => {
+                    let (item, record) = &run[0];
+                    let error = RecordError::panic(record, &*panic);
+                    if !self.failed_record(batch, item, record, error).await? {
+                        batch.failed = true;
+                        if self.stopped(batch) {
+                            return Ok(());
+                        }
+                    }
+                    run.drain(..1);
+                    batch.maybe_commit(self.options).await?;
+                    continue;
+                }
             };
             if results.is_empty() {
                 let (item, record) = &run[0];
@@ -360,11 +390,14 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             tracing::Span::none()
         };
         let began = Instant::now();
-        let called = self.handler.handle(record.clone()).instrument(span);
+        let called = CatchUnwind(Box::pin(
+            self.handler.handle(record.clone()).instrument(span),
+        ));
         let handled = bounded(batch.stop_by, called).await;
         batch.report.handler_durations.add(millis(began));
         let result = match handled {
-            Some(result) => result.map_err(|e| to_record_error(e, &record)),
+            Some(Ok(result)) => result.map_err(|e| to_record_error(e, &record)),
+            Some(Err(panic)) => Err(RecordError::panic(&record, &*panic)),
             None => Err(RecordError::timeout(&record)),
         };
         match result {

@@ -625,3 +625,116 @@ async fn an_oversized_record_is_parked_with_a_bounded_payload() {
     );
     assert_eq!(parked[0].key.source.as_deref(), Some(fx.arn.as_str()));
 }
+
+/// A handler that panics on a record (the usual Rust poison record: an
+/// `unwrap` on a payload it did not expect) fails that record, as a
+/// handler's error does: the invocation answers, the attempt is counted,
+/// and after `max_attempts` the record is parked and the shard moves on.
+/// Before, the panic failed the whole invocation: nothing counted, nothing
+/// parked, the shard stuck on the record (Lambda's default retries until
+/// it expires).
+#[tokio::test]
+async fn a_handler_that_panics_on_a_record_fails_that_record_and_it_is_parked() {
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(3)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let store = ctx.store(&fx.stream);
+    let seen: Seen = Arc::default();
+    let options = parking_after(
+        3,
+        Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        },
+    );
+    let handled = seen.clone();
+    let processor = KinesisProcessor::new(json(move |order: Order, record: StreamRecord| {
+        let seen = handled.clone();
+        async move {
+            let checked: Result<u32, String> = match order.id {
+                2 => Err("unexpected order".to_owned()),
+                id => Ok(id),
+            };
+            let id = checked.unwrap();
+            seen.lock().unwrap().push((id, record.sub_sequence));
+            Ok::<(), String>(())
+        }
+    }))
+    .with_store(store.clone())
+    .with_options(options);
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let first = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(first.processed, 1);
+    assert_eq!(first.failures.len(), 1, "{first:?}");
+    assert!(
+        matches!(&first.failures[0].error, RecordError::Panic { message, .. } if message.contains("unexpected order")),
+        "{first:?}"
+    );
+    for attempt in 2..=3 {
+        // The mapping re-delivers from the failed record.
+        let event = kinesis_event(&fx.arn, &fx.shard, &records[1..]);
+        let report = processor.process(&event.to_string(), None).await.unwrap();
+        assert_eq!(
+            report.parked,
+            u64::from(attempt == 3),
+            "attempt {attempt}: {report:?}"
+        );
+    }
+    let parked = store.record_state().list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[1].sequence_number()
+    );
+    assert!(parked[0].error.contains("panicked"), "{}", parked[0].error);
+    let ids: Vec<u32> = seen.lock().unwrap().iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 3], "the others once each");
+}
+
+/// A batch handler that panics on a run: the run goes again one record a
+/// call, and only the record whose call panics fails.
+#[tokio::test]
+async fn a_batch_handler_that_panics_fails_only_the_record_that_panics() {
+    struct Bulk(Seen);
+    impl shardkeeper::processing::RecordHandler for Bulk {
+        const BATCHED: bool = true;
+        async fn handle(
+            &self,
+            _: StreamRecord,
+        ) -> Result<(), shardkeeper::processing::HandlerError> {
+            unreachable!("batched")
+        }
+        async fn handle_batch(
+            &self,
+            records: Vec<StreamRecord>,
+        ) -> Vec<Result<(), shardkeeper::processing::HandlerError>> {
+            let orders: Vec<Order> = records
+                .iter()
+                .map(|r| serde_json::from_slice(&r.data).unwrap())
+                .collect();
+            assert!(orders.iter().all(|o| o.id != 2), "order 2 in the run");
+            for (order, record) in orders.iter().zip(&records) {
+                self.0.lock().unwrap().push((order.id, record.sub_sequence));
+            }
+            records.iter().map(|_| Ok(())).collect()
+        }
+    }
+    let ctx = ctx().await;
+    let fx = stream_with(&ctx, &orders(4)).await;
+    let records = read_shard(&ctx, &fx.stream, &fx.shard).await;
+    let seen: Seen = Arc::default();
+    let processor = KinesisProcessor::new(Bulk(seen.clone()))
+        .with_options(ProcessingOptions::default().mode(FailureMode::ReportAllFailures));
+    let event = kinesis_event(&fx.arn, &fx.shard, &records);
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(report.failures.len(), 1, "{report:?}");
+    assert_eq!(
+        report.failures[0].item_identifier,
+        records[1].sequence_number()
+    );
+    assert!(matches!(
+        report.failures[0].error,
+        RecordError::Panic { .. }
+    ));
+    let ids: Vec<u32> = seen.lock().unwrap().iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+}
