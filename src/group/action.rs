@@ -13,7 +13,7 @@ use crate::state::{
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Give a free or expired lease to a consumer (`leases().take` on the state seen).
+    /// Give a free or expired lease to a consumer (`leases().give` on the state seen).
     Assign {
         /// The shard.
         shard: ShardId,
