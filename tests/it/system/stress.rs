@@ -555,8 +555,26 @@ async fn the_stress_run_with_slow_ticks_never_runs_two_consumers_on_one_shard() 
 /// An operator moves the running group back to `to` (ms; no shard's
 /// position may lie before it, or records would be skipped): with
 /// `rewind`, a rewind (run again until it is finished, as its report
-/// asks); else a forced reset, which ends the live leases.
-async fn move_back(store: &StateStore, kinesis: &aws_sdk_kinesis::Client, to: i64, rewind: bool) {
+/// asks); else a forced reset, which ends the live leases. The move's
+/// window goes to `history`.
+async fn move_back(
+    store: &StateStore,
+    kinesis: &aws_sdk_kinesis::Client,
+    history: &SharedHistory,
+    to: i64,
+    rewind: bool,
+) {
+    let began = Instant::now();
+    moved(store, kinesis, to, rewind).await;
+    history
+        .lock()
+        .unwrap()
+        .moved_back
+        .push((began, Instant::now()));
+}
+
+/// The move of [`move_back`].
+async fn moved(store: &StateStore, kinesis: &aws_sdk_kinesis::Client, to: i64, rewind: bool) {
     let target = crate::support::common::cli_target(store);
     if rewind {
         let args = shardkeeper_cli::args::RewindArgs {
@@ -780,19 +798,15 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
             && operator_moves < 2
             && started.elapsed() >= Duration::from_secs(seconds) * (operator_moves + 1) / 3
         {
-            let began = Instant::now();
+            let rewind = operator_moves == 0;
             move_back(
                 &operator,
                 &direct.kinesis,
+                &history,
                 production_began - 1000,
-                operator_moves == 0,
+                rewind,
             )
             .await;
-            history
-                .lock()
-                .unwrap()
-                .moved_back
-                .push((began, Instant::now()));
             operator_moves += 1;
             continue;
         }
@@ -859,19 +873,15 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     // A move a restart crowded out of the run comes now, while the group
     // drains what was produced.
     while course.operator && operator_moves < 2 {
-        let began = Instant::now();
+        let rewind = operator_moves == 0;
         move_back(
             &operator,
             &direct.kinesis,
+            &history,
             production_began - 1000,
-            operator_moves == 0,
+            rewind,
         )
         .await;
-        history
-            .lock()
-            .unwrap()
-            .moved_back
-            .push((began, Instant::now()));
         operator_moves += 1;
     }
     // Production stops; the group drains the stream at full speed.
