@@ -25,26 +25,6 @@ pub(crate) const SK_BUCKETS: &str = "BUCKETS";
 /// How many bucket queries run at once in a read of every bucket.
 const CONCURRENT_QUERIES: usize = 16;
 
-/// A sort-key range a read task owns (see [`SkRange`]).
-#[derive(Debug, Clone)]
-pub(crate) enum OwnedRange {
-    All,
-    Prefix(String),
-    Between(&'static str, &'static str),
-    From(&'static str),
-}
-
-impl OwnedRange {
-    fn as_range(&self) -> SkRange<'_> {
-        match self {
-            OwnedRange::All => SkRange::All,
-            OwnedRange::Prefix(p) => SkRange::Prefix(p),
-            OwnedRange::Between(a, b) => SkRange::Between(a, b),
-            OwnedRange::From(a) => SkRange::From(a),
-        }
-    }
-}
-
 /// The group's layout: its home key, its buckets, where an item lives, and
 /// moving its shard items to another bucket count. From [`StateStore::layout`].
 #[derive(Debug, Clone, Copy)]
@@ -182,9 +162,9 @@ impl StateStore {
             keys.push(self.layout().partition_key().to_owned());
         }
         let range = if prefix.is_empty() {
-            OwnedRange::All
+            SkRange::All
         } else {
-            OwnedRange::Prefix(prefix.to_owned())
+            SkRange::Prefix(prefix.to_owned())
         };
         let reads = keys.into_iter().map(|pk| (pk, range.clone())).collect();
         self.query_keys(reads, true).await
@@ -194,12 +174,12 @@ impl StateStore {
     /// [`CONCURRENT_QUERIES`] at a time, in sort-key order.
     pub(crate) async fn query_keys(
         &self,
-        reads: Vec<(String, OwnedRange)>,
+        reads: Vec<(String, SkRange)>,
         consistent: bool,
     ) -> Result<Vec<RawItem>> {
         if let [(pk, range)] = reads.as_slice() {
             // One read (a group from before buckets): no task to spawn.
-            return self.query_range(pk, range.as_range(), consistent).await;
+            return self.query_range(pk, range, consistent).await;
         }
         let mut items = Vec::new();
         let mut running = tokio::task::JoinSet::new();
@@ -210,9 +190,7 @@ impl StateStore {
                     break;
                 };
                 let store = self.clone();
-                running.spawn(
-                    async move { store.query_range(&pk, range.as_range(), consistent).await },
-                );
+                running.spawn(async move { store.query_range(&pk, &range, consistent).await });
             }
             match running.join_next().await {
                 Some(done) => items.extend(done.map_err(|e| StateError::Sdk {

@@ -5,12 +5,11 @@ use crate::buckets::Buckets;
 use crate::clock::EpochMillis;
 use crate::error::Result;
 use crate::item::RawItem;
-use crate::layout::OwnedRange;
 use crate::layout::SK_BUCKETS;
 use crate::model::{ConsumerState, EfoState, ShardState, StoredShardPosition, StreamState};
 use crate::names::{ConsumerId, EfoName, ShardId};
 use crate::schema::{SK_CONSUMER, SK_DDBPOS, SK_EFO, SK_EFOSHARD, SK_OWN, SK_SHARD, SK_STREAM};
-use crate::store::{sk_suffix, StateStore};
+use crate::store::{sk_suffix, SkRange, StateStore};
 
 /// The last sort key of the first range an observer reads: past every
 /// `OWN#` item, before `PARKED#` (`$` follows `#`).
@@ -112,7 +111,7 @@ impl StateStore {
         let home = self.layout().partition_key().to_owned();
         // In sort-key order: BATCH# < BUCKETS < CONSUMER# < DDBPOS# < EFO# <
         // EFOSHARD# < OWN# < PARKED# < RECORD# < SHARD# < STREAM.
-        let group_items = OwnedRange::Between(SK_BUCKETS, OBSERVED_UP_TO);
+        let group_items = SkRange::Between(SK_BUCKETS, OBSERVED_UP_TO);
         let mut reads = Vec::new();
         if buckets == Buckets::ONE {
             // One key holds everything.
@@ -123,12 +122,12 @@ impl StateStore {
             reads.push((home, group_items.clone()));
             reads.push((
                 self.layout().partition_key().to_owned(),
-                OwnedRange::From(tail),
+                SkRange::From(tail),
             ));
         } else {
             // The home key holds the group's own items.
             reads.push((home.clone(), group_items.clone()));
-            reads.push((home, OwnedRange::From(SK_SHARD)));
+            reads.push((home, SkRange::From(SK_SHARD)));
             for b in 0..buckets.count() {
                 if part == GroupPart::Home {
                     break;
@@ -137,7 +136,7 @@ impl StateStore {
                 if part == GroupPart::Group {
                     reads.push((pk.clone(), group_items.clone()));
                 }
-                reads.push((pk, OwnedRange::From(SK_SHARD)));
+                reads.push((pk, SkRange::From(SK_SHARD)));
             }
         }
         let items = self.query_keys(reads, false).await?;

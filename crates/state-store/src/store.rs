@@ -106,16 +106,16 @@ impl StoreConfig {
 }
 
 /// Which sort keys of one partition key a Query reads.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum SkRange<'a> {
+#[derive(Debug, Clone)]
+pub(crate) enum SkRange {
     /// Every item.
     All,
     /// Sort keys starting with the string.
-    Prefix(&'a str),
+    Prefix(String),
     /// Sort keys from the first to the second (both included).
-    Between(&'a str, &'a str),
+    Between(&'static str, &'static str),
     /// Sort keys from the string on.
-    From(&'a str),
+    From(&'static str),
 }
 
 /// Counters of what the store saw, for metrics.
@@ -529,9 +529,9 @@ impl StateStore {
         let range = if prefix.is_empty() {
             SkRange::All
         } else {
-            SkRange::Prefix(prefix)
+            SkRange::Prefix(prefix.to_owned())
         };
-        self.query_range(pk, range, true).await
+        self.query_range(pk, &range, true).await
     }
 
     /// Every item under partition key `pk` whose sort key lies in `range`
@@ -540,7 +540,7 @@ impl StateStore {
     pub(crate) async fn query_range(
         &self,
         pk: &str,
-        range: SkRange<'_>,
+        range: &SkRange,
         consistent: bool,
     ) -> Result<Vec<RawItem>> {
         let mut items = Vec::new();
@@ -560,16 +560,16 @@ impl StateStore {
                 SkRange::Prefix(prefix) => req
                     .key_condition_expression("#pk = :pk AND begins_with(#sk, :from)")
                     .expression_attribute_names("#sk", SK)
-                    .expression_attribute_values(":from", s(prefix)),
+                    .expression_attribute_values(":from", s(prefix.as_str())),
                 SkRange::Between(from, to) => req
                     .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
                     .expression_attribute_names("#sk", SK)
-                    .expression_attribute_values(":from", s(from))
-                    .expression_attribute_values(":to", s(to)),
+                    .expression_attribute_values(":from", s(*from))
+                    .expression_attribute_values(":to", s(*to)),
                 SkRange::From(from) => req
                     .key_condition_expression("#pk = :pk AND #sk >= :from")
                     .expression_attribute_names("#sk", SK)
-                    .expression_attribute_values(":from", s(from)),
+                    .expression_attribute_values(":from", s(*from)),
             };
             let out = self.call_plain("Query", || req.clone().send()).await?;
             self.count_read(out.consumed_capacity.as_ref());
