@@ -54,7 +54,12 @@ const GIVEN_READS_AT_ONCE: usize = 16;
 /// before names, or names at their bound). Every write that puts a lease in a
 /// consumer's name for it (a give, a hand-off, an operator's move) names
 /// the shard on its item in the same transaction, so nothing is read on a
-/// schedule besides.
+/// schedule besides. Names are acknowledged by shard, so a shard named again
+/// before its first name was acknowledged leaves one name, and an
+/// acknowledgement whose answer was lost removes a name the session never
+/// saw: a lease revoked while held, and a take that finds its shard moved
+/// since the read, are read again at each tick until the shard is taken or
+/// is no longer in the consumer's name.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
@@ -71,10 +76,13 @@ pub struct ConsumerSession {
     /// Notes acted on, to acknowledge at the next heartbeat.
     acks: Acks,
     holding: Holding,
-    /// Shards in this consumer's name that cannot be taken yet (they wait
-    /// for parents an operator's rewind reopened): read again at each tick
-    /// until they can be taken, or are no longer in its name.
-    unready: BTreeSet<ShardId>,
+    /// Shards that may be in this consumer's name and are not held: read
+    /// again at each tick until they are taken, or are no longer in its
+    /// name. They wait for parents an operator's rewind reopened, or their
+    /// take found them moved since the read (an operator's move between
+    /// the two), and a lease revoked while held is read at once: its note
+    /// may be gone (see [`ConsumerSession::tick`]).
+    recheck: BTreeSet<ShardId>,
     /// Changes made by a tick that failed before it could report them
     /// (a lease taken before a later call failed): the next tick reports them.
     owed: SessionTick,
@@ -113,7 +121,7 @@ impl ConsumerSession {
             assignments: None,
             acks: Acks::default(),
             holding: Holding::new(),
-            unready: BTreeSet::new(),
+            recheck: BTreeSet::new(),
             owed: SessionTick::default(),
             renew_until: None,
             shared,
@@ -282,6 +290,11 @@ impl ConsumerSession {
                 tracing::warn!(shard = %revoked.shard_id, "lease revoked (this session was seen stale, or an operator moved the shard): stop processing it");
                 self.forget(&revoked.shard_id);
                 tick.lost.push(revoked.shard_id.clone());
+                // An operator's move keeps it in this consumer's name and
+                // names it on the item, but that name may be gone: merged
+                // into an earlier name of the shard that this heartbeat (or
+                // one whose answer was lost) acknowledged. Read it anyway.
+                self.recheck.insert(revoked.shard_id.clone());
             }
         }
         self.acks.revoked.extend(beat.revoked.iter().cloned());
@@ -318,13 +331,13 @@ impl ConsumerSession {
         };
         let full = beat.registered || unnamed;
         // A named shard held already needs no read (given again after it
-        // was lost, it is not held). Leases waited on, and those not ready
-        // to be taken, are read again.
+        // was lost, it is not held). Leases waited on, and those to check
+        // again, are read again.
         let named: Vec<ShardId> = beat
             .given
             .iter()
             .chain(self.holding.waiting())
-            .chain(self.unready.iter())
+            .chain(self.recheck.iter())
             .filter(|s| !self.leases.contains_key(*s))
             .cloned()
             .collect::<BTreeSet<_>>()
@@ -345,16 +358,16 @@ impl ConsumerSession {
         // A shard whose parents are still to be read waits in this
         // consumer's name: it is taken once they are.
         if full {
-            self.unready.clear();
+            self.recheck.clear();
         } else {
             for shard in &named {
-                self.unready.remove(shard);
+                self.recheck.remove(shard);
             }
         }
         let (owned, unready): (Vec<_>, Vec<_>) = owned
             .into_iter()
             .partition(|s| s.pending_parents.is_empty());
-        self.unready.extend(unready.into_iter().map(|s| s.shard_id));
+        self.recheck.extend(unready.into_iter().map(|s| s.shard_id));
         // Taken moving the counter on, so whoever held it under this id
         // before can no longer checkpoint it; one that another process of
         // this id may still hold, only once that process can no longer be
@@ -380,10 +393,18 @@ impl ConsumerSession {
                     self.lease_term,
                 )
                 .await?;
-            if let Some(taken) = taken {
-                self.leases.insert(shard_id.clone(), taken);
-                self.share_held();
-                tick.gained.push(shard_id);
+            match taken {
+                Some(taken) => {
+                    self.leases.insert(shard_id.clone(), taken);
+                    self.share_held();
+                    tick.gained.push(shard_id);
+                }
+                // Moved since the read: an operator's move between the two
+                // keeps it in this consumer's name, and its name on the
+                // item merged into the one this tick acknowledges.
+                None => {
+                    self.recheck.insert(shard_id);
+                }
             }
         }
         self.acks.given.extend(beat.given);

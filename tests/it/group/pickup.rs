@@ -301,3 +301,132 @@ async fn a_shard_given_while_it_waits_for_its_parent_is_taken_once_the_parent_en
     assert_eq!(tick.gained, vec![child.shard_id.clone()]);
     assert_eq!(sent(counter, &before, "Query"), 0, "the group is not read");
 }
+
+/// A store through the proxies of `faulty`, and a session `a`, registered
+/// and holding the one shard given to it.
+async fn holding_one(
+    faulty: &crate::support::faulty::Faulty,
+    name: &str,
+) -> (StateStore, ConsumerSession, ShardId) {
+    let store = faulty.ctx.store(name);
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    store
+        .leases()
+        .give(&shard, &ConsumerId::new("a").unwrap(), &free, None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a.tick(no_progress).await.unwrap().gained,
+        vec![shard.clone()]
+    );
+    (store, a, shard)
+}
+
+/// An operator's move of `shard` to TRIM_HORIZON, its owner kept and told.
+async fn operator_moves(store: &StateStore, shard: &ShardId) {
+    use shardkeeper::state::{PositionMove, ShardScope};
+    let seen = store.shards().get(&ShardScope::Group, shard).await.unwrap();
+    let mut mv = PositionMove::to(Checkpoint::TrimHorizon);
+    mv.evict = true;
+    assert!(store
+        .checkpoints()
+        .move_position(&ShardScope::Group, &seen, &mv)
+        .await
+        .unwrap());
+}
+
+/// Names are acknowledged by shard. An operator's move names the shard on
+/// the holder's item while the holder's acknowledgement of the give that
+/// brought it is still to be sent; that heartbeat is applied and its answer
+/// lost, and the SDK's retry finds the revocation without the name. The
+/// holder stops the shard and still takes it up again from the moved
+/// position (before, the shard stayed in its name unread for good: a stress
+/// run through faults with an operator's reset lost records so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_lease_whose_name_an_acknowledgement_swallowed_is_taken_up_again() {
+    use shardkeeper::state::ShardScope;
+    let faulty = crate::support::faulty::Faulty::start(11).await;
+    let (store, mut a, shard) = holding_one(&faulty, "pickup-swallowed").await;
+    operator_moves(&store, &shard).await;
+
+    faulty.dynamodb.lose_next_responses(1);
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    assert_eq!(tick.lost, vec![shard.clone()], "{tick:?}");
+    let mut gained = tick.gained;
+    if gained.is_empty() {
+        gained = a.tick(no_progress).await.unwrap().gained;
+    }
+    assert_eq!(gained, vec![shard.clone()], "taken up again");
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(state.checkpoint, Some(Checkpoint::TrimHorizon));
+    assert_eq!(a.lease(&shard).map(|l| l.counter), Some(state.counter));
+}
+
+/// A give is read, then an operator moves the shard before the take: the
+/// take finds the counter moved, and the move's name merged into the
+/// give's, which the next heartbeat acknowledges. That heartbeat is applied
+/// and its answer lost, so the retry's answer shows no name (and a
+/// revocation of a lease the session never held). The consumer reads the
+/// shard again and takes it (before, it stayed in its name unread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_moved_between_its_read_and_its_take_is_taken_at_the_next_tick() {
+    use shardkeeper_local::{Faults, SlowRequests};
+    let faulty = crate::support::faulty::Faulty::start(12).await;
+    let store = faulty.ctx.store("pickup-raced");
+    let direct = StateStore::new(faulty.direct.dynamodb.clone(), store.config().clone());
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    store
+        .leases()
+        .give(&shard, &ConsumerId::new("a").unwrap(), &free, None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    // The consumer's take (a conditional `SET #owner = :me` of its own)
+    // waits at the proxy while the operator moves the shard.
+    faulty.set_faults(&Faults {
+        slow: Some(SlowRequests {
+            operation: "UpdateItem".into(),
+            body_contains: vec!["SET #owner = :me".into()],
+            latency: Duration::from_millis(1500)..=Duration::from_millis(1500),
+        }),
+        ..Faults::none()
+    });
+    let ticking = tokio::spawn(async move {
+        let tick = a.tick(no_progress).await.unwrap();
+        (a, tick)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    operator_moves(&direct, &shard).await;
+    let (mut a, tick) = ticking.await.unwrap();
+    assert!(
+        tick.gained.is_empty(),
+        "the take found the shard moved: {tick:?}"
+    );
+    faulty.set_faults(&Faults::none());
+
+    faulty.dynamodb.lose_next_responses(1);
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    assert_eq!(tick.gained, vec![shard.clone()], "{tick:?}");
+    assert!(a.tick(no_progress).await.unwrap().gained.is_empty());
+}
