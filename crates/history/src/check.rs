@@ -327,12 +327,19 @@ fn justified(
 }
 
 /// When each shard was completed (read to its end): the earliest
-/// completion not followed by that worker's `Lost` for the shard (its
-/// depleting write was refused).
+/// completion not followed, in the same holding, by that worker's `Lost`
+/// for the shard (its depleting write was refused).
 fn completions(history: &History) -> HashMap<&ShardId, Instant> {
     let mut announced: Vec<(&str, &ShardId, Instant)> = Vec::new();
+    // When each consumer last gained each shard: a loss takes back only a
+    // completion announced in the holding it ends, not one of an earlier
+    // holding (a parent completed, reopened by a rewind, then lost).
+    let mut holding: HashMap<(&str, &ShardId), Instant> = HashMap::new();
     for (consumer, event) in &history.events {
         match event {
+            WorkerEvent::Gained { shard, at, .. } => {
+                holding.insert((consumer, shard), *at);
+            }
             WorkerEvent::Stopped {
                 shard,
                 why: StopReason::Completed,
@@ -342,7 +349,12 @@ fn completions(history: &History) -> HashMap<&ShardId, Instant> {
                 shard,
                 why: StopReason::Lost,
                 ..
-            } => announced.retain(|(c, s, _)| !(c == consumer && s == &shard)),
+            } => {
+                let since = holding.get(&(consumer.as_str(), shard)).copied();
+                announced.retain(|(c, s, at)| {
+                    !(c == consumer && s == &shard && since.is_none_or(|g| *at >= g))
+                })
+            }
             _ => {}
         }
     }
@@ -737,6 +749,42 @@ mod tests {
         };
         let v = check(&history);
         assert!(v.passed(), "{v:?}");
+    }
+
+    #[test]
+    fn a_loss_takes_back_only_the_completion_of_the_holding_it_ends() {
+        // a completes the parent (shard 0) at 10 ms; b reads the child
+        // (shard 1) at 20 ms; a rewind reopens the parent, a gains it again
+        // at 30 ms and loses it at 40 ms: the completion at 10 ms stands.
+        let ms = clock();
+        let mut history = History {
+            events: vec![
+                gained("a", 0, ms(0)),
+                stopped("a", 0, StopReason::Completed, ms(10)),
+                gained("a", 0, ms(30)),
+                stopped("a", 0, StopReason::Lost, ms(40)),
+            ],
+            processed: vec![Processed {
+                key: "k".into(),
+                n: 0,
+                shard: shard(1),
+                consumer: "b".into(),
+                sequence: "1".parse().unwrap(),
+                sub_sequence: 0,
+                at: ms(20),
+            }],
+            ..History::default()
+        };
+        history.parents.insert(shard(1), vec![shard(0)]);
+        assert!(check(&history).children_before_parents.is_empty());
+
+        // A completion whose write was refused (announced, then lost in the
+        // same holding) is taken back: the child's record came too soon.
+        history.events.truncate(2);
+        history
+            .events
+            .push(stopped("a", 0, StopReason::Lost, ms(11)));
+        assert_eq!(check(&history).children_before_parents, vec![shard(1)]);
     }
 
     #[test]
