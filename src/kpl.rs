@@ -31,6 +31,15 @@ use md5::{Digest, Md5};
 pub const MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 const DIGEST_LEN: usize = 16;
 
+/// The longest partition key Kinesis accepts, in characters ("Unicode
+/// strings, with a maximum length limit of 256 characters", `PutRecord`'s
+/// API reference); a user record's key is held to the same.
+pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+
+/// The longest explicit hash key: a 128-bit integer in decimal has at most
+/// 39 digits.
+pub const MAX_EXPLICIT_HASH_KEY_LEN: usize = 39;
+
 /// Why an aggregated record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -173,8 +182,28 @@ pub fn deaggregate(data: &[u8]) -> Result<Option<Vec<UserRecord<'_>>>, KplError>
     while !r.buf.is_empty() {
         let key = r.varint()?;
         match (key >> 3, key & 7) {
-            (1, 2) => keys.push(utf8(r.bytes()?)?),
-            (2, 2) => hash_keys.push(utf8(r.bytes()?)?),
+            (1, 2) => {
+                let key = utf8(r.bytes()?)?;
+                // (Bytes bound the characters: checked first, counted only
+                // when the bytes could be over.)
+                if key.len() > MAX_PARTITION_KEY_CHARS
+                    && key.chars().count() > MAX_PARTITION_KEY_CHARS
+                {
+                    return Err(KplError::Malformed(
+                        "partition key longer than Kinesis allows (256 characters)",
+                    ));
+                }
+                keys.push(key)
+            }
+            (2, 2) => {
+                let key = utf8(r.bytes()?)?;
+                if key.len() > MAX_EXPLICIT_HASH_KEY_LEN {
+                    return Err(KplError::Malformed(
+                        "explicit hash key longer than a 128-bit integer (39 digits)",
+                    ));
+                }
+                hash_keys.push(key)
+            }
             (3, 2) => raw.push(parse_record(r.bytes()?)?),
             (_, wire) => r.skip(wire)?,
         }

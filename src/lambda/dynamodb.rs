@@ -154,7 +154,7 @@ impl DynamoDbStreams {
                 approximate_arrival: rec
                     .dynamodb
                     .created
-                    .map(|secs| (secs * 1000.0).round() as i64),
+                    .and_then(crate::processing::record::arrival_from_seconds),
                 event_source_arn: rec
                     .event_source_arn
                     .as_deref()

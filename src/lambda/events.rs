@@ -162,4 +162,30 @@ mod tests {
             "{failure}"
         );
     }
+    /// An event is input: an arrival time no record can have (negative,
+    /// past the year 9999, at the edge of a float) is no arrival at all, and
+    /// never overflows an age.
+    #[test]
+    fn an_arrival_time_no_record_can_have_is_no_arrival() {
+        let text = include_str!("../../events/kinesis-batch.json");
+        let processor =
+            KinesisProcessor::new(|_: StreamRecord| async { Ok::<(), std::io::Error>(()) });
+        let rt = runtime();
+        for absurd in [
+            "-1e300",
+            "1e300",
+            "-1",
+            "\"-9.3e18\"",
+            "1.7976931348623157e308",
+        ] {
+            let hostile = text.replace(
+                "\"approximateArrivalTimestamp\": 1763701200.123",
+                &format!("\"approximateArrivalTimestamp\": {absurd}"),
+            );
+            assert_ne!(hostile, text);
+            let report = rt.block_on(processor.process(&hostile, None)).unwrap();
+            assert_eq!(report.processed, 3, "{absurd}: {report:?}");
+            assert_eq!(report.newest_arrival, None, "{absurd}");
+        }
+    }
 }

@@ -289,7 +289,7 @@ fn unit(
         approximate_arrival: rec
             .kinesis
             .approximate_arrival_timestamp
-            .map(|secs| (secs * 1000.0).round() as i64),
+            .and_then(crate::processing::record::arrival_from_seconds),
         event_source_arn: rec
             .event_source_arn
             .as_deref()

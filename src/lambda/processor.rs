@@ -404,7 +404,7 @@ fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
     if let Some(arrival) = report.newest_arrival {
         metrics.push(Metric::of(
             "NewestRecordAge",
-            (now - arrival).max(0) as f64,
+            now.saturating_sub(arrival).max(0) as f64,
             "Milliseconds",
         ));
     }

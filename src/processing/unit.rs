@@ -5,6 +5,7 @@ use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::ChangeRecord;
 use bytes::Bytes;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One record of a batch, as a mode reads it for the [`crate::processing::Core`].
@@ -56,10 +57,16 @@ impl Unit {
 
     /// The unit of one Kinesis record: `base` describes it (its `data` is
     /// replaced), `data` is its payload, de-aggregated if it is a KPL
-    /// aggregate (user records share the payload's buffer; nothing is
-    /// copied). A corrupt aggregate, or one with no user records, is a
-    /// [`Unit::Broken`] record (reported, never consumed silently).
+    /// aggregate (user records share the payload's buffer, and the user
+    /// records of one partition key share one copy of it: memory stays in
+    /// proportion to the record, whatever it holds). A corrupt aggregate,
+    /// one with a key longer than Kinesis allows, or one with no user
+    /// records, is a [`Unit::Broken`] record (reported, never consumed
+    /// silently).
     pub fn kinesis(base: StreamRecord, data: Bytes) -> Unit {
+        // One copy per entry of the aggregate's key table: the user
+        // records' keys borrow from the table, so one entry is one address.
+        let mut keys: HashMap<(usize, usize), Arc<str>> = HashMap::new();
         let users = kpl::deaggregate(&data)
             .map(|users| {
                 users.map(|users| {
@@ -69,7 +76,10 @@ impl Unit {
                         .map(|(i, u)| StreamRecord {
                             sub_sequence: i as u64,
                             aggregated: true,
-                            partition_key: u.partition_key.into(),
+                            partition_key: keys
+                                .entry((u.partition_key.as_ptr() as usize, u.partition_key.len()))
+                                .or_insert_with(|| u.partition_key.into())
+                                .clone(),
                             explicit_hash_key: u.explicit_hash_key.map(str::to_owned),
                             data: data.slice_ref(u.data),
                             ..base.clone()
@@ -96,5 +106,83 @@ impl Unit {
                 Unit::Broken(Box::new(StreamRecord { data, ..base }), error)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> StreamRecord {
+        StreamRecord {
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: "1".into(),
+            sub_sequence: 0,
+            aggregated: false,
+            partition_key: "outer".into(),
+            explicit_hash_key: None,
+            data: Bytes::new(),
+            approximate_arrival: None,
+            event_source_arn: None,
+            change: None,
+        }
+    }
+
+    #[test]
+    fn user_records_of_one_key_share_one_copy_of_it() {
+        let key = "k".repeat(kpl::MAX_PARTITION_KEY_CHARS);
+        let records: Vec<(&str, Option<&str>, &[u8])> = (0..20_000)
+            .map(|i| {
+                (
+                    if i % 2 == 0 { key.as_str() } else { "other" },
+                    None,
+                    &b"x"[..],
+                )
+            })
+            .collect();
+        let Unit::Records(users) = Unit::kinesis(base(), kpl::aggregate(&records).into()) else {
+            panic!("an aggregate");
+        };
+        assert_eq!(users.len(), 20_000);
+        assert!(users
+            .iter()
+            .step_by(2)
+            .all(|u| Arc::ptr_eq(&u.partition_key, &users[0].partition_key)));
+        assert!(users
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|u| Arc::ptr_eq(&u.partition_key, &users[1].partition_key)));
+    }
+
+    /// 20,000 user records under one 20 KB key: a 1 MB record that held
+    /// 400 MB of keys once decoded. Kinesis takes no key over 256
+    /// characters, so the aggregate is broken, with the reason.
+    #[test]
+    fn an_aggregate_with_a_key_longer_than_kinesis_allows_is_broken() {
+        let key = "k".repeat(20 * 1024);
+        let records: Vec<(&str, Option<&str>, &[u8])> = (0..20_000)
+            .map(|_| (key.as_str(), None, &b"x"[..]))
+            .collect();
+        match Unit::kinesis(base(), kpl::aggregate(&records).into()) {
+            Unit::Broken(record, RecordError::Aggregate { error, .. }) => {
+                assert!(error.contains("256 characters"), "{error}");
+                assert_eq!(record.partition_key.as_ref(), "outer");
+            }
+            other => panic!("broken, not {:?}", std::mem::discriminant(&other)),
+        }
+        // 256 characters of four bytes each are within the limit.
+        let wide = "\u{1F600}".repeat(kpl::MAX_PARTITION_KEY_CHARS);
+        let unit = Unit::kinesis(
+            base(),
+            kpl::aggregate(&[(wide.as_str(), None, b"x")]).into(),
+        );
+        assert!(unit.is_ready());
+        let hash = "1".repeat(kpl::MAX_EXPLICIT_HASH_KEY_LEN + 1);
+        let unit = Unit::kinesis(
+            base(),
+            kpl::aggregate(&[("k", Some(hash.as_str()), b"x")]).into(),
+        );
+        assert!(matches!(unit, Unit::Broken(..)));
     }
 }

@@ -184,7 +184,9 @@ impl<'a> DecimalText<'a> {
                 i64::MAX / 2
             }),
         };
-        Some((start, end, self.int.len() as i64 - start as i64 + exponent))
+        // (Saturating: an exponent at i64's edge is still a number.)
+        let point = (self.int.len() as i64 - start as i64).saturating_add(exponent);
+        Some((start, end, point))
     }
 
     /// True if both are the same number (`1.50E+3` and `1500`).

@@ -210,6 +210,18 @@ fn an_f64_is_exact_when_its_shortest_form_is_the_number() {
     ] {
         assert_eq!(exact(text), None, "{text}");
     }
+    // Exponents at i64's edge: read, never an overflow.
+    for text in [
+        "1e9223372036854775807",
+        "12e9223372036854775807",
+        "0.001e-9223372036854775808",
+        "1e99999999999999999999",
+    ] {
+        assert_eq!(exact(text), None, "{text}");
+        assert!(!super::DecimalText::parse(text)
+            .unwrap()
+            .same_number(&super::DecimalText::parse("1").unwrap()));
+    }
 }
 
 /// With the `arbitrary-precision` feature, `serde_json`'s `Number` and
