@@ -119,7 +119,8 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// it (bytes, read once here): processes the event until the context's
     /// deadline, logs one summary line and writes its metrics (EMF), and
     /// returns the batch item failures. The batch's progress is kept as the
-    /// invoked function's (see [`ProcessingOptions::consumer`]).
+    /// invoked function's, with the alias or version it was invoked as
+    /// (`orders:blue`; see [`ProcessingOptions::consumer`]).
     pub async fn handle_bytes(
         &self,
         body: Bytes,
@@ -127,9 +128,10 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     ) -> crate::Result<S::Response> {
         let started = SystemTime::now();
         let function = Some(context.env_config.function_name.as_str());
+        let invoked = invoked_as(context);
         // Boxed: one allocation a batch keeps the handler's future off the
         // stack of whoever awaits this (a test thread's 2 MB in debug builds).
-        let run = Box::pin(self.run_event(body, Some(context.deadline()), function));
+        let run = Box::pin(self.run_event(body, Some(context.deadline()), Some(&invoked)));
         let (report, stream) = RecordContext::of(context).scope(run).await?;
         let group = self
             .inner
@@ -278,8 +280,26 @@ async fn floor<H>(
     }
 }
 
+/// The function as the invocation names it: its name, with the alias or
+/// version the mapping invokes (`orders:blue`), from the invoked ARN
+/// (`arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]`);
+/// the name alone for an unqualified invocation or `$LATEST`. Two mappings
+/// of one function through two aliases keep apart.
+fn invoked_as(context: &lambda_runtime::Context) -> String {
+    let name = context.env_config.function_name.as_str();
+    let parts: Vec<&str> = context.invoked_function_arn.split(':').collect();
+    match parts.as_slice() {
+        ["arn", _, "lambda", _, _, "function", _, qualifier]
+            if !qualifier.is_empty() && *qualifier != "$LATEST" && !name.is_empty() =>
+        {
+            format!("{name}:{qualifier}")
+        }
+        _ => name.to_owned(),
+    }
+}
+
 /// Whose progress a batch is: the configured consumer, else the invoked
-/// function's name, else `"local"`.
+/// function (with its qualifier, see `invoked_as`), else `"local"`.
 fn consumer_of<'a>(options: &'a ProcessingOptions, function: Option<&'a str>) -> &'a str {
     options
         .consumer

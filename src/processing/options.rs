@@ -78,10 +78,13 @@ pub struct ProcessingOptions {
     /// every second).
     pub checkpoint_records: Option<u64>,
     /// Whose progress, attempts and parked records an event source
-    /// mapping's batches are (`None`: the invoked function's name, from the
-    /// invocation context). Two consumers of one stream never share them;
-    /// give each of two mappings of one function on one stream a name of
-    /// its own. At most 256 bytes, no `#`.
+    /// mapping's batches are (`None`: the invoked function's name, with the
+    /// alias or version the mapping invokes, from the invocation context:
+    /// `orders:blue` and `orders:green` keep apart). Two consumers of one
+    /// stream never share them; give each of two mappings of one function
+    /// and one qualifier a name of its own. Set it to the function's name to
+    /// keep the progress an aliased function stored before qualifiers were
+    /// part of the key. At most 256 bytes, no `#`.
     pub consumer: Option<String>,
     /// Run each handler call in a tracing span (`record`: shard, sequence
     /// number, sub-sequence, partition key; `records` for a batch

@@ -58,7 +58,7 @@ impl BatchKey {
         format!(
             "{SK_BATCH}{}#{}#{}#{}",
             self.consumer,
-            self.stream,
+            stream_part(&self.stream),
             self.spread_by(),
             self.first.sortable()
         )
@@ -75,10 +75,11 @@ impl BatchKey {
 
     /// Checks that every part can go into a key: a consumer, stream ARN,
     /// shard or event id that is empty, holds `#` or a control character,
-    /// or is over 256 bytes is a [`StateError::Validation`] naming it.
+    /// or is over 256 bytes (a stream ARN: keyed by its digest instead) is a
+    /// [`StateError::Validation`] naming it.
     pub fn validate(&self) -> Result<()> {
         key_part("consumer", &self.consumer)?;
-        key_part("stream ARN", &self.stream)?;
+        stream_key_part(&self.stream)?;
         match (&self.shard, &self.first_event_id) {
             (Some(shard), _) => key_part("shard", shard),
             (None, Some(id)) => key_part("event id", id),
@@ -106,6 +107,32 @@ pub(crate) fn key_part(field: &'static str, value: &str) -> Result<()> {
         return Err(StateError::validation(
             field,
             format!("{value:?} holds '#' or a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// A stream ARN as a key holds it: as it is, or, over 256 bytes (a
+/// DynamoDB stream's ARN holds its table's name, up to 255 characters),
+/// `sha256:` and the hex digest of it.
+pub(crate) fn stream_part(stream: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    if stream.len() <= MAX_PART {
+        return stream.into();
+    }
+    let digest = Sha256::digest(stream.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}").into()
+}
+
+/// Checks a stream ARN for a key as [`key_part`] does, any length allowed
+/// (see [`stream_part`]).
+pub(crate) fn stream_key_part(stream: &str) -> Result<()> {
+    key_part("stream ARN", &stream_part(stream))?;
+    if stream.chars().any(|c| c == '#' || c.is_control()) {
+        return Err(StateError::validation(
+            "stream ARN",
+            format!("{stream:?} holds '#' or a control character"),
         ));
     }
     Ok(())

@@ -7,7 +7,7 @@
 //!   records at or before it are done, so batches of a mapping created over
 //!   records the fleet processed skip them. A floor is progress too.
 
-use crate::batch::{key_part, SK_BATCH};
+use crate::batch::{key_part, stream_key_part, stream_part, SK_BATCH};
 use crate::checkpoint::checkpoint_expr;
 use crate::clock::EpochMillis;
 use crate::error::Result;
@@ -37,8 +37,9 @@ pub struct ShardProgress {
 
 fn key_prefix(consumer: &str, stream: &str, shard: &str) -> Result<String> {
     key_part("consumer", consumer)?;
-    key_part("stream ARN", stream)?;
+    stream_key_part(stream)?;
     key_part("shard", shard)?;
+    let stream = stream_part(stream);
     Ok(format!("{SK_BATCH}{consumer}#{stream}#{shard}#"))
 }
 

@@ -1,7 +1,7 @@
 //! Per-record state for event-source-mapped processing: attempts of failing
 //! records, and parked (poison) records set aside so a shard can move on.
 
-use crate::batch::key_part;
+use crate::batch::{key_part, stream_key_part, stream_part};
 use crate::clock::EpochMillis;
 use crate::error::Result;
 use crate::item::{n, s, Expr, ItemReader, RawItem};
@@ -83,7 +83,8 @@ impl RecordKey {
             .or(self.event_id.as_deref())
             .unwrap_or("");
         let record = format!("{}#{}", self.sequence.sortable(), self.sub_sequence);
-        match (&self.consumer, &self.source) {
+        let source = self.source.as_deref().map(stream_part);
+        match (&self.consumer, source) {
             (Some(consumer), Some(source)) => format!("{consumer}#{source}#{place}#{record}"),
             (None, Some(source)) => format!("{source}#{place}#{record}"),
             _ => format!("{place}#{record}"),
@@ -96,7 +97,7 @@ impl RecordKey {
             key_part("consumer", consumer)?;
         }
         if let Some(source) = &self.source {
-            key_part("stream ARN", source)?;
+            stream_key_part(source)?;
         }
         if let Some(id) = &self.event_id {
             key_part("event id", id)?;

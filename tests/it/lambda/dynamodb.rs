@@ -150,6 +150,36 @@ async fn a_retried_batch_applies_each_change_once() {
     assert_eq!(log.lock().unwrap().len(), 4, "{:?}", log.lock().unwrap());
 }
 
+/// A DynamoDB stream's ARN holds its table's name (up to 255 characters),
+/// so it can be longer than a key part: such a stream is keyed by the
+/// ARN's digest, and its batches keep de-duplication (before, every batch
+/// ran without it).
+#[tokio::test]
+async fn a_stream_arn_longer_than_a_key_part_keeps_de_duplication() {
+    let ctx = ctx().await;
+    let (table, arn) = write_orders(&ctx).await;
+    let records = read_table_stream(&ctx, &arn).await;
+    let long = format!(
+        "arn:aws:dynamodb:us-east-1:123456789012:table/{}/stream/2026-11-27T00:00:00.000",
+        "t".repeat(255)
+    );
+    assert!(long.len() > 256);
+    let event = dynamodb_event(&arn, &records)
+        .to_string()
+        .replace(&arn, &long);
+    let (projection, log): (Projection, Log) = Default::default();
+    let fail_on = Arc::new(Mutex::new(Some("modify o1 new -> paid".to_owned())));
+    let processor = DynamoDbProcessor::new(projector(projection, log.clone(), fail_on.clone()))
+        .with_store(ctx.store(&table));
+    let first = processor.process(&event, None).await.unwrap();
+    assert!(!first.deduplication_off, "{first:?}");
+    assert_eq!((first.processed, first.failures.len()), (2, 1));
+    *fail_on.lock().unwrap() = None;
+    let second = processor.process(&event, None).await.unwrap();
+    assert_eq!((second.duplicates_skipped, second.processed), (2, 2));
+    assert_eq!(log.lock().unwrap().len(), 4, "{:?}", log.lock().unwrap());
+}
+
 #[tokio::test]
 async fn an_image_of_the_wrong_shape_fails_its_record_with_the_sequence_number() {
     let ctx = ctx().await;

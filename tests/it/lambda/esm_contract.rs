@@ -418,6 +418,44 @@ async fn two_functions_on_one_stream_each_run_every_record() {
     assert_eq!(archive.lock().unwrap().len(), 20);
 }
 
+/// Two mappings of one function through two aliases (`orders:blue` and
+/// `orders:green`, a blue/green deployment on one stream) keep apart: each
+/// runs every record (before, keyed by the function's name alone, green's
+/// batch matched blue's stored progress and skipped every record). An
+/// unqualified invocation and one of `$LATEST` are the same function.
+#[tokio::test]
+async fn two_aliases_of_one_function_keep_their_progress_apart() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 6, 2, None).await;
+    let store = ctx.store("esm-aliases");
+    let completions: Completions = Arc::default();
+    let processor = KinesisProcessor::new(handler(completions.clone())).with_store(store.clone());
+    assert!(invoke_as(&processor, "orders:blue", &records)
+        .await
+        .is_empty());
+    assert!(invoke_as(&processor, "orders:green", &records)
+        .await
+        .is_empty());
+    assert_eq!(
+        completions.lock().unwrap().len(),
+        12,
+        "each alias runs every record"
+    );
+    assert!(invoke_as(&processor, "orders:blue", &records)
+        .await
+        .is_empty());
+    assert_eq!(
+        completions.lock().unwrap().len(),
+        12,
+        "a retry is de-duplicated"
+    );
+    assert!(invoke_as(&processor, "orders", &records).await.is_empty());
+    assert!(invoke_as(&processor, "orders:$LATEST", &records)
+        .await
+        .is_empty());
+    assert_eq!(completions.lock().unwrap().len(), 18);
+}
+
 /// The consumer is configurable: two mappings of one function on one
 /// stream, given two names, keep apart; the same name shares progress.
 #[tokio::test]

@@ -411,12 +411,17 @@ async fn invoke_once(
 }
 
 /// The context Lambda gives an invocation of `function` with `deadline_in`
-/// left.
+/// left: a name, or a name and the alias or version a mapping invokes
+/// (`orders:blue`), which Lambda passes in the invoked ARN while the
+/// environment's function name stays the name alone.
 pub fn function_context(function: &str, deadline_in: Duration) -> Context {
     let mut context = crate::support::common::lambda_context(deadline_in);
     let mut config = (*context.env_config).clone();
-    config.function_name = function.to_owned();
+    let name = function.split(':').next().unwrap_or(function);
+    config.function_name = name.to_owned();
     context.env_config = Arc::new(config);
+    context.invoked_function_arn =
+        format!("arn:aws:lambda:us-east-1:123456789012:function:{function}");
     context
 }
 
