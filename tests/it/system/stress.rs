@@ -18,8 +18,7 @@
 //! would see them hold a shard together). An operator moves the running
 //! group back twice, a rewind and a forced reset to before production
 //! began (checkpoints may go back across those moves, nothing else may
-//! change: no handler calls of two consumers on one shard at once); in the
-//! run with faults only with `SHARDKEEPER_STRESS_OPERATOR=1`.
+//! change: no handler calls of two consumers on one shard at once).
 //!
 //! It runs twice: on the shared servers, and on servers of its own behind
 //! fault-injecting proxies (throttling, internal errors, dropped
@@ -478,11 +477,7 @@ async fn the_stress_run_keeps_every_guarantee_through_faults_and_a_dynamodb_rest
         table: faulty.ctx.table.clone(),
         faulty: Some(&mut faulty),
     };
-    let mut course = Course::chaos(&cfg, FAULTY_LEASE_TERM, cfg.restarts);
-    // Not yet through faults: one run of six (seed 3000987892174582812)
-    // stalled after the forced reset, every consumer heartbeating and none
-    // reading (docs/RELIABILITY.md, "The stress run").
-    course.operator = std::env::var("SHARDKEEPER_STRESS_OPERATOR").is_ok_and(|v| v == "1");
+    let course = Course::chaos(&cfg, FAULTY_LEASE_TERM, cfg.restarts);
     let counts = stress(&cfg, setup, course).await;
     assert!(counts.injected() > 0, "faults were injected");
 }
