@@ -106,11 +106,35 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
     /// init warms the connection), parking after the configured attempts in
     /// the dead-letter stream if one is set, else in the state table for
     /// [`PARKED_IN_TABLE_FOR`]. Sets up logging ([`init_tracing`]).
+    ///
+    /// A state table that cannot be reached at init (throttled, an AWS
+    /// internal error, no answer) does not fail it: the processor starts,
+    /// and each batch runs without de-duplication while the table stays
+    /// out of reach (reported in its `DeduplicationOff` metric), as a batch
+    /// does whose table fails in the middle. A missing table, a denied call
+    /// or a wrong configuration fails init.
     pub async fn from_env(handler: H, aws: &aws_config::SdkConfig) -> crate::Result<Self> {
         init_tracing();
-        let config = ProcessorConfig::from_env()?;
+        Self::from_config(handler, aws, ProcessorConfig::from_env()?).await
+    }
+
+    /// [`BatchProcessor::from_env`] with the configuration given (logging
+    /// is left as it is).
+    pub async fn from_config(
+        handler: H,
+        aws: &aws_config::SdkConfig,
+        config: ProcessorConfig,
+    ) -> crate::Result<Self> {
         let store = StateStore::new(aws_sdk_dynamodb::Client::new(aws), config.store);
-        store.stream_item().state().await?;
+        match store.stream_item().state().await {
+            Ok(_) => {}
+            Err(e) if e.is_transient() => tracing::warn!(
+                error = %e,
+                "the state table cannot be reached at init: batches run without \
+                 de-duplication until it can"
+            ),
+            Err(e) => return Err(e.into()),
+        }
         let parking = match config.dead_letter_stream {
             Some(stream) => Parking::DeadLetterStream {
                 client: aws_sdk_kinesis::Client::new(aws),

@@ -79,3 +79,89 @@ async fn a_handler_reads_the_invocation_it_runs_in() {
     processor.process(&text, None).await.unwrap();
     assert!(seen.lock().unwrap().iter().all(Option::is_none));
 }
+
+/// The configuration of an event-source-mapped processor on `table`, with
+/// a short retry budget.
+fn processor_config(table: &str) -> shardkeeper::config::ProcessorConfig {
+    let table = table.to_owned();
+    let mut config = shardkeeper::config::ProcessorConfig::from_lookup(|k| match k {
+        "SHARDKEEPER_TABLE" => Some(table.clone()),
+        "SHARDKEEPER_GROUP" => Some("orders-esm".to_owned()),
+        "SHARDKEEPER_STREAM" => Some("orders".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    config.store = config.store.retry(
+        shardkeeper::state::RetryPolicy::default()
+            .max_attempts(2)
+            .max_delay(Duration::from_millis(50)),
+    );
+    config
+}
+
+/// The SDK configuration of a function whose DynamoDB calls go to `url`.
+async fn sdk_config(url: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "local", "local", None, None, "test",
+        ))
+        .load()
+        .await
+}
+
+/// A cold start while the state table answers nothing but internal errors
+/// starts the processor (before, init failed, and so did every invocation
+/// of every environment started during the incident): its batches run,
+/// without de-duplication, and say so. A table that does not exist still
+/// fails init: that is a configuration to fix, not an outage to ride out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_in_a_state_table_outage_processes_without_de_duplication() {
+    use shardkeeper_local::{AwsService, FaultProxy, Faults};
+    let ctx = crate::support::common::ctx().await;
+    let endpoint = ctx
+        .aws
+        .endpoints
+        .dynamodb
+        .clone()
+        .expect("a DynamoDB endpoint");
+    let proxy = FaultProxy::start_seeded(
+        AwsService::DynamoDb,
+        &endpoint,
+        Faults {
+            server_error: 1.0,
+            ..Faults::none()
+        },
+        3,
+    )
+    .await
+    .unwrap();
+    let aws = sdk_config(proxy.url()).await;
+    let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
+    let processor =
+        shardkeeper::KinesisProcessor::from_config(handler, &aws, processor_config(&ctx.table))
+            .await
+            .expect("init rides out the outage");
+    let text = std::fs::read_to_string(format!(
+        "{}/events/kinesis-batch.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let report = processor.process(&text, None).await.unwrap();
+    assert_eq!(
+        (report.processed, report.failures.len()),
+        (3, 0),
+        "{report:?}"
+    );
+    assert!(report.deduplication_off);
+
+    let direct = sdk_config(&endpoint).await;
+    let missing = shardkeeper::KinesisProcessor::from_config(
+        handler,
+        &direct,
+        processor_config("no-such-table"),
+    )
+    .await;
+    assert!(missing.is_err(), "a missing table fails init");
+}
