@@ -16,11 +16,13 @@ use crate::processing::options::CHECKPOINT_TTL;
 use crate::processing::outcome::BatchReport;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
+use crate::processing::state_time::within;
 use crate::state::{
     BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, SequenceNumber, ShardId,
     StateError, StateStore,
 };
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The progress of one event-source-mapped batch.
 pub(crate) struct BatchProgressSink<'a> {
@@ -40,6 +42,10 @@ pub(crate) struct BatchProgressSink<'a> {
     /// The floor set on the batch's shard at a cut-over from the fleet:
     /// records at or before it are done.
     floor: Option<Checkpoint>,
+    /// By when the read before the first record must come back.
+    before_records: Option<Instant>,
+    /// By when every other state call must come back (the deadline).
+    until: Option<Instant>,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -62,7 +68,22 @@ impl<'a> BatchProgressSink<'a> {
             committed: None,
             degraded: false,
             floor: None,
+            before_records: None,
+            until: None,
         }
+    }
+
+    /// The same sink, its state calls bounded: the read of what is done by
+    /// `before_records`, the others by `until` (a call past its bound is
+    /// given up, and the batch goes on without its state).
+    pub(crate) fn with_times(
+        mut self,
+        before_records: Option<Instant>,
+        until: Option<Instant>,
+    ) -> Self {
+        self.before_records = before_records;
+        self.until = until;
+        self
     }
 
     /// The same sink, with the floor set on the batch's shard (see
@@ -132,12 +153,14 @@ impl<'a> BatchProgressSink<'a> {
             ..self.batch.clone()
         };
         let progress = BatchProgress::new(cp.clone(), vec![prefix], digest);
-        if let Err(e) = self
-            .store
-            .record_state()
-            .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
-            .await
-        {
+        let write = async {
+            Ok(self
+                .store
+                .record_state()
+                .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
+                .await?)
+        };
+        if let Err(e) = within(self.until, "UpdateItem", write).await {
             tracing::warn!(error = %e, "the progress inside the failed aggregate was not stored");
             report.state_errors += 1;
         }
@@ -156,11 +179,14 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if self.degraded {
             return Ok(None);
         }
-        let progress = self
-            .store
-            .record_state()
-            .batch_progress(&self.batch)
-            .await?;
+        let read = async {
+            Ok(self
+                .store
+                .record_state()
+                .batch_progress(&self.batch)
+                .await?)
+        };
+        let progress = within(self.before_records, "GetItem", read).await?;
         let done = progress
             .map_or(0, |p| self.identities.matched(&p.prefixes))
             .max(self.below_floor());
@@ -198,11 +224,14 @@ impl CheckpointSink for BatchProgressSink<'_> {
         let done = at + 1;
         let prefixes = self.hasher.prefixes(&self.identities, done);
         let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
-        let outcome = self
-            .store
-            .record_state()
-            .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
-            .await?;
+        let write = async {
+            Ok(self
+                .store
+                .record_state()
+                .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
+                .await?)
+        };
+        let outcome = within(self.until, "UpdateItem", write).await?;
         self.committed = Some((checkpoint.clone(), done));
         Ok(outcome == CheckpointOutcome::Stored)
     }
@@ -234,6 +263,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
             sequence: sequence.clone(),
             sub_sequence: record.sub_sequence,
         })
+    }
+
+    fn calls_until(&self) -> Option<Instant> {
+        self.until
     }
 
     fn unavailable(&mut self, error: crate::Error) -> crate::Result<()> {

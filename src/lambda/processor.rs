@@ -12,6 +12,7 @@ use crate::processing::handler::RecordHandler;
 use crate::processing::options::{ProcessingOptions, DEADLINE_MARGIN};
 use crate::processing::outcome::BatchReport;
 use crate::processing::sink::NoCheckpoints;
+use crate::processing::state_time::within;
 use crate::processing::RecordContext;
 use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};
 use bytes::Bytes;
@@ -24,13 +25,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+/// Shard floors by key, with when each was read.
+type Floors = std::collections::HashMap<String, (Instant, Option<crate::state::Checkpoint>)>;
+
 struct Inner<H> {
     handler: H,
     store: Option<StateStore>,
     options: ProcessingOptions,
-    /// The floor of each shard read so far (`<consumer>#<stream>#<shard>`):
-    /// read once per shard in a warm environment.
-    floors: std::sync::Mutex<std::collections::HashMap<String, Option<crate::state::Checkpoint>>>,
+    /// The floor of each shard read so far (`<consumer>#<stream>#<shard>`),
+    /// and when it was read: read again after [`FLOOR_KEPT`].
+    floors: std::sync::Mutex<Floors>,
 }
 
 /// Processes event-source-mapping batches of source `S` with a [`RecordHandler`].
@@ -212,6 +216,8 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
             }
             d => d.map(|d| stop_by(d, DEADLINE_MARGIN)),
         };
+        // (An emulator's past deadline is none.)
+        let deadline = deadline.filter(|_| stop_by.is_some());
         let Some(store) = &inner.store else {
             let core = Core::new(&inner.handler, None, &inner.options);
             return core.run(units.items, stop_by, &mut NoCheckpoints).await;
@@ -238,46 +244,67 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         };
         let core = Core::new(&inner.handler, Some(store), &inner.options);
         let identities = Identities::of(&units.items);
-        let floor = floor(inner, store, &batch).await;
-        let mut sink =
-            BatchProgressSink::new(store, batch, identities, units.event_ids).with_floor(floor);
+        // State calls before the first record get a quarter of the time to
+        // the stop-by instant (a slow table then costs de-duplication, not
+        // the batch); the others, until the deadline.
+        let now = Instant::now();
+        let before_records = stop_by.map(|t| now + t.saturating_duration_since(now) / 4);
+        let until = deadline.map(|d| now + d.duration_since(SystemTime::now()).unwrap_or_default());
+        let floor = within(before_records, "GetItem", floor(inner, store, &batch)).await;
+        let mut sink = BatchProgressSink::new(store, batch, identities, units.event_ids)
+            .with_times(before_records, until);
+        let floor_failed = match floor {
+            Ok(floor) => {
+                sink = sink.with_floor(floor);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the shard's floor could not be read: records a fleet processed before a cut-over may run again");
+                true
+            }
+        };
         let mut report = core.run(units.items, stop_by, &mut sink).await?;
         sink.carry_over(&mut report).await;
+        if floor_failed {
+            report.state_errors += 1;
+            report.deduplication_off = true;
+        }
         Ok(report)
     }
 }
 
+/// How long a shard's floor read is kept: a cut-over that sets floors after
+/// a process read none is seen within it.
+const FLOOR_KEPT: Duration = Duration::from_secs(60);
+
 /// The floor set on the batch's shard at a cut-over from the fleet (read
-/// once per shard, then kept); none where the event names no shard, or if
-/// it cannot be read (then the batch runs as without one, and says so).
+/// once per shard, then kept for [`FLOOR_KEPT`]); none where the event
+/// names no shard. An error says it could not be read (the batch then runs
+/// as without one, and counts it).
 async fn floor<H>(
     inner: &Inner<H>,
     store: &StateStore,
     batch: &BatchKey,
-) -> Option<crate::state::Checkpoint> {
-    let shard = batch.shard.as_deref()?;
+) -> crate::Result<Option<crate::state::Checkpoint>> {
+    let Some(shard) = batch.shard.as_deref() else {
+        return Ok(None);
+    };
     let key = format!("{}#{}#{shard}", batch.consumer, batch.stream);
-    if let Some(floor) = inner.floors.lock().expect("floors").get(&key) {
-        return floor.clone();
+    if let Some((read, floor)) = inner.floors.lock().expect("floors").get(&key) {
+        if read.elapsed() < FLOOR_KEPT {
+            return Ok(floor.clone());
+        }
     }
-    match store
+    let floor = store
         .record_state()
         .shard_floor(&batch.consumer, &batch.stream, shard)
-        .await
-    {
-        Ok(floor) => {
-            inner
-                .floors
-                .lock()
-                .expect("floors")
-                .insert(key, floor.clone());
-            floor
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, shard, "the shard's floor could not be read: records a fleet processed before a cut-over may run again");
-            None
-        }
-    }
+        .await?;
+    inner
+        .floors
+        .lock()
+        .expect("floors")
+        .insert(key, (Instant::now(), floor.clone()));
+    Ok(floor)
 }
 
 /// The function as the invocation names it: its name, with the alias or

@@ -67,6 +67,7 @@ pub(crate) mod parking;
 pub(crate) mod record;
 pub(crate) mod scan;
 pub(crate) mod sink;
+pub(crate) mod state_time;
 pub(crate) mod unit;
 
 pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};

@@ -6,6 +6,7 @@ use crate::processing::record::StreamRecord;
 use crate::state::{Checkpoint, RecordKey, SequenceNumber, ShardId};
 use crate::Result;
 use std::future::Future;
+use std::time::Instant;
 
 /// Where a mode keeps its positions (what is already done, and what a batch
 /// made done) and its per-record state.
@@ -36,6 +37,13 @@ pub trait CheckpointSink: Send {
     /// [`CheckpointSink::unavailable`]).
     fn degraded(&self) -> bool {
         false
+    }
+
+    /// The instant by which the core's state calls for this batch (a
+    /// record's attempts, parking it) must come back (`None`: no bound); a
+    /// call past it is given up as a transient state error.
+    fn calls_until(&self) -> Option<Instant> {
+        None
     }
 
     /// The key a record's attempts and parked copy are kept under. By

@@ -25,6 +25,7 @@ use crate::processing::panic::CatchUnwind;
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
+use crate::processing::state_time::within;
 use crate::processing::unit::Unit;
 use crate::state::{Checkpoint, SequenceNumber, StateStore};
 use crate::Result;
@@ -432,28 +433,30 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         if let Some(store) = self.store.filter(|_| !batch.sink.degraded()) {
             let sequence = SequenceNumber::new(&record.sequence_number)?;
             let key = batch.sink.record_key(record, &sequence)?;
-            let attempts = match store
-                .record_state()
-                .record_attempt(&key, ATTEMPTS_TTL)
-                .await
-            {
+            let until = batch.sink.calls_until();
+            let counted = within(until, "UpdateItem", async {
+                Ok(store
+                    .record_state()
+                    .record_attempt(&key, ATTEMPTS_TTL)
+                    .await?)
+            });
+            let attempts = match counted.await {
                 Ok(attempts) => attempts,
                 Err(e) => {
-                    batch.unavailable(e.into())?;
+                    batch.unavailable(e)?;
                     0
                 }
             };
             if attempts >= self.options.max_attempts && !batch.sink.degraded() {
-                match park(
+                let parked = park(
                     &self.options.parking,
                     Some(store),
                     &key,
                     record,
                     &error,
                     attempts,
-                )
-                .await
-                {
+                );
+                match within(until, "park", parked).await {
                     Ok(true) => {
                         tracing::warn!(
                             shard = %record.shard_id,

@@ -165,3 +165,64 @@ async fn a_cold_start_in_a_state_table_outage_processes_without_de_duplication()
     .await;
     assert!(missing.is_err(), "a missing table fails init");
 }
+
+/// A state table that answers reads only after 5 s, under an invocation
+/// with 4 s left: the reads before the first record are given up after a
+/// quarter of the time to the stop-by instant, and the batch runs without
+/// de-duplication (before, the floor read and the progress read took the
+/// store's whole budget, and every record was reported as not attempted
+/// for the deadline; with a 30 to 60 s timeout, Lambda killed the
+/// invocation before record 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_state_table_costs_de_duplication_not_the_batch() {
+    use shardkeeper::state::StateStore;
+    use shardkeeper_local::{AwsService, FaultProxy, Faults, SlowRequests};
+    let ctx = crate::support::common::ctx().await;
+    let endpoint = ctx
+        .aws
+        .endpoints
+        .dynamodb
+        .clone()
+        .expect("a DynamoDB endpoint");
+    let slow = Duration::from_secs(5);
+    let proxy = FaultProxy::start_seeded(
+        AwsService::DynamoDb,
+        &endpoint,
+        Faults {
+            slow: Some(SlowRequests {
+                operation: "GetItem".into(),
+                body_contains: Vec::new(),
+                latency: slow..=slow,
+            }),
+            ..Faults::none()
+        },
+        4,
+    )
+    .await
+    .unwrap();
+    let aws = sdk_config(proxy.url()).await;
+    let store = StateStore::new(
+        aws_sdk_dynamodb::Client::new(&aws),
+        processor_config(&ctx.table).store,
+    );
+    let processor = shardkeeper::KinesisProcessor::new(|_: StreamRecord| async {
+        Ok::<(), std::io::Error>(())
+    })
+    .with_store(store);
+    let text = std::fs::read_to_string(format!(
+        "{}/events/kinesis-batch.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let deadline = std::time::SystemTime::now() + Duration::from_secs(4);
+    let report = processor.process(&text, Some(deadline)).await.unwrap();
+    assert_eq!(
+        (report.processed, report.failures.len()),
+        (3, 0),
+        "{report:?}"
+    );
+    assert!(
+        report.deduplication_off && report.state_errors >= 1,
+        "{report:?}"
+    );
+}
