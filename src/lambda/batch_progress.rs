@@ -46,6 +46,8 @@ pub(crate) struct BatchProgressSink<'a> {
     before_records: Option<Instant>,
     /// By when every other state call must come back (the deadline).
     until: Option<Instant>,
+    /// The invocation's request id: a record's failure counts once in it.
+    request_id: Option<Arc<str>>,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -70,6 +72,9 @@ impl<'a> BatchProgressSink<'a> {
             floor: None,
             before_records: None,
             until: None,
+            request_id: crate::processing::RecordContext::current()
+                .map(|c| c.request_id)
+                .filter(|id| !id.is_empty()),
         }
     }
 
@@ -267,6 +272,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
 
     fn calls_until(&self) -> Option<Instant> {
         self.until
+    }
+
+    fn attempt(&self) -> Option<&str> {
+        self.request_id.as_deref()
     }
 
     fn unavailable(&mut self, error: crate::Error) -> crate::Result<()> {

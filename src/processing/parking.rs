@@ -84,6 +84,27 @@ fn payload(record: &StreamRecord) -> Cow<'_, [u8]> {
     }
 }
 
+/// What names a parked record in its envelope: the SHA-256 of who parked
+/// which record (consumer, source, shard or event id, sequence and
+/// sub-sequence numbers), the same each time the record is parked, so a
+/// replay can drop an envelope sent again.
+fn envelope_id(key: &RecordKey, record: &StreamRecord) -> String {
+    let identity = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}",
+        key.consumer.as_deref().unwrap_or(""),
+        record
+            .event_source_arn
+            .as_deref()
+            .or(key.source.as_deref())
+            .unwrap_or(""),
+        key.shard_id.as_ref().map_or("", |s| s.as_str()),
+        key.event_id.as_deref().unwrap_or(""),
+        record.sequence_number,
+        record.sub_sequence,
+    );
+    sha256_hex(identity.as_bytes())
+}
+
 /// The JSON a parked record carries to a dead-letter stream.
 pub(crate) fn envelope(
     key: &RecordKey,
@@ -94,6 +115,7 @@ pub(crate) fn envelope(
     let payload = payload(record);
     let (data, sha256) = bounded_data(&payload, MAX_ENVELOPE_DATA);
     serde_json::json!({
+        "id": envelope_id(key, record),
         "source": record.event_source_arn.as_deref().or(key.source.as_deref()),
         "consumer": key.consumer,
         "shard_id": key.shard_id.as_ref().map(|s| s.as_str()),
@@ -207,6 +229,31 @@ mod tests {
         assert_eq!(envelope["data_size"], MAX_ENVELOPE_DATA + 1);
         assert_eq!(envelope["data_sha256"], sha256_hex(&big.data));
         assert!(envelope["error"].as_str().unwrap().len() <= MAX_ERROR + 3);
+    }
+
+    /// A record parked twice (its envelope sent again after a lost answer,
+    /// or parked again on a later delivery) carries the same id; another
+    /// record, or the same one parked by another consumer, another.
+    #[test]
+    fn an_envelope_id_names_the_record_and_its_consumer() {
+        let key = |consumer: &str, sequence: &str| RecordKey {
+            consumer: Some(consumer.into()),
+            source: Some("arn:stream".into()),
+            shard_id: Some(crate::state::ShardId::new("shardId-000000000000").unwrap()),
+            event_id: None,
+            sequence: crate::state::SequenceNumber::new(sequence).unwrap(),
+            sub_sequence: 0,
+        };
+        let error = RecordError::payload("1", "bad");
+        let id = |k: &RecordKey, r: &StreamRecord| envelope(k, r, &error, 3)["id"].clone();
+        let r1 = record("k", b"x".to_vec());
+        let mut r2 = record("k", b"x".to_vec());
+        r2.sequence_number = Arc::from("2");
+        let first = id(&key("orders", "1"), &r1);
+        assert_eq!(first.as_str().map(str::len), Some(64));
+        assert_eq!(id(&key("orders", "1"), &r1), first);
+        assert_ne!(id(&key("orders", "2"), &r2), first);
+        assert_ne!(id(&key("audit", "1"), &r1), first);
     }
 
     /// A record the reader handed over decoded is kept as its text in the

@@ -46,6 +46,13 @@ pub trait CheckpointSink: Send {
         None
     }
 
+    /// What names this batch's delivery (an invocation's request id), if
+    /// anything: a record's failures are counted once per delivery, however
+    /// often its count is sent (`None`: each failure counts).
+    fn attempt(&self) -> Option<&str> {
+        None
+    }
+
     /// The key a record's attempts and parked copy are kept under. By
     /// default the record's shard (for modes whose group names the stream).
     fn record_key(&self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<RecordKey> {

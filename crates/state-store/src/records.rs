@@ -144,10 +144,19 @@ pub struct RecordState<'a> {
 
 impl RecordState<'_> {
     /// Counts one more failed attempt of a record and returns the count.
-    /// The counter expires by TTL after `ttl`.
-    pub async fn record_attempt(self, key: &RecordKey, ttl: Duration) -> Result<u32> {
+    /// The counter expires by TTL after `ttl`. With `attempt` (what names
+    /// this attempt: an invocation's request id), an attempt already
+    /// counted is not counted again (a write sent again after its answer
+    /// was lost, or a second failure reported for the record in the same
+    /// attempt): the count comes back as it stands.
+    pub async fn record_attempt(
+        self,
+        key: &RecordKey,
+        ttl: Duration,
+        attempt: Option<&str>,
+    ) -> Result<u32> {
         key.validate()?;
-        let expr = Expr::new()
+        let mut expr = Expr::new()
             .names(&[attr::ATTEMPTS, TTL])
             .value("one", n(1))
             .value("ttl", n(ttl_at(self.store.now(), ttl)));
@@ -155,17 +164,39 @@ impl RecordState<'_> {
             .store
             .spread_new(key.spread_by(), key.attempts_sk())
             .await?;
-        let req = self.store.update_req(
-            &at,
-            &expr,
-            "SET #expires_ttl = :ttl ADD #attempts :one",
-            None,
-        );
-        let out = self
-            .store
-            .call_plain("UpdateItem", || req.clone().send())
-            .await?;
-        let item = out.attributes.unwrap_or_default();
+        let item = match attempt {
+            None => {
+                let req = self.store.update_req(
+                    &at,
+                    &expr,
+                    "SET #expires_ttl = :ttl ADD #attempts :one",
+                    None,
+                );
+                let out = self
+                    .store
+                    .call_plain("UpdateItem", || req.clone().send())
+                    .await?;
+                out.attributes.unwrap_or_default()
+            }
+            Some(attempt) => {
+                expr = expr
+                    .names(&[attr::LAST_ATTEMPT])
+                    .value("attempt", s(attempt));
+                let req = self.store.update_req(
+                    &at,
+                    &expr,
+                    "SET #expires_ttl = :ttl, #last_attempt = :attempt ADD #attempts :one",
+                    Some("attribute_not_exists(#last_attempt) OR #last_attempt <> :attempt"),
+                );
+                match self.store.conditional_update(req).await? {
+                    Ok(item) => item,
+                    // Counted already: the item as it stands (read, where
+                    // the server does not return it with the refusal).
+                    Err(Some(item)) => item,
+                    Err(None) => self.store.get_item(&at).await?.unwrap_or_default(),
+                }
+            }
+        };
         Ok(ItemReader::new(&item).u64_or(attr::ATTEMPTS, 1)? as u32)
     }
 

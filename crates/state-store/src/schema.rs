@@ -204,6 +204,10 @@ pub mod attr {
     pub const PARENT: &str = "parent";
     /// Record: failed attempts.
     pub const ATTEMPTS: &str = "attempts";
+    /// Attempts item: the failed attempt counted last (an invocation's
+    /// request id), so an attempt sent again after a lost answer is not
+    /// counted twice.
+    pub const LAST_ATTEMPT: &str = "last_attempt";
     /// Batch progress: digests of prefixes of the batch that stored it.
     pub const PREFIXES: &str = "prefixes";
     /// Batch progress: the digest of the whole batch that stored it.

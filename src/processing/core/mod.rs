@@ -437,7 +437,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             let counted = within(until, "UpdateItem", async {
                 Ok(store
                     .record_state()
-                    .record_attempt(&key, ATTEMPTS_TTL)
+                    .record_attempt(&key, ATTEMPTS_TTL, batch.sink.attempt())
                     .await?)
             });
             let attempts = match counted.await {

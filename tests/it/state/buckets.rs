@@ -209,7 +209,7 @@ async fn records_without_a_shard_are_spread_by_event_id_and_listed_from_every_bu
         assert_eq!(
             store
                 .record_state()
-                .record_attempt(&key, Duration::from_secs(60))
+                .record_attempt(&key, Duration::from_secs(60), None)
                 .await
                 .unwrap(),
             1
@@ -528,7 +528,7 @@ async fn an_observers_read_is_the_group_without_its_records_at_under_half_the_re
             };
             store
                 .record_state()
-                .record_attempt(&key, Duration::from_secs(60))
+                .record_attempt(&key, Duration::from_secs(60), None)
                 .await
                 .unwrap();
             let record = ParkedRecord {

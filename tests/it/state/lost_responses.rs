@@ -121,6 +121,40 @@ async fn a_take_by_another_process_under_the_same_id_is_not_mistaken_for_ones_ow
     assert_eq!(mine, None);
 }
 
+/// A record's failed attempt, counted in one invocation (named by its
+/// request id), is counted once: the count's answer lost and the write sent
+/// again, or the count sent twice in the invocation. Before, each sending
+/// added one, so a record could be parked an attempt early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_counted_once_whatever_is_sent_again() {
+    use shardkeeper::state::{RecordKey, SequenceNumber};
+    let (faulty, store) = setup("lost-attempt").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let key = RecordKey::in_shard(shard, SequenceNumber::new("42").unwrap(), 0);
+    let count = |attempt: &'static str| {
+        let (store, key) = (store.clone(), key.clone());
+        async move {
+            store
+                .record_state()
+                .record_attempt(&key, TERM, Some(attempt))
+                .await
+                .unwrap()
+        }
+    };
+    faulty.dynamodb.lose_next_responses(1);
+    assert_eq!(count("req-1").await, 1, "the retry finds its own count");
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    assert_eq!(count("req-1").await, 1, "the same invocation again");
+    assert_eq!(count("req-2").await, 2, "the next invocation counts");
+    // Without a name, each call counts (a shard worker's retries).
+    let plain = store
+        .record_state()
+        .record_attempt(&key, TERM, None)
+        .await
+        .unwrap();
+    assert_eq!(plain, 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_lock_and_release_of_an_efo_consumer_find_their_own_writes() {
     let (faulty, store) = setup("lost-efo").await;

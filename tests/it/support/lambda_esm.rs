@@ -422,6 +422,8 @@ pub fn function_context(function: &str, deadline_in: Duration) -> Context {
     context.env_config = Arc::new(config);
     context.invoked_function_arn =
         format!("arn:aws:lambda:us-east-1:123456789012:function:{function}");
+    // Each invocation of a mapping, a retry too, has a request id of its own.
+    context.request_id = format!("{:032x}", fastrand::u128(..));
     context
 }
 
