@@ -110,6 +110,18 @@ pub enum Error {
     #[cfg(feature = "fleet")]
     #[error("reset refused: {0}")]
     ResetRefused(#[from] crate::group::ResetRefused),
+    /// An event-source-mapped batch's first record failed (its failure is
+    /// the lowest): the invocation fails as a whole, a function error, so
+    /// Lambda retries the batch from that record whether or not the
+    /// mapping has `ReportBatchItemFailures` (a mapping without it takes a
+    /// response listing failures for a success, and drops the batch).
+    #[error("the batch's first record {item_identifier} failed: {error}")]
+    BatchFailed {
+        /// The record's item identifier (its sequence number).
+        item_identifier: String,
+        /// Why it failed.
+        error: RecordError,
+    },
     /// A KPL aggregate could not be read.
     #[error(transparent)]
     Kpl(#[from] KplError),
@@ -170,6 +182,7 @@ impl Error {
             Error::Window { .. } => "Window",
             #[cfg(feature = "fleet")]
             Error::ResetRefused(_) => "ResetRefused",
+            Error::BatchFailed { .. } => "BatchFailed",
             Error::Kpl(_) => "Kpl",
         }
     }

@@ -136,7 +136,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         // Boxed: one allocation a batch keeps the handler's future off the
         // stack of whoever awaits this (a test thread's 2 MB in debug builds).
         let run = Box::pin(self.run_event(body, Some(context.deadline()), Some(&invoked)));
-        let (report, stream) = RecordContext::of(context).scope(run).await?;
+        let (report, stream, first) = RecordContext::of(context).scope(run).await?;
         let group = self
             .inner
             .store
@@ -151,6 +151,21 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
             stream: crate::metrics::stream_dimension(stream.as_deref()),
         };
         summarize(&context.request_id, started, &report, &dimensions);
+        // The batch's first record failed: Lambda retries the whole batch
+        // either way, and a function error says so to a mapping without
+        // `ReportBatchItemFailures` too, which would take a response
+        // listing it for a success and drop the batch.
+        if let Some(failed) = first.and_then(|first| {
+            report
+                .failures
+                .iter()
+                .find(|f| *f.item_identifier == *first)
+        }) {
+            return Err(crate::Error::BatchFailed {
+                item_identifier: failed.item_identifier.clone(),
+                error: failed.error.clone(),
+            });
+        }
         Ok(S::response(&report))
     }
 
@@ -193,10 +208,15 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         event: Bytes,
         deadline: Option<SystemTime>,
         function: Option<&str>,
-    ) -> crate::Result<(BatchReport, Option<String>)> {
+    ) -> crate::Result<(BatchReport, Option<String>, Option<Arc<str>>)> {
         let units = S::units(&event)?;
         let stream = units.stream.clone();
-        Ok((self.run_units(units, deadline, function).await?, stream))
+        let first = units.items.first().map(|(item, _)| item.clone());
+        Ok((
+            self.run_units(units, deadline, function).await?,
+            stream,
+            first,
+        ))
     }
 
     /// Processes the units of one event.

@@ -355,14 +355,19 @@ async fn invoke_as<H: RecordHandler>(
     });
     let payload = RawValue::from_string(event.to_string()).unwrap();
     let context = function_context(function, Duration::from_secs(60));
-    processor
-        .handle(LambdaEvent::new(payload, context))
-        .await
-        .unwrap()
-        .batch_item_failures
-        .into_iter()
-        .map(|f| f.item_identifier.unwrap_or_default())
-        .collect()
+    match processor.handle(LambdaEvent::new(payload, context)).await {
+        Ok(response) => response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier.unwrap_or_default())
+            .collect(),
+        // The first record failed: a function error, the batch retried
+        // from it.
+        Err(shardkeeper::Error::BatchFailed {
+            item_identifier, ..
+        }) => vec![item_identifier],
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// Two functions, each with its own event source mapping on one stream,

@@ -738,3 +738,50 @@ async fn a_batch_handler_that_panics_fails_only_the_record_that_panics() {
     let ids: Vec<u32> = seen.lock().unwrap().iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![1, 3, 4]);
 }
+
+/// A batch whose first record fails is a function error
+/// (`Error::BatchFailed`): Lambda retries it from that record, as it would
+/// for a response listing it, and a mapping without
+/// `ReportBatchItemFailures`, which takes any response for a success,
+/// retries it too instead of dropping the batch ("Lambda treats all other
+/// results as a complete failure", Lambda developer guide, partial batch
+/// response with Kinesis). A later record's failure is a partial response.
+#[tokio::test]
+async fn a_batch_whose_first_record_fails_is_a_function_error() {
+    let text = include_str!("../../../events/kinesis-batch.json");
+    let sequences: Vec<String> = serde_json::from_str::<serde_json::Value>(text).unwrap()
+        ["Records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kinesis"]["sequenceNumber"].as_str().unwrap().to_owned())
+        .collect();
+    let failing = |bad: String| {
+        KinesisProcessor::new(move |record: StreamRecord| {
+            let fails = *record.sequence_number == *bad;
+            async move {
+                if fails {
+                    Err(std::io::Error::other("the mail server is down"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+    };
+    let event = || {
+        LambdaEvent::new(
+            raw(&serde_json::from_str(text).unwrap()),
+            lambda_context(Duration::from_secs(60)),
+        )
+    };
+    let first = failing(sequences[0].clone());
+    match first.handle(event()).await {
+        Err(shardkeeper::Error::BatchFailed {
+            item_identifier, ..
+        }) => assert_eq!(item_identifier, sequences[0]),
+        other => panic!("a function error, not {other:?}"),
+    }
+    let second = failing(sequences[1].clone());
+    let response = second.handle(event()).await.unwrap();
+    assert_eq!(failures(&response), vec![sequences[1].clone()]);
+}
