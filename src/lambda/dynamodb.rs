@@ -168,6 +168,7 @@ impl DynamoDbStreams {
             shard: None,
             items: units,
             event_ids,
+            mixed_key_aggregates: 0,
         })
     }
 }

@@ -200,6 +200,9 @@ struct Shared {
     arn: Option<Arc<str>>,
     /// A record's `eventID` named no shard.
     unnamed_shard: bool,
+    /// KPL aggregates holding a user record whose key is not the outer
+    /// record's (see [`EventUnits::mixed_key_aggregates`]).
+    mixed_key_aggregates: u64,
 }
 
 impl Reader {
@@ -215,6 +218,7 @@ impl Reader {
                 .map(str::to_owned),
             items: self.items,
             event_ids: Vec::new(),
+            mixed_key_aggregates: self.shared.mixed_key_aggregates,
         }
     }
 }
@@ -296,7 +300,14 @@ fn unit(
             .map(|arn| share(&mut shared.arn, arn)),
         change: None,
     };
-    Ok(Unit::kinesis(base, data))
+    let outer = base.partition_key.clone();
+    let unit = Unit::kinesis(base, data);
+    if let Unit::Records(users) = &unit {
+        if users.iter().any(|u| u.partition_key != outer) {
+            shared.mixed_key_aggregates += 1;
+        }
+    }
+    Ok(unit)
 }
 
 impl EventSource for Kinesis {

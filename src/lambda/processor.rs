@@ -212,11 +212,10 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         let units = S::units(&event)?;
         let stream = units.stream.clone();
         let first = units.items.first().map(|(item, _)| item.clone());
-        Ok((
-            self.run_units(units, deadline, function).await?,
-            stream,
-            first,
-        ))
+        let mixed = units.mixed_key_aggregates;
+        let mut report = self.run_units(units, deadline, function).await?;
+        report.mixed_key_aggregates = mixed;
+        Ok((report, stream, first))
     }
 
     /// Processes the units of one event.
@@ -455,6 +454,7 @@ fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
             "DeduplicationOff",
             f64::from(u8::from(report.deduplication_off)),
         ),
+        Metric::count("MixedKeyAggregates", report.mixed_key_aggregates as f64),
     ];
     metrics.push(Metric::of(
         "BytesProcessed",

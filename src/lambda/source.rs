@@ -38,6 +38,12 @@ pub struct EventUnits {
     /// sequence number and event id, for those that have one (a record's
     /// event id is what names it in its stream then).
     pub event_ids: Vec<(Arc<str>, Arc<str>)>,
+    /// KPL aggregates holding a user record whose partition key is not the
+    /// aggregate's own: at a ParallelizationFactor above 1, Lambda lanes
+    /// records by the aggregate's key, so one user key aggregated under two
+    /// outer keys may run in two lanes at once, out of order (reported in
+    /// the `MixedKeyAggregates` metric).
+    pub mixed_key_aggregates: u64,
 }
 
 /// The sequence number of a record too malformed to read otherwise (what

@@ -141,6 +141,11 @@ pub struct BatchReport {
     pub deduplication_off: bool,
     /// Payload bytes of the user records the handler processed.
     pub bytes_processed: u64,
+    /// KPL aggregates in the event holding a user record whose partition
+    /// key is not the aggregate's own (see the event source's
+    /// `EventUnits::mixed_key_aggregates`): at a ParallelizationFactor above
+    /// 1, their user keys' order is not kept.
+    pub mixed_key_aggregates: u64,
     /// How long each handler call took (ms).
     #[serde(skip)]
     pub handler_durations: crate::metrics::Distribution,

@@ -785,3 +785,28 @@ async fn a_batch_whose_first_record_fails_is_a_function_error() {
     let response = second.handle(event()).await.unwrap();
     assert_eq!(failures(&response), vec![sequences[1].clone()]);
 }
+
+/// Lambda lanes a record by its own partition key at a ParallelizationFactor
+/// above 1, so a KPL aggregate holding another user key than its own may
+/// run that key out of order: such aggregates are counted
+/// (`MixedKeyAggregates`), the others not.
+#[tokio::test]
+async fn aggregates_holding_another_key_than_their_own_are_counted() {
+    let text = include_str!("../../../events/kinesis-batch.json");
+    let mut event: serde_json::Value = serde_json::from_str(text).unwrap();
+    let put = |record: &mut serde_json::Value, outer: &str, users: &[&str]| {
+        let recs: Vec<(&str, Option<&str>, &[u8])> =
+            users.iter().map(|k| (*k, None, &b"{}"[..])).collect();
+        let data = kpl::aggregate(&recs);
+        record["kinesis"]["partitionKey"] = outer.into();
+        record["kinesis"]["data"] = base64_simd::STANDARD.encode_to_string(data).into();
+    };
+    let records = event["Records"].as_array_mut().unwrap();
+    put(&mut records[0], "a", &["a", "a"]);
+    put(&mut records[1], "a", &["a", "b"]);
+    put(&mut records[2], "c", &["d"]);
+    let processor = KinesisProcessor::new(|_: StreamRecord| async { Ok::<(), std::io::Error>(()) });
+    let report = processor.process(&event.to_string(), None).await.unwrap();
+    assert_eq!(report.processed, 5);
+    assert_eq!(report.mixed_key_aggregates, 2);
+}
