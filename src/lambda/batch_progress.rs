@@ -18,8 +18,8 @@ use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::state_time::within;
 use crate::state::{
-    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, SequenceNumber, ShardId,
-    StateError, StateStore,
+    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, RunMark, SequenceNumber,
+    ShardId, StateError, StateStore,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,8 +46,27 @@ pub(crate) struct BatchProgressSink<'a> {
     before_records: Option<Instant>,
     /// By when every other state call must come back (the deadline).
     until: Option<Instant>,
-    /// The invocation's request id: a record's failure counts once in it.
+    /// The invocation's request id: a record's failure counts once in it,
+    /// and the writes of this delivery carry it.
     request_id: Option<Arc<str>>,
+    /// An earlier delivery of the batch died in it: each record is marked
+    /// before it starts.
+    guarded: bool,
+    /// The record an earlier (guarded) delivery died in, and that delivery.
+    died_in: Option<(SequenceNumber, u64, String)>,
+    /// The next commit is the last.
+    ending: bool,
+    /// This delivery wrote progress or marks, and whether its last write
+    /// said it ended.
+    wrote: Option<bool>,
+    /// Mark the first record this delivery runs (see
+    /// [`crate::processing::ProcessingOptions::mark_first_record`]), and
+    /// whether it has been.
+    mark_first: bool,
+    first_marked: bool,
+    /// Whether the batch has a progress item (read or written by this
+    /// delivery): a mark goes on it, or, with none, makes it.
+    has_item: bool,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -75,7 +94,48 @@ impl<'a> BatchProgressSink<'a> {
             request_id: crate::processing::RecordContext::current()
                 .map(|c| c.request_id)
                 .filter(|id| !id.is_empty()),
+            guarded: false,
+            died_in: None,
+            ending: false,
+            wrote: None,
+            mark_first: false,
+            first_marked: false,
+            has_item: false,
         }
+    }
+
+    /// The same sink, marking the first record it runs before it starts.
+    pub(crate) fn with_first_record_mark(mut self, mark: bool) -> Self {
+        self.mark_first = mark;
+        self
+    }
+
+    /// How this delivery's writes describe it (`None` outside an
+    /// invocation: no request id).
+    fn run_mark(&self) -> Option<RunMark> {
+        let mut mark = RunMark::of(&**self.request_id.as_ref()?);
+        mark.ended = self.ending;
+        Some(mark)
+    }
+
+    /// Notes what an earlier delivery's mark on the stored progress says:
+    /// one that wrote, then neither ended nor wrote again, died in the batch.
+    fn note_earlier_run(&mut self, progress: &BatchProgress) {
+        let (Some(me), Some(run)) = (&self.request_id, &progress.run) else {
+            return;
+        };
+        if run.ended || *run.by == **me {
+            return;
+        }
+        tracing::warn!(
+            delivery = %run.by,
+            "an earlier delivery of this batch died in it: each record is marked before it starts"
+        );
+        self.guarded = true;
+        self.died_in = run
+            .started
+            .clone()
+            .map(|(sequence, sub)| (sequence, sub, run.by.clone()));
     }
 
     /// The same sink, its state calls bounded: the read of what is done by
@@ -192,6 +252,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .await?)
         };
         let progress = within(self.before_records, "GetItem", read).await?;
+        if let Some(progress) = &progress {
+            self.has_item = true;
+            self.note_earlier_run(progress);
+        }
         let done = progress
             .map_or(0, |p| self.identities.matched(&p.prefixes))
             .max(self.below_floor());
@@ -228,7 +292,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
         };
         let done = at + 1;
         let prefixes = self.hasher.prefixes(&self.identities, done);
-        let progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
+        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
+        if let Some(run) = self.run_mark() {
+            progress = progress.with_run(run);
+        }
         let write = async {
             Ok(self
                 .store
@@ -237,6 +304,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .await?)
         };
         let outcome = within(self.until, "UpdateItem", write).await?;
+        if outcome == CheckpointOutcome::Stored {
+            self.wrote = Some(self.ending);
+            self.has_item = true;
+        }
         self.committed = Some((checkpoint.clone(), done));
         Ok(outcome == CheckpointOutcome::Stored)
     }
@@ -276,6 +347,89 @@ impl CheckpointSink for BatchProgressSink<'_> {
 
     fn attempt(&self) -> Option<&str> {
         self.request_id.as_deref()
+    }
+
+    fn guarded(&self) -> bool {
+        self.guarded && !self.degraded
+    }
+
+    async fn before_record(&mut self, record: &StreamRecord) -> crate::Result<Option<String>> {
+        let died_in = self.died_in.as_ref().and_then(|(sequence, sub, by)| {
+            (*sequence.as_str() == *record.sequence_number && *sub == record.sub_sequence)
+                .then(|| by.clone())
+        });
+        let first = self.mark_first && !self.first_marked;
+        self.first_marked = true;
+        if self.degraded || !(self.guarded || first) {
+            return Ok(died_in);
+        }
+        let Some(me) = self.request_id.clone() else {
+            return Ok(died_in);
+        };
+        let sequence = SequenceNumber::new(&record.sequence_number)?;
+        let started = Some((sequence.clone(), record.sub_sequence));
+        let marked = if self.has_item {
+            let mark = async {
+                Ok(self
+                    .store
+                    .record_state()
+                    .mark_run(
+                        &self.batch,
+                        self.content,
+                        &me,
+                        Some((&sequence, record.sub_sequence)),
+                    )
+                    .await?)
+            };
+            within(self.until, "UpdateItem", mark).await?
+        } else {
+            // No progress yet: the mark makes the item, at the record
+            // (nothing done), with no prefix.
+            let mut run = RunMark::of(&*me);
+            run.started = started;
+            let progress =
+                BatchProgress::new(Checkpoint::AtSequence(sequence), Vec::new(), self.content)
+                    .with_run(run);
+            let write = async {
+                Ok(self
+                    .store
+                    .record_state()
+                    .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
+                    .await?)
+            };
+            within(self.until, "UpdateItem", write).await? == CheckpointOutcome::Stored
+        };
+        if marked {
+            self.wrote = Some(false);
+            self.has_item = true;
+        }
+        Ok(died_in)
+    }
+
+    fn ending(&mut self) {
+        self.ending = true;
+    }
+
+    async fn ended(&mut self) {
+        if self.degraded || self.wrote != Some(false) {
+            return;
+        }
+        let Some(me) = self.request_id.clone() else {
+            return;
+        };
+        let mark = async {
+            Ok(self
+                .store
+                .record_state()
+                .mark_run(&self.batch, self.content, &me, None)
+                .await?)
+        };
+        match within(self.until, "UpdateItem", mark).await {
+            Ok(_) => self.wrote = Some(true),
+            Err(e) => {
+                tracing::warn!(error = %e, "the delivery's end could not be marked: the next one runs guarded")
+            }
+        }
     }
 
     fn unavailable(&mut self, error: crate::Error) -> crate::Result<()> {

@@ -271,7 +271,8 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         let until = deadline.map(|d| now + d.duration_since(SystemTime::now()).unwrap_or_default());
         let floor = within(before_records, "GetItem", floor(inner, store, &batch)).await;
         let mut sink = BatchProgressSink::new(store, batch, identities, units.event_ids)
-            .with_times(before_records, until);
+            .with_times(before_records, until)
+            .with_first_record_mark(inner.options.mark_first_record);
         let floor_failed = match floor {
             Ok(floor) => {
                 sink = sink.with_floor(floor);

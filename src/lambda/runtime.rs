@@ -283,12 +283,15 @@ mod tests {
             ]})
             .to_string()
         };
-        // The panic is caught at the handler's call: its record failed
+        // The panic is caught at the handler's call: its record failed. It
+        // is the batch's first, so the answer is a function error naming it
         // (a panic outside a handler call fails the invocation, as `Panic`).
         block_on(service.call(invocation(&event("YmFk")))).unwrap();
-        assert_eq!(
-            answer_of(&posted).unwrap(),
-            serde_json::json!({ "batchItemFailures": [{ "itemIdentifier": "1" }] })
+        let error = answer_of(&posted).unwrap_err();
+        assert_eq!(error.error_type, "shardkeeper::BatchFailed");
+        assert!(
+            error.error_message.contains("handler panicked"),
+            "{error:?}"
         );
         block_on(service.call(invocation(&event("b2s=")))).unwrap();
         assert_eq!(

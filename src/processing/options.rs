@@ -92,6 +92,15 @@ pub struct ProcessingOptions {
     /// Under a subscriber that records INFO spans, a span costs about half
     /// a microsecond a record (docs/BENCHMARKS.md, "Handler spans").
     pub handler_spans: bool,
+    /// Event source mappings: mark a delivery's first record before it
+    /// starts (one write more a delivery; default: off). A process that
+    /// dies in a record (out of memory, an abort) is found by the next
+    /// delivery when the dying one had written progress; the first record
+    /// a delivery runs has none before it, so a record that kills the
+    /// process there (a poison record at the head of the batch) is found
+    /// only with this mark. Found, a death is a failed attempt of the
+    /// record it happened in, parked at `max_attempts`.
+    pub mark_first_record: bool,
 }
 
 /// Setters, for a configuration built from its default (the struct is
@@ -127,6 +136,12 @@ impl ProcessingOptions {
         self
     }
 
+    /// Sets [`ProcessingOptions::mark_first_record`](Self::mark_first_record).
+    pub fn mark_first_record(mut self, mark_first_record: bool) -> Self {
+        self.mark_first_record = mark_first_record;
+        self
+    }
+
     /// Sets [`ProcessingOptions::handler_spans`](Self::handler_spans).
     pub fn handler_spans(mut self, handler_spans: bool) -> Self {
         self.handler_spans = handler_spans;
@@ -143,6 +158,7 @@ impl Default for ProcessingOptions {
             checkpoint_records: None,
             consumer: None,
             handler_spans: true,
+            mark_first_record: false,
         }
     }
 }

@@ -53,6 +53,16 @@ pub enum RecordError {
         /// The panic's message.
         message: String,
     },
+    /// An earlier delivery of the batch died while it ran this record (its
+    /// process ended: out of memory, an abort, a timeout): counted as a
+    /// failed attempt, and parked with this error at `max_attempts`.
+    #[error("record {sequence_number}/{sub_sequence}: an earlier delivery's process died in it")]
+    ProcessDied {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+    },
     /// Not attempted: the Lambda deadline was too close.
     #[error("record {sequence_number} not attempted: the deadline is too close")]
     Deadline {

@@ -53,6 +53,36 @@ pub trait CheckpointSink: Send {
         None
     }
 
+    /// `true` if an earlier delivery of this batch died in it (its process
+    /// ended mid-batch): the core then runs one record a call and tells the
+    /// sink of each record before it starts ([`CheckpointSink::before_record`]).
+    /// Known once [`CheckpointSink::stored`] was read.
+    fn guarded(&self) -> bool {
+        false
+    }
+
+    /// `record` starts now (called before each user record the handler is
+    /// given): a guarded sink marks it first, so that a death in it is
+    /// known to the next delivery. Returns what names the earlier delivery
+    /// that died in this very record, if one did: the core counts that as a
+    /// failed attempt.
+    fn before_record(
+        &mut self,
+        record: &StreamRecord,
+    ) -> impl Future<Output = Result<Option<String>>> + Send {
+        let _ = record;
+        async { Ok(None) }
+    }
+
+    /// The next commit is the batch's last: the delivery ends.
+    fn ending(&mut self) {}
+
+    /// The batch's run ended (after its last commit): a sink that marks
+    /// deliveries says this one ended, unless its last write said so.
+    fn ended(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// The key a record's attempts and parked copy are kept under. By
     /// default the record's shard (for modes whose group names the stream).
     fn record_key(&self, record: &StreamRecord, sequence: &SequenceNumber) -> Result<RecordKey> {

@@ -15,7 +15,7 @@
 
 use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONIC};
 use crate::error::{Result, StateError};
-use crate::item::{n, s};
+use crate::item::{n, s, Expr};
 use crate::model::stored_checkpoint;
 use crate::records::RecordState;
 use crate::schema::{attr, TTL};
@@ -161,6 +161,36 @@ pub struct BatchProgress {
     /// contents never moves the progress backwards, one of other contents
     /// replaces it.
     pub content: [u8; 16],
+    /// How the delivery that wrote it last ran (`None`: not known, an item
+    /// written without it).
+    pub run: Option<RunMark>,
+}
+
+/// What a batch's progress says of the delivery that wrote it last: a
+/// delivery that wrote and then neither ended nor wrote again died in the
+/// batch (its process ended: out of memory, an abort, a timeout), and the
+/// record it had started, if it marked one, is the one it died in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunMark {
+    /// The delivery: the invocation's request id.
+    pub by: String,
+    /// The delivery returned.
+    pub ended: bool,
+    /// The record it started and had not finished when it wrote (a guarded
+    /// delivery marks each record before it starts it).
+    pub started: Option<(SequenceNumber, u64)>,
+}
+
+impl RunMark {
+    /// A mark of the delivery `by`, not ended, no record started.
+    pub fn of(by: impl Into<String>) -> Self {
+        RunMark {
+            by: by.into(),
+            ended: false,
+            started: None,
+        }
+    }
 }
 
 impl BatchProgress {
@@ -171,7 +201,14 @@ impl BatchProgress {
             checkpoint,
             prefixes,
             content,
+            run: None,
         }
+    }
+
+    /// The same progress, written by the delivery `run` says.
+    pub fn with_run(mut self, run: RunMark) -> Self {
+        self.run = Some(run);
+        self
     }
 }
 
@@ -202,6 +239,26 @@ fn decode_prefixes(bytes: &[u8]) -> Result<Vec<PrefixDigest>> {
             digest: entry[4..].try_into().expect("16 bytes"),
         })
         .collect())
+}
+
+/// The run mark of a progress item, if it has one.
+fn run_mark(item: &crate::item::RawItem) -> Result<Option<RunMark>> {
+    let text = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    };
+    let Some(by) = text(attr::RUN_BY) else {
+        return Ok(None);
+    };
+    let ended = matches!(item.get(attr::RUN_ENDED), Some(AttributeValue::Bool(true)));
+    let started = match text(attr::RUN_STARTED) {
+        Some(sequence) => {
+            let sub = crate::item::ItemReader::new(item).u64_or(attr::RUN_STARTED_SUB, 0)?;
+            Some((SequenceNumber::new(&sequence)?, sub))
+        }
+        None => None,
+    };
+    Ok(Some(RunMark { by, ended, started }))
 }
 
 fn binary(item: &crate::item::RawItem, name: &str) -> Option<Vec<u8>> {
@@ -237,7 +294,46 @@ impl RecordState<'_> {
             checkpoint,
             prefixes,
             content,
+            run: run_mark(&item)?,
         }))
+    }
+
+    /// Marks, on the progress of `batch` stored by a batch whose digest is
+    /// `content`, the record the delivery `by` starts now (`started`), or
+    /// that the delivery ended (`None`): no checkpoint moves. `false` if no
+    /// progress of that content is stored (nothing written).
+    pub async fn mark_run(
+        self,
+        batch: &BatchKey,
+        content: [u8; 16],
+        by: &str,
+        started: Option<(&SequenceNumber, u64)>,
+    ) -> Result<bool> {
+        batch.validate()?;
+        let mut expr = Expr::new()
+            .names(&[attr::CONTENT, attr::RUN_BY, attr::RUN_ENDED])
+            .value("content", AttributeValue::B(Blob::new(content)))
+            .value("by", s(by))
+            .value("ended", AttributeValue::Bool(started.is_none()));
+        let update = match started {
+            Some((sequence, sub)) => {
+                expr = expr
+                    .names(&[attr::RUN_STARTED, attr::RUN_STARTED_SUB])
+                    .value("started", s(sequence.as_str()))
+                    .value("started_sub", n(sub));
+                "SET #run_by = :by, #run_ended = :ended, #run_started = :started, \
+                 #run_started_sub = :started_sub"
+            }
+            None => "SET #run_by = :by, #run_ended = :ended",
+        };
+        let at = self
+            .store
+            .spread(batch.spread_by(), batch.sort_key())
+            .await?;
+        let req = self
+            .store
+            .update_req(&at, &expr, update, Some("#content = :content"));
+        Ok(self.store.conditional_update(req).await?.is_ok())
     }
 
     /// Stores the progress of `batch`: one UpdateItem of one small item. A
@@ -262,15 +358,39 @@ impl RecordState<'_> {
             )
             .value("content", AttributeValue::B(Blob::new(progress.content)))
             .value("ttl", n(self.store.now() / 1000 + ttl.as_secs() as i64));
-        let update = format!(
+        let mut expr = expr;
+        let mut update = format!(
             "{update}, #shard = :shard, #prefixes = :prefixes, #content = :content, #expires_ttl = :ttl"
         );
+        // A commit tells who wrote it; the record a guarded delivery had
+        // started is done once a commit passes it.
+        if let Some(run) = &progress.run {
+            expr = expr
+                .names(&[
+                    attr::RUN_BY,
+                    attr::RUN_ENDED,
+                    attr::RUN_STARTED,
+                    attr::RUN_STARTED_SUB,
+                ])
+                .value("by", s(&run.by))
+                .value("ended", AttributeValue::Bool(run.ended));
+            update.push_str(", #run_by = :by, #run_ended = :ended");
+            if let Some((sequence, sub)) = &run.started {
+                expr = expr
+                    .value("started", s(sequence.as_str()))
+                    .value("started_sub", n(*sub));
+                update.push_str(", #run_started = :started, #run_started_sub = :started_sub");
+            }
+        }
         let condition =
             format!("attribute_not_exists(#content) OR #content <> :content OR {MONOTONIC}");
         let at = self
             .store
             .spread_new(batch.spread_by(), batch.sort_key())
             .await?;
+        if progress.run.as_ref().is_some_and(|r| r.started.is_none()) {
+            update.push_str(" REMOVE #run_started, #run_started_sub");
+        }
         let req = self.store.update_req(&at, &expr, &update, Some(&condition));
         match self.store.conditional_update(req).await? {
             Ok(_) => Ok(CheckpointOutcome::Stored),

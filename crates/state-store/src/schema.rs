@@ -208,6 +208,16 @@ pub mod attr {
     /// request id), so an attempt sent again after a lost answer is not
     /// counted twice.
     pub const LAST_ATTEMPT: &str = "last_attempt";
+    /// Batch progress: the delivery (an invocation's request id) that wrote
+    /// it last.
+    pub const RUN_BY: &str = "run_by";
+    /// Batch progress: that delivery returned (it did not die mid-batch).
+    pub const RUN_ENDED: &str = "run_ended";
+    /// Batch progress: the record that delivery started last and had not
+    /// finished when it wrote (a guarded delivery's mark): sequence number.
+    pub const RUN_STARTED: &str = "run_started";
+    /// Batch progress: the started record's sub-sequence number.
+    pub const RUN_STARTED_SUB: &str = "run_started_sub";
     /// Batch progress: digests of prefixes of the batch that stored it.
     pub const PREFIXES: &str = "prefixes";
     /// Batch progress: the digest of the whole batch that stored it.

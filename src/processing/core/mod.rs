@@ -146,6 +146,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         } else {
             self.run_records(&mut batch, items).await
         };
+        // The last commit says the delivery ended (it did not die here).
+        batch.sink.ending();
         let done = match done {
             Ok(()) => batch.commit().await,
             Err(e) => {
@@ -159,6 +161,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 Err(e)
             }
         };
+        batch.sink.ended().await;
         ran.report = batch.report;
         ran.committed = batch.committed;
         done
@@ -228,8 +231,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         batch: &mut Batch<'_, S>,
         mut run: Vec<Pending>,
     ) -> Result<()> {
-        // After a panic, one record a call: the panicking one is found.
-        let mut singles = false;
+        // After a panic, or in a delivery guarded against a death, one
+        // record a call: the record that panics, or kills the process, is
+        // found.
+        let mut singles = batch.sink.guarded();
         while !run.is_empty() {
             if self.stopped(batch) {
                 batch.report.not_attempted += distinct_items(&run).len() as u64;
@@ -242,6 +247,11 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 return Ok(());
             }
             let size = if singles { 1 } else { run.len() };
+            if singles && self.before_record(batch, &run[0].1).await? {
+                run.drain(..1);
+                batch.maybe_commit(self.options).await?;
+                continue;
+            }
             let records: Vec<StreamRecord> = run[..size].iter().map(|(_, r)| r.clone()).collect();
             let span = if self.options.handler_spans {
                 tracing::info_span!(
@@ -379,6 +389,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.deadline(item);
             return Ok(false);
         }
+        if self.before_record(batch, &record).await? {
+            batch.maybe_commit(self.options).await?;
+            return Ok(true);
+        }
         let span = if self.options.handler_spans {
             tracing::info_span!(
                 "record",
@@ -430,61 +444,113 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         record: &StreamRecord,
         error: RecordError,
     ) -> Result<bool> {
-        if let Some(store) = self.store.filter(|_| !batch.sink.degraded()) {
-            let sequence = SequenceNumber::new(&record.sequence_number)?;
-            let key = batch.sink.record_key(record, &sequence)?;
-            let until = batch.sink.calls_until();
-            let counted = within(until, "UpdateItem", async {
-                Ok(store
-                    .record_state()
-                    .record_attempt(&key, ATTEMPTS_TTL, batch.sink.attempt())
-                    .await?)
-            });
-            let attempts = match counted.await {
-                Ok(attempts) => attempts,
-                Err(e) => {
-                    batch.unavailable(e)?;
-                    0
-                }
-            };
-            if attempts >= self.options.max_attempts && !batch.sink.degraded() {
-                let parked = park(
-                    &self.options.parking,
-                    Some(store),
-                    &key,
-                    record,
-                    &error,
-                    attempts,
-                );
-                match within(until, "park", parked).await {
-                    Ok(true) => {
-                        tracing::warn!(
-                            shard = %record.shard_id,
-                            sequence_number = %record.sequence_number,
-                            sub_sequence = record.sub_sequence,
-                            attempts,
-                            %error,
-                            "poison record parked; the shard moves on"
-                        );
-                        batch.report.parked += 1;
-                        batch.advance(record);
-                        return Ok(true);
-                    }
-                    Ok(false) => {}
-                    Err(park_error) => {
-                        tracing::error!(
-                            sequence_number = %record.sequence_number,
-                            sub_sequence = record.sub_sequence,
-                            error = %park_error,
-                            "parking failed; the record is reported as failed"
-                        );
-                        batch.report.park_failures += 1;
-                    }
-                }
-            }
+        let attempt = batch.sink.attempt().map(str::to_owned);
+        if self
+            .count_and_park(batch, record, &error, attempt.as_deref())
+            .await?
+        {
+            return Ok(true);
         }
         batch.fail(item, error);
         Ok(false)
+    }
+
+    /// Counts a failed attempt of `record` (once for `attempt`, what names
+    /// the delivery it failed in) and parks it once it failed
+    /// `max_attempts` times. Returns `true` if it was parked (it counts as
+    /// done); a park that fails is counted and leaves it failed.
+    async fn count_and_park<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        record: &StreamRecord,
+        error: &RecordError,
+        attempt: Option<&str>,
+    ) -> Result<bool> {
+        let Some(store) = self.store.filter(|_| !batch.sink.degraded()) else {
+            return Ok(false);
+        };
+        let sequence = SequenceNumber::new(&record.sequence_number)?;
+        let key = batch.sink.record_key(record, &sequence)?;
+        let until = batch.sink.calls_until();
+        let counted = within(until, "UpdateItem", async {
+            Ok(store
+                .record_state()
+                .record_attempt(&key, ATTEMPTS_TTL, attempt)
+                .await?)
+        });
+        let attempts = match counted.await {
+            Ok(attempts) => attempts,
+            Err(e) => {
+                batch.unavailable(e)?;
+                0
+            }
+        };
+        if attempts < self.options.max_attempts || batch.sink.degraded() {
+            return Ok(false);
+        }
+        let parked = park(
+            &self.options.parking,
+            Some(store),
+            &key,
+            record,
+            error,
+            attempts,
+        );
+        match within(until, "park", parked).await {
+            Ok(true) => {
+                tracing::warn!(
+                    shard = %record.shard_id,
+                    sequence_number = %record.sequence_number,
+                    sub_sequence = record.sub_sequence,
+                    attempts,
+                    %error,
+                    "poison record parked; the shard moves on"
+                );
+                batch.report.parked += 1;
+                batch.advance(record);
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(park_error) => {
+                tracing::error!(
+                    sequence_number = %record.sequence_number,
+                    sub_sequence = record.sub_sequence,
+                    error = %park_error,
+                    "parking failed; the record is reported as failed"
+                );
+                batch.report.park_failures += 1;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Before `record` starts: the sink marks it (a guarded delivery), and
+    /// says whether an earlier delivery died in it. Such a death is a
+    /// failed attempt of the record (counted once for the delivery that
+    /// died); at `max_attempts` the record is parked instead of run.
+    /// Returns `true` if it was parked.
+    async fn before_record<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        record: &StreamRecord,
+    ) -> Result<bool> {
+        let died_in = match batch.sink.before_record(record).await {
+            Ok(died_in) => died_in,
+            Err(e) => {
+                batch.unavailable(e)?;
+                None
+            }
+        };
+        let Some(delivery) = died_in else {
+            return Ok(false);
+        };
+        let error = RecordError::ProcessDied {
+            sequence_number: record.sequence_number.to_string(),
+            sub_sequence: record.sub_sequence,
+        };
+        tracing::warn!(%error, "an earlier delivery of the batch died in this record");
+        self.count_and_park(batch, record, &error, Some(&delivery))
+            .await
     }
 }
 

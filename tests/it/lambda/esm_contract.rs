@@ -838,3 +838,134 @@ async fn a_bisected_half_skips_what_the_whole_batch_completed() {
         "records 5 and 6 twice"
     );
 }
+
+/// How deliveries of one batch go when the handler kills the process in
+/// the record `killer` (its invocation never returns; here the test drops
+/// it when the handler reaches the record, as the process's end does):
+/// how many died before one answered (at most `deliveries`), what was
+/// completed, and what was parked.
+async fn deaths(
+    store: &StateStore,
+    records: &[EsmRecord],
+    killer: &str,
+    options: ProcessingOptions,
+    deliveries: usize,
+) -> (usize, Vec<String>, Vec<ParkedRecord>) {
+    let completions: Completions = Arc::default();
+    let dying = Arc::new(tokio::sync::Notify::new());
+    let processor = {
+        let (completions, dying, killer) = (completions.clone(), dying.clone(), killer.to_owned());
+        KinesisProcessor::new(move |record: StreamRecord| {
+            let (completions, dying) = (completions.clone(), dying.clone());
+            let kills = *record.sequence_number == *killer;
+            async move {
+                if kills {
+                    dying.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                completions.lock().unwrap().push((
+                    record.partition_key.to_string(),
+                    record.sequence_number.to_string(),
+                ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .with_store(store.clone())
+        .with_options(options)
+    };
+    let event = serde_json::json!({
+        "Records": records.iter().map(|r| r.event_record.clone()).collect::<Vec<_>>()
+    })
+    .to_string();
+    let mut died = 0;
+    for _ in 0..deliveries {
+        let payload = RawValue::from_string(event.clone()).unwrap();
+        let context = function_context("orders", Duration::from_secs(60));
+        let answer = tokio::select! {
+            answer = processor.handle(LambdaEvent::new(payload, context)) => Some(answer.unwrap()),
+            _ = dying.notified() => None,
+        };
+        match answer {
+            None => died += 1,
+            Some(answer) => {
+                assert!(answer.batch_item_failures.is_empty());
+                break;
+            }
+        }
+    }
+    let done = completions
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    (
+        died,
+        done,
+        store.record_state().list_parked().await.unwrap(),
+    )
+}
+
+fn parking_after(attempts: u32) -> ProcessingOptions {
+    ProcessingOptions::default()
+        .max_attempts(attempts)
+        .parking(Parking::StateTable {
+            ttl: Duration::from_secs(3600),
+        })
+}
+
+/// A record whose handler kills the process (out of memory, an abort), after
+/// its delivery wrote progress: the next delivery sees the dying one never
+/// ended, and marks each record before it starts; each death in the marked
+/// record counts a failed attempt (once per delivery), and at `max_attempts`
+/// the record is parked (`RecordError::ProcessDied`) and the batch goes on.
+/// Before, each delivery died in it again and nothing was counted: the shard
+/// was stuck until the record expired.
+#[tokio::test]
+async fn a_record_that_kills_the_process_is_counted_and_parked() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 6, 2, None).await;
+    let store = ctx.store("esm-process-death");
+    let killer = records[3].sequence.clone();
+    let options = parking_after(2).checkpoint_records(Some(1));
+    let (died, done, parked) = deaths(&store, &records, &killer, options, 5).await;
+    // The first death (unguarded), then two in the marked record.
+    assert_eq!(died, 3);
+    let expected: Vec<String> = records
+        .iter()
+        .map(|r| r.sequence.clone())
+        .filter(|s| *s != killer)
+        .collect();
+    assert_eq!(done, expected, "each other record once, in order");
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].key.sequence.as_str(), killer);
+    assert!(parked[0].error.contains("died"), "{}", parked[0].error);
+    assert_eq!(parked[0].attempts, 2);
+}
+
+/// A record that kills the process first thing in every delivery (a
+/// poison record at the head of the batch) leaves no trace unless the
+/// delivery marks its first record before it starts
+/// (`ProcessingOptions::mark_first_record`): with the mark it is counted and
+/// parked; without, every delivery dies in it uncounted (what README says).
+#[tokio::test]
+async fn a_record_that_kills_the_process_at_the_head_is_found_only_with_the_first_mark() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 4, 2, None).await;
+    let killer = records[0].sequence.clone();
+
+    let unmarked = ctx.store("esm-head-death-unmarked");
+    let (died, done, parked) = deaths(&unmarked, &records, &killer, parking_after(2), 4).await;
+    assert_eq!((died, done.len(), parked.len()), (4, 0, 0));
+
+    let marked = ctx.store("esm-head-death-marked");
+    let options = parking_after(2).mark_first_record(true);
+    let (died, done, parked) = deaths(&marked, &records, &killer, options, 5).await;
+    assert_eq!(
+        died, 2,
+        "the first death is found, then one more in the marked record"
+    );
+    assert_eq!(done.len(), 3);
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].key.sequence.as_str(), killer);
+}
