@@ -153,7 +153,11 @@ where
         };
         let mut response = KinesisTimeWindowEventResponse::default();
         if let Some((item, error)) = failure {
-            tracing::warn!(item, %error, "window record failed");
+            let logged = crate::processing::redact::LoggedError {
+                error: &error,
+                values: false,
+            };
+            tracing::warn!(item, error = %logged, "window record failed");
             response.other.insert(
                 "batchItemFailures".to_owned(),
                 serde_json::json!([{ "itemIdentifier": item }]),

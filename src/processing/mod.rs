@@ -65,6 +65,7 @@ pub(crate) mod outcome;
 pub(crate) mod panic;
 pub(crate) mod parking;
 pub(crate) mod record;
+pub(crate) mod redact;
 pub(crate) mod scan;
 pub(crate) mod sink;
 pub(crate) mod state_time;

@@ -101,6 +101,11 @@ pub struct ProcessingOptions {
     /// only with this mark. Found, a death is a failed attempt of the
     /// record it happened in, parked at `max_attempts`.
     pub mark_first_record: bool,
+    /// Put the values a decoder quoted from a payload into the log lines of
+    /// a failed record (default: off: a payload may hold personal data; the
+    /// line says the kind of error and the fields it is about, and the
+    /// record's failure and parked copy keep the whole text).
+    pub log_values: bool,
 }
 
 /// Setters, for a configuration built from its default (the struct is
@@ -142,6 +147,12 @@ impl ProcessingOptions {
         self
     }
 
+    /// Sets [`ProcessingOptions::log_values`](Self::log_values).
+    pub fn log_values(mut self, log_values: bool) -> Self {
+        self.log_values = log_values;
+        self
+    }
+
     /// Sets [`ProcessingOptions::handler_spans`](Self::handler_spans).
     pub fn handler_spans(mut self, handler_spans: bool) -> Self {
         self.handler_spans = handler_spans;
@@ -159,6 +170,7 @@ impl Default for ProcessingOptions {
             consumer: None,
             handler_spans: true,
             mark_first_record: false,
+            log_values: false,
         }
     }
 }

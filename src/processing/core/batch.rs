@@ -6,6 +6,7 @@ use super::Pending;
 use crate::processing::options::{ProcessingOptions, CHECKPOINT_EVERY};
 use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::record::StreamRecord;
+use crate::processing::redact::LoggedError;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
 use crate::state::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
@@ -33,6 +34,8 @@ pub(super) struct Batch<'s, S> {
     /// The last checkpoint the sink was given (stored or not).
     pub(super) committed: Option<Checkpoint>,
     pub(super) failed: bool,
+    /// Log lines quote payload values (`ProcessingOptions::log_values`).
+    pub(super) log_values: bool,
 }
 
 /// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
@@ -112,7 +115,11 @@ impl<S: CheckpointSink> Batch<'_, S> {
     }
 
     pub(super) fn fail(&mut self, item: &str, error: RecordError) {
-        tracing::warn!(item, %error, "record failed");
+        let logged = LoggedError {
+            error: &error,
+            values: self.log_values,
+        };
+        tracing::warn!(item, error = %logged, "record failed");
         self.report.failures.push(RecordFailure {
             item_identifier: item.to_owned(),
             error,

@@ -24,6 +24,7 @@ use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::panic::CatchUnwind;
 use crate::processing::parking::park;
 use crate::processing::record::StreamRecord;
+use crate::processing::redact::LoggedError;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::state_time::within;
 use crate::processing::unit::Unit;
@@ -139,6 +140,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             report: BatchReport::default(),
             committed: None,
             failed: false,
+            log_values: self.options.log_values,
         };
         let items: Vec<_> = items.into_iter().collect();
         let done = if H::BATCHED {
@@ -503,7 +505,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                     sequence_number = %record.sequence_number,
                     sub_sequence = record.sub_sequence,
                     attempts,
-                    %error,
+                    error = %LoggedError { error, values: self.options.log_values },
                     "poison record parked; the shard moves on"
                 );
                 batch.report.parked += 1;

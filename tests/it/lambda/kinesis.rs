@@ -810,3 +810,63 @@ async fn aggregates_holding_another_key_than_their_own_are_counted() {
     assert_eq!(report.processed, 5);
     assert_eq!(report.mixed_key_aggregates, 2);
 }
+
+/// A buffer the test's log lines are written into.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A payload that does not decode: the log line says what kind of error
+/// and which field, not the values serde quotes from the payload (personal
+/// data: before, `invalid type: string "ann@example.com"` went into the
+/// logs); `ProcessingOptions::log_values` puts them back. The record's
+/// failure keeps the whole text either way.
+#[tokio::test]
+async fn a_failed_records_log_line_leaves_the_payloads_values_out() {
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Order {
+        amount: u32,
+    }
+    let text = include_str!("../../../events/kinesis-batch.json");
+    let mut event: serde_json::Value = serde_json::from_str(text).unwrap();
+    let payload = br#"{"amount": "ann@example.com"}"#;
+    event["Records"][0]["kinesis"]["data"] =
+        base64_simd::STANDARD.encode_to_string(payload).into();
+    let logged = |options: ProcessingOptions| {
+        let event = event.to_string();
+        async move {
+            let lines = Lines::default();
+            let writer = lines.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let processor = KinesisProcessor::new(shardkeeper::processing::json(
+                |_: Order, _: StreamRecord| async { Ok::<(), std::io::Error>(()) },
+            ))
+            .with_options(options);
+            let report = processor.process(&event, None).await.unwrap();
+            let failure = report.failures[0].error.to_string();
+            let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            (text, failure)
+        }
+    };
+    let (lines, failure) = logged(ProcessingOptions::default()).await;
+    assert!(lines.contains("record failed"), "{lines}");
+    assert!(lines.contains("invalid type: string"), "{lines}");
+    assert!(!lines.contains("ann@example.com"), "{lines}");
+    assert!(failure.contains("ann@example.com"), "{failure}");
+    let (lines, _) = logged(ProcessingOptions::default().log_values(true)).await;
+    assert!(lines.contains("ann@example.com"), "{lines}");
+}
