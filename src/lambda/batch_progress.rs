@@ -225,7 +225,7 @@ impl<'a> BatchProgressSink<'a> {
                 .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
                 .await?)
         };
-        if let Err(e) = within(self.until, "UpdateItem", write).await {
+        if let Err(e) = within(self.until, "UpdateItem", Box::pin(write)).await {
             tracing::warn!(error = %e, "the progress inside the failed aggregate was not stored");
             report.state_errors += 1;
         }
@@ -251,7 +251,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .batch_progress(&self.batch)
                 .await?)
         };
-        let progress = within(self.before_records, "GetItem", read).await?;
+        let progress = within(self.before_records, "GetItem", Box::pin(read)).await?;
         if let Some(progress) = &progress {
             self.has_item = true;
             self.note_earlier_run(progress);
@@ -303,7 +303,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
                 .await?)
         };
-        let outcome = within(self.until, "UpdateItem", write).await?;
+        let outcome = within(self.until, "UpdateItem", Box::pin(write)).await?;
         if outcome == CheckpointOutcome::Stored {
             self.wrote = Some(self.ending);
             self.has_item = true;
@@ -353,6 +353,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
         self.guarded && !self.degraded
     }
 
+    fn watches_records(&self) -> bool {
+        self.died_in.is_some() || self.guarded() || (self.mark_first && !self.first_marked)
+    }
+
     async fn before_record(&mut self, record: &StreamRecord) -> crate::Result<Option<String>> {
         let died_in = self.died_in.as_ref().and_then(|(sequence, sub, by)| {
             (*sequence.as_str() == *record.sequence_number && *sub == record.sub_sequence)
@@ -381,7 +385,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                     )
                     .await?)
             };
-            within(self.until, "UpdateItem", mark).await?
+            within(self.until, "UpdateItem", Box::pin(mark)).await?
         } else {
             // No progress yet: the mark makes the item, at the record
             // (nothing done), with no prefix.
@@ -397,7 +401,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                     .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
                     .await?)
             };
-            within(self.until, "UpdateItem", write).await? == CheckpointOutcome::Stored
+            within(self.until, "UpdateItem", Box::pin(write)).await? == CheckpointOutcome::Stored
         };
         if marked {
             self.wrote = Some(false);
@@ -424,7 +428,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .mark_run(&self.batch, self.content, &me, None)
                 .await?)
         };
-        match within(self.until, "UpdateItem", mark).await {
+        match within(self.until, "UpdateItem", Box::pin(mark)).await {
             Ok(_) => self.wrote = Some(true),
             Err(e) => {
                 tracing::warn!(error = %e, "the delivery's end could not be marked: the next one runs guarded")

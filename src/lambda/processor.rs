@@ -269,7 +269,12 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         let now = Instant::now();
         let before_records = stop_by.map(|t| now + t.saturating_duration_since(now) / 4);
         let until = deadline.map(|d| now + d.duration_since(SystemTime::now()).unwrap_or_default());
-        let floor = within(before_records, "GetItem", floor(inner, store, &batch)).await;
+        let floor = within(
+            before_records,
+            "GetItem",
+            Box::pin(floor(inner, store, &batch)),
+        )
+        .await;
         let mut sink = BatchProgressSink::new(store, batch, identities, units.event_ids)
             .with_times(before_records, until)
             .with_first_record_mark(inner.options.mark_first_record);

@@ -61,11 +61,17 @@ pub trait CheckpointSink: Send {
         false
     }
 
+    /// `true` while the sink wants to be told of each record before it
+    /// starts ([`CheckpointSink::before_record`]).
+    fn watches_records(&self) -> bool {
+        false
+    }
+
     /// `record` starts now (called before each user record the handler is
-    /// given): a guarded sink marks it first, so that a death in it is
-    /// known to the next delivery. Returns what names the earlier delivery
-    /// that died in this very record, if one did: the core counts that as a
-    /// failed attempt.
+    /// given, while [`CheckpointSink::watches_records`]): a guarded sink
+    /// marks it first, so that a death in it is known to the next delivery.
+    /// Returns what names the earlier delivery that died in this very
+    /// record, if one did: the core counts that as a failed attempt.
     fn before_record(
         &mut self,
         record: &StreamRecord,

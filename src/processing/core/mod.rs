@@ -249,7 +249,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 return Ok(());
             }
             let size = if singles { 1 } else { run.len() };
-            if singles && self.before_record(batch, &run[0].1).await? {
+            if singles
+                && batch.sink.watches_records()
+                && Box::pin(self.before_record(batch, &run[0].1)).await?
+            {
                 run.drain(..1);
                 batch.maybe_commit(self.options).await?;
                 continue;
@@ -391,7 +394,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.deadline(item);
             return Ok(false);
         }
-        if self.before_record(batch, &record).await? {
+        // (Boxed: the marks' state calls stay off the future of every record.)
+        if batch.sink.watches_records() && Box::pin(self.before_record(batch, &record)).await? {
             batch.maybe_commit(self.options).await?;
             return Ok(true);
         }
@@ -447,10 +451,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         error: RecordError,
     ) -> Result<bool> {
         let attempt = batch.sink.attempt().map(str::to_owned);
-        if self
-            .count_and_park(batch, record, &error, attempt.as_deref())
-            .await?
-        {
+        // (Boxed: a failure's state calls stay off the future of every record.)
+        if Box::pin(self.count_and_park(batch, record, &error, attempt.as_deref())).await? {
             return Ok(true);
         }
         batch.fail(item, error);
@@ -474,12 +476,18 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         let sequence = SequenceNumber::new(&record.sequence_number)?;
         let key = batch.sink.record_key(record, &sequence)?;
         let until = batch.sink.calls_until();
-        let counted = within(until, "UpdateItem", async {
-            Ok(store
-                .record_state()
-                .record_attempt(&key, ATTEMPTS_TTL, attempt)
-                .await?)
-        });
+        // (The SDK calls' futures are boxed: a failure's path keeps the
+        // stack of the record's call small.)
+        let counted = within(
+            until,
+            "UpdateItem",
+            Box::pin(async {
+                Ok(store
+                    .record_state()
+                    .record_attempt(&key, ATTEMPTS_TTL, attempt)
+                    .await?)
+            }),
+        );
         let attempts = match counted.await {
             Ok(attempts) => attempts,
             Err(e) => {
@@ -490,14 +498,14 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         if attempts < self.options.max_attempts || batch.sink.degraded() {
             return Ok(false);
         }
-        let parked = park(
+        let parked = Box::pin(park(
             &self.options.parking,
             Some(store),
             &key,
             record,
             error,
             attempts,
-        );
+        ));
         match within(until, "park", parked).await {
             Ok(true) => {
                 tracing::warn!(

@@ -840,8 +840,7 @@ async fn a_failed_records_log_line_leaves_the_payloads_values_out() {
     let text = include_str!("../../../events/kinesis-batch.json");
     let mut event: serde_json::Value = serde_json::from_str(text).unwrap();
     let payload = br#"{"amount": "ann@example.com"}"#;
-    event["Records"][0]["kinesis"]["data"] =
-        base64_simd::STANDARD.encode_to_string(payload).into();
+    event["Records"][0]["kinesis"]["data"] = base64_simd::STANDARD.encode_to_string(payload).into();
     let logged = |options: ProcessingOptions| {
         let event = event.to_string();
         async move {

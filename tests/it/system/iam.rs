@@ -155,9 +155,9 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
     crate::support::common::start_group(ctx, &setup).await;
 
     // Init of each scheduled function.
-    let rebalancer_store = init(&rebalancer_role, ctx, &group, &stream).await;
-    let reaper_store = init(&reaper_role, ctx, &group, &stream).await;
-    let worker_store = init(&worker_role, ctx, &group, &stream).await;
+    let rebalancer_store = Box::pin(init(&rebalancer_role, ctx, &group, &stream)).await;
+    let reaper_store = Box::pin(init(&reaper_role, ctx, &group, &stream)).await;
+    let worker_store = Box::pin(init(&worker_role, ctx, &group, &stream)).await;
 
     // The rebalancer: discovery, then a take from an unregistered holder
     // (a transaction with a condition check on the holder's absence), and
@@ -184,7 +184,7 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
             retry: RetryPolicy::default(),
         }),
     ));
-    rebalancer.tick().await.unwrap();
+    Box::pin(rebalancer.tick()).await.unwrap();
     let shards = setup.load_group().await.unwrap().shards;
     let ghost = ConsumerId::new("never-registered").unwrap();
     crate::support::common::lease(&setup, &shards[0].shard_id, ghost.as_str()).await;
@@ -195,7 +195,7 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
         .await
         .unwrap();
     crate::support::common::lease(&setup, &shards[1].shard_id, dead.as_str()).await;
-    rebalancer.tick().await.unwrap();
+    Box::pin(rebalancer.tick()).await.unwrap();
 
     // The reaper sees the dead consumer's heartbeat stale and frees its
     // leases (a transaction with a condition check on its item).
@@ -207,28 +207,91 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
             .lease_term(Duration::from_millis(300))
             .efo_idle_timeout(Duration::from_millis(300)),
     );
-    reaper.tick().await.unwrap();
+    Box::pin(reaper.tick()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let reaped = reaper.tick().await.unwrap();
+    let reaped = Box::pin(reaper.tick()).await.unwrap();
     assert!(reaped.execution.leases_released > 0, "{reaped:?}");
 
+    Box::pin(run_workers(
+        ctx,
+        &group,
+        &stream,
+        &arn,
+        &rebalancer,
+        (&rebalancer_role, &reaper_role, &worker_role),
+        worker_store,
+    ))
+    .await;
+
+    // The reaper's init on a group whose state belongs to an earlier
+    // stream of the same name (another creation time): the sweep.
+    let earlier = ctx.store_for(&format!("{group}-old"), &stream);
+    earlier.stream_item().init(1_000, Some(&arn)).await.unwrap();
+    crate::support::common::seed_shards(&earlier, 2).await;
+    init(&reaper_role, ctx, &format!("{group}-old"), &stream).await;
+
+    let (orders_role, projection_role, dead_letters, orders_table, orders_stream_arn) =
+        Box::pin(run_processors(ctx, &group, &stream, &arn, &shards)).await;
+
+    // The operator: every CLI command that reads or changes the group, on
+    // the operator's clients.
+    let operator_role = Role::new().await;
+    Box::pin(operate(ctx, &operator_role, &group, &stream)).await;
+
+    let mut place = place;
+    place.table_stream = Some(orders_stream_arn.clone());
+    let mut needs = BTreeMap::new();
+    needs.insert(REBALANCER, rebalancer_role.needs(&place));
+    needs.insert(REAPER, reaper_role.needs(&place));
+    needs.insert(WORKER, worker_role.needs(&place));
+    needs.insert(ORDERS, orders_role.needs(&place));
+    needs.insert(PROJECTION, projection_role.needs(&place));
+    needs.insert(OPERATOR, operator_role.needs(&place));
+    Run {
+        place,
+        group,
+        table: ctx.table.clone(),
+        stream,
+        stream_arn: arn,
+        dead_letters,
+        orders_table,
+        orders_stream_arn,
+        worker_function,
+        needs,
+    }
+}
+
+/// Two shard-worker invocations while the rebalancer ticks: one polling
+/// (the group's own), one with enhanced fan-out (a group of its own, a pool
+/// of two, so that the reaper retires one when both are idle). (A function
+/// of its own: its futures stay off the deployment's, whose frame a test
+/// thread's stack must hold.)
+async fn run_workers(
+    ctx: &Ctx,
+    group: &str,
+    stream: &str,
+    arn: &str,
+    rebalancer: &Rebalancer,
+    (rebalancer_role, reaper_role, worker_role): (&Role, &Role, &Role),
+    worker_store: StateStore,
+) {
     // Two shard-worker invocations while the rebalancer ticks: one polling
     // (a group of its own), one with enhanced fan-out (a pool of two, so
     // that the reaper retires one when both are idle).
     let efo_group = format!("{group}-efo");
-    let efo_setup = ctx.store_for(&efo_group, &stream);
+    let efo_setup = ctx.store_for(&efo_group, stream);
     crate::support::common::start_group(ctx, &efo_setup).await;
     let efo_rebalancer = Rebalancer::new(
-        init(&rebalancer_role, ctx, &efo_group, &stream).await,
+        init(rebalancer_role, ctx, &efo_group, stream).await,
         rebalancer_role.aws.kinesis.clone(),
         RebalanceConfig::default(),
     );
     let efo_reaper = Reaper::new(
-        init(&reaper_role, ctx, &efo_group, &stream).await,
+        init(reaper_role, ctx, &efo_group, stream).await,
         reaper_role.aws.kinesis.clone(),
         ReapConfig::default().efo_idle_timeout(Duration::from_millis(300)),
     );
-    let efo_worker_store = init(&worker_role, ctx, &efo_group, &stream).await;
+    let efo_worker_store = init(worker_role, ctx, &efo_group, stream).await;
     let worker = |store: StateStore, efo: Option<EfoPool>| {
         WorkerFunction::new(store, worker_role.aws.kinesis.clone(), || {
             |record: StreamRecord| async move {
@@ -284,7 +347,7 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
     // A second pool member, registered beside the worker's, both idle now:
     // the reaper retires one (the pool keeps one).
     let second =
-        crate::support::common::active_efo_consumer(&ctx.aws, &arn, &format!("{efo_group}-01"))
+        crate::support::common::active_efo_consumer(&ctx.aws, arn, &format!("{efo_group}-01"))
             .await;
     efo_setup
         .efo_consumers()
@@ -298,20 +361,24 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let retired = efo_reaper.tick().await.unwrap();
     assert_eq!(retired.execution.efo_deregistered.len(), 1, "{retired:?}");
+}
 
-    // The reaper's init on a group whose state belongs to an earlier
-    // stream of the same name (another creation time): the sweep.
-    let earlier = ctx.store_for(&format!("{group}-old"), &stream);
-    earlier.stream_item().init(1_000, Some(&arn)).await.unwrap();
-    crate::support::common::seed_shards(&earlier, 2).await;
-    init(&reaper_role, ctx, &format!("{group}-old"), &stream).await;
-
-    // The event-source-mapped functions: orders on the stream (its own
-    // group, parking to a dead-letter stream), the projection on a table's
-    // stream (parking in the state table); a poison record each.
+/// The event-source-mapped functions' calls, each as its own role: orders on
+/// the stream (its own group, parking to a dead-letter stream), the
+/// projection on a table's stream (parking in the state table); a poison
+/// record each. Returns the two roles, the dead-letter stream, and the
+/// table and its stream's ARN. (A function of its own: its futures stay
+/// off the deployment's, whose frame a test thread's stack must hold.)
+async fn run_processors(
+    ctx: &Ctx,
+    group: &str,
+    stream: &str,
+    arn: &str,
+    shards: &[shardkeeper::state::ShardState],
+) -> (Role, Role, String, String, String) {
     let (orders_role, projection_role) = (Role::new().await, Role::new().await);
     let dead_letters = create_stream(&ctx.aws, 1).await;
-    let orders_store = orders_role.store(ctx, &format!("{group}-esm"), &stream);
+    let orders_store = orders_role.store(ctx, &format!("{group}-esm"), stream);
     orders_store.stream_item().state().await.unwrap();
     let fail_k1 = |record: StreamRecord| async move {
         if &*record.partition_key == "k1" {
@@ -328,14 +395,14 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
             },
         ));
     let mut with_poison = None;
-    for shard in &shards {
-        let records = crate::support::esm::read_shard(ctx, &stream, shard.shard_id.as_str()).await;
+    for shard in shards {
+        let records = crate::support::esm::read_shard(ctx, stream, shard.shard_id.as_str()).await;
         if records.iter().any(|r| r.partition_key() == Some("k1")) {
             with_poison = Some((shard.shard_id.as_str().to_owned(), records));
         }
     }
     let (shard, records) = with_poison.expect("a shard with key k1's records");
-    let event = crate::support::esm::kinesis_event(&arn, &shard, &records);
+    let event = crate::support::esm::kinesis_event(arn, &shard, &records);
     let report = Box::pin(orders.process(&event.to_string(), None))
         .await
         .unwrap();
@@ -355,7 +422,7 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
             .await
             .unwrap();
     }
-    let projection_store = projection_role.store(ctx, &group, &orders_table);
+    let projection_store = projection_role.store(ctx, group, &orders_table);
     projection_store.stream_item().state().await.unwrap();
     let projection = DynamoDbProcessor::new(|record: StreamRecord| async move {
         if record.partition_key.contains("o-2") {
@@ -378,32 +445,13 @@ async fn record_a_deployment(ctx: &Ctx) -> Run {
         .unwrap();
     assert!(report.parked > 0, "{report:?}");
 
-    // The operator: every CLI command that reads or changes the group, on
-    // the operator's clients.
-    let operator_role = Role::new().await;
-    Box::pin(operate(ctx, &operator_role, &group, &stream)).await;
-
-    let mut place = place;
-    place.table_stream = Some(orders_stream_arn.clone());
-    let mut needs = BTreeMap::new();
-    needs.insert(REBALANCER, rebalancer_role.needs(&place));
-    needs.insert(REAPER, reaper_role.needs(&place));
-    needs.insert(WORKER, worker_role.needs(&place));
-    needs.insert(ORDERS, orders_role.needs(&place));
-    needs.insert(PROJECTION, projection_role.needs(&place));
-    needs.insert(OPERATOR, operator_role.needs(&place));
-    Run {
-        place,
-        group,
-        table: ctx.table.clone(),
-        stream,
-        stream_arn: arn,
+    (
+        orders_role,
+        projection_role,
         dead_letters,
         orders_table,
         orders_stream_arn,
-        worker_function,
-        needs,
-    }
+    )
 }
 
 /// The CLI's commands on `group`, as an operator runs them: status, the
