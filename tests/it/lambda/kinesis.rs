@@ -869,3 +869,46 @@ async fn a_failed_records_log_line_leaves_the_payloads_values_out() {
     let (lines, _) = logged(ProcessingOptions::default().log_values(true)).await;
     assert!(lines.contains("ann@example.com"), "{lines}");
 }
+
+/// A team's test awaits a processor as it is, unboxed, on a test thread
+/// (2 MB of stack in a debug build). The whole path (the state reads, the
+/// first record's mark, a failure counted and parked, the commits) fits in
+/// half of that (it took between 512 and 640 KB, 2026-11-27): the state
+/// calls' futures are boxed, so no caller's frame holds a copy of an SDK
+/// call's.
+#[tokio::test]
+async fn a_processor_runs_a_batch_with_a_parked_record_in_a_megabyte_of_stack() {
+    let ctx = ctx().await;
+    let store = ctx.store("stack-depth");
+    let worker = std::thread::Builder::new()
+        .stack_size(1024 * 1024)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let text = include_str!("../../../events/kinesis-batch.json");
+                let processor = KinesisProcessor::new(|record: StreamRecord| async move {
+                    if record.sequence_number.ends_with('2') {
+                        return Err(std::io::Error::other("poison"));
+                    }
+                    Ok(())
+                })
+                .with_store(store)
+                .with_options(
+                    ProcessingOptions::default()
+                        .max_attempts(1)
+                        .mark_first_record(true)
+                        .parking(Parking::StateTable {
+                            ttl: Duration::from_secs(60),
+                        }),
+                );
+                let deadline = std::time::SystemTime::now() + Duration::from_secs(60);
+                processor.process(text, Some(deadline)).await.unwrap()
+            })
+        })
+        .unwrap();
+    let report = worker.join().expect("no stack overflow");
+    assert_eq!(report.processed + report.parked, 3, "{report:?}");
+}
