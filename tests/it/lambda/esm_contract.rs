@@ -74,8 +74,10 @@ async fn records(
     (arn, shard, records)
 }
 
-/// A handler that may be killed before each record (as the emulator says),
-/// fails poison records, and notes every completion.
+/// A handler that may be killed before each record (as the emulator says:
+/// the process dies there), fails poison records (half of them with an
+/// error, half with a panic, as an `unwrap` on a payload would), and notes
+/// every completion.
 fn handler(completions: Completions) -> impl RecordHandler {
     json(move |message: Message, record: StreamRecord| {
         let completions = completions.clone();
@@ -83,6 +85,7 @@ fn handler(completions: Completions) -> impl RecordHandler {
             lambda_esm::kill_point().await;
             tokio::task::yield_now().await;
             if message.poison {
+                assert!(message.n % 2 == 0, "poison record {} panics", message.n);
                 return Err(format!("poison record {}", message.n));
             }
             completions.lock().unwrap().push((
@@ -110,7 +113,8 @@ fn seeds() -> std::ops::Range<u64> {
 }
 
 /// The processing options of a property run: parking after two attempts,
-/// and checkpoints after every few records or by time only.
+/// checkpoints after every few records or by time only, and the first
+/// record of each delivery marked or not.
 fn property_options(seed: u64) -> ProcessingOptions {
     let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
     ProcessingOptions::default()
@@ -119,6 +123,7 @@ fn property_options(seed: u64) -> ProcessingOptions {
             ttl: Duration::from_secs(3600),
         })
         .checkpoint_records(rng.bool().then(|| rng.u64(1..=4)))
+        .mark_first_record(rng.bool())
 }
 
 /// One property run: for each seed, a mapping drawn (re-formed between
@@ -258,6 +263,7 @@ fn change_handler(completions: Completions) -> impl RecordHandler {
                 Change::Remove { .. } => return Err("no removes here".to_owned()),
             };
             if item.poison {
+                assert!(item.n % 2 == 0, "poison change {} panics", item.n);
                 return Err(format!("poison change {} of {}", item.n, item.id));
             }
             completions
