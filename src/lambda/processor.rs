@@ -338,8 +338,16 @@ async fn floor<H>(
 /// the name alone for an unqualified invocation or `$LATEST`. Two mappings
 /// of one function through two aliases keep apart.
 fn invoked_as(context: &lambda_runtime::Context) -> String {
-    let name = context.env_config.function_name.as_str();
-    let parts: Vec<&str> = context.invoked_function_arn.split(':').collect();
+    qualified(
+        context.env_config.function_name.as_str(),
+        &context.invoked_function_arn,
+    )
+}
+
+/// The function `name` with the qualifier its invoked ARN carries, if any
+/// (see `invoked_as`).
+pub(crate) fn qualified(name: &str, invoked_arn: &str) -> String {
+    let parts: Vec<&str> = invoked_arn.split(':').collect();
     match parts.as_slice() {
         ["arn", _, "lambda", _, _, "function", _, qualifier]
             if !qualifier.is_empty() && *qualifier != "$LATEST" && !name.is_empty() =>

@@ -63,6 +63,15 @@ pub enum RecordError {
         /// Its sub-sequence number.
         sub_sequence: u64,
     },
+    /// A tumbling window's action failed: the window is parked under this
+    /// error once it failed `max_attempts` times.
+    #[error("the action of the window starting {window_start} failed: {error}")]
+    Window {
+        /// The window's start (ms since the epoch).
+        window_start: String,
+        /// The action's error.
+        error: String,
+    },
     /// Not attempted: the Lambda deadline was too close.
     #[error("record {sequence_number} not attempted: the deadline is too close")]
     Deadline {

@@ -265,3 +265,111 @@ async fn a_state_that_does_not_decode_is_replaced_by_a_fresh_one() {
     let state = &response.time_window_event_response_properties.state[STATE_KEY];
     assert_eq!(serde_json::from_str::<Totals>(state).unwrap().count, 2);
 }
+
+/// With a state store, a record whose fold keeps failing is counted as the
+/// batch processors count one, and at `max_attempts` it is parked and left
+/// out of the window's state; the window goes on with the records after
+/// it. Before, it was reported at every invocation, for ever.
+#[tokio::test]
+async fn a_record_whose_fold_keeps_failing_is_parked_and_left_out() {
+    use shardkeeper::processing::{Parking, ProcessingOptions};
+    let ctx = ctx().await;
+    let bodies = vec![
+        b"{\"amount\":5}".to_vec(),
+        b"{\"amount\":7}".to_vec(),
+        b"oops".to_vec(),
+        b"{\"amount\":11}".to_vec(),
+    ];
+    let (shard, records) = shard_with(&ctx, bodies).await;
+    let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/s";
+    let store = ctx.store("window-poison");
+    let processor =
+        KinesisWindowProcessor::new(count_amounts, |_: Totals, _: WindowInfo| async { Ok(()) })
+            .with_store(store.clone())
+            .with_options(ProcessingOptions::default().max_attempts(2).parking(
+                Parking::StateTable {
+                    ttl: std::time::Duration::from_secs(3600),
+                },
+            ));
+    let first = processor
+        .process(&window_event(
+            kinesis_event(arn, &shard, &records),
+            None,
+            false,
+        ))
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&first).unwrap();
+    assert_eq!(
+        json["batchItemFailures"][0]["itemIdentifier"],
+        records[2].sequence_number()
+    );
+    let state = first.time_window_event_response_properties.state[STATE_KEY].clone();
+    // Lambda's retry, from the failed record, with the state returned.
+    let second = processor
+        .process(&window_event(
+            kinesis_event(arn, &shard, &records[2..]),
+            Some(&state),
+            false,
+        ))
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&second).unwrap();
+    assert!(json.get("batchItemFailures").is_none(), "{json}");
+    let state = second.time_window_event_response_properties.state[STATE_KEY].clone();
+    assert_eq!(
+        serde_json::from_str::<Totals>(&state).unwrap(),
+        Totals {
+            count: 3,
+            amount: 23
+        }
+    );
+    let parked = store.record_state().list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(
+        parked[0].key.sequence.as_str(),
+        records[2].sequence_number()
+    );
+}
+
+/// A window whose action keeps failing holds its shard for ever on Lambda
+/// ("If the invocation fails, your Lambda function suspends further
+/// processing until a successful invocation", Lambda developer guide,
+/// tumbling windows). With a state store it fails the invocation until
+/// `max_attempts`, then the window is parked, its state as the data, and
+/// closed.
+#[tokio::test]
+async fn a_window_whose_action_keeps_failing_is_parked_with_its_state() {
+    use shardkeeper::processing::{HandlerError, Parking, ProcessingOptions};
+    let ctx = ctx().await;
+    let store = ctx.store("window-action");
+    let processor = KinesisWindowProcessor::new(count_amounts, |_: Totals, _: WindowInfo| async {
+        Err::<(), HandlerError>("the warehouse is down".into())
+    })
+    .with_store(store.clone())
+    .with_options(
+        ProcessingOptions::default()
+            .max_attempts(2)
+            .parking(Parking::StateTable {
+                ttl: std::time::Duration::from_secs(3600),
+            }),
+    );
+    let state = r#"{"count":4,"amount":36}"#;
+    let last = window_event(serde_json::json!({ "Records": [] }), Some(state), true);
+    let error = processor.process(&last).await.unwrap_err();
+    assert!(error.to_string().contains("warehouse"), "{error}");
+    let closed = processor.process(&last).await.unwrap();
+    assert!(closed
+        .time_window_event_response_properties
+        .state
+        .is_empty());
+    let parked = store.record_state().list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].data, state.as_bytes());
+    assert!(parked[0]
+        .key
+        .event_id
+        .as_deref()
+        .is_some_and(|id| id.starts_with("window-")));
+    assert!(parked[0].error.contains("warehouse"), "{}", parked[0].error);
+}
