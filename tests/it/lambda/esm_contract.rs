@@ -85,7 +85,11 @@ fn handler(completions: Completions) -> impl RecordHandler {
             lambda_esm::kill_point().await;
             tokio::task::yield_now().await;
             if message.poison {
-                assert!(message.n % 2 == 0, "poison record {} panics", message.n);
+                assert!(
+                    message.n.is_multiple_of(2),
+                    "poison record {} panics",
+                    message.n
+                );
                 return Err(format!("poison record {}", message.n));
             }
             completions.lock().unwrap().push((
@@ -263,7 +267,7 @@ fn change_handler(completions: Completions) -> impl RecordHandler {
                 Change::Remove { .. } => return Err("no removes here".to_owned()),
             };
             if item.poison {
-                assert!(item.n % 2 == 0, "poison change {} panics", item.n);
+                assert!(item.n.is_multiple_of(2), "poison change {} panics", item.n);
                 return Err(format!("poison change {} of {}", item.n, item.id));
             }
             completions
