@@ -52,6 +52,7 @@ pub struct StreamRecord {
 /// `None` for a value no record can have arrived at (negative, past the year
 /// 9999, not a number): an event is input, and an absurd time must not
 /// overflow an age.
+#[cfg(feature = "esm")]
 pub(crate) fn arrival_from_seconds(secs: f64) -> Option<EpochMillis> {
     const LAST: f64 = 253_402_300_799.0; // 9999-12-31T23:59:59Z
     (secs.is_finite() && (0.0..=LAST).contains(&secs)).then(|| (secs * 1000.0).round() as i64)
