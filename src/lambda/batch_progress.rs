@@ -21,6 +21,7 @@ use crate::state::{
     BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, RunMark, SequenceNumber,
     ShardId, StateError, StateStore,
 };
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -67,6 +68,12 @@ pub(crate) struct BatchProgressSink<'a> {
     /// Whether the batch has a progress item (read or written by this
     /// delivery): a mark goes on it, or, with none, makes it.
     has_item: bool,
+    /// Records done past a failure (stored ones, read with the progress,
+    /// and this delivery's): skipped, and written with every commit and
+    /// under the key of the batch Lambda sends next.
+    done_after: HashSet<(Arc<str>, u64)>,
+    /// This delivery added to `done_after`.
+    done_past_failure: bool,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -101,7 +108,21 @@ impl<'a> BatchProgressSink<'a> {
             mark_first: false,
             first_marked: false,
             has_item: false,
+            done_after: HashSet::new(),
+            done_past_failure: false,
         }
+    }
+
+    /// `done_after` as stored (in sequence order, at most
+    /// [`crate::state::MAX_DONE_AFTER`] of them).
+    fn done_after_stored(&self) -> Vec<(SequenceNumber, u64)> {
+        let mut done: Vec<(SequenceNumber, u64)> = self
+            .done_after
+            .iter()
+            .filter_map(|(sequence, sub)| Some((SequenceNumber::new(sequence).ok()?, *sub)))
+            .collect();
+        done.sort();
+        done
     }
 
     /// The same sink, marking the first record it runs before it starts.
@@ -183,41 +204,55 @@ impl<'a> BatchProgressSink<'a> {
             .count()
     }
 
-    /// After a failure inside a KPL aggregate the progress ends within the
-    /// failed record, and Lambda's next batch starts at that record (the
-    /// lowest reported item identifier, under `ReportBatchItemFailures`):
-    /// the progress is stored under that batch's key too (the digest of
-    /// the aggregate's user records done), so the retry resumes inside the
-    /// aggregate instead of repeating its first user records.
+    /// What the batch Lambda sends next (from the lowest failure reported,
+    /// under `ReportBatchItemFailures`) should know, stored under its key:
+    /// - after a failure inside a KPL aggregate the progress ends within the
+    ///   failed record: the digest of the aggregate's user records done, so
+    ///   the retry resumes inside the aggregate instead of repeating its
+    ///   first user records;
+    /// - the records done past the failure (`ReportAllFailures`, or parked),
+    ///   so the retry does not run them again.
     pub(crate) async fn carry_over(&mut self, report: &mut BatchReport) {
         if self.degraded {
             return;
         }
-        let Some((cp @ Checkpoint::After { sequence, .. }, done)) = &self.committed else {
-            return;
-        };
-        let lowest = report
+        let Some(lowest) = report
             .failures
             .iter()
             .filter_map(|f| SequenceNumber::new(&f.item_identifier).ok())
-            .min();
-        if lowest.as_ref() != Some(sequence) {
+            .min()
+        else {
+            return;
+        };
+        let inside = match &self.committed {
+            Some((cp @ Checkpoint::After { sequence, .. }, done)) if *sequence == lowest => self
+                .identities
+                .position(sequence.as_str(), 0, 0)
+                .map(|start| {
+                    let digest = self.identities.digest(start, *done);
+                    let prefix = crate::state::PrefixDigest {
+                        records: (*done - start) as u32,
+                        digest,
+                    };
+                    (cp.clone(), vec![prefix], digest)
+                }),
+            _ => None,
+        };
+        if inside.is_none() && !self.done_past_failure {
             return;
         }
-        let Some(start) = self.identities.position(sequence.as_str(), 0, 0) else {
-            return;
-        };
-        let digest = self.identities.digest(start, *done);
-        let prefix = crate::state::PrefixDigest {
-            records: (*done - start) as u32,
-            digest,
-        };
+        let (checkpoint, prefixes, content) = inside.unwrap_or((
+            Checkpoint::AtSequence(lowest.clone()),
+            Vec::new(),
+            self.content,
+        ));
         let next = BatchKey {
-            first: sequence.clone(),
-            first_event_id: self.event_id(sequence.as_str()).map(str::to_owned),
+            first: lowest.clone(),
+            first_event_id: self.event_id(lowest.as_str()).map(str::to_owned),
             ..self.batch.clone()
         };
-        let progress = BatchProgress::new(cp.clone(), vec![prefix], digest);
+        let progress = BatchProgress::new(checkpoint, prefixes, content)
+            .with_done_after(self.done_after_stored());
         let write = async {
             Ok(self
                 .store
@@ -226,7 +261,7 @@ impl<'a> BatchProgressSink<'a> {
                 .await?)
         };
         if let Err(e) = within(self.until, "UpdateItem", Box::pin(write)).await {
-            tracing::warn!(error = %e, "the progress inside the failed aggregate was not stored");
+            tracing::warn!(error = %e, "the progress for the retry was not stored");
             report.state_errors += 1;
         }
     }
@@ -255,6 +290,12 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if let Some(progress) = &progress {
             self.has_item = true;
             self.note_earlier_run(progress);
+            self.done_after.extend(
+                progress
+                    .done_after
+                    .iter()
+                    .map(|(sequence, sub)| (Arc::from(sequence.as_str()), *sub)),
+            );
         }
         let done = progress
             .map_or(0, |p| self.identities.matched(&p.prefixes))
@@ -292,7 +333,8 @@ impl CheckpointSink for BatchProgressSink<'_> {
         };
         let done = at + 1;
         let prefixes = self.hasher.prefixes(&self.identities, done);
-        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content);
+        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content)
+            .with_done_after(self.done_after_stored());
         if let Some(run) = self.run_mark() {
             progress = progress.with_run(run);
         }
@@ -347,6 +389,21 @@ impl CheckpointSink for BatchProgressSink<'_> {
 
     fn attempt(&self) -> Option<&str> {
         self.request_id.as_deref()
+    }
+
+    fn done(&self, record: &StreamRecord) -> bool {
+        !self.done_after.is_empty()
+            && self
+                .done_after
+                .contains(&(record.sequence_number.clone(), record.sub_sequence))
+    }
+
+    fn past_failure(&mut self, record: &StreamRecord) {
+        if self.done_after.len() < crate::state::MAX_DONE_AFTER {
+            self.done_after
+                .insert((record.sequence_number.clone(), record.sub_sequence));
+            self.done_past_failure = true;
+        }
     }
 
     fn guarded(&self) -> bool {

@@ -61,6 +61,19 @@ pub trait CheckpointSink: Send {
         false
     }
 
+    /// `true` if `record` is done though the stored position does not cover
+    /// it (run or parked past an earlier failure): it is skipped.
+    fn done(&self, record: &StreamRecord) -> bool {
+        let _ = record;
+        false
+    }
+
+    /// `record` was handled (or parked) after a failure of the batch, so
+    /// no checkpoint may cover it: a sink that can remembers it as done.
+    fn past_failure(&mut self, record: &StreamRecord) {
+        let _ = record;
+    }
+
     /// `true` while the sink wants to be told of each record before it
     /// starts ([`CheckpointSink::before_record`]).
     fn watches_records(&self) -> bool {

@@ -164,7 +164,16 @@ pub struct BatchProgress {
     /// How the delivery that wrote it last ran (`None`: not known, an item
     /// written without it).
     pub run: Option<RunMark>,
+    /// Records done after the checkpoint: run (or parked) past a failure,
+    /// while the checkpoint stays before it. A record is the same record
+    /// wherever a batch holds it (its sequence number is unique in its
+    /// shard), so any batch of the consumer skips these.
+    pub done_after: Vec<(SequenceNumber, u64)>,
 }
+
+/// The most records [`BatchProgress::done_after`] keeps (about 64 bytes
+/// each: well inside an item's 400 KB); those past it run again.
+pub const MAX_DONE_AFTER: usize = 1_000;
 
 /// What a batch's progress says of the delivery that wrote it last: a
 /// delivery that wrote and then neither ended nor wrote again died in the
@@ -202,7 +211,18 @@ impl BatchProgress {
             prefixes,
             content,
             run: None,
+            done_after: Vec::new(),
         }
+    }
+
+    /// The same progress, with `done` done after its checkpoint (at most
+    /// [`MAX_DONE_AFTER`] of them are kept).
+    pub fn with_done_after(
+        mut self,
+        done: impl IntoIterator<Item = (SequenceNumber, u64)>,
+    ) -> Self {
+        self.done_after = done.into_iter().take(MAX_DONE_AFTER).collect();
+        self
     }
 
     /// The same progress, written by the delivery `run` says.
@@ -239,6 +259,21 @@ fn decode_prefixes(bytes: &[u8]) -> Result<Vec<PrefixDigest>> {
             digest: entry[4..].try_into().expect("16 bytes"),
         })
         .collect())
+}
+
+/// The records a progress item says are done after its checkpoint (an
+/// entry that does not read is left out: its record runs again).
+fn done_after(item: &crate::item::RawItem) -> Vec<(SequenceNumber, u64)> {
+    let Some(AttributeValue::Ss(entries)) = item.get(attr::DONE_AFTER) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let (sequence, sub) = entry.split_once('/')?;
+            Some((SequenceNumber::new(sequence).ok()?, sub.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The run mark of a progress item, if it has one.
@@ -295,6 +330,7 @@ impl RecordState<'_> {
             prefixes,
             content,
             run: run_mark(&item)?,
+            done_after: done_after(&item),
         }))
     }
 
@@ -381,6 +417,19 @@ impl RecordState<'_> {
                     .value("started_sub", n(*sub));
                 update.push_str(", #run_started = :started, #run_started_sub = :started_sub");
             }
+        }
+        if !progress.done_after.is_empty() {
+            let done = progress
+                .done_after
+                .iter()
+                .map(|(sequence, sub)| format!("{sequence}/{sub}"))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            expr = expr
+                .names(&[attr::DONE_AFTER])
+                .value("done_after", AttributeValue::Ss(done));
+            update.push_str(", #done_after = :done_after");
         }
         let condition =
             format!("attribute_not_exists(#content) OR #content <> :content OR {MONOTONIC}");

@@ -78,7 +78,7 @@ mod stream;
 mod stream_address;
 mod table;
 
-pub use batch::{BatchKey, BatchProgress, PrefixDigest, RunMark};
+pub use batch::{BatchKey, BatchProgress, PrefixDigest, RunMark, MAX_DONE_AFTER};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};

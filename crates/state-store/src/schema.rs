@@ -218,6 +218,9 @@ pub mod attr {
     pub const RUN_STARTED: &str = "run_started";
     /// Batch progress: the started record's sub-sequence number.
     pub const RUN_STARTED_SUB: &str = "run_started_sub";
+    /// Batch progress: records done after the checkpoint (past a failure),
+    /// `<sequence>/<sub-sequence>` each: a batch skips them.
+    pub const DONE_AFTER: &str = "done_after";
     /// Batch progress: digests of prefixes of the batch that stored it.
     pub const PREFIXES: &str = "prefixes";
     /// Batch progress: the digest of the whole batch that stored it.

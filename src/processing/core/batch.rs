@@ -140,13 +140,14 @@ impl<S: CheckpointSink> Batch<'_, S> {
             };
             self.stored = Some(stored);
         }
-        match self.stored.as_ref().and_then(Option::as_ref) {
-            None => Ok(false),
+        let covered = match self.stored.as_ref().and_then(Option::as_ref) {
+            None => false,
             Some(cp) => {
                 let sequence = SequenceNumber::new(&record.sequence_number)?;
-                Ok(cp.covers(&sequence, record.sub_sequence))
+                cp.covers(&sequence, record.sub_sequence)
             }
-        }
+        };
+        Ok(covered || self.sink.done(record))
     }
 
     /// Moves the progress past a record, unless a failure came first (then
@@ -156,6 +157,8 @@ impl<S: CheckpointSink> Batch<'_, S> {
             self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
             self.dirty = true;
             self.since_commit += 1;
+        } else {
+            self.sink.past_failure(record);
         }
     }
 

@@ -979,3 +979,71 @@ async fn a_record_that_kills_the_process_at_the_head_is_found_only_with_the_firs
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!(parked[0].key.sequence.as_str(), killer);
 }
+
+/// `ReportAllFailures`: after a failure the batch goes on, and its
+/// checkpoint stays before the failure. What it did past the failure (run,
+/// or parked) is remembered by record, under the key of the batch Lambda
+/// sends next (from the lowest failure), so the retry runs neither again:
+/// before, every record after the first failure ran again at each retry,
+/// and a record parked there was parked again (another envelope each time).
+#[tokio::test]
+async fn report_all_failures_does_not_run_again_what_it_did_past_a_failure() {
+    use shardkeeper::processing::FailureMode;
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 5, 5, None).await;
+    let store = ctx.store("esm-report-all");
+    let (flaky, poison) = (records[1].sequence.clone(), records[3].sequence.clone());
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let processor = {
+        let calls = calls.clone();
+        KinesisProcessor::new(move |record: StreamRecord| {
+            let calls = calls.clone();
+            let (flaky, poison) = (flaky.clone(), poison.clone());
+            async move {
+                let sequence = record.sequence_number.to_string();
+                let first = {
+                    let mut calls = calls.lock().unwrap();
+                    let first = !calls.contains(&sequence);
+                    calls.push(sequence.clone());
+                    first
+                };
+                if (sequence == flaky && first) || sequence == poison {
+                    return Err(std::io::Error::other("not now"));
+                }
+                Ok(())
+            }
+        })
+        .with_store(store.clone())
+        .with_options(
+            ProcessingOptions::default()
+                .mode(FailureMode::ReportAllFailures)
+                .max_attempts(2)
+                .parking(Parking::StateTable {
+                    ttl: Duration::from_secs(3600),
+                }),
+        )
+    };
+    // Records 1 (once) and 3 (always) fail: both reported; 2 and 4 run
+    // past the failure.
+    let failures = invoke_as(&processor, "orders", &records).await;
+    assert_eq!(
+        failures,
+        vec![records[1].sequence.clone(), records[3].sequence.clone()]
+    );
+    // Lambda's retry, from the lowest failure: 1 runs, 3 fails its second
+    // attempt and is parked, 2 and 4 are not run again.
+    let failures = invoke_as(&processor, "orders", &records[1..]).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    // A third delivery of the same (a duplicate): nothing runs.
+    let failures = invoke_as(&processor, "orders", &records[1..]).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = calls.lock().unwrap().clone();
+    let times = |i: usize| calls.iter().filter(|c| **c == records[i].sequence).count();
+    assert_eq!(
+        (0..5).map(times).collect::<Vec<_>>(),
+        vec![1, 2, 1, 2, 1],
+        "only the failed records run again"
+    );
+    let parked = store.record_state().list_parked().await.unwrap();
+    assert_eq!(parked.len(), 1, "parked once: {parked:?}");
+}
