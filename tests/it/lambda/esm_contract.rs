@@ -333,6 +333,7 @@ async fn a_lagging_lane_is_never_skipped_at_parallelization_above_one() {
         max_retries: 5,
         kill_chance: 0.0,
         reform_chance: 0.0,
+        duplicate_chance: 0.0,
         seed: 7,
     };
     let run = lambda_esm::run(esm_invoke!(processor), "orders", &records, &config).await;

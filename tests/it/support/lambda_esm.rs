@@ -28,6 +28,10 @@
 //!   retry quota").
 //! - After `MaximumRetryAttempts` retries the batch's records go to the
 //!   on-failure destination and the shard moves on.
+//! - Lambda delivers at least once ("Lambda ... can process records more
+//!   than once", Lambda developer guide, event source mappings): with
+//!   `duplicate_chance`, a batch also goes to a second invocation at the
+//!   same time, whose answer the mapping does not act on.
 
 use lambda_runtime::Context;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -53,6 +57,10 @@ pub struct EsmConfig {
     /// The chance that a round first re-forms the mapping (batch size,
     /// lanes and filter drawn again).
     pub reform_chance: f64,
+    /// The chance that a batch is also delivered to a second invocation at
+    /// the same time (Lambda delivers at least once; the second one's
+    /// answer is not the one the mapping acts on).
+    pub duplicate_chance: f64,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -70,6 +78,7 @@ impl EsmConfig {
             max_retries: 20,
             kill_chance,
             reform_chance,
+            duplicate_chance: kill_chance / 3.0,
             seed,
         }
     }
@@ -108,8 +117,11 @@ pub struct EsmRun {
     /// lowest failure it reported.
     pub acknowledged: BTreeSet<String>,
     /// Records that were in a batch whose invocation was killed or failed
-    /// (the only ones the contract lets run twice).
+    /// (with those delivered twice at once, the only ones the contract lets
+    /// run twice).
     pub in_failed_invocations: BTreeSet<String>,
+    /// Invocations that were a second, concurrent delivery of a batch.
+    pub duplicates: u64,
 }
 
 tokio::task_local! {
@@ -322,17 +334,30 @@ async fn run_shard(
             full[lane] = batch.len() >= cap.min(mapping.batch_size);
         }
         let mut round = tokio::task::JoinSet::new();
+        let mut echoes = tokio::task::JoinSet::new();
         for batch in batches.into_iter().filter(|b| !b.is_empty()) {
             invocations += 1;
             assert!(invocations < 20_000, "the shard never finished");
             let chosen: Vec<EsmRecord> = batch.iter().map(|&i| records[i].clone()).collect();
             let killed_after = (rng.f64() < config.kill_chance).then(|| rng.usize(0..batch.len()));
+            if rng.f64() < config.duplicate_chance {
+                // The same batch to a second invocation at the same time:
+                // its records may run twice; its answer is dropped.
+                let mut run = result.lock().unwrap();
+                run.duplicates += 1;
+                run.in_failed_invocations
+                    .extend(chosen.iter().map(|r| r.id.clone()));
+                let (invoke, function, chosen) =
+                    (invoke.clone(), function.to_owned(), chosen.clone());
+                echoes.spawn(async move { invoke_once(&invoke, &function, &chosen, None).await });
+            }
             let (invoke, function) = (invoke.clone(), function.to_owned());
             round.spawn(async move {
                 let outcome = invoke_once(&invoke, &function, &chosen, killed_after).await;
                 (batch, chosen, killed_after, outcome)
             });
         }
+        while echoes.join_next().await.is_some() {}
         while let Some(done) = round.join_next().await {
             retry_heads.retain(|&h| open[h]);
             let (batch, chosen, killed_after, outcome) = done.expect("invocation");

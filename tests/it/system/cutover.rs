@@ -74,6 +74,7 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
         max_retries: 5,
         kill_chance: 0.0,
         reform_chance: 0.0,
+        duplicate_chance: 0.0,
         seed: 3,
     };
 
