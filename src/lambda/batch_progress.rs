@@ -65,6 +65,10 @@ pub(crate) struct BatchProgressSink<'a> {
     /// whether it has been.
     mark_first: bool,
     first_marked: bool,
+    /// The first record's mark stands and that record is done: the mark
+    /// is taken back before the next record starts (a death after it must
+    /// not be put down to it).
+    first_mark_standing: bool,
     /// Whether the batch has a progress item (read or written by this
     /// delivery): a mark goes on it, or, with none, makes it.
     has_item: bool,
@@ -107,6 +111,7 @@ impl<'a> BatchProgressSink<'a> {
             wrote: None,
             mark_first: false,
             first_marked: false,
+            first_mark_standing: false,
             has_item: false,
             done_after: HashSet::new(),
             done_past_failure: false,
@@ -349,6 +354,8 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if outcome == CheckpointOutcome::Stored {
             self.wrote = Some(self.ending);
             self.has_item = true;
+            // (A commit takes the started mark back.)
+            self.first_mark_standing = false;
         }
         self.committed = Some((checkpoint.clone(), done));
         Ok(outcome == CheckpointOutcome::Stored)
@@ -411,7 +418,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
     }
 
     fn watches_records(&self) -> bool {
-        self.died_in.is_some() || self.guarded() || (self.mark_first && !self.first_marked)
+        self.died_in.is_some()
+            || self.guarded()
+            || (self.mark_first && !self.first_marked)
+            || self.first_mark_standing
     }
 
     async fn before_record(&mut self, record: &StreamRecord) -> crate::Result<Option<String>> {
@@ -421,12 +431,27 @@ impl CheckpointSink for BatchProgressSink<'_> {
         });
         let first = self.mark_first && !self.first_marked;
         self.first_marked = true;
-        if self.degraded || !(self.guarded || first) {
-            return Ok(died_in);
-        }
         let Some(me) = self.request_id.clone() else {
             return Ok(died_in);
         };
+        if self.degraded {
+            return Ok(died_in);
+        }
+        if !(self.guarded || first) {
+            if std::mem::take(&mut self.first_mark_standing) {
+                // The first record is done: its mark goes, so a death from
+                // here on is no death in it.
+                let clear = async {
+                    Ok(self
+                        .store
+                        .record_state()
+                        .mark_run(&self.batch, self.content, &me, None, false)
+                        .await?)
+                };
+                within(self.until, "UpdateItem", Box::pin(clear)).await?;
+            }
+            return Ok(died_in);
+        }
         let sequence = SequenceNumber::new(&record.sequence_number)?;
         let started = Some((sequence.clone(), record.sub_sequence));
         let marked = if self.has_item {
@@ -439,6 +464,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                         self.content,
                         &me,
                         Some((&sequence, record.sub_sequence)),
+                        false,
                     )
                     .await?)
             };
@@ -463,6 +489,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if marked {
             self.wrote = Some(false);
             self.has_item = true;
+            self.first_mark_standing = first && !self.guarded;
         }
         Ok(died_in)
     }
@@ -482,7 +509,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
             Ok(self
                 .store
                 .record_state()
-                .mark_run(&self.batch, self.content, &me, None)
+                .mark_run(&self.batch, self.content, &me, None, true)
                 .await?)
         };
         match within(self.until, "UpdateItem", Box::pin(mark)).await {

@@ -93,7 +93,8 @@ pub struct ProcessingOptions {
     /// a microsecond a record (docs/BENCHMARKS.md, "Handler spans").
     pub handler_spans: bool,
     /// Event source mappings: mark a delivery's first record before it
-    /// starts (one write more a delivery; default: off). A process that
+    /// starts, and take the mark back once it is done (two writes more a
+    /// delivery; default: off). A process that
     /// dies in a record (out of memory, an abort) is found by the next
     /// delivery when the dying one had written progress; the first record
     /// a delivery runs has none before it, so a record that kills the

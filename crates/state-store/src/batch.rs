@@ -335,32 +335,39 @@ impl RecordState<'_> {
     }
 
     /// Marks, on the progress of `batch` stored by a batch whose digest is
-    /// `content`, the record the delivery `by` starts now (`started`), or
-    /// that the delivery ended (`None`): no checkpoint moves. `false` if no
-    /// progress of that content is stored (nothing written).
+    /// `content`, how the delivery `by` runs: the record it starts now
+    /// (`started`), or none started (the one marked before is done), and
+    /// whether it ended. No checkpoint moves. `false` if no progress of
+    /// that content is stored (nothing written).
     pub async fn mark_run(
         self,
         batch: &BatchKey,
         content: [u8; 16],
         by: &str,
         started: Option<(&SequenceNumber, u64)>,
+        ended: bool,
     ) -> Result<bool> {
         batch.validate()?;
         let mut expr = Expr::new()
-            .names(&[attr::CONTENT, attr::RUN_BY, attr::RUN_ENDED])
+            .names(&[
+                attr::CONTENT,
+                attr::RUN_BY,
+                attr::RUN_ENDED,
+                attr::RUN_STARTED,
+                attr::RUN_STARTED_SUB,
+            ])
             .value("content", AttributeValue::B(Blob::new(content)))
             .value("by", s(by))
-            .value("ended", AttributeValue::Bool(started.is_none()));
+            .value("ended", AttributeValue::Bool(ended));
         let update = match started {
             Some((sequence, sub)) => {
                 expr = expr
-                    .names(&[attr::RUN_STARTED, attr::RUN_STARTED_SUB])
                     .value("started", s(sequence.as_str()))
                     .value("started_sub", n(sub));
                 "SET #run_by = :by, #run_ended = :ended, #run_started = :started, \
                  #run_started_sub = :started_sub"
             }
-            None => "SET #run_by = :by, #run_ended = :ended",
+            None => "SET #run_by = :by, #run_ended = :ended REMOVE #run_started, #run_started_sub",
         };
         let at = self
             .store

@@ -518,6 +518,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 );
                 batch.report.parked += 1;
                 batch.advance(record);
+                // Committed at once: a delivery that dies after this one
+                // must not run the record again before the key's next ones
+                // (it may have been parked for deaths it did not cause).
+                batch.commit().await?;
                 Ok(true)
             }
             Ok(false) => Ok(false),
