@@ -78,12 +78,11 @@ impl EsmConfig {
             max_retries: 20,
             kill_chance,
             reform_chance,
-            // Off unless asked for (`SHARDKEEPER_ESM_DUPLICATES`): see
-            // docs/RELIABILITY.md for what a concurrent duplicate finds.
+            // `SHARDKEEPER_ESM_DUPLICATES` sets it (default 0.1).
             duplicate_chance: std::env::var("SHARDKEEPER_ESM_DUPLICATES")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0),
+                .unwrap_or(0.1),
             seed,
         }
     }
