@@ -5,9 +5,9 @@
 use crate::lambda::kinesis::Kinesis;
 use crate::metrics::Metric;
 use crate::processing::handler::HandlerError;
-use crate::processing::options::{ProcessingOptions, ATTEMPTS_TTL};
+use crate::processing::options::ProcessingOptions;
 use crate::processing::outcome::RecordError;
-use crate::processing::parking::park;
+use crate::processing::parking::{park_at_limit, AtLimit};
 use crate::processing::record::StreamRecord;
 use crate::processing::unit::Unit;
 use crate::state::{RecordKey, SequenceNumber, ShardId, StateStore};
@@ -178,34 +178,24 @@ where
         let attempt = crate::processing::RecordContext::current()
             .map(|c| c.request_id)
             .filter(|id| !id.is_empty());
-        let counted = Box::pin(store.record_state().record_attempt(
-            &key,
-            ATTEMPTS_TTL,
-            attempt.as_deref(),
-        ))
-        .await;
-        let attempts = match counted {
-            Ok(attempts) => attempts,
-            Err(e) => {
-                tracing::warn!(error = %e, "the attempt could not be counted");
-                return false;
-            }
-        };
-        if attempts < self.options.max_attempts {
-            return false;
-        }
-        let parked = Box::pin(park(
-            &self.options.parking,
-            Some(store),
+        let at_limit = park_at_limit(
+            store,
+            &self.options,
             &key,
             record,
             error,
-            attempts,
-        ))
+            attempt.as_deref(),
+            None,
+        )
         .await;
-        match parked {
-            Ok(parked) => parked,
-            Err(e) => {
+        match at_limit {
+            AtLimit::Parked(_) => true,
+            AtLimit::Below => false,
+            AtLimit::Uncounted(e) => {
+                tracing::warn!(error = %e, "the attempt could not be counted");
+                false
+            }
+            AtLimit::ParkFailed(e) => {
                 tracing::error!(error = %e, "parking failed; the failure is reported");
                 false
             }

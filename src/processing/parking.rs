@@ -8,9 +8,10 @@
 //! long error message is cut.
 
 use crate::processing::base64;
-use crate::processing::options::Parking;
+use crate::processing::options::{Parking, ProcessingOptions, ATTEMPTS_TTL};
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
+use crate::processing::state_time::within;
 use crate::state::{
     call_kinesis, own_kinesis_client, ForStream, ParkedRecord, RecordKey, StateStore,
 };
@@ -129,6 +130,66 @@ pub(crate) fn envelope(
         "data_size": payload.len(),
         "data_sha256": sha256,
     })
+}
+
+/// What counting a failed attempt of a record, and parking it at its
+/// limit, came to (see [`park_at_limit`]).
+pub(crate) enum AtLimit {
+    /// The attempt could not be counted (nothing was parked).
+    Uncounted(crate::Error),
+    /// Counted, below the limit (or parking is off): the record stays failed.
+    Below,
+    /// At the limit and parked, after this many attempts.
+    Parked(u32),
+    /// At the limit, and parking failed: the record stays failed.
+    ParkFailed(crate::Error),
+}
+
+/// Counts a failed attempt of `record` (kept under `key`; once for
+/// `attempt`, what names the delivery it failed in) and, once it failed
+/// `options.max_attempts` times, parks it as `options.parking` says. Each
+/// state call is bounded by `until`; their futures are boxed (a failure's
+/// path keeps the stack of the record's call small).
+pub(crate) async fn park_at_limit(
+    store: &StateStore,
+    options: &ProcessingOptions,
+    key: &RecordKey,
+    record: &StreamRecord,
+    error: &RecordError,
+    attempt: Option<&str>,
+    until: Option<std::time::Instant>,
+) -> AtLimit {
+    let counted = within(
+        until,
+        "UpdateItem",
+        Box::pin(async {
+            Ok(store
+                .record_state()
+                .record_attempt(key, ATTEMPTS_TTL, attempt)
+                .await?)
+        }),
+    )
+    .await;
+    let attempts = match counted {
+        Ok(attempts) => attempts,
+        Err(e) => return AtLimit::Uncounted(e),
+    };
+    if attempts < options.max_attempts {
+        return AtLimit::Below;
+    }
+    let parked = Box::pin(park(
+        &options.parking,
+        Some(store),
+        key,
+        record,
+        error,
+        attempts,
+    ));
+    match within(until, "park", parked).await {
+        Ok(true) => AtLimit::Parked(attempts),
+        Ok(false) => AtLimit::Below,
+        Err(e) => AtLimit::ParkFailed(e),
+    }
 }
 
 /// Parks `record` (kept under `key`) where `parking` says. `false` if

@@ -19,14 +19,13 @@
 mod batch;
 
 use crate::processing::handler::{HandlerError, RecordHandler};
-use crate::processing::options::{FailureMode, ProcessingOptions, ATTEMPTS_TTL};
+use crate::processing::options::{FailureMode, ProcessingOptions};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::panic::CatchUnwind;
-use crate::processing::parking::park;
+use crate::processing::parking::{park_at_limit, AtLimit};
 use crate::processing::record::StreamRecord;
 use crate::processing::redact::LoggedError;
 use crate::processing::sink::CheckpointSink;
-use crate::processing::state_time::within;
 use crate::processing::unit::Unit;
 use crate::state::{Checkpoint, SequenceNumber, StateStore};
 use crate::Result;
@@ -476,38 +475,15 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         let sequence = SequenceNumber::new(&record.sequence_number)?;
         let key = batch.sink.record_key(record, &sequence)?;
         let until = batch.sink.calls_until();
-        // (The SDK calls' futures are boxed: a failure's path keeps the
-        // stack of the record's call small.)
-        let counted = within(
-            until,
-            "UpdateItem",
-            Box::pin(async {
-                Ok(store
-                    .record_state()
-                    .record_attempt(&key, ATTEMPTS_TTL, attempt)
-                    .await?)
-            }),
-        );
-        let attempts = match counted.await {
-            Ok(attempts) => attempts,
-            Err(e) => {
+        let at_limit =
+            park_at_limit(store, self.options, &key, record, error, attempt, until).await;
+        match at_limit {
+            AtLimit::Uncounted(e) => {
                 batch.unavailable(e)?;
-                0
+                Ok(false)
             }
-        };
-        if attempts < self.options.max_attempts || batch.sink.degraded() {
-            return Ok(false);
-        }
-        let parked = Box::pin(park(
-            &self.options.parking,
-            Some(store),
-            &key,
-            record,
-            error,
-            attempts,
-        ));
-        match within(until, "park", parked).await {
-            Ok(true) => {
+            AtLimit::Below => Ok(false),
+            AtLimit::Parked(attempts) => {
                 tracing::warn!(
                     shard = %record.shard_id,
                     sequence_number = %record.sequence_number,
@@ -524,8 +500,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 batch.commit().await?;
                 Ok(true)
             }
-            Ok(false) => Ok(false),
-            Err(park_error) => {
+            AtLimit::ParkFailed(park_error) => {
                 tracing::error!(
                     sequence_number = %record.sequence_number,
                     sub_sequence = record.sub_sequence,
