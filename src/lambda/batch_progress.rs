@@ -258,17 +258,26 @@ impl<'a> BatchProgressSink<'a> {
         };
         let progress = BatchProgress::new(checkpoint, prefixes, content)
             .with_done_after(self.done_after_stored());
+        if let Err(e) = self.store_progress(&next, &progress).await {
+            tracing::warn!(error = %e, "the progress for the retry was not stored");
+            report.state_errors += 1;
+        }
+    }
+
+    /// Stores `progress` under `key`, by the deadline.
+    async fn store_progress(
+        &self,
+        key: &BatchKey,
+        progress: &BatchProgress,
+    ) -> crate::Result<CheckpointOutcome> {
         let write = async {
             Ok(self
                 .store
                 .record_state()
-                .store_batch_progress(&next, &progress, CHECKPOINT_TTL)
+                .store_batch_progress(key, progress, CHECKPOINT_TTL)
                 .await?)
         };
-        if let Err(e) = within(self.until, "UpdateItem", Box::pin(write)).await {
-            tracing::warn!(error = %e, "the progress for the retry was not stored");
-            report.state_errors += 1;
-        }
+        within(self.until, "UpdateItem", Box::pin(write)).await
     }
 
     fn event_id(&self, sequence: &str) -> Option<&str> {
@@ -343,14 +352,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if let Some(run) = self.run_mark() {
             progress = progress.with_run(run);
         }
-        let write = async {
-            Ok(self
-                .store
-                .record_state()
-                .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
-                .await?)
-        };
-        let outcome = within(self.until, "UpdateItem", Box::pin(write)).await?;
+        let outcome = self.store_progress(&self.batch, &progress).await?;
         if outcome == CheckpointOutcome::Stored {
             self.wrote = Some(self.ending);
             self.has_item = true;
@@ -477,14 +479,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
             let progress =
                 BatchProgress::new(Checkpoint::AtSequence(sequence), Vec::new(), self.content)
                     .with_run(run);
-            let write = async {
-                Ok(self
-                    .store
-                    .record_state()
-                    .store_batch_progress(&self.batch, &progress, CHECKPOINT_TTL)
-                    .await?)
-            };
-            within(self.until, "UpdateItem", Box::pin(write)).await? == CheckpointOutcome::Stored
+            self.store_progress(&self.batch, &progress).await? == CheckpointOutcome::Stored
         };
         if marked {
             self.wrote = Some(false);

@@ -302,6 +302,21 @@ async fn a_shard_given_while_it_waits_for_its_parent_is_taken_once_the_parent_en
     assert_eq!(sent(counter, &before, "Query"), 0, "the group is not read");
 }
 
+/// Gives the free `shard` to consumer `a`, naming it on `a`'s item.
+async fn give_to_a(store: &StateStore, shard: &ShardId) {
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    store
+        .leases()
+        .give(shard, &ConsumerId::new("a").unwrap(), &free, None, TERM)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 /// A store through the proxies of `faulty`, and a session `a`, registered
 /// and holding the one shard given to it.
 async fn holding_one(
@@ -312,17 +327,7 @@ async fn holding_one(
     let shard = seed_shards(&store, 1).await.remove(0);
     let mut a = session(&store, "a");
     a.tick(no_progress).await.unwrap();
-    let free = TakeFrom::Stale {
-        counter: 0,
-        expires: None,
-        session: None,
-    };
-    store
-        .leases()
-        .give(&shard, &ConsumerId::new("a").unwrap(), &free, None, TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    give_to_a(&store, &shard).await;
     assert_eq!(
         a.tick(no_progress).await.unwrap().gained,
         vec![shard.clone()]
@@ -390,17 +395,7 @@ async fn a_lease_moved_between_its_read_and_its_take_is_taken_at_the_next_tick()
     let shard = seed_shards(&store, 1).await.remove(0);
     let mut a = session(&store, "a");
     a.tick(no_progress).await.unwrap();
-    let free = TakeFrom::Stale {
-        counter: 0,
-        expires: None,
-        session: None,
-    };
-    store
-        .leases()
-        .give(&shard, &ConsumerId::new("a").unwrap(), &free, None, TERM)
-        .await
-        .unwrap()
-        .unwrap();
+    give_to_a(&store, &shard).await;
     // The consumer's take (a conditional `SET #owner = :me` of its own)
     // waits at the proxy while the operator moves the shard.
     faulty.set_faults(&Faults {
