@@ -11,7 +11,18 @@ import base64, hashlib, json, pathlib, sys
 events, corpus = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 MAGIC, DIGEST_LEN = bytes([0xF3, 0x89, 0x9A, 0xC2]), 16
 
+# Targets that start from another's seeds: kinesis_record from the KPL
+# payloads, ddb_sdk_image from the stream records. (The seeds of
+# state_item, kcl_item and positions_file are written by hand and
+# committed.)
+ALSO = {"kpl_deaggregate": "kinesis_record", "ddb_stream_image": "ddb_sdk_image"}
+
 def write(target, name, data):
+    if target in ALSO and not name.startswith("event"):
+        write_one(ALSO[target], name, data)
+    write_one(target, name, data)
+
+def write_one(target, name, data):
     d = corpus / target
     d.mkdir(parents=True, exist_ok=True)
     (d / f"seed-{name}").write_bytes(data if isinstance(data, bytes) else data.encode())

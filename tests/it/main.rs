@@ -14,6 +14,7 @@
 //! * `consumer`: the shard worker (polling, enhanced fan-out, resharding, a fake for reads).
 //! * `group`: the planners, the rebalancer and the reaper.
 //! * `ddb_streams`: the DynamoDB Streams reader and the replica.
+//! * `fuzz`: the fuzz targets on their seeds and bounded mutations.
 //! * `system`: whole-system runs (stress, outages), the CLI, the local
 //!   servers and their fault proxy, the history checker, the template.
 
@@ -21,6 +22,7 @@ mod support;
 
 mod consumer;
 mod ddb_streams;
+mod fuzz;
 mod group;
 mod lambda;
 mod state;

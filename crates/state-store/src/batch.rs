@@ -303,6 +303,28 @@ fn binary(item: &crate::item::RawItem, name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The progress a stored item holds (`None`: no checkpoint, so it covers
+/// nothing).
+pub(crate) fn progress_from(item: &crate::item::RawItem) -> Result<Option<BatchProgress>> {
+    let Some(checkpoint) = stored_checkpoint(item)? else {
+        return Ok(None);
+    };
+    let prefixes = match binary(item, attr::PREFIXES) {
+        Some(bytes) => decode_prefixes(&bytes)?,
+        None => Vec::new(),
+    };
+    let content = binary(item, attr::CONTENT)
+        .and_then(|c| <[u8; 16]>::try_from(c.as_slice()).ok())
+        .unwrap_or_default();
+    Ok(Some(BatchProgress {
+        checkpoint,
+        prefixes,
+        content,
+        run: run_mark(item)?,
+        done_after: done_after(item),
+    }))
+}
+
 impl RecordState<'_> {
     /// The progress stored for `batch`, if any. An item stored before
     /// progress carried digests reads with none (it covers nothing).
@@ -315,23 +337,7 @@ impl RecordState<'_> {
         let Some(item) = self.store.get_item(&at).await? else {
             return Ok(None);
         };
-        let Some(checkpoint) = stored_checkpoint(&item)? else {
-            return Ok(None);
-        };
-        let prefixes = match binary(&item, attr::PREFIXES) {
-            Some(bytes) => decode_prefixes(&bytes)?,
-            None => Vec::new(),
-        };
-        let content = binary(&item, attr::CONTENT)
-            .and_then(|c| <[u8; 16]>::try_from(c.as_slice()).ok())
-            .unwrap_or_default();
-        Ok(Some(BatchProgress {
-            checkpoint,
-            prefixes,
-            content,
-            run: run_mark(&item)?,
-            done_after: done_after(&item),
-        }))
+        progress_from(&item)
     }
 
     /// Marks, on the progress of `batch` stored by a batch whose digest is

@@ -159,7 +159,7 @@ pub(crate) fn lost(shard: &ShardId, lease: &Lease, old: Option<&RawItem>) -> Sta
     }
 }
 
-fn lease_from(item: &RawItem) -> Result<Lease> {
+pub(crate) fn lease_from(item: &RawItem) -> Result<Lease> {
     let state = ShardState::from_item(item)?;
     match (state.owner, state.expires) {
         (Some(owner), Some(expires)) => Ok(Lease {

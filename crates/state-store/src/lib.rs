@@ -78,6 +78,11 @@ mod stream;
 mod stream_address;
 mod table;
 
+// Every decoder of a stored item, for the fuzz targets and tests.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod read_back;
+
 pub use batch::{BatchKey, BatchProgress, PrefixDigest, RunMark, MAX_DONE_AFTER};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};

@@ -276,7 +276,7 @@ impl RecordState<'_> {
     }
 }
 
-fn parked_from(item: &RawItem) -> Result<ParkedRecord> {
+pub(crate) fn parked_from(item: &RawItem) -> Result<ParkedRecord> {
     let r = ItemReader::new(item);
     let data = match item.get(attr::DATA) {
         Some(AttributeValue::B(b)) => b.as_ref().to_vec(),

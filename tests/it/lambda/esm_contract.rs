@@ -11,7 +11,9 @@ use crate::support::common::{create_stream, create_stream_table, ctx, stream_arn
 use crate::support::esm::{
     dynamodb_event_record, kinesis_event_record, read_shard, read_table_stream,
 };
-use crate::support::lambda_esm::{self, function_context, Completions, EsmConfig, EsmRecord};
+use crate::support::lambda_esm::{
+    self, function_context, Completions, EsmConfig, EsmRecord, Expect,
+};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use lambda_runtime::LambdaEvent;
@@ -25,6 +27,7 @@ use shardkeeper::state::{
     Checkpoint, ConsumerId, ParkedRecord, ShardId, ShardScope, ShardSpec, StateStore,
 };
 use shardkeeper::KinesisProcessor;
+use shardkeeper_local::{test_endpoints, AwsClients, AwsService, Endpoints, FaultProxy, Faults};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,10 +95,11 @@ fn handler(completions: Completions) -> impl RecordHandler {
                 );
                 return Err(format!("poison record {}", message.n));
             }
-            completions.lock().unwrap().push((
+            lambda_esm::completed(
+                &completions,
                 record.partition_key.to_string(),
                 record.sequence_number.to_string(),
-            ));
+            );
             Ok(())
         }
     })
@@ -130,35 +134,118 @@ fn property_options(seed: u64) -> ProcessingOptions {
         .mark_first_record(rng.bool())
 }
 
+/// A state table that answers slowly: a quarter of the requests wait 50
+/// to 600 ms, a few are throttled, and some answers are lost after the write
+/// was applied (the SDK sends it again).
+fn slow_table() -> Faults {
+    Faults {
+        throttle: 0.02,
+        lose_response: 0.03,
+        delay: 0.25,
+        latency: Duration::from_millis(50)..=Duration::from_millis(600),
+        ..Faults::none()
+    }
+}
+
 /// One property run: for each seed, a mapping drawn (re-formed between
 /// attempts in half of the runs: a batch then may start at the same
 /// record as one before it and hold other records) drives the processor
 /// that `processor` makes for `function`, and the run is checked against
 /// the contract; `parked_id` names a parked record as `records` do.
+///
+/// Every fifth seed, the state table answers slowly (see [`slow_table`])
+/// and the function's timeout is 1 to 3 s, so state calls race the
+/// deadline and invocations are killed at their timeout. Every third
+/// seed, two mappings of the function through two aliases run at once on
+/// one state table.
 async fn property_run(
     ctx: &Ctx,
     records: &[EsmRecord],
     function: &str,
-    processor: impl Fn(Completions, StateStore, ProcessingOptions) -> lambda_esm::Invoke,
+    processor: impl Fn(Completions, StateStore, ProcessingOptions) -> lambda_esm::Invoke
+        + Send
+        + Sync
+        + Clone
+        + 'static,
     parked_id: impl Fn(ParkedRecord) -> String,
 ) {
+    let endpoints = test_endpoints().unwrap();
     for seed in seeds() {
         let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
-        let config = EsmConfig::drawn(seed, 0.3, reform);
+        let mut config = EsmConfig::drawn(seed, 0.3, reform);
         let options = property_options(seed);
-        let store = ctx.store("esm-schedules");
-        // Every third seed, two mappings of the function through two
-        // aliases, one after the other on one state table: each keeps the
-        // contract for every record, whatever the other did.
+        let slow = seed % 5 == 4;
+        let (store, _proxy) = if slow {
+            let proxy = FaultProxy::start_seeded(
+                AwsService::DynamoDb,
+                endpoints.dynamodb.as_deref().unwrap(),
+                slow_table(),
+                seed,
+            )
+            .await
+            .unwrap();
+            let aws = AwsClients::connect(&Endpoints {
+                dynamodb: Some(proxy.url().to_owned()),
+                ..endpoints.clone()
+            })
+            .await;
+            config.timeout = Duration::from_millis(1000 + seed % 2000);
+            let slow_ctx = Ctx {
+                aws,
+                table: ctx.table.clone(),
+                clock: ctx.clock.clone(),
+            };
+            (slow_ctx.store("esm-schedules"), Some(proxy))
+        } else {
+            (ctx.store("esm-schedules"), None)
+        };
+        let expect = Expect {
+            parks_every_failure: !slow,
+            rerun_bound: options
+                .checkpoint_records
+                .filter(|_| !slow && reform == 0.0 && !config.bisect)
+                .map(|n| n as usize),
+        };
         let functions: Vec<String> = if seed % 3 == 0 {
             vec![format!("{function}:blue"), format!("{function}:green")]
         } else {
             vec![function.to_owned()]
         };
-        for function in &functions {
-            let completions: Completions = Arc::default();
-            let invoke = processor(completions.clone(), store.clone(), options.clone());
-            let run = lambda_esm::run(invoke, function, records, &config).await;
+        let mut runs: Vec<_> = functions
+            .iter()
+            .map(|function| {
+                let completions: Completions = Arc::default();
+                let init: lambda_esm::Init = {
+                    let (processor, completions, store, options) = (
+                        processor.clone(),
+                        completions.clone(),
+                        store.clone(),
+                        options.clone(),
+                    );
+                    Arc::new(move || processor(completions.clone(), store.clone(), options.clone()))
+                };
+                let config = &config;
+                async move {
+                    let run = lambda_esm::run(init, function, records, config).await;
+                    (function, completions, run)
+                }
+            })
+            .collect();
+        // One mapping, or two at once.
+        let second = (runs.len() == 2).then(|| runs.pop().unwrap());
+        let first = runs.pop().unwrap();
+        let done = match second {
+            Some(second) => {
+                let (a, b) = tokio::join!(first, second);
+                vec![a, b]
+            }
+            None => vec![first.await],
+        };
+        for (function, completions, run) in done {
+            eprintln!(
+                "seed {seed} {function}: {} invocations, {} killed, {} timeouts, {} init failures, {} redelivered",
+                run.invocations, run.killed, run.timeouts, run.init_failures, run.redelivered.len()
+            );
             let parked: BTreeSet<String> = store
                 .record_state()
                 .list_parked()
@@ -168,12 +255,23 @@ async fn property_run(
                 .filter(|p| p.key.consumer.as_deref() == Some(function.as_str()))
                 .map(&parked_id)
                 .collect();
-            let problems = lambda_esm::check(records, &completions.lock().unwrap(), &parked, &run);
+            let problems = lambda_esm::check(
+                records,
+                &completions.lock().unwrap(),
+                &parked,
+                &run,
+                &expect,
+            );
             assert!(
                 problems.is_empty(),
-                "seed {seed} ({function}): {config:?}, {:?} checkpoint records, {} re-forms: {problems:#?}",
+                "seed {seed} ({function}{}): {config:?}, {:?} checkpoint records, {} re-forms, \
+                 {} init failures, {} timeouts, {} re-delivered: {problems:#?}",
+                if slow { ", slow table" } else { "" },
                 options.checkpoint_records,
-                run.reforms
+                run.reforms,
+                run.init_failures,
+                run.timeouts,
+                run.redelivered.len(),
             );
         }
     }
@@ -281,10 +379,7 @@ fn change_handler(completions: Completions) -> impl RecordHandler {
                 assert!(item.n.is_multiple_of(2), "poison change {} panics", item.n);
                 return Err(format!("poison change {} of {}", item.n, item.id));
             }
-            completions
-                .lock()
-                .unwrap()
-                .push((item.id.clone(), event_id(&record)));
+            lambda_esm::completed(&completions, item.id.clone(), event_id(&record));
             Ok(())
         }
     })
@@ -345,14 +440,24 @@ async fn a_lagging_lane_is_never_skipped_at_parallelization_above_one() {
         kill_chance: 0.0,
         reform_chance: 0.0,
         duplicate_chance: 0.0,
+        init_failure_chance: 0.0,
+        redeliver_chance: 0.0,
+        timeout: Duration::from_secs(60),
         seed: 7,
     };
-    let run = lambda_esm::run(esm_invoke!(processor), "orders", &records, &config).await;
+    let run = lambda_esm::run(
+        lambda_esm::warm(esm_invoke!(processor)),
+        "orders",
+        &records,
+        &config,
+    )
+    .await;
     let problems = lambda_esm::check(
         &records,
         &completions.lock().unwrap(),
         &BTreeSet::new(),
         &run,
+        &Expect::default(),
     );
     assert!(problems.is_empty(), "{problems:#?}");
     assert!(

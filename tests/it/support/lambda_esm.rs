@@ -31,7 +31,19 @@
 //! - Lambda delivers at least once ("Lambda ... can process records more
 //!   than once", Lambda developer guide, event source mappings): with
 //!   `duplicate_chance`, a batch also goes to a second invocation at the
-//!   same time, whose answer the mapping does not act on.
+//!   same time, whose answer the mapping does not act on. With
+//!   `redeliver_chance`, a round first delivers again, from an older
+//!   position, records the mapping had counted as done (the same
+//!   at-least-once; at most twice a shard).
+//! - Each invocation runs in an execution environment: a warm one if one
+//!   is idle, else a new one whose init (the processor built again) fails
+//!   at `init_failure_chance` ("if the function fails during
+//!   initialization, Lambda ... retries", a function error for the
+//!   batch). An invocation killed (at a record, or at its timeout) takes
+//!   its environment with it; the next one starts cold.
+//! - An invocation still running at the function's `timeout` is killed
+//!   ("Lambda ... stops the invocation"), and its context's deadline is
+//!   that timeout.
 
 use lambda_runtime::Context;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -61,6 +73,13 @@ pub struct EsmConfig {
     /// the same time (Lambda delivers at least once; the second one's
     /// answer is not the one the mapping acts on).
     pub duplicate_chance: f64,
+    /// The chance that a new execution environment's init fails.
+    pub init_failure_chance: f64,
+    /// The chance that a round first delivers again, from an older
+    /// position, records counted as done (at most twice a shard).
+    pub redeliver_chance: f64,
+    /// The function's timeout.
+    pub timeout: Duration,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -68,7 +87,8 @@ pub struct EsmConfig {
 impl EsmConfig {
     /// A mapping drawn from `seed`: batch size 1 to 10, parallelization 1
     /// to 10, bisection on or off, 20 retries, kills and re-forms at the
-    /// given chances.
+    /// given chances, a twentieth of the cold starts failing, re-deliveries
+    /// before 2 % of the rounds, and a 60 s timeout.
     pub fn drawn(seed: u64, kill_chance: f64, reform_chance: f64) -> EsmConfig {
         let mut rng = fastrand::Rng::with_seed(seed);
         EsmConfig {
@@ -83,6 +103,9 @@ impl EsmConfig {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0.1),
+            init_failure_chance: 0.05,
+            redeliver_chance: 0.02,
+            timeout: Duration::from_secs(60),
             seed,
         }
     }
@@ -126,6 +149,29 @@ pub struct EsmRun {
     pub in_failed_invocations: BTreeSet<String>,
     /// Invocations that were a second, concurrent delivery of a batch.
     pub duplicates: u64,
+    /// Invocations whose environment's init failed.
+    pub init_failures: u64,
+    /// Invocations killed at the function's timeout.
+    pub timeouts: u64,
+    /// Records delivered again after the mapping counted them as done.
+    pub redelivered: BTreeSet<String>,
+    /// What each invocation that ran the handler completed, in the order
+    /// the invocations started.
+    pub logs: Vec<InvocationLog>,
+}
+
+/// What one invocation did, as far as [`completed`] saw.
+#[derive(Debug, Clone)]
+pub struct InvocationLog {
+    /// Its number, in the order invocations started.
+    pub serial: u64,
+    /// It was killed (at a record or at its timeout).
+    pub killed: bool,
+    /// Its batch also went to a second invocation at the same time (or it
+    /// is that second invocation).
+    pub twinned: bool,
+    /// The records it completed.
+    pub completed: Vec<String>,
 }
 
 tokio::task_local! {
@@ -137,6 +183,15 @@ pub struct Invocation {
     /// Handler calls left before Lambda kills the invocation (negative: never).
     budget: AtomicI64,
     killed: tokio::sync::Notify,
+    /// What it completed.
+    completed: Mutex<Vec<String>>,
+}
+
+/// Notes that the handler completed record `id` of partition key `key`:
+/// in `completions`, and in the log of the invocation running it.
+pub fn completed(completions: &Completions, key: String, id: String) {
+    let _ = INVOCATION.try_with(|inv| inv.completed.lock().unwrap().push(id.clone()));
+    completions.lock().unwrap().push((key, id));
 }
 
 /// Called by a handler before it does anything: if the emulator decided
@@ -158,6 +213,16 @@ pub type Returned = Result<Vec<String>, ()>;
 /// Invokes the function with an event's text and a context.
 pub type Invoke =
     Arc<dyn Fn(String, Context) -> Pin<Box<dyn Future<Output = Returned> + Send>> + Send + Sync>;
+
+/// The init of an execution environment: the function as a cold start
+/// builds it.
+pub type Init = Arc<dyn Fn() -> Invoke + Send + Sync>;
+
+/// An [`Init`] that gives the same function to every environment (one
+/// built by the test, shared).
+pub fn warm(invoke: Invoke) -> Init {
+    Arc::new(move || invoke.clone())
+}
 
 /// An [`Invoke`] of a processor's `handle`, its response's item identifiers
 /// read by `failures`.
@@ -190,20 +255,45 @@ macro_rules! esm_invoke {
 enum Outcome {
     /// The function returned: the batch item failures.
     Returned(Vec<String>),
-    /// A function error or a kill.
+    /// A function error (or a failed init).
     Failed,
+    /// Killed at a record, or at the timeout.
+    Killed { timeout: bool },
+}
+
+/// The function's execution environments: those idle, and how to start one.
+struct Environments {
+    init: Init,
+    idle: Mutex<Vec<Invoke>>,
+    /// Invocations started, for their serial numbers.
+    started: std::sync::atomic::AtomicU64,
+}
+
+impl Environments {
+    /// An idle environment, or a new one (`None`: its init failed).
+    fn take(&self, init_fails: bool) -> Option<Invoke> {
+        if let Some(warm) = self.idle.lock().unwrap().pop() {
+            return Some(warm);
+        }
+        (!init_fails).then(|| (self.init)())
+    }
+
+    fn give_back(&self, invoke: Invoke) {
+        self.idle.lock().unwrap().push(invoke);
+    }
 }
 
 /// Emulates the event source mapping of `function` over `records` (each
 /// shard's in order) until every record is done, discarded, sent to the
 /// destination, or the run gives up (a bound on invocations, so a bug
-/// cannot hang the suite).
-pub async fn run(
-    invoke: Invoke,
-    function: &str,
-    records: &[EsmRecord],
-    config: &EsmConfig,
-) -> EsmRun {
+/// cannot hang the suite). Each execution environment runs what `init`
+/// gives it.
+pub async fn run(init: Init, function: &str, records: &[EsmRecord], config: &EsmConfig) -> EsmRun {
+    let environments = Arc::new(Environments {
+        init,
+        idle: Mutex::new(Vec::new()),
+        started: Default::default(),
+    });
     let mut shards: BTreeMap<&str, Vec<EsmRecord>> = BTreeMap::new();
     for r in records {
         shards.entry(&r.shard).or_default().push(r.clone());
@@ -211,21 +301,23 @@ pub async fn run(
     let result = Arc::new(Mutex::new(EsmRun::default()));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (_, shard)) in shards.into_iter().enumerate() {
-        let (invoke, function, config, result) = (
-            invoke.clone(),
+        let (environments, function, config, result) = (
+            environments.clone(),
             function.to_owned(),
             config.clone(),
             result.clone(),
         );
         let seed = config.seed.wrapping_mul(31).wrapping_add(i as u64);
-        tasks.spawn(
-            async move { run_shard(invoke, &function, shard, &config, seed, &result).await },
-        );
+        tasks.spawn(async move {
+            run_shard(&environments, &function, shard, &config, seed, &result).await
+        });
     }
     while let Some(done) = tasks.join_next().await {
         done.expect("shard");
     }
-    Arc::into_inner(result).unwrap().into_inner().unwrap()
+    let mut run = Arc::into_inner(result).unwrap().into_inner().unwrap();
+    run.logs.sort_by_key(|l| l.serial);
+    run
 }
 
 /// The mapping as it is now: batch size, lanes, and the filter.
@@ -255,12 +347,12 @@ impl Mapping {
 }
 
 async fn run_shard(
-    invoke: Invoke,
+    environments: &Arc<Environments>,
     function: &str,
     records: Vec<EsmRecord>,
     config: &EsmConfig,
     seed: u64,
-    result: &Mutex<EsmRun>,
+    result: &Arc<Mutex<EsmRun>>,
 ) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut mapping = Mapping {
@@ -272,6 +364,8 @@ async fn run_shard(
     // Records not done yet (by position), retries of the batch starting at
     // a record, and the bisected length of a batch starting at a record.
     let mut open: Vec<bool> = vec![true; records.len()];
+    let mut acknowledged: Vec<bool> = vec![false; records.len()];
+    let mut redeliveries = 0;
     let mut retries: HashMap<usize, u32> = HashMap::new();
     let mut caps: HashMap<usize, usize> = HashMap::new();
     // Where failed batches start again (positions, lowest first).
@@ -292,6 +386,24 @@ async fn run_shard(
             };
             result.lock().unwrap().reforms += 1;
         }
+        if redeliveries < 2 && rng.f64() < config.redeliver_chance {
+            // From an older position: every record done since it comes again.
+            let done: Vec<usize> = (0..records.len()).filter(|&i| acknowledged[i]).collect();
+            if !done.is_empty() {
+                redeliveries += 1;
+                let from = done[rng.usize(..done.len())];
+                let mut run = result.lock().unwrap();
+                for &i in done.iter().filter(|&&i| i >= from) {
+                    open[i] = true;
+                    acknowledged[i] = false;
+                    run.redelivered.insert(records[i].id.clone());
+                }
+                // The shard starts again there: retries after it are moot.
+                retries.retain(|&h, _| h < from);
+                caps.retain(|&h, _| h < from);
+                retry_heads.retain(|&h| h < from);
+            }
+        }
         // Each lane's batch: its open records in order, the ones the
         // filter leaves out discarded as they are passed. A lane that holds
         // the start of a failed batch retries from there, as Lambda retries
@@ -310,6 +422,7 @@ async fn run_shard(
             vec![Default::default(); mapping.lanes];
         let mut batches: Vec<Vec<usize>> = vec![Vec::new(); mapping.lanes];
         let mut full = vec![false; mapping.lanes];
+        let mut discarded = false;
         for (i, record) in records.iter().enumerate() {
             if !open[i] {
                 continue;
@@ -329,6 +442,7 @@ async fn run_shard(
             }
             if !mapping.passes(record) {
                 open[i] = false;
+                discarded = true;
                 result.lock().unwrap().filtered.insert(record.id.clone());
                 continue;
             }
@@ -337,6 +451,15 @@ async fn run_shard(
             let cap = caps.get(&batch[0]).copied().unwrap_or(mapping.batch_size);
             full[lane] = batch.len() >= cap.min(mapping.batch_size);
         }
+        // A round that neither delivers nor discards anything would repeat
+        // for ever.
+        assert!(
+            discarded || batches.iter().any(|b| !b.is_empty()) || !open.iter().any(|o| *o),
+            "seed {seed}: records are open but the mapping formed no batch: open {:?}, retry heads {retry_heads:?}, lanes {}, keys {:?}",
+            (0..records.len()).filter(|&i| open[i]).collect::<Vec<_>>(),
+            mapping.lanes,
+            records.iter().map(|r| (mapping.lane_of(&r.key), r.key.as_str())).collect::<Vec<_>>(),
+        );
         let mut round = tokio::task::JoinSet::new();
         let mut echoes = tokio::task::JoinSet::new();
         for batch in batches.into_iter().filter(|b| !b.is_empty()) {
@@ -344,27 +467,53 @@ async fn run_shard(
             assert!(invocations < 20_000, "the shard never finished");
             let chosen: Vec<EsmRecord> = batch.iter().map(|&i| records[i].clone()).collect();
             let killed_after = (rng.f64() < config.kill_chance).then(|| rng.usize(0..batch.len()));
-            if rng.f64() < config.duplicate_chance {
+            let twinned = rng.f64() < config.duplicate_chance;
+            if twinned {
                 // The same batch to a second invocation at the same time:
                 // its records may run twice; its answer is dropped.
                 let mut run = result.lock().unwrap();
                 run.duplicates += 1;
                 run.in_failed_invocations
                     .extend(chosen.iter().map(|r| r.id.clone()));
-                let (invoke, function, chosen) =
-                    (invoke.clone(), function.to_owned(), chosen.clone());
-                echoes.spawn(async move { invoke_once(&invoke, &function, &chosen, None).await });
+                let (environments, function, chosen, result, config) = (
+                    environments.clone(),
+                    function.to_owned(),
+                    chosen.clone(),
+                    Arc::clone(result),
+                    config.clone(),
+                );
+                let init_fails = rng.f64() < config.init_failure_chance;
+                echoes.spawn(async move {
+                    let call = Call {
+                        killed_after: None,
+                        init_fails,
+                        twinned: true,
+                    };
+                    invoke_once(&environments, &function, &chosen, &config, call, &result).await
+                });
             }
-            let (invoke, function) = (invoke.clone(), function.to_owned());
+            let init_fails = rng.f64() < config.init_failure_chance;
+            let (environments, function, result, config) = (
+                environments.clone(),
+                function.to_owned(),
+                Arc::clone(result),
+                config.clone(),
+            );
             round.spawn(async move {
-                let outcome = invoke_once(&invoke, &function, &chosen, killed_after).await;
-                (batch, chosen, killed_after, outcome)
+                let call = Call {
+                    killed_after,
+                    init_fails,
+                    twinned,
+                };
+                let outcome =
+                    invoke_once(&environments, &function, &chosen, &config, call, &result).await;
+                (batch, chosen, outcome)
             });
         }
         while echoes.join_next().await.is_some() {}
         while let Some(done) = round.join_next().await {
             retry_heads.retain(|&h| open[h]);
-            let (batch, chosen, killed_after, outcome) = done.expect("invocation");
+            let (batch, chosen, outcome) = done.expect("invocation");
             let mut run = result.lock().unwrap();
             run.invocations += 1;
             let failed_at = match outcome {
@@ -379,6 +528,7 @@ async fn run_shard(
                             let lowest = p.into_iter().min().unwrap_or(batch.len());
                             for &i in &batch[..lowest] {
                                 open[i] = false;
+                                acknowledged[i] = true;
                                 run.acknowledged.insert(records[i].id.clone());
                             }
                             if lowest == batch.len() {
@@ -389,8 +539,7 @@ async fn run_shard(
                         None => None,
                     }
                 }
-                Outcome::Failed => {
-                    run.killed += u64::from(killed_after.is_some());
+                Outcome::Failed | Outcome::Killed { .. } => {
                     run.in_failed_invocations
                         .extend(chosen.iter().map(|r| r.id.clone()));
                     None
@@ -415,28 +564,69 @@ async fn run_shard(
     }
 }
 
+/// How one invocation goes, as the mapping drew it.
+struct Call {
+    /// Killed before this many handler calls (`None`: not at a record).
+    killed_after: Option<usize>,
+    /// A cold start for it fails.
+    init_fails: bool,
+    /// Its batch went to two invocations at once.
+    twinned: bool,
+}
+
 async fn invoke_once(
-    invoke: &Invoke,
+    environments: &Environments,
     function: &str,
     batch: &[EsmRecord],
-    killed_after: Option<usize>,
+    config: &EsmConfig,
+    call: Call,
+    result: &Mutex<EsmRun>,
 ) -> Outcome {
+    let serial = environments.started.fetch_add(1, Ordering::SeqCst);
+    let Some(invoke) = environments.take(call.init_fails) else {
+        result.lock().unwrap().init_failures += 1;
+        return Outcome::Failed;
+    };
     let event = serde_json::json!({
         "Records": batch.iter().map(|r| r.event_record.clone()).collect::<Vec<_>>()
     });
-    let context = function_context(function, Duration::from_secs(60));
+    let context = function_context(function, config.timeout);
     let invocation = Arc::new(Invocation {
-        budget: AtomicI64::new(killed_after.map_or(-1, |k| k as i64)),
+        budget: AtomicI64::new(call.killed_after.map_or(-1, |k| k as i64)),
         killed: tokio::sync::Notify::new(),
+        completed: Mutex::new(Vec::new()),
     });
-    let call = INVOCATION.scope(invocation.clone(), invoke(event.to_string(), context));
-    tokio::select! {
-        response = call => match response {
+    let running = INVOCATION.scope(invocation.clone(), invoke(event.to_string(), context));
+    let outcome = tokio::select! {
+        response = running => match response {
             Ok(failures) => Outcome::Returned(failures),
             Err(()) => Outcome::Failed,
         },
-        _ = invocation.killed.notified() => Outcome::Failed,
+        _ = invocation.killed.notified() => Outcome::Killed { timeout: false },
+        _ = tokio::time::sleep(config.timeout) => Outcome::Killed { timeout: true },
+    };
+    let killed = matches!(outcome, Outcome::Killed { .. });
+    if !killed {
+        // A killed environment is gone; the others take the next invocations.
+        environments.give_back(invoke);
     }
+    let mut run = result.lock().unwrap();
+    match outcome {
+        Outcome::Killed { timeout: true } => {
+            run.killed += 1;
+            run.timeouts += 1;
+        }
+        Outcome::Killed { timeout: false } => run.killed += 1,
+        _ => {}
+    }
+    let completed = std::mem::take(&mut *invocation.completed.lock().unwrap());
+    run.logs.push(InvocationLog {
+        serial,
+        killed,
+        twinned: call.twinned,
+        completed,
+    });
+    outcome
 }
 
 /// The context Lambda gives an invocation of `function` with `deadline_in`
@@ -460,15 +650,30 @@ pub fn function_context(function: &str, deadline_in: Duration) -> Context {
 /// completion.
 pub type Completions = Arc<Mutex<Vec<(String, String)>>>;
 
+/// What a run must show beyond the contract every run keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Expect {
+    /// Every record the handler fails can be parked (parking on, fewer
+    /// attempts than the mapping's retries, the state table answering):
+    /// none may reach the on-failure destination.
+    pub parks_every_failure: bool,
+    /// A killed invocation's completed records run again at most this
+    /// many times in all (the work since its last commit: with progress
+    /// committed every `n` records, `n`), unless delivered again.
+    pub rerun_bound: Option<usize>,
+}
+
 /// Checks a run against the contract: no record skipped (each record Lambda
 /// counts as done was completed by the handler or parked), per-key order of
-/// first completions kept, and a record completed twice only if a batch
-/// holding it failed or was killed. Returns what is wrong, if anything.
+/// first completions kept, a record completed twice only if a batch
+/// holding it failed or was killed or it was delivered again, and what
+/// `expect` adds. Returns what is wrong, if anything.
 pub fn check(
     records: &[EsmRecord],
     completions: &[(String, String)],
     parked: &BTreeSet<String>,
     run: &EsmRun,
+    expect: &Expect,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let mut times: BTreeMap<&str, usize> = BTreeMap::new();
@@ -496,11 +701,42 @@ pub fn check(
         }
         if times.get(r.id.as_str()).copied().unwrap_or(0) > 1
             && !run.in_failed_invocations.contains(&r.id)
+            && !run.redelivered.contains(&r.id)
         {
             problems.push(format!(
                 "record {} ran twice without a failed invocation",
                 r.id
             ));
+        }
+        if expect.parks_every_failure && run.to_destination.contains(&r.id) {
+            problems.push(format!(
+                "record {} went to the on-failure destination, though it could be parked",
+                r.id
+            ));
+        }
+    }
+    if let Some(bound) = expect.rerun_bound {
+        for (n, log) in run.logs.iter().enumerate() {
+            if !log.killed || log.twinned {
+                continue;
+            }
+            let later: BTreeSet<&str> = run.logs[n + 1..]
+                .iter()
+                .flat_map(|l| l.completed.iter().map(String::as_str))
+                .collect();
+            let again: Vec<&str> = log
+                .completed
+                .iter()
+                .map(String::as_str)
+                .filter(|id| later.contains(id) && !run.redelivered.contains(*id))
+                .collect();
+            if again.len() > bound {
+                problems.push(format!(
+                    "invocation {} was killed and {} of its records ran again (at most {bound}): {again:?}",
+                    log.serial,
+                    again.len()
+                ));
+            }
         }
     }
     let order: BTreeMap<&str, usize> = records

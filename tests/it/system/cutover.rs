@@ -15,6 +15,7 @@ use shardkeeper_cli::args::{CutoverFromEsmArgs, CutoverToEsmArgs, EsmConsumer};
 use shardkeeper_history::check;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 /// Every record of the stream as the mapping would deliver it, with its
@@ -75,6 +76,9 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
         kill_chance: 0.0,
         reform_chance: 0.0,
         duplicate_chance: 0.0,
+        init_failure_chance: 0.0,
+        redeliver_chance: 0.0,
+        timeout: Duration::from_secs(60),
         seed: 3,
     };
 
@@ -93,7 +97,13 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
     let esm_log: Log = Arc::default();
     let processor =
         KinesisProcessor::new(logging("esm", esm_log.clone())).with_store(esm_store.clone());
-    lambda_esm::run(esm_invoke!(processor), "orders", &delivered, &mapping).await;
+    lambda_esm::run(
+        lambda_esm::warm(esm_invoke!(processor)),
+        "orders",
+        &delivered,
+        &mapping,
+    )
+    .await;
     let (by_esm, _) = logged(&esm_log);
     assert_eq!(by_esm.len(), delivered.len(), "the mapping's part");
 
@@ -156,7 +166,13 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
     let esm2_log: Log = Arc::default();
     let processor =
         KinesisProcessor::new(logging("esm2", esm2_log.clone())).with_store(esm_store.clone());
-    let run = lambda_esm::run(esm_invoke!(processor), "orders", &from_time, &mapping).await;
+    let run = lambda_esm::run(
+        lambda_esm::warm(esm_invoke!(processor)),
+        "orders",
+        &from_time,
+        &mapping,
+    )
+    .await;
     assert!(
         from_time.len() > records(8, 9..12).len(),
         "the new mapping delivers some of the fleet's records again"
