@@ -37,6 +37,7 @@ async fn esm_records(ctx: &Ctx, stream: &str) -> Vec<(EsmRecord, i64)> {
                     sequence: r.sequence_number().to_owned(),
                     key: r.partition_key().unwrap_or_default().to_owned(),
                     event_record: kinesis_event_record(&arn, &id, &r),
+                    units: Vec::new(),
                 },
                 arrival,
             ));
