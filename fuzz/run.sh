@@ -16,15 +16,16 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(kinesis_event kpl_deaggregate ddb_stream_image sequence_number)
+    targets=(kinesis_event kinesis_record kpl_deaggregate ddb_stream_image ddb_sdk_image
+             state_item kcl_item positions_file sequence_number)
 fi
 
 # The largest input worth trying for each target: above the largest seed,
 # small enough to keep the runs fast.
 max_len() {
     case "$1" in
-        kinesis_event | ddb_stream_image) echo 8192 ;;
-        kpl_deaggregate) echo 4096 ;;
+        kinesis_event | ddb_stream_image | ddb_sdk_image | state_item | kcl_item | positions_file) echo 8192 ;;
+        kpl_deaggregate | kinesis_record) echo 4096 ;;
         sequence_number) echo 512 ;;
         *) echo "unknown target $1" >&2; exit 2 ;;
     esac
@@ -46,8 +47,12 @@ for target in "${targets[@]}"; do
         -timeout=10
         -print_final_stats=1
     )
-    if [ -f "dict/$target.dict" ]; then
-        args+=("-dict=fuzz/dict/$target.dict")
+    dict="$target"
+    case "$target" in
+        ddb_sdk_image) dict=ddb_stream_image ;;
+    esac
+    if [ -f "dict/$dict.dict" ]; then
+        args+=("-dict=fuzz/dict/$dict.dict")
     fi
     echo "== $target: ${seconds}s"
     if (cd .. && cargo +nightly fuzz run "${cargo_fuzz_args[@]}" "$target" -- "${args[@]}") >"logs/$target.log" 2>&1; then
