@@ -24,6 +24,7 @@ mod prefix;
 mod processor;
 mod runtime;
 mod source;
+mod summary;
 mod window;
 
 pub use dynamodb::DynamoDbStreams;
