@@ -6,6 +6,7 @@ mod cli;
 mod cutover;
 mod fault_proxy;
 mod fleet;
+mod guarantees;
 mod history;
 mod iam;
 mod local;
