@@ -97,9 +97,15 @@ pub enum ReadError {
     /// The shard iterator is older than five minutes (or otherwise expired).
     #[error("the shard iterator expired")]
     ExpiredIterator,
-    /// The shard's read limits were exceeded (`ProvisionedThroughputExceededException` and the like).
-    #[error("reads of the shard are throttled: {0}")]
-    Throttled(String),
+    /// The shard's read limits were exceeded (`ProvisionedThroughputExceededException` and the like),
+    /// or Kinesis failed on its side: the shard backs off alone.
+    #[error("{operation} of the shard is throttled: {code}")]
+    Throttled {
+        /// The call: `GetRecords` or `SubscribeToShard`.
+        operation: &'static str,
+        /// The error code.
+        code: String,
+    },
     /// Another subscription of this enhanced fan-out consumer to this shard
     /// is still open (Kinesis allows one, and a new one only 5 s after the last).
     #[error("a subscription to the shard with this consumer is still open: {0}")]
@@ -124,23 +130,31 @@ impl From<ReadError> for crate::Error {
     fn from(e: ReadError) -> Self {
         let sdk = match e {
             ReadError::Failed(e) => return e,
-            ReadError::Throttled(code) => StateError::Throttled {
+            ReadError::Throttled { operation, code } => StateError::Throttled {
                 service: crate::state::Service::Kinesis,
-                operation: "GetRecords",
+                operation,
                 attempts: 1,
                 message: code,
+            },
+            // Only GetRecords takes an iterator; only a subscription can be
+            // in use.
+            ReadError::ExpiredIterator => StateError::Sdk {
+                service: crate::state::Service::Kinesis,
+                operation: "GetRecords",
+                code: Some("ExpiredIteratorException".to_owned()),
+                message: e.to_string(),
+            },
+            ReadError::SubscriptionInUse(why) => StateError::Sdk {
+                service: crate::state::Service::Kinesis,
+                operation: "SubscribeToShard",
+                code: Some("ResourceInUseException".to_owned()),
+                message: why,
             },
             ReadError::ConsumerGone(why) => StateError::Sdk {
                 service: crate::state::Service::Kinesis,
                 operation: "SubscribeToShard",
                 code: Some("ResourceNotFoundException".to_owned()),
                 message: why,
-            },
-            other => StateError::Sdk {
-                service: crate::state::Service::Kinesis,
-                operation: "GetRecords",
-                code: None,
-                message: other.to_string(),
             },
         };
         sdk.into()
@@ -180,4 +194,35 @@ pub trait Subscription: Send {
     /// The next event; `None` when Kinesis ended the subscription (it does
     /// after 5 minutes, or at the end of a closed shard).
     fn next_event(&mut self) -> ReadFuture<'_, Option<SubscriptionEvent>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The crate's error names the call a read error came from.
+    #[test]
+    fn a_read_error_keeps_the_call_it_came_from() {
+        let operation = |e: ReadError| match crate::Error::from(e).as_state() {
+            Some(StateError::Throttled { operation, .. } | StateError::Sdk { operation, .. }) => {
+                *operation
+            }
+            other => panic!("{other:?}"),
+        };
+        let throttled = |operation| ReadError::Throttled {
+            operation,
+            code: "LimitExceededException".to_owned(),
+        };
+        assert_eq!(operation(throttled("SubscribeToShard")), "SubscribeToShard");
+        assert_eq!(operation(throttled("GetRecords")), "GetRecords");
+        assert_eq!(
+            operation(ReadError::SubscriptionInUse("open".to_owned())),
+            "SubscribeToShard"
+        );
+        assert_eq!(
+            operation(ReadError::ConsumerGone("gone".to_owned())),
+            "SubscribeToShard"
+        );
+        assert_eq!(operation(ReadError::ExpiredIterator), "GetRecords");
+    }
 }

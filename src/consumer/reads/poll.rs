@@ -52,7 +52,7 @@ pub(super) async fn poll(
             notes.refreshed = true;
             Ok(None)
         }
-        Err(ReadError::Throttled(_)) => {
+        Err(ReadError::Throttled { .. }) => {
             notes.throttled = true;
             Ok(None)
         }

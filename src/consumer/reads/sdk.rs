@@ -67,7 +67,10 @@ fn classify_code(
         "ResourceNotFoundException" if operation == "SubscribeToShard" => {
             ReadError::ConsumerGone(failed().to_string())
         }
-        code if is_throttling_code(code) => ReadError::Throttled(code.to_owned()),
+        code if is_throttling_code(code) => ReadError::Throttled {
+            operation,
+            code: code.to_owned(),
+        },
         _ => ReadError::from(failed()),
     }
 }
@@ -91,7 +94,10 @@ fn classify_event_error(
         Some(E::KmsThrottlingException(_)) => "KMSThrottlingException",
         // Kinesis failed on its side: the shard backs off as when throttled.
         Some(E::InternalFailureException(_)) => {
-            return ReadError::Throttled("InternalFailureException".to_owned())
+            return ReadError::Throttled {
+                operation: "SubscribeToShard",
+                code: "InternalFailureException".to_owned(),
+            }
         }
         Some(E::KmsDisabledException(_)) => "KMSDisabledException",
         Some(E::KmsInvalidStateException(_)) => "KMSInvalidStateException",
@@ -334,7 +340,7 @@ mod tests {
             let read = classify_event_error(&in_stream(error));
             match (&read, expected) {
                 (ReadError::SubscriptionInUse(_), "in use")
-                | (ReadError::Throttled(_), "throttled")
+                | (ReadError::Throttled { .. }, "throttled")
                 | (ReadError::ConsumerGone(_), "gone") => {}
                 (ReadError::Failed(e), code) => match e.as_state() {
                     Some(StateError::KmsKey {

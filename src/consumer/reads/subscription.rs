@@ -28,7 +28,7 @@ pub(super) fn retry_subscription_at(
             notes.refused = true;
             Ok(Instant::now() + RESUBSCRIBE_AFTER_REFUSAL)
         }
-        ReadError::Throttled(_) => {
+        ReadError::Throttled { .. } => {
             notes.throttled = true;
             Ok(backed_off_until())
         }

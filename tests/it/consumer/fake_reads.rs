@@ -101,9 +101,10 @@ impl KinesisReads for FakeReads {
         let mut shard = self.0.lock().unwrap();
         let answer = if shard.throttle > 0 {
             shard.throttle -= 1;
-            Err(ReadError::Throttled(
-                "ProvisionedThroughputExceededException".into(),
-            ))
+            Err(ReadError::Throttled {
+                operation: "GetRecords",
+                code: "ProvisionedThroughputExceededException".into(),
+            })
         } else if !shard.fail.is_empty() {
             let code = shard.fail.remove(0);
             Err(ReadError::from(StateError::Sdk {

@@ -65,7 +65,7 @@ pub fn of_error(e: &shardkeeper::Error) -> Class {
 pub fn of_read(e: &ReadError) -> Class {
     match e {
         ReadError::ExpiredIterator => Class::Expired,
-        ReadError::Throttled(_) => Class::Throttled,
+        ReadError::Throttled { .. } => Class::Throttled,
         ReadError::SubscriptionInUse(_) => Class::InUse,
         ReadError::ConsumerGone(_) => Class::ConsumerGone,
         ReadError::Failed(e) => of_error(e),

@@ -43,7 +43,11 @@ fn every_test_the_guarantees_name_exists() {
     let sources: Vec<(String, String)> = files
         .iter()
         .map(|f| {
-            let path = f.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+            let path = f
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             (path, std::fs::read_to_string(f).unwrap())
         })
         .collect();
@@ -62,8 +66,8 @@ fn every_test_the_guarantees_name_exists() {
             .collect::<Vec<_>>()
             .join("/");
         let found = sources.iter().any(|(path, text)| {
-            let in_place = path.contains(&format!("{place}.rs"))
-                || path.contains(&format!("{place}/"));
+            let in_place =
+                path.contains(&format!("{place}.rs")) || path.contains(&format!("{place}/"));
             in_place && (last == "*" || text.contains(&format!("fn {last}(")))
         });
         if !found {
