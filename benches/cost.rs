@@ -5,10 +5,13 @@
 //!
 //! Run: `cargo bench --bench cost` (prints a Markdown table).
 
+#[allow(dead_code)]
+mod support;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::state::{
     cost, Checkpoint, ConsumerId, ConsumerInfo, RawItem, ShardScope, ShardSpec, StateStore,
-    StoreConfig, TableOptions, TakeFrom,
+    StoreConfig, TakeFrom,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::HashMap;
@@ -271,18 +274,10 @@ async fn measure(aws: &AwsClients, table: &str, shards: usize, rows: &mut Vec<Ro
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
-        let table = unique_name("bench");
-        StateStore::new(aws.dynamodb.clone(), StoreConfig::new("g", "s").unwrap().table(&table).unwrap())
-            .table().ensure(&TableOptions::default())
-            .await
-            .unwrap();
+        let table = support::state_table(&aws, "bench").await;
         let mut rows = Vec::new();
         for shards in [8, 1024, 10_000] {
             measure(&aws, &table, shards, &mut rows).await;

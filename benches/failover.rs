@@ -15,13 +15,16 @@
 
 #![recursion_limit = "256"]
 
+#[allow(dead_code)]
+mod support;
+
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use shardkeeper::consumer::{ConsumerSession, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::processing::StreamRecord;
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
+use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,19 +90,14 @@ fn balanced(held: &BTreeMap<String, usize>, consumers: usize) -> bool {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
         let stream = unique_name("failover");
         aws.kinesis.create_stream().stream_name(&stream).shard_count(SHARDS).send().await.unwrap();
-        let table = unique_name("failover");
+        let table = support::state_table(&aws, "failover").await;
         let config = StoreConfig::new(&unique_name("g"), &stream).unwrap().table(&table).unwrap();
         let store = StateStore::new(aws.dynamodb.clone(), config);
-        store.table().ensure(&TableOptions::default()).await.unwrap();
 
         // A record on every shard every 100 ms (explicit hash keys spread evenly).
         let producing = Arc::new(AtomicBool::new(true));

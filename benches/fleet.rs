@@ -19,6 +19,9 @@
 
 #![recursion_limit = "256"]
 
+#[allow(dead_code)]
+mod support;
+
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use shardkeeper::consumer::{StopReason, WorkerConfig, WorkerEvent, WorkerReport};
@@ -79,11 +82,7 @@ async fn create_stream(aws: &AwsClients) -> String {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
         let table = unique_name("fleet");

@@ -15,6 +15,9 @@
 //! Run: `cargo bench --bench liveness` (a few minutes);
 //! `SHARDKEEPER_BENCH_SHARDS=64,1000` to choose the sizes.
 
+#[allow(dead_code)]
+mod support;
+
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
@@ -212,11 +215,7 @@ fn main() {
         .ok()
         .map(|v| v.split(',').map(|s| s.trim().parse().unwrap()).collect())
         .unwrap_or_else(|| vec![64, 1000, 10_000]);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     println!(
         "An idle group for one simulated minute, DynamoDB requests counted at the client \
          (sessions every {SESSION_EVERY_S} s, rebalancer and reaper every {TICK_EVERY_S} s, \

@@ -6,6 +6,9 @@
 //!
 //! Run: `cargo bench --bench rebalance` (prints Markdown tables).
 
+#[allow(dead_code)]
+mod support;
+
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::Rebalancer;
 use shardkeeper::group::{plan_rebalance, Action, Ages, RebalanceConfig};
@@ -145,11 +148,7 @@ fn planner_ticks(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
         let stream = unique_name("bench");

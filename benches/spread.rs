@@ -19,11 +19,14 @@
 //! Run: `cargo bench --bench spread` (a few minutes: it writes about 200,000
 //! items).
 
+#[allow(dead_code)]
+mod support;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::state::{
     cost, Buckets, Checkpoint, ConsumerId, ConsumerInfo, Lease, RawItem, ShardId, ShardScope,
-    ShardSpec, SpreadPolicy, StateStore, StoreConfig, TableOptions, TakeFrom,
+    ShardSpec, SpreadPolicy, StateStore, StoreConfig, TakeFrom,
 };
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::{BTreeMap, HashMap};
@@ -276,21 +279,10 @@ async fn measure(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
-        let table = unique_name("scale");
-        StateStore::new(
-            aws.dynamodb.clone(),
-            StoreConfig::new("g", "s").unwrap().table(&table).unwrap(),
-        )
-        .table().ensure(&TableOptions::default())
-        .await
-        .unwrap();
+        let table = support::state_table(&aws, "scale").await;
         aws.dynamodb_requests.start_log();
         println!("| shards | layout | buckets | keys written | busiest key, WCU/s | group read: requests | RCU | median ms | checkpoint: requests | WCU | pickup of {GIVEN} given: requests | RCU |");
         println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");

@@ -7,6 +7,9 @@
 //!
 //! Run: `cargo bench --bench worker`.
 
+#[allow(dead_code)]
+mod support;
+
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use shardkeeper::consumer::ConsumerSession;
@@ -25,11 +28,7 @@ const RECORD_BYTES: usize = 500;
 const SHARD_LIMIT_BYTES_PER_S: f64 = 2.0 * 1024.0 * 1024.0;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     runtime.block_on(async {
         let aws = test_clients().await.expect("servers");
         let stream = unique_name("bench");

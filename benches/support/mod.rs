@@ -1,0 +1,33 @@
+//! The set-up every benchmark of the servers shares: the runtime they run
+//! on (two worker threads, as the machines the numbers in
+//! docs/BENCHMARKS.md come from have two cores) and a state table of
+//! their own.
+
+use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
+use shardkeeper_local::{unique_name, AwsClients};
+
+/// The runtime a benchmark runs on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A new state table named after `prefix`, created and active.
+pub async fn state_table(aws: &AwsClients, prefix: &str) -> String {
+    let table = unique_name(prefix);
+    StateStore::new(
+        aws.dynamodb.clone(),
+        StoreConfig::new("setup", "setup")
+            .expect("a config")
+            .table(&table)
+            .expect("a table name"),
+    )
+    .table()
+    .ensure(&TableOptions::default())
+    .await
+    .expect("the state table");
+    table
+}
