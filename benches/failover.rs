@@ -13,7 +13,7 @@
 //!
 //! Run: `cargo bench --bench failover` (about two and a half minutes).
 
-#![recursion_limit = "256"]
+
 
 #[allow(dead_code)]
 mod support;

@@ -17,7 +17,7 @@
 //!
 //! Run: `cargo bench --bench fleet` (about 2.5 minutes).
 
-#![recursion_limit = "256"]
+
 
 #[allow(dead_code)]
 mod support;

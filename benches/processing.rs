@@ -41,7 +41,7 @@
 //! and events are paid for; `SHARDKEEPER_BENCH_SPANS=off` turns the
 //! handler spans off (`ProcessingOptions::handler_spans`).
 
-#![recursion_limit = "256"]
+
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use bytes::Bytes;

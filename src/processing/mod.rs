@@ -26,7 +26,6 @@
 //!   in the pass that checks it).
 //!
 //! ```no_run
-//! # #![recursion_limit = "256"]
 //! use shardkeeper::lambda::KinesisProcessor;
 //! use shardkeeper::processing::{json, StreamRecord};
 //! use shardkeeper::state::{StateStore, StoreConfig};
