@@ -13,8 +13,6 @@
 //!
 //! Run: `cargo bench --bench failover` (about two and a half minutes).
 
-
-
 #[allow(dead_code)]
 mod support;
 

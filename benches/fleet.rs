@@ -17,8 +17,6 @@
 //!
 //! Run: `cargo bench --bench fleet` (about 2.5 minutes).
 
-
-
 #[allow(dead_code)]
 mod support;
 

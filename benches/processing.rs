@@ -41,8 +41,6 @@
 //! and events are paid for; `SHARDKEEPER_BENCH_SPANS=off` turns the
 //! handler spans off (`ProcessingOptions::handler_spans`).
 
-
-
 use aws_lambda_events::event::dynamodb::EventRecord;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};

@@ -3,7 +3,7 @@
 
 use super::vars::{Vars, BUCKETS, GROUP, STREAM, TABLE};
 use super::ConfigError;
-use crate::state::{schema::DEFAULT_TABLE, Buckets, StateError, StoreConfig, StreamArn};
+use crate::state::{Buckets, StateError, StoreConfig, StreamArn, DEFAULT_TABLE};
 
 /// The processing functions' bucket count when [`BUCKETS`] is unset: their
 /// group is never read whole on a schedule, so many buckets cost nothing

@@ -69,7 +69,9 @@ mod reset;
 mod respread;
 mod retry;
 mod rewind;
-pub mod schema;
+// The table's attribute names and key prefixes are the store's own; what
+// a user needs of them is re-exported below.
+pub(crate) mod schema;
 mod sequence;
 mod shard;
 mod snapshot;
@@ -87,6 +89,7 @@ pub use batch::{BatchKey, BatchProgress, PrefixDigest, RunMark, MAX_DONE_AFTER};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};
 pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
+pub use schema::{DEFAULT_TABLE, SCHEMA_VERSION, TTL as TTL_ATTRIBUTE, UPGRADE_WINDOW};
 // Test clocks: a deployed consumer runs on the system clock, so they are
 // public only for tests (this workspace's and a user's) that ask for them.
 pub use clients::own_kinesis_client;

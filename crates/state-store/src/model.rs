@@ -20,7 +20,7 @@ pub struct StreamState {
     /// When the group was raised from an older schema to the one of
     /// sessions (ms; `None`: it started on it): processes of the older
     /// code may run beside the newer for a while after (see
-    /// [`UPGRADE_WINDOW`](crate::schema::UPGRADE_WINDOW)).
+    /// [`UPGRADE_WINDOW`](crate::UPGRADE_WINDOW)).
     pub sessions_since: Option<EpochMillis>,
     /// When code from before sessions was last seen running in the group
     /// (ms; `None`: never since the raise): a consumer of that code

@@ -151,7 +151,7 @@ impl StreamItem<'_> {
     }
 
     /// Records the stream's creation time and ARN. State written by a newer
-    /// layout ([`crate::schema::SCHEMA_VERSION`]) is refused with
+    /// layout ([`crate::SCHEMA_VERSION`]) is refused with
     /// [`StateError::NewerSchema`]: upgrade every function of the group.
     /// State recorded for another stream ARN (a stream of the same name in
     /// another account or region) is refused with [`StateError::OtherStream`]

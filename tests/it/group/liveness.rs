@@ -6,8 +6,8 @@ use aws_sdk_dynamodb::types::AttributeValue::{N, S};
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::functions::Reaper;
 use shardkeeper::group::ReapConfig;
-use shardkeeper::state::schema::{SCHEMA_VERSION, UPGRADE_WINDOW};
 use shardkeeper::state::{Checkpoint, ConsumerId, ConsumerInfo, ShardId};
+use shardkeeper::state::{SCHEMA_VERSION, UPGRADE_WINDOW};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

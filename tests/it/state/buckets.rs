@@ -3,8 +3,8 @@
 
 use crate::support::common::{ctx, seed_shards, Ctx};
 use shardkeeper::state::{
-    schema::SCHEMA_VERSION, Buckets, Checkpoint, ConsumerId, GroupPart, ParkedRecord, RecordKey,
-    SequenceNumber, ShardScope, StateStore, StoreConfig,
+    Buckets, Checkpoint, ConsumerId, GroupPart, ParkedRecord, RecordKey, SequenceNumber,
+    ShardScope, StateStore, StoreConfig, SCHEMA_VERSION,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -183,7 +183,7 @@ async fn state_of_a_newer_schema_is_refused_at_start() {
             err,
             shardkeeper::state::StateError::NewerSchema {
                 found: 99,
-                supported: shardkeeper::state::schema::SCHEMA_VERSION
+                supported: shardkeeper::state::SCHEMA_VERSION
             }
         ),
         "{err}"

@@ -253,7 +253,7 @@ fn every_function_has_its_variables_and_permissions() {
     assert_eq!(table["DeletionPolicy"], "Retain");
     assert_eq!(
         table["Properties"]["TimeToLiveSpecification"]["AttributeName"],
-        shardkeeper::state::schema::TTL
+        shardkeeper::state::TTL_ATTRIBUTE
     );
     assert_eq!(
         t["Resources"]["LeaseRebalancer"]["Properties"]["ReservedConcurrentExecutions"],

@@ -6,7 +6,7 @@
 use super::*;
 
 impl ConsumerSession {
-    /// For [`UPGRADE_WINDOW`](crate::state::schema::UPGRADE_WINDOW) after
+    /// For [`UPGRADE_WINDOW`](crate::state::UPGRADE_WINDOW) after
     /// the group was raised to the schema of sessions, and after code from
     /// before sessions was last seen running in it (a consumer of it
     /// registered, or a claim on a lease alone), renews each held lease
