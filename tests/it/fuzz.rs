@@ -115,7 +115,7 @@ fn mutate(rng: &mut fastrand::Rng, seeds: &[Vec<u8>], tokens: &[Vec<u8>]) -> Vec
 }
 
 /// Runs `run` on `data`; a panic fails the test, naming the input.
-fn try_input(target: &str, run: fn(&[u8]), data: &[u8], what: &str) {
+fn try_input(target: &str, run: targets::Target, data: &[u8], what: &str) {
     if let Err(panic) = std::panic::catch_unwind(|| run(data)) {
         let message = panic
             .downcast_ref::<String>()

@@ -14,8 +14,11 @@ pub mod state_item;
 use std::future::Future;
 use std::sync::OnceLock;
 
+/// A target: what one input does and must satisfy.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (the name of its corpus folder).
-pub const ALL: &[(&str, fn(&[u8]))] = &[
+pub const ALL: &[(&str, Target)] = &[
     ("ddb_sdk_image", ddb_sdk_image::run),
     ("ddb_stream_image", ddb_stream_image::run),
     ("kcl_item", kcl_item::run),
