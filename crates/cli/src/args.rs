@@ -175,6 +175,9 @@ pub struct ResetArgs {
     /// Reset even while live leases are held: the holders lose them.
     #[arg(long)]
     pub force: bool,
+    /// Print what would be reset, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -362,6 +365,9 @@ pub struct ImportArgs {
     /// lose them.
     #[arg(long)]
     pub force: bool,
+    /// Print what would be set, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -411,6 +417,9 @@ pub struct SpreadArgs {
     /// the layout they read).
     #[arg(long)]
     pub force: bool,
+    /// Print what would move, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// A consumer whose heartbeat is older than this counts as stopped.
     #[arg(long, default_value_t = 10)]
     pub heartbeat_timeout_seconds: u64,

@@ -154,8 +154,8 @@ pub fn parse_target(text: &str) -> Result<Checkpoint, Error> {
 }
 
 /// Resets checkpoints: plans (refusing while leases are held unless
-/// `--force`), asks `confirm` with a description of the plan unless
-/// `--yes`, then applies.
+/// `--force`), prints the plan and stops with `--dry-run`, asks `confirm`
+/// with a description of the plan unless `--yes`, then applies.
 pub async fn reset(
     store: &StateStore,
     args: &ResetArgs,
@@ -182,6 +182,12 @@ pub async fn reset(
             ""
         }
     );
+    if args.dry_run {
+        return Ok(dry_run(
+            &question,
+            plan.shards.iter().map(|s| s.shard_id.as_str()),
+        ));
+    }
     if !args.yes && !confirm(&question) {
         return Err(Error::NotConfirmed);
     }
@@ -194,8 +200,9 @@ pub async fn reset(
 }
 
 /// Moves the group's shard items to another bucket count: refuses while a
-/// consumer heartbeats (unless `--force`), asks `confirm` unless `--yes`,
-/// then moves (see `Layout::respread`).
+/// consumer heartbeats (unless `--force`), prints the move and stops with
+/// `--dry-run`, asks `confirm` unless `--yes`, then moves (see
+/// `Layout::respread`).
 pub async fn spread(
     store: &StateStore,
     args: &SpreadArgs,
@@ -225,6 +232,9 @@ pub async fn spread(
         "move the shard items of group {} on stream {} from {} to {to} buckets?",
         config.group, config.stream, snapshot.buckets
     );
+    if args.dry_run {
+        return Ok(dry_run(&question, std::iter::empty()));
+    }
     if !args.yes && !confirm(&question) {
         return Err(Error::NotConfirmed);
     }
@@ -233,4 +243,19 @@ pub async fn spread(
         "spread over {} buckets (was {}): {} items moved, {} already in place\n",
         report.to, report.from, report.moved, report.in_place
     ))
+}
+
+/// What a `--dry-run` prints: the question the command would ask, and the
+/// shards it names, one a line.
+pub(crate) fn dry_run<'a>(question: &str, shards: impl Iterator<Item = &'a str>) -> String {
+    let mut out = format!(
+        "dry run, nothing written: would {}\n",
+        question.trim_end_matches('?')
+    );
+    for shard in shards {
+        out.push_str("  ");
+        out.push_str(shard);
+        out.push('\n');
+    }
+    out
 }

@@ -113,6 +113,13 @@ impl Moves {
     pub(crate) fn len(&self) -> usize {
         self.plans.len()
     }
+
+    /// The shards that will move, each once.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = &str> {
+        self.plans
+            .iter()
+            .flat_map(|(plan, _)| plan.shards.iter().map(|s| s.shard_id.as_str()))
+    }
 }
 
 /// Plans moving each shard of `wanted` to its checkpoint, in order: refused
@@ -185,8 +192,9 @@ pub(crate) async fn apply_moves(
 
 /// Sets the group's checkpoints to a positions file's: refused as a whole
 /// (nothing written) while registered consumers hold any of the leases,
-/// unless `--force`; asks `confirm` unless `--yes`; then moves each shard
-/// the group has with the guarded reset.
+/// unless `--force`; prints the plan and stops with `--dry-run`; asks
+/// `confirm` unless `--yes`; then moves each shard the group has with the
+/// guarded reset.
 pub async fn import(
     store: &StateStore,
     args: &ImportArgs,
@@ -213,6 +221,9 @@ pub async fn import(
             ""
         }
     );
+    if args.dry_run {
+        return Ok(crate::commands::dry_run(&question, moves.shards()));
+    }
     if !args.yes && !confirm(&question) {
         return Err(Error::NotConfirmed);
     }

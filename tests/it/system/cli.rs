@@ -19,6 +19,7 @@ fn reset_args(store: &shardkeeper::state::StateStore, to: &str) -> ResetArgs {
         efo: None,
         yes: true,
         force: false,
+        dry_run: false,
         json: false,
     }
 }
@@ -196,6 +197,29 @@ async fn reset_of_one_shard_and_its_bad_inputs() {
             .release(&l, Duration::from_secs(10))
             .await
             .unwrap();
+    }
+    // A dry run names what it would reset, never asks, and writes nothing.
+    let mut dry = reset_args(&store, "trim-horizon");
+    dry.dry_run = true;
+    dry.yes = false;
+    let out = commands::reset(&store, &dry, |_| panic!("a dry run asks nothing"))
+        .await
+        .unwrap();
+    assert!(
+        out.starts_with("dry run, nothing written: would reset 2 shard(s)"),
+        "{out}"
+    );
+    assert!(shards.iter().all(|s| out.contains(s.as_str())), "{out}");
+    for shard in &shards {
+        assert_eq!(
+            store
+                .checkpoints()
+                .fetch(&ShardScope::Group, shard)
+                .await
+                .unwrap(),
+            Checkpoint::after("500").unwrap(),
+            "a dry run moved {shard}"
+        );
     }
     // One shard, to a timestamp given in RFC 3339.
     let mut one = reset_args(&store, "at-timestamp=2026-11-21T10:00:00Z");
@@ -508,6 +532,7 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
         buckets: Some(8),
         yes: true,
         force,
+        dry_run: false,
         heartbeat_timeout_seconds: 10,
     };
     let err = commands::spread(&store, &args(false), |_| true)
@@ -525,6 +550,24 @@ async fn spread_refuses_while_consumers_heartbeat_then_moves_every_shard() {
 
     // Stopped: its heartbeat is older than the timeout.
     ctx.clock.advance(Duration::from_secs(11));
+    // A dry run says the move, never asks, and moves nothing.
+    let dry = shardkeeper_cli::args::SpreadArgs {
+        dry_run: true,
+        yes: false,
+        ..args(false)
+    };
+    let out = commands::spread(&store, &dry, |_| panic!("a dry run asks nothing"))
+        .await
+        .unwrap();
+    assert!(
+        out.contains("would move the shard items") && out.contains("from 1 to 8 buckets"),
+        "{out}"
+    );
+    assert_eq!(
+        store.layout().buckets().await.unwrap().count(),
+        1,
+        "a dry run moved"
+    );
     let out = commands::spread(&store, &args(false), |_| true)
         .await
         .unwrap();
@@ -588,6 +631,7 @@ fn import_args(store: &shardkeeper::state::StateStore, file: &std::path::Path) -
         file: file.to_owned(),
         yes: true,
         force: false,
+        dry_run: false,
         json: false,
     }
 }
@@ -648,6 +692,30 @@ async fn export_then_import_moves_every_checkpoint_to_another_group() {
         .await
         .unwrap();
     assert!(to.consumers().deregister(&held.owner).await.unwrap());
+
+    // A dry run names the shards it would set, asks nothing, writes nothing.
+    let dry = ImportArgs {
+        dry_run: true,
+        yes: false,
+        ..import_args(&to, &file)
+    };
+    let out = shardkeeper_cli::positions::import(&to, &dry, |_| panic!("a dry run asks nothing"))
+        .await
+        .unwrap();
+    assert!(
+        out.starts_with("dry run, nothing written: would set 2 shard checkpoint(s)"),
+        "{out}"
+    );
+    assert!(out.contains(shards[1].as_str()), "{out}");
+    assert_eq!(
+        to.shards()
+            .get(&ShardScope::Group, &shards[1])
+            .await
+            .unwrap()
+            .checkpoint,
+        None,
+        "a dry run wrote"
+    );
 
     let out = shardkeeper_cli::positions::import(&to, &import_args(&to, &file), |_| true)
         .await

@@ -500,6 +500,7 @@ async fn operate(ctx: &Ctx, role: &Role, group: &str, stream: &str) {
         file: file.clone(),
         yes: true,
         force: true,
+        dry_run: false,
         json: false,
     };
     positions::import(&store, &import, |_| true).await.unwrap();
@@ -515,6 +516,7 @@ async fn operate(ctx: &Ctx, role: &Role, group: &str, stream: &str) {
         efo: None,
         yes: true,
         force: true,
+        dry_run: false,
         json: false,
     };
     commands::reset(&store, &reset, |_| true).await.unwrap();

@@ -344,6 +344,7 @@ async fn an_exported_group_carries_on_in_another_losing_and_repeating_nothing() 
         file: file.clone(),
         yes: true,
         force: false,
+        dry_run: false,
         json: false,
     };
     shardkeeper_cli::positions::import(&second.store, &args, |_| true)

@@ -604,6 +604,7 @@ async fn moved(store: &StateStore, kinesis: &aws_sdk_kinesis::Client, to: i64, r
         efo: None,
         yes: true,
         force: true,
+        dry_run: false,
         json: true,
     };
     let out = shardkeeper_cli::commands::reset(store, &args, |_| true)
