@@ -1,22 +1,19 @@
 //! Accepting what was read: commits (the only thing that saves a position
 //! after reading), rewinding to the committed positions, seeking, and
-//! `poll`, which runs each shard's records through a shard pipeline (the
-//! processing core, and the reader's positions as its checkpointer).
+//! `poll`, which steps each shard's pipeline (its source, the processing
+//! core, and the reader's positions as its checkpointer).
 
 use crate::ddb_streams::batch::{Batch, PollReport};
+use crate::ddb_streams::calls::StreamsCalls;
 use crate::ddb_streams::client::StreamsClient;
-use crate::ddb_streams::config::FAILURE_BACKOFF;
 use crate::ddb_streams::position;
-use crate::ddb_streams::reader::StreamReader;
-use crate::pipeline::InitialPosition;
-use crate::pipeline::{
-    Checkpointer, Fetched, RecordSource, ShardPipeline, ShardReport, SourceBatch, Step,
-};
+use crate::ddb_streams::reader::{Known, StreamReader};
+use crate::pipeline::{Checkpointer, InitialPosition, Step};
 use crate::processing::ChangeRecord;
-use crate::processing::{Core, RecordHandler, Unit};
+use crate::processing::{Core, RecordHandler};
 use crate::state::{Checkpoint, EpochMillis, ShardId};
 use crate::Error;
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 impl<C: StreamsClient> StreamReader<C> {
@@ -39,30 +36,26 @@ impl<C: StreamsClient> StreamReader<C> {
     }
 
     async fn commit_at(&mut self, shard: &ShardId, position: &Checkpoint) -> crate::Result<()> {
-        let Some(cursor) = self.cursors.get_mut(shard) else {
+        let Some(pipeline) = self.shards.get_mut(shard) else {
             return Ok(()); // removed from the stream meanwhile
         };
-        if position::is_behind(position, &cursor.committed) {
+        if pipeline
+            .position()
+            .is_some_and(|p| position::is_behind(position, p))
+        {
             return Ok(());
         }
-        cursor.committed = position.clone();
-        if cursor.saved.as_ref() == Some(position) {
-            return Ok(());
-        }
-        if let Some(stored) = position::to_stored(position, &self.stream_arn, &cursor.spec)? {
-            self.store.positions().save(&stored).await?;
-            cursor.saved = Some(position.clone());
-        }
-        Ok(())
+        pipeline.set_position(position.clone());
+        save(&mut self.known, &self.calls, shard, position).await
     }
 
     /// Forgets what was read and not committed: the next batch reads every
     /// shard again from its committed position.
     pub fn rewind(&mut self) {
-        for cursor in self.cursors.values_mut() {
-            if cursor.read != cursor.committed {
-                let committed = cursor.committed.clone();
-                cursor.reset(committed);
+        for pipeline in self.shards.pipelines_mut() {
+            let position = pipeline.position().cloned();
+            if pipeline.source().read_beyond(position.as_ref()) {
+                pipeline.source_mut().reopen();
             }
         }
     }
@@ -79,24 +72,40 @@ impl<C: StreamsClient> StreamReader<C> {
             self.discover().await?;
         }
         let position = position::initial(to);
-        let now = self.store.now();
-        let ids: Vec<ShardId> = self.cursors.keys().cloned().collect();
+        let now = self.store().now();
+        let ids = self.shards.shards().to_vec();
         for id in &ids {
-            let cursor = self.cursors.get_mut(id).expect("cursor");
-            cursor.committed = position.clone();
-            cursor.reset(position.clone());
+            let Some(pipeline) = self.shards.get_mut(id) else {
+                continue;
+            };
+            pipeline.set_position(position.clone());
+            pipeline.source_mut().reopen();
             if position == Checkpoint::Latest {
                 // A new LATEST: saved by the next commit, even over a saved one.
-                cursor.latest_at = now;
-                cursor.saved = None;
+                if let Some(known) = self.known.get_mut(id) {
+                    known.saved = None;
+                }
             }
         }
         if position == Checkpoint::Latest {
             for id in &ids {
-                self.take_latest(id).await?;
+                self.take_latest(id, now).await?;
             }
         }
         Ok(())
+    }
+
+    /// Takes the `LATEST` iterator of a shard whose position was just set
+    /// to `LATEST` at `now`.
+    pub(super) async fn take_latest(
+        &mut self,
+        id: &ShardId,
+        now: EpochMillis,
+    ) -> Result<(), Error> {
+        match self.shards.get_mut(id) {
+            Some(pipeline) => pipeline.source_mut().take_latest(id, now).await,
+            None => Ok(()),
+        }
     }
 
     /// Reads one batch and runs each shard's records through the
@@ -128,74 +137,56 @@ impl<C: StreamsClient> StreamReader<C> {
         handler: &H,
         stop_by: Option<Instant>,
     ) -> Result<PollReport, Error> {
+        let mut report = PollReport::default();
         // Boxed: the reading futures nest deep (the SDK's sends under the
         // retries), and an application awaiting `poll` in its own `main`
         // would otherwise pass the compiler's default query depth
         // (`recursion_limit`) computing its future's layout. One allocation
-        // a poll.
-        let batch = Box::pin(self.next_batch()).await?;
-        let mut report = PollReport {
-            shards: ShardReport::default(),
-            discovery: batch.discovery,
-            trimmed: batch.trimmed,
-            caught_up: batch.caught_up,
-        };
-        let store = self.store.clone();
+        // a read.
+        if self.discovery_due() {
+            report.discovery = Some(Box::pin(self.discover()).await?);
+        }
+        let store = self.store().clone();
         let options = self.config.processing.clone();
         let core = Core::new(handler, Some(&store), &options);
-        let arn: Arc<str> = self.stream_arn.as_str().into();
         let mut first_failure = None;
-        for shard in batch.shards {
-            let Some(committed) = self
-                .cursors
-                .get(&shard.shard_id)
-                .map(|c| c.committed.clone())
-            else {
-                continue; // removed from the stream meanwhile
+        let mut error = None;
+        for id in self.shards.due(Instant::now()) {
+            let Some(pipeline) = self.shards.get_mut(&id) else {
+                continue;
             };
-            let source = ReadShard(Some(SourceBatch {
-                units: shard
-                    .records
-                    .into_iter()
-                    .map(|r| {
-                        let seq: Arc<str> = r.sequence_number.as_str().into();
-                        (seq, Unit::change(r, &arn))
-                    })
-                    .collect(),
-                last_arrival: None,
-                millis_behind: None,
-                ends_shard: shard.ended,
-            }));
-            let mut pipeline =
-                ShardPipeline::new(shard.shard_id.clone(), Some(committed), None, source);
-            let mut checkpointer = ReaderCheckpoints { reader: self };
-            let step = pipeline
-                .step(&core, &mut checkpointer, stop_by, &mut report.shards)
-                .await;
+            let mut checkpointer = ReaderCheckpoints {
+                known: &mut self.known,
+                calls: &self.calls,
+            };
+            let step =
+                Box::pin(pipeline.step(&core, &mut checkpointer, stop_by, &mut report.shards))
+                    .await;
+            let source = pipeline.source_mut();
+            report.trimmed.extend(source.take_trimmed());
+            self.rediscover |= source.ended;
             let failure = match step {
                 Ok(Step::Processed { failures, .. }) => failures.into_iter().next(),
                 Ok(Step::Idle | Step::Lost) => None,
                 Err(e) => {
                     // What the core committed stays; the rest of the shard's
                     // records are read again, not skipped.
-                    self.rewind_shard(&shard.shard_id);
-                    self.stats.shards += &report.shards;
-                    return Err(e);
+                    source.reopen();
+                    error = Some(e);
+                    break;
                 }
             };
-            match failure {
-                None => {
-                    self.commit_at(&shard.shard_id, &shard.end).await?;
-                    self.backoff(&shard.shard_id, false);
-                }
-                Some(failure) => {
-                    self.rewind_shard(&shard.shard_id);
-                    self.backoff(&shard.shard_id, true);
-                    first_failure.get_or_insert((shard.shard_id, failure));
-                }
+            source.pause_after(failure.is_some());
+            if let Some(failure) = failure {
+                first_failure.get_or_insert((id, failure));
             }
         }
+        report.caught_up = self.caught_up();
         self.stats.shards += &report.shards;
+        self.stats.trimmed_restarts += report.trimmed.len() as u64;
+        if let Some(e) = error {
+            return Err(e);
+        }
         match first_failure {
             None => Ok(report),
             Some((shard, failure)) => Err(Error::Handler {
@@ -205,68 +196,35 @@ impl<C: StreamsClient> StreamReader<C> {
             }),
         }
     }
-
-    /// After a handler failure the shard pauses ([`FAILURE_BACKOFF`] after
-    /// each failure in a row) while the others go on; a success ends the
-    /// pause.
-    fn backoff(&mut self, shard: &ShardId, failed: bool) {
-        let now = self.store.now();
-        if let Some(cursor) = self.cursors.get_mut(shard) {
-            if failed {
-                cursor.failures += 1;
-                let pause = FAILURE_BACKOFF.delay(cursor.failures);
-                cursor.retry_after = Some(now + pause.as_millis() as i64);
-            } else {
-                cursor.failures = 0;
-                cursor.retry_after = None;
-            }
-        }
-    }
-
-    /// Forgets what was read of `shard` and not committed.
-    fn rewind_shard(&mut self, shard: &ShardId) {
-        if let Some(cursor) = self.cursors.get_mut(shard) {
-            if cursor.read != cursor.committed {
-                let committed = cursor.committed.clone();
-                cursor.reset(committed);
-            }
-        }
-    }
 }
 
-/// What the reader read of one shard, as its pipeline's source: the reader
-/// reads every readable shard at once ([`StreamReader::next_batch`]), then
-/// hands each shard's pipeline what was read.
-struct ReadShard(Option<SourceBatch>);
-
-impl RecordSource for ReadShard {
-    type Error = crate::Error;
-
-    fn due(&self, _: Instant) -> bool {
-        self.0.is_some()
+/// Saves `position` as `shard`'s, unless it is the one saved last (a time
+/// is saved once a record after it is committed).
+async fn save<C>(
+    known: &mut BTreeMap<ShardId, Known>,
+    calls: &StreamsCalls<C>,
+    shard: &ShardId,
+    position: &Checkpoint,
+) -> crate::Result<()> {
+    let Some(known) = known.get_mut(shard) else {
+        return Ok(()); // removed from the stream meanwhile
+    };
+    if known.saved.as_ref() == Some(position) {
+        return Ok(());
     }
-
-    async fn fetch(
-        &mut self,
-        _: &ShardId,
-        _: Option<&Checkpoint>,
-        _: &mut ShardReport,
-    ) -> crate::Result<Fetched> {
-        Ok(self.0.take().map_or(Fetched::Nothing, Fetched::Batch))
+    if let Some(stored) = position::to_stored(position, &calls.stream_arn, &known.spec)? {
+        calls.store.positions().save(&stored).await?;
+        known.saved = Some(position.clone());
     }
-
-    fn take_pin(&mut self) -> Option<Checkpoint> {
-        None
-    }
-
-    fn processed(&mut self, _: bool) {}
+    Ok(())
 }
 
-/// The reader's checkpointer: a commit moves the shard's committed position
-/// after the record and saves it. A failed save ends the batch (the reader
+/// The reader's checkpointer: a commit saves the position after the record
+/// (the pipeline moves its own). A failed save ends the batch (the reader
 /// reads the shard again from its committed position).
 struct ReaderCheckpoints<'a, C> {
-    reader: &'a mut StreamReader<C>,
+    known: &'a mut BTreeMap<ShardId, Known>,
+    calls: &'a StreamsCalls<C>,
 }
 
 impl<C: StreamsClient> Checkpointer for ReaderCheckpoints<'_, C> {
@@ -281,9 +239,7 @@ impl<C: StreamsClient> Checkpointer for ReaderCheckpoints<'_, C> {
         let Checkpoint::After { sequence, .. } = checkpoint else {
             return Ok(false);
         };
-        self.reader
-            .commit_at(shard, &position::after(sequence))
-            .await?;
+        save(self.known, self.calls, shard, &position::after(sequence)).await?;
         Ok(true)
     }
 }

@@ -4,8 +4,10 @@
 use crate::ddb_streams::batch::Discovery;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::position;
-use crate::ddb_streams::reader::{Cursor, StreamReader};
+use crate::ddb_streams::reader::{Known, StreamReader};
+use crate::ddb_streams::source::StreamsSource;
 use crate::ddb_streams::tree;
+use crate::pipeline::ShardPipeline;
 use crate::state::{Checkpoint, ShardId, ShardSpec, StoredShardPosition};
 use crate::Error;
 use std::collections::BTreeMap;
@@ -17,9 +19,11 @@ impl<C: StreamsClient> StreamReader<C> {
         let mut pages = 0;
         let mut start: Option<String> = None;
         loop {
-            let (arn, client, from) = (&self.stream_arn, &self.client, start.as_deref());
-            let page = self
-                .call("DescribeStream", || client.describe_stream(arn, from))
+            let (calls, from) = (&self.calls, start.as_deref());
+            let page = calls
+                .call("DescribeStream", || {
+                    calls.client.describe_stream(&calls.stream_arn, from)
+                })
                 .await?;
             pages += 1;
             shards.extend(page.shards);
@@ -38,34 +42,37 @@ impl<C: StreamsClient> StreamReader<C> {
     /// was re-created) count as removed.
     pub async fn discover(&mut self) -> Result<Discovery, Error> {
         let (listed, pages) = self.describe_all().await?;
-        let now = self.store.now();
+        let now = self.store().now();
+        let store = self.store().clone();
+        let stream_arn = self.calls.stream_arn.clone();
         let first = self.discovered_at.is_none();
         let mut saved: BTreeMap<ShardId, StoredShardPosition> = BTreeMap::new();
         let mut stale = Vec::new();
         if first {
-            for position in self.store.positions().load().await? {
-                if position.stream_arn == self.stream_arn {
+            for position in store.positions().load().await? {
+                if position.stream_arn == stream_arn {
                     saved.insert(position.shard_id.clone(), position);
                 } else {
                     stale.push(position.shard_id);
                 }
             }
         }
-        let known: Vec<ShardId> = self.cursors.keys().chain(saved.keys()).cloned().collect();
+        let known: Vec<ShardId> = self.known.keys().chain(saved.keys()).cloned().collect();
         let diff = tree::diff_shards(&known, &listed);
         let mut removed = stale;
         removed.extend(diff.removed.iter().cloned());
         for id in &removed {
-            self.cursors.remove(id);
-            if self.store.positions().remove(id).await? {
+            self.known.remove(id);
+            self.shards.close(id);
+            if store.positions().remove(id).await? {
                 tracing::info!(shard = %id, "shard gone from the stream; its position was dropped");
             }
         }
         let ordered = ShardSpec::parents_first(listed);
         let mut latest = Vec::new();
         for spec in &ordered {
-            if let Some(cursor) = self.cursors.get_mut(&spec.shard_id) {
-                cursor.spec = spec.clone();
+            if let Some(known) = self.known.get_mut(&spec.shard_id) {
+                known.spec = spec.clone();
                 continue;
             }
             let stored = saved.remove(&spec.shard_id);
@@ -74,21 +81,27 @@ impl<C: StreamsClient> StreamReader<C> {
                 None if first => position::initial(self.config.initial_position),
                 None => Checkpoint::TrimHorizon,
             };
-            let mut cursor = Cursor::new(spec.clone(), position.clone(), now);
+            let mut known = Known {
+                spec: spec.clone(),
+                saved: None,
+            };
             if stored.is_some() {
-                cursor.saved = Some(position.clone());
-            } else if let Some(p) = position::to_stored(&position, &self.stream_arn, spec)? {
-                self.store.positions().save(&p).await?;
-                cursor.saved = Some(position.clone());
+                known.saved = Some(position.clone());
+            } else if let Some(p) = position::to_stored(&position, &stream_arn, spec)? {
+                store.positions().save(&p).await?;
+                known.saved = Some(position.clone());
             }
             if position == Checkpoint::Latest {
                 latest.push(spec.shard_id.clone());
             }
-            self.cursors.insert(spec.shard_id.clone(), cursor);
+            self.known.insert(spec.shard_id.clone(), known);
+            let source = StreamsSource::new(self.calls.clone(), now);
+            let pipeline = ShardPipeline::new(spec.shard_id.clone(), Some(position), None, source);
+            self.shards.open(pipeline, spec.parents.clone());
         }
         self.order = ordered;
         for id in latest {
-            self.take_latest(&id).await?;
+            self.take_latest(&id, now).await?;
         }
         self.discovered_at = Some(now);
         self.rediscover = false;

@@ -40,15 +40,16 @@
 
 mod accept;
 mod batch;
+mod calls;
 mod client;
 mod config;
 mod discover;
 mod error;
 mod position;
-mod read;
 mod reader;
 pub mod replica;
 mod sdk;
+mod source;
 mod tree;
 
 pub use batch::{Batch, Discovery, PollReport, ReaderStats, ShardBatch, TrimmedShard};

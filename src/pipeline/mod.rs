@@ -8,6 +8,8 @@
 //!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
 //! - `shard`: `ShardPipeline`, one shard's position, source and report,
 //!   and its step.
+//! - `map`: `ShardMap`, the pipelines of the shards one consumer reads,
+//!   which are due, parent before child.
 //! - `end`: where a bounded group (a backfill) stops reading a shard.
 //! - `start`: [`InitialPosition`], where a shard with no checkpoint starts,
 //!   and the margin of a lost LATEST start.
@@ -24,12 +26,14 @@
 
 mod checkpointer;
 mod end;
+mod map;
 mod report;
 mod shard;
 mod source;
 mod start;
 
 pub(crate) use checkpointer::Checkpointer;
+pub(crate) use map::ShardMap;
 pub use report::ShardReport;
 pub(crate) use shard::{ShardPipeline, Step};
 pub(crate) use source::{Fetched, RecordSource, SourceBatch};

@@ -84,6 +84,33 @@ impl<S: RecordSource> ShardPipeline<S> {
         self.source.due(now)
     }
 
+    /// The shard.
+    pub fn shard(&self) -> &ShardId {
+        &self.shard
+    }
+
+    /// How far the shard is processed (or its pin while nothing is).
+    pub fn position(&self) -> Option<&Checkpoint> {
+        self.position.as_ref()
+    }
+
+    /// Moves the position to `position`: a caller that takes the records
+    /// from the source itself committed them (a manual checkpointer), or
+    /// moved the shard (a seek).
+    pub fn set_position(&mut self, position: Checkpoint) {
+        self.position = Some(position);
+    }
+
+    /// Read to its end, and all of it committed.
+    pub fn finished(&self) -> bool {
+        self.source.finished(self.position.as_ref())
+    }
+
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
     /// The source, to tell it of a change of how it reads.
     pub fn source_mut(&mut self) -> &mut S {
         &mut self.source

@@ -31,6 +31,13 @@ pub(crate) trait RecordSource: Send {
     /// kept whether or not the fetch then read anything.
     fn take_pin(&mut self) -> Option<Checkpoint>;
 
+    /// Read to its end, with nothing handed out beyond `position` (the
+    /// pipeline's): the shard is finished, its children may be read. A
+    /// source whose consumer drops a shard once it ends never says so.
+    fn finished(&self, _position: Option<&Checkpoint>) -> bool {
+        false
+    }
+
     /// The last batch fetched was processed: all of it (`ok`), or up to a
     /// failure (read again from the position).
     fn processed(&mut self, ok: bool);

@@ -23,7 +23,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         tracing::info!(consumer = %self.mode.id(), efo = ?lock.as_ref().map(|l| l.name.as_str()), "enhanced fan-out consumer");
         self.efo_lock = lock.clone();
         let arn = lock.as_ref().map(|l| l.arn.clone());
-        for pipeline in self.pipelines.values_mut() {
+        for pipeline in self.pipelines.pipelines_mut() {
             pipeline.source_mut().resubscribe(arn.clone());
         }
         for shard in self.mode.set_efo_lock(lock) {

@@ -25,7 +25,7 @@ use crate::consumer::reads::{KinesisReads, KinesisSource, ReadError, ReadSetting
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
-use crate::pipeline::{ShardPipeline, Step};
+use crate::pipeline::{ShardMap, ShardPipeline, Step};
 use crate::processing::{Core, RecordHandler};
 use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, ShardScope, StateStore};
 use crate::Result;
@@ -47,7 +47,7 @@ pub struct ShardWorker<H> {
     handler: H,
     config: WorkerConfig,
     /// The pipeline of each shard held.
-    pipelines: BTreeMap<ShardId, ShardPipeline<KinesisSource>>,
+    pipelines: ShardMap<KinesisSource>,
     /// Shards gained whose pipeline is not open yet (their state not read):
     /// kept until it is, so a failure in between never strands a lease.
     pending: BTreeSet<ShardId>,
@@ -118,7 +118,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             reads,
             handler,
             config,
-            pipelines: BTreeMap::new(),
+            pipelines: ShardMap::default(),
             pending: BTreeSet::new(),
             next_beat: Instant::now(),
             report: WorkerReport::default(),
@@ -177,7 +177,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn drop_shard(&mut self, shard: &ShardId, why: StopReason) {
         self.pending.remove(shard);
         self.pacing.forget(shard);
-        if self.pipelines.remove(shard).is_some() {
+        if self.pipelines.close(shard).is_some() {
             match why {
                 StopReason::Lost => self.report.leases_lost += 1,
                 StopReason::HandedOff => self.report.handed_off += 1,
@@ -195,7 +195,7 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// The shards it holds now.
     pub fn shards(&self) -> Vec<ShardId> {
-        self.pipelines.keys().cloned().collect()
+        self.pipelines.shards().to_vec()
     }
 
     /// The enhanced fan-out consumer it has locked (when reading with EFO).
@@ -205,19 +205,13 @@ impl<H: RecordHandler> ShardWorker<H> {
 
     /// `MillisBehindLatest` of the last read of each held shard.
     pub fn millis_behind_latest(&self) -> BTreeMap<ShardId, i64> {
-        self.pipelines
-            .iter()
-            .filter_map(|(s, p)| p.millis_behind().map(|m| (s.clone(), m)))
-            .collect()
+        self.pipelines.millis_behind()
     }
 
     /// Where each held shard stands, for checkpoints at a hand-over or a
     /// stop (see [`ShardPipeline::handover_position`]).
     fn positions(&self) -> BTreeMap<ShardId, (Checkpoint, Option<EpochMillis>)> {
-        self.pipelines
-            .iter()
-            .filter_map(|(s, p)| p.handover_position().map(|p| (s.clone(), p)))
-            .collect()
+        self.pipelines.handover_positions()
     }
 
     /// One step: the session's tick when due, then one read of each shard that is due
@@ -229,12 +223,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.beat().await?;
         }
         let now = Instant::now();
-        let due: Vec<ShardId> = self
-            .pipelines
-            .iter()
-            .filter(|(_, p)| p.due(now))
-            .map(|(s, _)| s.clone())
-            .collect();
+        let due = self.pipelines.due(now);
         let mut read = false;
         for shard in &due {
             self.mode.alive();
@@ -333,7 +322,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             let pipeline =
                 ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source)
                     .ending_at(end);
-            self.pipelines.insert(shard, pipeline);
+            self.pipelines.open(pipeline, state.parents.clone());
         }
         Ok(())
     }
@@ -352,7 +341,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             // the session beats now, right before this read, so the shard
             // is never starved by the others.
             self.beat().await?;
-            if !self.pipelines.contains_key(shard) {
+            if !self.pipelines.contains(shard) {
                 return Ok(false);
             }
             stop_by = self.stop_by(shard);
@@ -381,11 +370,8 @@ impl<H: RecordHandler> ShardWorker<H> {
         match step {
             Ok(Step::Idle) => Ok(false),
             Ok(Step::Processed { ended, .. }) => {
-                self.report.millis_behind_latest = self
-                    .pipelines
-                    .values()
-                    .filter_map(ShardPipeline::millis_behind)
-                    .max();
+                self.report.millis_behind_latest =
+                    self.pipelines.millis_behind().into_values().max();
                 if ended {
                     self.complete(shard).await?;
                 }
@@ -480,7 +466,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             }
             Err(e) => return Err(e),
         }
-        self.pipelines.remove(shard);
+        self.pipelines.close(shard);
         Ok(())
     }
 }

@@ -99,7 +99,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .leave(&|shard| positions.get(shard).cloned())
             .await?;
         self.pending.clear();
-        for shard in std::mem::take(&mut self.pipelines).into_keys() {
+        for shard in self.pipelines.close_all() {
             self.stopped(&shard, StopReason::Released);
         }
         if let Some(lock) = self.efo_lock.take() {
