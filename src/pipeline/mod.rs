@@ -39,3 +39,6 @@ pub(crate) use shard::{ShardPipeline, Step};
 pub(crate) use source::{Fetched, RecordSource, SourceBatch};
 pub use start::InitialPosition;
 pub(crate) use start::{unpinned, LATEST_REOPEN_MARGIN_MS};
+
+#[cfg(test)]
+mod tests;
