@@ -7,13 +7,13 @@
 //!   standalone one; its hold on its id; the EFO pool and locks.
 //! - `worker`: [`ShardWorker`]: leases, the EFO lock and the drain around a
 //!   map of shard pipelines ([`crate::pipeline`]).
-//! - [`reads`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a
+//! - [`retrieval`]: the Kinesis reads (GetRecords, SubscribeToShard) behind a
 //!   trait, and the Kinesis record source of a pipeline.
 //! - `events`: the worker's lease and checkpoint events, for observers.
 
 mod events;
 mod leases;
-pub mod reads;
+pub mod retrieval;
 mod worker;
 
 pub use events::{Observer, StopReason, WorkerEvent};
@@ -23,7 +23,7 @@ pub use leases::{
     lock_or_grow, stream_arn, ConsumerSession, EfoPool, SessionTick, StandaloneSession,
     MAX_EFO_CONSUMERS,
 };
-pub use reads::discovery::{
+pub use retrieval::discovery::{
     discover_shards, discover_shards_in, list_stream_shards, DiscoveryReport,
 };
 pub use worker::{ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};

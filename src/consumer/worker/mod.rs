@@ -21,7 +21,7 @@ pub use config::{WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
 use crate::consumer::leases::{Mode, ModeCheckpoints};
 use crate::consumer::list_stream_shards;
-use crate::consumer::reads::{KinesisReads, KinesisSource, ReadError, ReadSettings, SdkReads};
+use crate::consumer::retrieval::{KinesisReads, KinesisSource, ReadError, ReadSettings, SdkReads};
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};

@@ -234,7 +234,7 @@ async fn an_efo_consumer_gone_from_kinesis_is_retired_and_the_worker_carries_on_
 /// never answers, which no server shows on purpose.
 #[tokio::test]
 async fn a_subscription_that_is_never_answered_fails_transiently() {
-    use shardkeeper::consumer::reads::{IteratorStart, KinesisReads, ReadError, SdkReads};
+    use shardkeeper::consumer::retrieval::{IteratorStart, KinesisReads, ReadError, SdkReads};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let held = tokio::spawn(async move {

@@ -6,7 +6,7 @@
 use crate::support::common::{create_stream, ctx, Ctx};
 use crate::support::consume::{eager, logging, Log};
 use bytes::Bytes;
-use shardkeeper::consumer::reads::{
+use shardkeeper::consumer::retrieval::{
     IteratorStart, KinesisReads, ReadError, ReadFuture, ReadRecord, RecordsPage, Subscription,
     SubscriptionEvent,
 };

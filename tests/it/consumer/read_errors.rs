@@ -18,7 +18,7 @@
 use crate::support::classes::{kinesis_at, of_error, of_read, quick_retries, Class};
 use crate::support::common::ctx;
 use shardkeeper::consumer::list_stream_shards;
-use shardkeeper::consumer::reads::{IteratorStart, KinesisReads, SdkReads};
+use shardkeeper::consumer::retrieval::{IteratorStart, KinesisReads, SdkReads};
 use shardkeeper::state::{kinesis_stream_summary, ShardId, StreamAddress};
 use shardkeeper_local::{AwsService, FailingEndpoint};
 
@@ -138,7 +138,7 @@ async fn every_documented_get_shard_iterator_error_has_its_class() {
 /// throttling (5 subscriptions a second per consumer; KMS) and internal
 /// failures (the shard backs off), and the rest, which end the run. The
 /// errors inside an open event stream are matched by variant
-/// (`consumer::reads::sdk::tests::errors_inside_the_event_stream_are_told_apart_by_variant`).
+/// (`consumer::retrieval::sdk::tests::errors_inside_the_event_stream_are_told_apart_by_variant`).
 #[tokio::test]
 async fn every_documented_subscribe_to_shard_error_has_its_class() {
     let ctx = ctx().await;

@@ -3,7 +3,7 @@
 //! retries), so a table's rows stay quick and their attempts countable.
 
 use crate::support::common::Ctx;
-use shardkeeper::consumer::reads::ReadError;
+use shardkeeper::consumer::retrieval::ReadError;
 use shardkeeper::ddb_streams::StreamsError;
 use shardkeeper::state::StateError;
 

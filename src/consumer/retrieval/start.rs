@@ -1,7 +1,7 @@
 //! Where a read of a shard starts: after its checkpoint, or at the initial
 //! position; and the pin of a LATEST start.
 
-use crate::consumer::reads::IteratorStart;
+use crate::consumer::retrieval::IteratorStart;
 use crate::pipeline::{InitialPosition, LATEST_REOPEN_MARGIN_MS};
 use crate::state::{Checkpoint, EpochMillis};
 

@@ -5,19 +5,21 @@
 //! the local servers cannot (read throttling, duplicate subscriptions,
 //! `MillisBehindLatest`).
 //!
-//! - `source`: the Kinesis record source (polled or subscribed).
-//! - `poll`: one poll of a shard, and its back-off.
-//! - `subscription`: a subscription pumped into a channel; resubscribing.
+//! - `source`: the Kinesis record source of a pipeline, one of the two
+//!   below, and what both keep.
+//! - `polling`: reading a shard by GetRecords, and its back-off.
+//! - `fanout`: reading a shard through an enhanced fan-out subscription,
+//!   pumped into a channel; resubscribing.
 //! - `start`: where a read starts, and a LATEST start's pin.
 //! - `sdk`: the reads on the SDK client.
 //! - `discovery`: the stream's shards (ListShards), parents first.
 
 pub(super) mod discovery;
-mod poll;
+mod fanout;
+mod polling;
 mod sdk;
 mod source;
 mod start;
-mod subscription;
 
 pub use sdk::SdkReads;
 pub(crate) use source::{KinesisSource, ReadSettings};
