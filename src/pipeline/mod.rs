@@ -4,8 +4,9 @@
 //! runs the records, and a checkpointer stores how far they are done.
 //!
 //! - `source`: the `RecordSource` trait (records from this position).
-//! - `checkpointer`: the `Checkpointer` trait (commit this position), and
-//!   the sink that turns it into the core's [`crate::processing::CheckpointSink`].
+//! - `checkpoint`: the `Checkpointer` trait (commit this position), the
+//!   sink that turns it into the core's [`crate::processing::CheckpointSink`]
+//!   with the transient policy, and pacing as a layer around it.
 //! - `shard`: `ShardPipeline`, one shard's position, source and report,
 //!   and its step.
 //! - `map`: `ShardMap`, the pipelines of the shards one consumer reads,
@@ -24,7 +25,7 @@
     allow(dead_code, unused_imports)
 )]
 
-mod checkpointer;
+mod checkpoint;
 mod end;
 mod map;
 mod report;
@@ -32,7 +33,7 @@ mod shard;
 mod source;
 mod start;
 
-pub(crate) use checkpointer::Checkpointer;
+pub(crate) use checkpoint::{Checkpointer, Paced, Pacing};
 pub(crate) use map::ShardMap;
 pub use report::ShardReport;
 pub(crate) use shard::{ShardPipeline, Step};

@@ -2,7 +2,7 @@
 //! that reads it once and runs what came through the core to the
 //! checkpointer.
 
-use super::checkpointer::PipelineSink;
+use super::checkpoint::PipelineSink;
 use super::end;
 use super::start::unpinned;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};

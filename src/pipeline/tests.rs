@@ -5,9 +5,10 @@
 use super::*;
 use crate::processing::{Core, ProcessingOptions, StreamRecord, Unit};
 use crate::state::{Checkpoint, EpochMillis, SequenceNumber, Service, ShardId, StateError};
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn shard(id: &str) -> ShardId {
     ShardId::new(id).unwrap()
@@ -330,3 +331,44 @@ fn a_shard_whose_source_is_not_due_is_left_out() {
     assert_eq!(map.close_all(), vec![shard("a"), shard("b")]);
     assert!(map.is_empty());
 }
+
+#[tokio::test]
+async fn pacing_defers_a_checkpoint_within_its_interval_but_never_a_pin() {
+    let mut pacing = Pacing::default();
+    let hour = Duration::from_secs(3600);
+    let shard = shard("shardId-1");
+    let mut paced = Paced {
+        inner: FakeCheckpointer::<true>::answering(Answer::Store),
+        pacing: &mut pacing,
+        every: hour,
+    };
+    assert!(paced.checkpoint(&shard, &after("1"), None).await.unwrap());
+    assert!(
+        !paced.checkpoint(&shard, &after("2"), None).await.unwrap(),
+        "deferred"
+    );
+    let pin = Checkpoint::AtTimestamp(5);
+    assert!(paced.checkpoint(&shard, &pin, None).await.unwrap());
+    assert_eq!(paced.inner.stored, vec![after("1"), pin]);
+    // What was deferred is due once the interval has passed, and only if
+    // the shard moved past what was written.
+    let moved = BTreeMap::from([(shard.clone(), (after("2"), None))]);
+    let now = Instant::now();
+    assert!(pacing.due(moved.clone(), now, hour).is_empty());
+    let later = now + hour + Duration::from_secs(1);
+    assert_eq!(
+        pacing.due(moved, later, hour),
+        vec![(shard.clone(), after("2"), None)]
+    );
+    let unmoved = BTreeMap::from([(shard.clone(), (after("1"), None))]);
+    assert!(pacing.due(unmoved, later, hour).is_empty());
+}
+
+// Pacing keeps the transient policy of what it wraps (checked when the
+// tests compile).
+const _: () = {
+    assert!(
+        <Paced<'_, FakeCheckpointer<true>> as Checkpointer>::LEAVES_TRANSIENT_FAILURES_TO_THE_NEXT
+    );
+    assert!(!<Paced<'_, FakeCheckpointer<false>> as Checkpointer>::LEAVES_TRANSIENT_FAILURES_TO_THE_NEXT);
+};

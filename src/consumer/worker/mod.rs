@@ -11,6 +11,7 @@
 //! - `run`: the run until a stop or deadline, and leaving.
 //! - `efo`: its enhanced fan-out consumer lock.
 //! - `config`: how it reads, and what it reports.
+//! - `pacing`: writing the checkpoints its pacing deferred, at heartbeats.
 
 mod config;
 mod efo;
@@ -25,11 +26,10 @@ use crate::consumer::retrieval::{KinesisReads, KinesisSource, ReadError, ReadSet
 use crate::consumer::ConsumerSession;
 use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
-use crate::pipeline::{ShardMap, ShardPipeline, Step};
+use crate::pipeline::{Paced, Pacing, ShardMap, ShardPipeline, Step};
 use crate::processing::{Core, RecordHandler};
 use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, ShardScope, StateStore};
 use crate::Result;
-use pacing::{PacedCheckpoints, Pacing};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -354,7 +354,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             return Ok(false);
         };
         let core = Core::new(&self.handler, Some(&self.store), &self.config.processing);
-        let mut checkpointer = PacedCheckpoints {
+        let mut checkpointer = Paced {
             inner: ModeCheckpoints {
                 mode: &mut self.mode,
                 observer: self.observer.as_ref(),
