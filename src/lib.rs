@@ -13,16 +13,23 @@
 //!
 //! * [`state`]: the state store (the `shardkeeper-state` crate): leases,
 //!   checkpoints, consumers, enhanced fan-out locks, one item per entity.
+//! * `scan` (private): JSON text scanned for the few fields a processor
+//!   reads, without parsing the values (events, DynamoDB images).
 //! * [`processing`]: the record-processing core, the handler contract,
-//!   records, typed payloads and DynamoDB changes, parking.
+//!   records, typed payloads, parking.
+//! * `change` (private): typed DynamoDB changes decoded from a record's
+//!   text or the SDK's attribute values, a handler of the processing
+//!   contract; [`processing`] re-exports its items (and a reader's record
+//!   carries a `ChangeRecord`), the one pair of rooms that import each other.
 //! * [`lambda`]: event source mappings: the processors
 //!   ([`KinesisProcessor`], [`DynamoDbProcessor`]) on the Lambda runtime,
 //!   event parsing, batch progress, tumbling windows.
 //! * [`pipeline`]: the shard pipeline every self-managed mode consumes a
 //!   shard with: a record source, the core, a checkpointer.
 //! * [`consumer`]: the self-managed Kinesis consumer ([`ShardWorker`]): its
-//!   leases (a session in a group, or standalone; the EFO pool), its reads
-//!   (polling and enhanced fan-out, the Kinesis record source), the worker.
+//!   leases (a session in a group, or standalone; the EFO pool), its
+//!   retrieval (polling or enhanced fan-out, each a record source), the
+//!   worker.
 //! * [`group`]: the planners of the lease-rebalancer, the heartbeat-reaper
 //!   and the shard-worker fleet, time as they see it (sightings), their
 //!   executor, the operator's reset and status.
@@ -110,3 +117,6 @@ pub mod config;
 pub mod metrics;
 
 pub mod kpl;
+
+mod change;
+mod scan;

@@ -16,14 +16,9 @@
 //!   (the invocation a handler call runs in), `outcome` (reports and record
 //!   errors), `options`, `parking`, `panic` (a handler's panic as its call's
 //!   error).
-//! - Typed DynamoDB changes: `change` (the type and its decoder),
-//!   `change_record` (one record of a DynamoDB stream as the SDK reads it,
-//!   which the reader hands over), `keys` (a
-//!   changed item's keys), `change_text` (a change read from a record's
-//!   JSON text in one pass), `image` (DynamoDB images, as JSON text or SDK
-//!   attribute values, decoded into a type), `number` (their numbers, read
-//!   exactly), `scan` (the fields of JSON text found without parsing it, and
-//!   in the pass that checks it).
+//!
+//! Typed DynamoDB changes, which a handler here receives, are decoded in
+//! their own room (`crate::change`); their items are re-exported here.
 //!
 //! ```no_run
 //! use shardkeeper::lambda::KinesisProcessor;
@@ -50,35 +45,28 @@
 //! ```
 
 pub(crate) mod base64;
-pub(crate) mod change;
-mod change_record;
-mod change_text;
 mod context;
 pub(crate) mod core;
 pub(crate) mod handler;
-pub(crate) mod image;
-pub(crate) mod keys;
-mod number;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod panic;
 pub(crate) mod parking;
 pub(crate) mod record;
 pub(crate) mod redact;
-pub(crate) mod scan;
 pub(crate) mod sink;
 pub(crate) mod state_time;
 pub(crate) mod unit;
 
-pub use change::{changes, is_ttl_deletion, Change, ChangeHandler, ChangeParts};
-pub use change_record::{ChangeKind, ChangeRecord, Image};
+pub use crate::change::{
+    changes, from_image_json, is_ttl_deletion, Change, ChangeHandler, ChangeKind, ChangeParts,
+    ChangeRecord, Image, Keys,
+};
 pub use context::RecordContext;
 pub use core::Core;
 #[cfg(any(feature = "worker", feature = "ddb-streams"))]
 pub(crate) use core::Ran;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
-pub use image::from_image_json;
-pub use keys::Keys;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
 pub use record::StreamRecord;

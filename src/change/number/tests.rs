@@ -1,6 +1,6 @@
 //! Each test fails where an `N` was read as i64, else u64, else f64.
 
-use crate::processing::image::from_image_json;
+use crate::change::image::from_image_json;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -3,11 +3,11 @@
 //! change needs, and the old and new images are decoded where it finds
 //! them (serde reads the record where the scanner cannot).
 
-use crate::processing::change::{decide, is_ttl_deletion, Change, ChangeParts};
-use crate::processing::image::{from_image_json, image_at};
-use crate::processing::keys::Keys;
+use crate::change::image::{from_image_json, image_at};
+use crate::change::keys::Keys;
+use crate::change::typed::{decide, is_ttl_deletion, Change, ChangeParts};
 use crate::processing::outcome::RecordError;
-use crate::processing::scan;
+use crate::scan;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -1,8 +1,8 @@
 //! The elements of an `L` (attribute values), and of an `NS` or `BS`
 //! (bare numbers or binaries, each read as an attribute of that type).
 
-use crate::processing::image::attribute::{AttributeSeq, Tag, TypedSeed};
-use crate::processing::image::Hint;
+use crate::change::image::attribute::{AttributeSeq, Tag, TypedSeed};
+use crate::change::image::Hint;
 use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 use std::fmt;

@@ -1,12 +1,12 @@
 //! Typed item changes of a DynamoDB stream, and the handler adapter that
 //! decodes them. Every image is read by the one image decoder
-//! (`processing::image`): from the record's text (event source mappings),
+//! (`image`): from the record's text (event source mappings),
 //! or from the SDK's attribute values (the reader's records,
 //! `Change::from_parts`), neither turned into the other first.
 
+use crate::change::image::from_sdk_image;
+use crate::change::keys::Keys;
 use crate::processing::handler::{Decode, HandlerError, TypedHandler};
-use crate::processing::image::from_sdk_image;
-use crate::processing::keys::Keys;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use aws_lambda_events::event::dynamodb::EventRecord;

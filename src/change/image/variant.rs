@@ -1,7 +1,7 @@
 //! An enum read from a map of one entry: the variant's name, and its value
 //! as an attribute value (`{"M": {"Held": {"M": {...}}}}`).
 
-use crate::processing::image::attribute::AttributeSeed;
+use crate::change::image::attribute::AttributeSeed;
 use serde::de::{
     DeserializeSeed, Deserializer, EnumAccess, Error as _, IgnoredAny, MapAccess, VariantAccess,
     Visitor,

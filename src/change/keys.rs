@@ -1,6 +1,6 @@
 //! The key attributes of a changed item, as a removal carries them.
 
-use crate::processing::image::from_attribute_map;
+use crate::change::image::from_attribute_map;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::fmt;

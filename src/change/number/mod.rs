@@ -3,7 +3,7 @@
 //! then given as the visitor asked for it (the rules are in `image`'s
 //! module docs).
 
-use crate::processing::image::Hint;
+use crate::change::image::Hint;
 use serde::de::{self, Visitor};
 #[cfg(feature = "arbitrary-precision")]
 use serde::de::{DeserializeSeed, MapAccess};

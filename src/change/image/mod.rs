@@ -55,7 +55,7 @@
 //! from a map of one entry), `sdk` (the SDK's attribute values in the
 //! tagged form).
 
-use crate::processing::image::attribute::Item;
+use crate::change::image::attribute::Item;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::de::{self, Deserializer, Error as _};
 use std::collections::HashMap;

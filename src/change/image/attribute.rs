@@ -2,11 +2,11 @@
 //! attribute values, each `{"<type>": <value>}`, and the value handed to
 //! the visitor as its type and what the visitor asked for say.
 
+use crate::change::image::elements::{Elements, Kind};
+use crate::change::image::variant::OneVariant;
+use crate::change::image::Hint;
+use crate::change::number::NumberVisitor;
 use crate::processing::base64;
-use crate::processing::image::elements::{Elements, Kind};
-use crate::processing::image::variant::OneVariant;
-use crate::processing::image::Hint;
-use crate::processing::number::NumberVisitor;
 use serde::de::{
     self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };

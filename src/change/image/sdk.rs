@@ -174,7 +174,7 @@ impl<'de> Deserializer<'de> for Payload<'de> {
 
 #[cfg(test)]
 mod tests {
-    use crate::processing::image::{from_image_json, from_sdk_image};
+    use crate::change::image::{from_image_json, from_sdk_image};
     use aws_sdk_dynamodb::types::AttributeValue;
     use serde::de::DeserializeOwned;
     use serde::Deserialize;
@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn enums_newtypes_and_errors_agree() {
-        use crate::processing::image::tests::Status;
+        use crate::change::image::tests::Status;
         #[derive(Debug, Deserialize, PartialEq)]
         struct Id(String);
         #[derive(Debug, Deserialize, PartialEq)]
@@ -323,5 +323,5 @@ mod tests {
         assert!(error.to_string().contains("invalid value"), "{error}");
     }
 
-    use crate::processing::image::tests::serde_bytes_like::Bytes;
+    use crate::change::image::tests::serde_bytes_like::Bytes;
 }
