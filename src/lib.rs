@@ -13,6 +13,11 @@
 //!
 //! * [`state`]: the state store (the `shardkeeper-state` crate): leases,
 //!   checkpoints, consumers, enhanced fan-out locks, one item per entity.
+//! * `discovery` and `first_seen` (private, with `worker` and `fleet`):
+//!   the stream's shards into the state (ListShards, parents first), and
+//!   how long values went unchanged as one observer saw them; the rooms the
+//!   control plane and the worker share, so neither imports the other
+//!   (the shard-discovery functions are public as [`consumer`]'s).
 //! * `scan` (private): JSON text scanned for the few fields a processor
 //!   reads, without parsing the values (events, DynamoDB images).
 //! * [`processing`]: the record-processing core, the handler contract,
@@ -119,4 +124,8 @@ pub mod metrics;
 pub mod kpl;
 
 mod change;
+#[cfg(feature = "worker")]
+mod discovery;
+#[cfg(feature = "fleet")]
+mod first_seen;
 mod scan;

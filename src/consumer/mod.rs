@@ -16,14 +16,12 @@ mod leases;
 pub mod retrieval;
 mod worker;
 
+pub use crate::discovery::{
+    discover_shards, discover_shards_in, list_stream_shards, DiscoveryReport,
+};
 pub use events::{Observer, StopReason, WorkerEvent};
-#[cfg(feature = "fleet")]
-pub(crate) use leases::FirstSeen;
 pub use leases::{
     lock_or_grow, stream_arn, ConsumerSession, EfoPool, SessionTick, StandaloneSession,
     MAX_EFO_CONSUMERS,
-};
-pub use retrieval::discovery::{
-    discover_shards, discover_shards_in, list_stream_shards, DiscoveryReport,
 };
 pub use worker::{ShardWorker, WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};

@@ -112,7 +112,7 @@ impl<C: StreamsClient> StreamReader<C> {
     /// processing core with `handler`: the same [`RecordHandler`] an
     /// event-source-mapped processor or a shard worker runs. Each record
     /// comes as a [`crate::processing::StreamRecord`] carrying the decoded
-    /// [`ChangeRecord`] (see [`Unit::change`]):
+    /// [`ChangeRecord`] (see [`Unit::change`](crate::processing::Unit::change)):
     /// [`crate::processing::changes`] decodes its images from the SDK's
     /// attribute values, with the results it has for an event source
     /// mapping's text. Each shard is handled in order, attempts are counted

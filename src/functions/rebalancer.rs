@@ -3,7 +3,7 @@
 use super::fleet::{Fleet, FleetTick};
 use super::ticker::{run_ticks, InvocationSummary};
 use crate::config::TickTiming;
-use crate::consumer::{discover_shards, DiscoveryReport};
+use crate::discovery::{discover_shards, DiscoveryReport};
 use crate::group::ActionKind;
 use crate::group::{execute, ExecutionReport};
 use crate::group::{held_by, live_consumers, plan_rebalance, RebalanceConfig, Sightings};

@@ -30,7 +30,7 @@
 //!
 //! [`StateStore::monotonic_now`]: crate::state::StateStore::monotonic_now
 
-use crate::consumer::FirstSeen;
+use crate::first_seen::FirstSeen;
 use crate::state::{ConsumerId, ConsumerState, EfoName, EpochMillis, GroupSnapshot, ShardId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -10,12 +10,8 @@
 //! - `pulse`: a session's heartbeats on a task of their own, through long
 //!   batches and hung calls.
 //! - `efo_pool`: the group's pool of enhanced fan-out consumers, and locks.
-//! - `first_seen`: how long values went unchanged as one observer saw them
-//!   (a holding's wait, and the rebalancer's and reaper's sightings).
 
 mod efo_pool;
-#[cfg(feature = "fleet")]
-mod first_seen;
 mod holding;
 mod mode;
 mod pulse;
@@ -23,8 +19,6 @@ mod session;
 mod standalone;
 
 pub use efo_pool::{lock_or_grow, stream_arn, EfoPool, MAX_EFO_CONSUMERS};
-#[cfg(feature = "fleet")]
-pub(crate) use first_seen::FirstSeen;
 pub(crate) use mode::{Mode, ModeCheckpoints};
 pub use session::{ConsumerSession, SessionTick};
 pub use standalone::StandaloneSession;

@@ -12,9 +12,7 @@
 //!   pumped into a channel; resubscribing.
 //! - `start`: where a read starts, and a LATEST start's pin.
 //! - `sdk`: the reads on the SDK client.
-//! - `discovery`: the stream's shards (ListShards), parents first.
 
-pub(super) mod discovery;
 mod fanout;
 mod polling;
 mod sdk;

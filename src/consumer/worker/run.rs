@@ -13,7 +13,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// ([`crate::consumer::WorkerConfig::release_on_stop`]), leaves the group: leases released
     /// (claimants get theirs) so others take over at once.
     ///
-    /// Transient failures ([`StateError::is_transient`]: throttling past the
+    /// Transient failures ([`StateError::is_transient`](crate::state::StateError::is_transient): throttling past the
     /// retries, AWS internal errors, a table or stream endpoint that does not
     /// answer) are ridden out: the step is tried again after a capped,
     /// growing pause and counted in [`crate::pipeline::ShardReport::transient_errors`]. While
