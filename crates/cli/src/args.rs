@@ -156,8 +156,10 @@ pub struct ResetArgs {
     /// Which group.
     #[command(flatten)]
     pub target: Target,
-    /// Where to: `trim-horizon`, `latest`, `at-timestamp=<RFC 3339 or ms>`
-    /// or `at-sequence=<sequence number>`.
+    /// Where to: `TRIM_HORIZON`, `LATEST`, a time (RFC 3339 or ms, also
+    /// written `AT_TIMESTAMP:<time>`) or `AT_SEQUENCE_NUMBER:<sequence
+    /// number>`: the text `status` prints (any case; `-` for `_` and `=`
+    /// for `:` are read too).
     #[arg(long)]
     pub to: String,
     /// Only this shard (default: every shard of the scope).
@@ -228,7 +230,7 @@ pub struct RewindArgs {
     pub target: Target,
     /// Where every shard goes: `TRIM_HORIZON`, `LATEST` (the first record
     /// that arrives from now on) or a time (RFC 3339 or ms; also written
-    /// `at-timestamp=<time>`).
+    /// `AT_TIMESTAMP:<time>`), as `reset --to` reads them.
     #[arg(long, required_unless_present = "shard", conflicts_with = "shard")]
     pub to: Option<String>,
     /// One shard only, to `--to-sequence`.
@@ -249,7 +251,8 @@ pub struct BackfillArgs {
     /// `--kinesis-endpoint-url`, where the stream is).
     #[command(flatten)]
     pub target: Target,
-    /// Where it starts: `TRIM_HORIZON` or a time (RFC 3339 or ms).
+    /// Where it starts: `TRIM_HORIZON` or a time (RFC 3339 or ms), as
+    /// `reset --to` reads them.
     #[arg(long, default_value = "TRIM_HORIZON")]
     pub from: String,
     /// Where it ends: the records that arrived before this time (RFC 3339

@@ -15,7 +15,7 @@
 //! (its stream item), its end, and a fenced position move per shard.
 
 use crate::args::BackfillArgs;
-use crate::commands::parse_time;
+use crate::commands::{parse_position, parse_time};
 use crate::error::Error;
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
@@ -54,9 +54,12 @@ fn as_text<S: serde::Serializer>(cp: &Checkpoint, s: S) -> Result<S::Ok, S::Erro
 
 /// The position `--from` names.
 pub fn parse_from(text: &str) -> Result<Checkpoint, Error> {
-    match text.to_ascii_lowercase().replace('_', "-").as_str() {
-        "trim-horizon" => Ok(Checkpoint::TrimHorizon),
-        _ => Ok(Checkpoint::AtTimestamp(parse_time("--from", text)?)),
+    match parse_position("--from", text)? {
+        from @ (Checkpoint::TrimHorizon | Checkpoint::AtTimestamp(_)) => Ok(from),
+        _ => Err(Error::bad(
+            "--from",
+            format!("{text:?}: a backfill starts at TRIM_HORIZON or a time"),
+        )),
     }
 }
 

@@ -129,27 +129,40 @@ pub fn parse_time(name: &'static str, text: &str) -> Result<i64, Error> {
     }
 }
 
-/// Parses `--to`: `trim-horizon`, `latest`, `at-timestamp=<RFC 3339 or
-/// ms>`, `at-sequence=<sequence number>`.
-pub fn parse_target(text: &str) -> Result<Checkpoint, Error> {
-    let (kind, value) = match text.split_once('=') {
-        Some((k, v)) => (k, Some(v)),
-        None => (text, None),
-    };
-    match (kind.to_ascii_lowercase().as_str(), value) {
-        ("trim-horizon", None) => Ok(Checkpoint::TrimHorizon),
-        ("latest", None) => Ok(Checkpoint::Latest),
-        ("at-timestamp", Some(v)) => Ok(Checkpoint::AtTimestamp(parse_time("--to", v)?)),
-        ("at-sequence", Some(v)) => Ok(Checkpoint::AtSequence(
-            shardkeeper::state::SequenceNumber::new(v)?,
-        )),
-        _ => Err(Error::bad(
-            "--to",
-            format!(
-                "{text:?}: expected trim-horizon, latest, at-timestamp=<RFC 3339 or ms> \
-                 or at-sequence=<sequence number>"
-            ),
-        )),
+/// The one way the commands read a position (`reset --to`, `rewind --to`,
+/// `backfill --from`): the text `status` prints for a checkpoint
+/// (`TRIM_HORIZON`, `LATEST`, `AT_TIMESTAMP:<time>`,
+/// `AT_SEQUENCE_NUMBER:<sequence number>`), in either case, with `-` for
+/// `_` and `=` for `:` if preferred; a time is RFC 3339 or epoch
+/// milliseconds, and a time alone means `AT_TIMESTAMP`. `arg` names the
+/// argument in the error.
+pub fn parse_position(arg: &'static str, text: &str) -> Result<Checkpoint, Error> {
+    let word = |s: &str| s.trim().to_ascii_uppercase().replace('-', "_");
+    if let Some((kind, value)) = text.split_once([':', '=']) {
+        match word(kind).as_str() {
+            "AT_TIMESTAMP" => return Ok(Checkpoint::AtTimestamp(parse_time(arg, value.trim())?)),
+            "AT_SEQUENCE_NUMBER" | "AT_SEQUENCE" => {
+                return shardkeeper::state::SequenceNumber::new(value.trim())
+                    .map(Checkpoint::AtSequence)
+                    .map_err(|e| Error::bad(arg, e.to_string()))
+            }
+            _ => {}
+        }
+    }
+    match word(text).as_str() {
+        "TRIM_HORIZON" => Ok(Checkpoint::TrimHorizon),
+        "LATEST" => Ok(Checkpoint::Latest),
+        _ => parse_time(arg, text.trim())
+            .map(Checkpoint::AtTimestamp)
+            .map_err(|_| {
+                Error::bad(
+                    arg,
+                    format!(
+                        "{text:?}: expected TRIM_HORIZON, LATEST, a time (RFC 3339 or ms), \
+                     AT_TIMESTAMP:<time> or AT_SEQUENCE_NUMBER:<sequence number>"
+                    ),
+                )
+            }),
     }
 }
 
@@ -161,7 +174,7 @@ pub async fn reset(
     args: &ResetArgs,
     confirm: impl FnOnce(&str) -> bool,
 ) -> Result<String, Error> {
-    let to = parse_target(&args.to)?;
+    let to = parse_position("--to", &args.to)?;
     let scope = match (&args.consumer, &args.efo) {
         (Some(c), _) => ShardScope::Consumer(ConsumerId::new(c)?),
         (_, Some(e)) => ShardScope::Efo(EfoName::new(e)?),
@@ -258,4 +271,56 @@ pub(crate) fn dry_run<'a>(question: &str, shards: impl Iterator<Item = &'a str>)
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> Checkpoint {
+        Checkpoint::AtTimestamp(ms)
+    }
+
+    #[test]
+    fn every_command_reads_a_position_the_way_status_prints_it_and_in_friendlier_spellings() {
+        let same = [
+            ("TRIM_HORIZON", Checkpoint::TrimHorizon),
+            ("trim-horizon", Checkpoint::TrimHorizon),
+            ("Trim_Horizon", Checkpoint::TrimHorizon),
+            ("LATEST", Checkpoint::Latest),
+            ("latest", Checkpoint::Latest),
+            ("AT_TIMESTAMP:1700000000000", at(1_700_000_000_000)),
+            ("at-timestamp=1700000000000", at(1_700_000_000_000)),
+            ("1700000000000", at(1_700_000_000_000)),
+            ("2023-11-14T22:13:20Z", at(1_700_000_000_000)),
+            ("AT_TIMESTAMP:2023-11-14T22:13:20Z", at(1_700_000_000_000)),
+        ];
+        for (text, expected) in same {
+            assert_eq!(parse_position("--to", text).unwrap(), expected, "{text}");
+        }
+        // What `status` prints for a checkpoint reads back as it.
+        for cp in [Checkpoint::TrimHorizon, Checkpoint::Latest, at(5)] {
+            assert_eq!(parse_position("--to", &cp.to_string()).unwrap(), cp);
+        }
+        let seq = "49590338271490256608559692538361571095921575989136588898";
+        let expected = Checkpoint::AtSequence(shardkeeper::state::SequenceNumber::new(seq).unwrap());
+        assert_eq!(
+            parse_position("--to", &format!("AT_SEQUENCE_NUMBER:{seq}")).unwrap(),
+            expected
+        );
+        assert_eq!(
+            parse_position("--to", &format!("at-sequence={seq}")).unwrap(),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_position_that_is_none_of_them_is_a_typed_error_naming_the_argument() {
+        for text in ["yesterday", "AT_TIMESTAMP:soon", "AT_SEQUENCE_NUMBER:abc", ""] {
+            match parse_position("--from", text) {
+                Err(Error::BadArgument { name, .. }) => assert_eq!(name, "--from", "{text}"),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
 }

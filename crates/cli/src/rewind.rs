@@ -4,13 +4,15 @@
 //! (`plan_rewind`, `apply_rewind`).
 
 use crate::args::RewindArgs;
-use crate::commands::parse_time;
+use crate::commands::parse_position;
 use crate::error::Error;
 use crate::render;
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::group::{apply_rewind, plan_rewind, RewindPlan, RewindReport, RewindTarget};
-use shardkeeper::state::{Clock as _, SequenceNumber, ShardId, StateStore, SystemClock};
+use shardkeeper::state::{
+    Checkpoint, Clock as _, SequenceNumber, ShardId, StateStore, SystemClock,
+};
 
 /// What a rewind did, or on a dry run would do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,19 +36,17 @@ pub fn parse_rewind_target(args: &RewindArgs) -> Result<RewindTarget, Error> {
         .to
         .as_deref()
         .ok_or_else(|| Error::bad("--to", "give --to, or --shard with --to-sequence"))?;
-    let word = text.to_ascii_lowercase().replace('_', "-");
-    Ok(match word.as_str() {
-        "trim-horizon" => RewindTarget::TrimHorizon,
-        "latest" => RewindTarget::Latest,
+    Ok(match parse_position("--to", text)? {
+        Checkpoint::TrimHorizon => RewindTarget::TrimHorizon,
+        Checkpoint::Latest => RewindTarget::Latest,
+        Checkpoint::AtTimestamp(at) => RewindTarget::AtTimestamp(at),
         _ => {
-            // `at-timestamp=` is ASCII: the same length in `word` and `text`.
-            let prefix = "at-timestamp=";
-            let time = if word.starts_with(prefix) {
-                &text[prefix.len()..]
-            } else {
-                text
-            };
-            RewindTarget::AtTimestamp(parse_time("--to", time)?)
+            return Err(Error::bad(
+                "--to",
+                format!(
+                    "{text:?}: one shard goes to a sequence number with --shard and --to-sequence"
+                ),
+            ))
         }
     })
 }
