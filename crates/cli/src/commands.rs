@@ -303,7 +303,8 @@ mod tests {
             assert_eq!(parse_position("--to", &cp.to_string()).unwrap(), cp);
         }
         let seq = "49590338271490256608559692538361571095921575989136588898";
-        let expected = Checkpoint::AtSequence(shardkeeper::state::SequenceNumber::new(seq).unwrap());
+        let expected =
+            Checkpoint::AtSequence(shardkeeper::state::SequenceNumber::new(seq).unwrap());
         assert_eq!(
             parse_position("--to", &format!("AT_SEQUENCE_NUMBER:{seq}")).unwrap(),
             expected
@@ -316,7 +317,12 @@ mod tests {
 
     #[test]
     fn a_position_that_is_none_of_them_is_a_typed_error_naming_the_argument() {
-        for text in ["yesterday", "AT_TIMESTAMP:soon", "AT_SEQUENCE_NUMBER:abc", ""] {
+        for text in [
+            "yesterday",
+            "AT_TIMESTAMP:soon",
+            "AT_SEQUENCE_NUMBER:abc",
+            "",
+        ] {
             match parse_position("--from", text) {
                 Err(Error::BadArgument { name, .. }) => assert_eq!(name, "--from", "{text}"),
                 other => panic!("{text:?}: {other:?}"),

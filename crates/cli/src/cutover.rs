@@ -158,18 +158,26 @@ pub async fn from_esm(
         ));
     }
     if !args.change.dry_run {
+        // Nothing is written before the operator agreed: refused (live
+        // leases without --force) first, the shards the group has no state
+        // for yet recorded after.
         let snapshot = store.load_group().await?;
-        discover_shards(store, kinesis, &snapshot).await?;
-        let snapshot = store.load_group().await?;
-        let moves = plan_moves(&snapshot, wanted, args.force)?;
+        plan_moves(&snapshot, wanted.clone(), args.force)?;
         let question = format!(
             "set {} shard position(s) of group {} on stream {} to what consumer {} completed under the event source mapping (the mapping must be disabled and its last invocations over)?",
-            moves.len(),
+            wanted.len(),
             config.group,
             config.stream,
             args.esm.consumer
         );
         args.change.confirm(&question, confirm)?;
+        let snapshot = if crate::rewind::unrecorded(&snapshot, &listed) > 0 {
+            discover_shards(store, kinesis, &snapshot).await?;
+            store.load_group().await?
+        } else {
+            snapshot
+        };
+        let moves = plan_moves(&snapshot, wanted, args.force)?;
         report.reset = Some(apply_moves(store, &snapshot, moves).await?);
     }
     if let Some(json) = args.change.json(&report) {

@@ -82,13 +82,15 @@ pub async fn import_kcl(
     let plan = plan_kcl_import(&leases, &config.stream, &listed, at_timestamp)?;
     let mut report = KclImportReport { plan, reset: None };
     if !args.change.dry_run {
+        // Nothing is written before the operator agreed: the shards the
+        // group has no state for yet are recorded after.
         let snapshot = store.load_group().await?;
-        discover_shards(store, kinesis, &snapshot).await?;
-        let snapshot = store.load_group().await?;
-        let moves = plan_moves(&snapshot, report.plan.moves.clone(), args.force)?;
+        let unrecorded = crate::rewind::unrecorded(&snapshot, &listed);
+        // Refused (live leases without --force) before anything is asked.
+        plan_moves(&snapshot, report.plan.moves.clone(), args.force)?;
         let question = format!(
             "set {} shard checkpoint(s) of group {} on stream {} to those of KCL table {}{}?",
-            moves.len(),
+            report.plan.moves.len(),
             config.group,
             config.stream,
             args.kcl_table,
@@ -99,6 +101,13 @@ pub async fn import_kcl(
             }
         );
         args.change.confirm(&question, confirm)?;
+        let snapshot = if unrecorded > 0 {
+            discover_shards(store, kinesis, &snapshot).await?;
+            store.load_group().await?
+        } else {
+            snapshot
+        };
+        let moves = plan_moves(&snapshot, report.plan.moves.clone(), args.force)?;
         report.reset = Some(apply_moves(store, &snapshot, moves).await?);
     }
     if let Some(json) = args.change.json(&report) {

@@ -62,35 +62,56 @@ pub async fn rewind(
     let target = parse_rewind_target(args)?;
     let config = store.config();
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
-    let mut snapshot = store.load_group().await?;
-    if !args.change.dry_run {
-        discover_shards(store, kinesis, &snapshot).await?;
-        snapshot = store.load_group().await?;
-    }
+    let snapshot = store.load_group().await?;
     // `LATEST` is compared with Kinesis's arrival times: this machine's
     // clock, not the store's.
     let now = SystemClock.now_millis();
+    // Planned from what is there, before anything is written: shards the
+    // stream lists that have no state yet are recorded only once the
+    // operator agreed, and then planned with the others.
     let plan = plan_rewind(&snapshot, &listed, &target, now)?;
+    let unrecorded = unrecorded(&snapshot, &listed);
     let mut outcome = RewindOutcome { plan, report: None };
     if !args.change.dry_run {
         let plan = &outcome.plan;
         let question = format!(
-            "{} {} shard(s) of group {} on stream {} to {}, ending the leases held on them?",
+            "{} {} shard(s) of group {} on stream {} to {}{}, ending the leases held on them?",
             if plan.resumed {
                 "finish rewinding"
             } else {
                 "rewind"
             },
-            plan.moves.len(),
+            plan.moves.len() + unrecorded,
             config.group,
             config.stream,
-            plan.to
+            plan.to,
+            if unrecorded > 0 {
+                format!(" ({unrecorded} of them new to the group, recorded first)")
+            } else {
+                String::new()
+            }
         );
         args.change.confirm(&question, confirm)?;
-        outcome.report = Some(apply_rewind(store, plan).await?);
+        if unrecorded > 0 {
+            discover_shards(store, kinesis, &snapshot).await?;
+            let snapshot = store.load_group().await?;
+            outcome.plan = plan_rewind(&snapshot, &listed, &target, now)?;
+        }
+        outcome.report = Some(apply_rewind(store, &outcome.plan).await?);
     }
     if let Some(json) = args.change.json(&outcome) {
         return Ok(json);
     }
     Ok(render::rewind(&outcome))
+}
+
+/// How many of the stream's shards the group has no state for yet.
+pub(crate) fn unrecorded(
+    snapshot: &shardkeeper::state::GroupSnapshot,
+    listed: &[shardkeeper::state::ShardSpec],
+) -> usize {
+    listed
+        .iter()
+        .filter(|l| !snapshot.shards.iter().any(|s| s.shard_id == l.shard_id))
+        .count()
 }

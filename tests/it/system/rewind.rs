@@ -294,3 +294,52 @@ async fn a_shard_rewound_to_a_sequence_number_reads_from_it_again_and_nothing_el
     assert_eq!(read.iter().cloned().collect::<BTreeSet<_>>(), again);
     assert_eq!(read.len(), again.len(), "each once");
 }
+
+/// Nothing is written before the operator agrees: a declined rewind
+/// leaves the group as it was, even the children of a split it has not
+/// recorded yet, which the question counts; agreed, it records them and
+/// moves them with the others.
+#[tokio::test]
+async fn a_declined_rewind_writes_nothing_not_even_the_shards_new_to_the_group() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    crate::support::common::start_group(&ctx, &store).await;
+    let started = store.load_group().await.unwrap();
+    shardkeeper::consumer::discover_shards(&store, &ctx.aws.kinesis, &started)
+        .await
+        .unwrap();
+    split_first(&ctx.aws, &stream).await;
+    let before = store.load_group().await.unwrap();
+    assert_eq!(before.shards.len(), 1, "the children are not recorded yet");
+
+    let mut args = rewind_args(&store, "TRIM_HORIZON");
+    args.change.yes = false;
+    let mut asked = String::new();
+    let declined = shardkeeper_cli::rewind::rewind(&store, &ctx.aws.kinesis, &args, |q| {
+        asked = q.to_owned();
+        false
+    })
+    .await;
+    assert!(
+        matches!(declined, Err(shardkeeper_cli::Error::NotConfirmed)),
+        "{declined:?}"
+    );
+    assert!(
+        asked.contains("rewind 3 shard(s)") && asked.contains("2 of them new"),
+        "{asked}"
+    );
+    let after = store.load_group().await.unwrap();
+    assert_eq!(after.shards, before.shards, "nothing written");
+    assert_eq!(after.stream, before.stream, "no rewind recorded");
+
+    let out = shardkeeper_cli::rewind::rewind(&store, &ctx.aws.kinesis, &args, |_| true)
+        .await
+        .unwrap();
+    let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        outcome["plan"]["moves"].as_array().unwrap().len(),
+        3,
+        "the parent and its two children, recorded once agreed: {outcome}"
+    );
+}
