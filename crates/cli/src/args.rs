@@ -63,8 +63,9 @@ pub struct Connection {
     /// (default: the standard chain, which reads `AWS_PROFILE`).
     #[arg(long)]
     pub profile: Option<String>,
-    /// DynamoDB endpoint URL (a local server, or a VPC endpoint). Against a
-    /// local server with no credentials configured, dummy ones are used.
+    /// DynamoDB endpoint URL (a local server, or a VPC endpoint). The
+    /// credentials the standard chain finds are used; only when it finds
+    /// none are dummy ones (what local servers accept).
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// Kinesis endpoint URL, for the commands that call Kinesis

@@ -2,42 +2,68 @@
 
 use crate::args::{Connection, Target};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::ProvideCredentials as _;
 use shardkeeper::state::{StateStore, StoreConfig};
 
 /// The SDK configuration of `conn`: the standard credential and region
 /// chains, with `--profile` and `--region` applied. Against an endpoint
-/// with no credentials in the environment, dummy static credentials are
-/// used (what local servers accept).
+/// (`--endpoint-url`, `--kinesis-endpoint-url`) the chain's credentials are
+/// used whenever it finds some (a VPC endpoint, or a local server that
+/// checks them); only when it finds none are dummy static credentials used
+/// (what local servers accept), and `us-east-1` when no region is set.
 async fn sdk_config(conn: &Connection) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(profile) = &conn.profile {
-        loader = loader.profile_name(profile);
-    }
-    if let Some(region) = &conn.region {
-        loader = loader.region(Region::new(region.clone()));
-    }
-    let local = conn.endpoint_url.is_some() || conn.kinesis_endpoint_url.is_some();
-    let has_credentials = conn.profile.is_some()
-        || [
-            "AWS_ACCESS_KEY_ID",
-            "AWS_PROFILE",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-        ]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    if local && !has_credentials {
-        loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "local",
-            "local",
-            None,
-            None,
-            "shardkeeper-cli",
-        ));
-        if conn.region.is_none() {
-            loader = loader.region(Region::new("us-east-1"));
+    sdk_config_from(conn, None).await
+}
+
+/// [`sdk_config`], reading the shared config and credentials files given
+/// (`None`: the standard ones). The files' type is named by aws-config's
+/// alias, deprecated for its home in aws-runtime, which is not a dependency
+/// of this crate.
+#[allow(deprecated)]
+async fn sdk_config_from(
+    conn: &Connection,
+    files: Option<&aws_config::profile::profile_file::ProfileFiles>,
+) -> SdkConfig {
+    let loader = || {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(files) = files {
+            loader = loader.profile_files(files.clone());
         }
+        if let Some(profile) = &conn.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(region) = &conn.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        loader
+    };
+    let config = loader().load().await;
+    let local = conn.endpoint_url.is_some() || conn.kinesis_endpoint_url.is_some();
+    if !local {
+        return config;
     }
-    loader.load().await
+    let found = match config.credentials_provider() {
+        Some(chain) => chain.provide_credentials().await.is_ok(),
+        None => false,
+    };
+    if found && config.region().is_some() {
+        return config;
+    }
+    let mut local_loader = loader();
+    if !found {
+        local_loader =
+            local_loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "local",
+                "local",
+                None,
+                None,
+                "shardkeeper-cli",
+            ));
+    }
+    if config.region().is_none() {
+        local_loader = local_loader.region(Region::new("us-east-1"));
+    }
+    local_loader.load().await
 }
 
 /// A DynamoDB client for `conn` (`--endpoint-url` applied), without the
@@ -76,4 +102,63 @@ pub async fn clients(
         &store.config().timeouts,
     );
     Ok((store, kinesis))
+}
+
+#[cfg(test)]
+#[allow(deprecated)] // aws-config's aliases, see `sdk_config_from`
+mod tests {
+    use super::*;
+    use aws_config::profile::profile_file::{ProfileFileKind, ProfileFiles};
+
+    fn conn() -> Connection {
+        Connection {
+            profile: None,
+            region: Some("eu-west-1".into()),
+            endpoint_url: Some("http://127.0.0.1:1".into()),
+            kinesis_endpoint_url: None,
+        }
+    }
+
+    async fn key_of(config: &SdkConfig) -> String {
+        let chain = config.credentials_provider().expect("a provider");
+        chain
+            .provide_credentials()
+            .await
+            .expect("credentials")
+            .access_key_id()
+            .to_owned()
+    }
+
+    /// With `--endpoint-url`, credentials the chain finds (here the default
+    /// profile of a credentials file, with no variable naming it) are used,
+    /// not swapped for dummy ones; dummy ones only when it finds none.
+    #[tokio::test]
+    async fn an_endpoint_keeps_the_credentials_the_chain_finds() {
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+            return; // the environment's own keys come first in the chain
+        }
+        let dir = std::env::temp_dir().join(format!("shardkeeper-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with_keys = dir.join("credentials");
+        std::fs::write(
+            &with_keys,
+            "[default]\naws_access_key_id = AKIATEAMKEY\naws_secret_access_key = secret\n",
+        )
+        .unwrap();
+        let config = dir.join("config");
+        std::fs::write(&config, "").unwrap();
+        let files = |path: &std::path::Path| {
+            ProfileFiles::builder()
+                .with_file(ProfileFileKind::Credentials, path)
+                .with_file(ProfileFileKind::Config, &config)
+                .build()
+        };
+        let found = sdk_config_from(&conn(), Some(&files(&with_keys))).await;
+        assert_eq!(key_of(&found).await, "AKIATEAMKEY");
+        let none = dir.join("empty");
+        std::fs::write(&none, "").unwrap();
+        let local = sdk_config_from(&conn(), Some(&files(&none))).await;
+        assert_eq!(key_of(&local).await, "local");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
