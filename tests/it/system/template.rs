@@ -486,6 +486,33 @@ fn every_alarm_and_dashboard_metric_is_one_the_code_writes() {
     assert!(unknown.is_empty(), "watched but never written: {unknown:?}");
 }
 
+/// The example consumes an existing stream as the control plane does: it
+/// declares the control plane's stream parameters (the same type, default
+/// and bounds) and passes each through, so a team can point it at its own
+/// stream and give that stream's retention.
+#[test]
+fn the_example_passes_the_stream_parameters_to_the_control_plane() {
+    let (control_plane, app) = (template(), template_in(APP));
+    let passed = &app["Resources"]["ControlPlane"]["Properties"]["Parameters"];
+    for name in [
+        "ExistingStreamName",
+        "ExistingStreamArn",
+        "ShardCount",
+        "RetentionHours",
+    ] {
+        let ours = &control_plane["Parameters"][name];
+        let theirs = &app["Parameters"][name];
+        for field in ["Type", "Default", "AllowedPattern", "MinValue", "MaxValue"] {
+            assert_eq!(theirs[field], ours[field], "{name}.{field}");
+        }
+        assert!(
+            is_ref(&passed[name], name),
+            "{name} is passed through: {:?}",
+            passed[name]
+        );
+    }
+}
+
 /// `value` is `!Ref <name>`.
 fn is_ref(value: &Value, name: &str) -> bool {
     match value {
