@@ -691,6 +691,43 @@ fn audit(run: &Run, control_plane: &Value, app: &Value) -> Vec<String> {
     lines
 }
 
+/// What the ESM-only template (`examples/esm-only/template.yaml`, no
+/// control plane) does not grant its orders function of what the run's
+/// orders function sent and its mapping needs, one line each.
+fn audit_esm_only(run: &Run, template: &Value) -> Vec<String> {
+    let place = &run.place;
+    let mut d = Deployment::in_place(place, "esm-only");
+    d.parameters
+        .insert("ConsumerGroup".to_owned(), format!("{}-esm", run.group));
+    d.parameters
+        .insert("StreamArn".to_owned(), run.stream_arn.clone());
+    for (k, v) in [
+        ("StateTable", run.table.clone()),
+        ("OrdersTable", run.orders_table.clone()),
+        ("DeadLetterStream", run.dead_letters.clone()),
+    ] {
+        d.refs.insert(k.to_owned(), v);
+    }
+    for (k, v) in [
+        ("StateTable.Arn", place.table_arn(&run.table)),
+        ("OrdersTable.Arn", place.table_arn(&run.orders_table)),
+        ("DeadLetterStream.Arn", place.stream_arn(&run.dead_letters)),
+        (
+            "FailedBatchQueue.Arn",
+            format!(
+                "arn:{}:sqs:{}:{}:failed",
+                place.partition, place.region, place.account
+            ),
+        ),
+    ] {
+        d.attributes.insert(k.to_owned(), v);
+    }
+    let statements = d.statements(template, ORDERS);
+    let mut lines = denied(ORDERS, &statements, &run.needs[ORDERS]);
+    lines.extend(denied(ORDERS, &statements, &mapping_needs(run)[ORDERS]));
+    lines
+}
+
 /// Every action a function sends is granted by its template, on its
 /// resource and partition keys; and the templates of 2026-11-26 fail the
 /// same audit, naming `dynamodb:ConditionCheckItem`.
@@ -710,6 +747,14 @@ async fn every_action_a_function_sends_is_granted_by_its_template() {
     let (control_plane, app) = templates("template.yaml", "examples/consumer-app/template.yaml");
     let lines = audit(&run, &control_plane, &app);
     assert!(lines.is_empty(), "not granted:\n{}", lines.join("\n"));
+    // The ESM-only start grants its orders function the same, alone.
+    let (esm_only, _) = templates("examples/esm-only/template.yaml", "template.yaml");
+    let lines = audit_esm_only(&run, &esm_only);
+    assert!(
+        lines.is_empty(),
+        "ESM-only, not granted:\n{}",
+        lines.join("\n")
+    );
 
     // The test of the test: the policies as they were.
     let (old_control, old_app) = templates(
@@ -749,6 +794,8 @@ async fn every_action_a_function_sends_is_granted_by_its_template() {
         .needs
         .insert(REAPER, vec![other_group.clone(), foreign_consumer]);
     probe.needs.insert(ORDERS, vec![other_group]);
+    let esm_only_refused = audit_esm_only(&probe, &esm_only);
+    assert_eq!(esm_only_refused.len(), 1, "{esm_only_refused:?}");
     let refused = audit(&probe, &control_plane, &app);
     assert_eq!(
         refused.len(),

@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 const CONTROL_PLANE: &str = "";
 /// The example application's template, which nests the control plane.
 const APP: &str = "examples/consumer-app";
+/// The event-source-mapped start: one function and the state table.
+const ESM_ONLY: &str = "examples/esm-only";
 
 /// The template in `dir` (relative to the repository).
 fn template_in(dir: &str) -> Value {
@@ -205,6 +207,21 @@ fn every_function_has_its_variables_and_permissions() {
             .concat(),
         ),
         (
+            ESM_ONLY,
+            "Orders",
+            [
+                &state[..],
+                &[
+                    "dynamodb:PutItem",
+                    "kinesis:PutRecord",
+                    "kinesis:GetRecords",
+                    "kinesis:GetShardIterator",
+                    "sqs:SendMessage",
+                ],
+            ]
+            .concat(),
+        ),
+        (
             APP,
             "Projection",
             [
@@ -251,6 +268,24 @@ fn every_function_has_its_variables_and_permissions() {
     let t = template();
     let table = &t["Resources"]["StateTable"];
     assert_eq!(table["DeletionPolicy"], "Retain");
+    // The ESM-only start makes the state table as the control plane does.
+    let esm_only = template_in(ESM_ONLY);
+    let own = &esm_only["Resources"]["StateTable"];
+    assert_eq!(own["DeletionPolicy"], "Retain");
+    for field in [
+        "BillingMode",
+        "DeletionProtectionEnabled",
+        "AttributeDefinitions",
+        "KeySchema",
+        "PointInTimeRecoverySpecification",
+        "TimeToLiveSpecification",
+    ] {
+        assert_eq!(
+            own["Properties"][field], table["Properties"][field],
+            "{field}"
+        );
+    }
+    assert!(esm_only["Resources"]["ControlPlane"].is_null());
     assert_eq!(
         table["Properties"]["TimeToLiveSpecification"]["AttributeName"],
         shardkeeper::state::TTL_ATTRIBUTE
@@ -366,7 +401,7 @@ fn an_existing_stream_is_granted_by_its_arn_when_given_one() {
 #[test]
 fn every_function_builds_from_the_package_that_has_its_binary() {
     let mut functions = 0;
-    for dir in [CONTROL_PLANE, APP] {
+    for dir in [CONTROL_PLANE, APP, ESM_ONLY] {
         let template = template_in(dir);
         for (_, resource) in template["Resources"].as_mapping().unwrap() {
             if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
@@ -398,7 +433,7 @@ fn every_function_builds_from_the_package_that_has_its_binary() {
             }
         }
     }
-    assert_eq!(functions, 5);
+    assert_eq!(functions, 6);
 }
 
 /// Every metric of the functions' namespace (the `MetricsNamespace`
