@@ -7,6 +7,7 @@
 mod entry;
 #[cfg(feature = "fleet")]
 mod fleet;
+mod logs;
 #[cfg(feature = "fleet")]
 mod reaper;
 #[cfg(feature = "fleet")]
@@ -87,13 +88,28 @@ pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
     })
 }
 
-/// Sets up logging with `lambda_runtime`'s subscriber, so Lambda's logging
-/// controls apply: the level from `AWS_LAMBDA_LOG_LEVEL` (else `RUST_LOG`,
-/// else `info`), JSON lines when the function's log format is JSON
-/// (`AWS_LAMBDA_LOG_FORMAT`; the template sets it), text otherwise. It does
-/// nothing when the process has set a global subscriber of its own.
+/// Sets up logging so Lambda's logging controls apply. When the function's
+/// log format is JSON (`AWS_LAMBDA_LOG_FORMAT`; the templates set it), the
+/// lines are in Powertools' shape (its standard keys, the spans' and the
+/// event's fields beside them; `POWERTOOLS_SERVICE_NAME`, and the level from
+/// `POWERTOOLS_LOG_LEVEL`, else `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`,
+/// else `info`); otherwise `lambda_runtime`'s text lines. It does nothing
+/// when the process has set a global subscriber of its own.
 pub fn init_tracing() {
-    if !tracing::dispatcher::has_been_set() {
-        lambda_runtime::tracing::init_default_subscriber();
+    if tracing::dispatcher::has_been_set() {
+        return;
     }
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    if !json {
+        lambda_runtime::tracing::init_default_subscriber();
+        return;
+    }
+    let subscriber = tracing_subscriber::fmt()
+        .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+        .event_format(logs::PowertoolsJson::from_env())
+        .with_env_filter(logs::PowertoolsJson::filter_from_env())
+        .with_writer(std::io::stdout)
+        .finish();
+    // Another thread may have set one meanwhile: that one stays.
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }

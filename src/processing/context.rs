@@ -26,6 +26,10 @@ pub struct RecordContext {
     /// a margin before it (`None`: no deadline, as a local emulator's past
     /// one is taken).
     pub deadline: Option<SystemTime>,
+    /// The first invocation of this execution environment (a cold start).
+    pub cold_start: bool,
+    /// The invocation's X-Ray trace id, when Lambda gave one.
+    pub xray_trace_id: Option<Arc<str>>,
 }
 
 impl RecordContext {
@@ -38,14 +42,18 @@ impl RecordContext {
     }
 
     /// The context of a Lambda invocation. A deadline already past when the
-    /// invocation starts is a local emulator's, and is none.
+    /// invocation starts is a local emulator's, and is none. The first
+    /// context made in this process is the cold start's.
     pub fn of(context: &lambda_runtime::Context) -> RecordContext {
+        static MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let deadline = UNIX_EPOCH + Duration::from_millis(context.deadline);
         RecordContext {
             request_id: context.request_id.as_str().into(),
             function_name: context.env_config.function_name.as_str().into(),
             function_arn: context.invoked_function_arn.as_str().into(),
             deadline: (deadline > SystemTime::now()).then_some(deadline),
+            cold_start: !MADE.swap(true, std::sync::atomic::Ordering::Relaxed),
+            xray_trace_id: context.xray_trace_id.as_deref().map(Arc::from),
         }
     }
 
