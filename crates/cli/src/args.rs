@@ -48,6 +48,10 @@ pub enum Command {
     /// Set a group's checkpoints to those of a KCL 2.x or 3.x lease table
     /// (refused while the KCL application still renews its leases).
     ImportKcl(ImportKclArgs),
+    /// Write a group's positions into a KCL lease table, for a rollback to
+    /// the KCL application (refused while the group's consumers hold
+    /// leases, and while the KCL application renews its own).
+    ExportKcl(ExportKclArgs),
     /// Move a group's shard items to another bucket count (partition keys),
     /// with every function of the group stopped.
     Spread(SpreadArgs),
@@ -399,6 +403,24 @@ pub struct ImportKclArgs {
     /// holders lose them.
     #[arg(long)]
     pub force: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
+}
+
+/// `export-kcl`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportKclArgs {
+    /// Which group.
+    #[command(flatten)]
+    pub target: Target,
+    /// The KCL application's lease table (it must exist).
+    #[arg(long)]
+    pub kcl_table: String,
+    /// How long to watch the table for renewals before writing: at least
+    /// the KCL application's `failoverTimeMillis`.
+    #[arg(long, default_value_t = 10_000)]
+    pub watch_ms: u64,
     /// Dry run, confirmation, output.
     #[command(flatten)]
     pub change: ChangeOptions,

@@ -13,6 +13,7 @@ pub mod connect;
 pub mod cutover;
 pub mod error;
 pub mod kcl;
+pub mod kcl_export;
 pub mod kcl_import;
 pub mod positions;
 pub mod render;
@@ -137,6 +138,14 @@ pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
             let dynamodb = connect::dynamodb(&args.target.conn).await;
             Ok((
                 kcl_import::import_kcl(&store, &kinesis, &dynamodb, &args, ask_on_terminal).await?,
+                true,
+            ))
+        }
+        Command::ExportKcl(args) => {
+            let store = connect::store(&args.target).await?;
+            let dynamodb = connect::dynamodb(&args.target.conn).await;
+            Ok((
+                kcl_export::export_kcl(&store, &dynamodb, &args, ask_on_terminal).await?,
                 true,
             ))
         }

@@ -360,3 +360,126 @@ async fn an_exported_group_carries_on_in_another_losing_and_repeating_nothing() 
     let v = check(&second.since(moved, &after));
     assert!(v.passed() && v.duplicates == 0, "{v:?}");
 }
+
+/// A rollback to KCL: `export-kcl` writes each shard's position as a KCL
+/// lease (KCL's attribute names, no owner, the parents), which the
+/// importer's own parser reads back to the group's positions; a position
+/// KCL has no form for refuses the export, naming the shard, and writes
+/// nothing.
+#[tokio::test]
+async fn export_kcl_writes_the_positions_back_as_kcl_leases_the_importer_reads_again() {
+    use shardkeeper::state::{SequenceNumber, ShardId, ShardScope};
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    crate::support::common::start_group(&ctx, &store).await;
+    split_first(&ctx.aws, &stream).await;
+    shardkeeper::consumer::discover_shards(
+        &store,
+        &ctx.aws.kinesis,
+        &store.load_group().await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let shards: Vec<_> = list_shards(&ctx.aws, &stream).await;
+    let id = |i: usize| ShardId::new(shards[i].shard_id()).unwrap();
+    let (parent, done, fresh) = (id(0), id(1), id(2));
+    let seq = "49590338271490256608559692538361571095921575989136588898";
+    let within = Checkpoint::After {
+        sequence: SequenceNumber::new(seq).unwrap(),
+        sub_sequence: 3,
+    };
+    for (shard, cp) in [(&parent, Checkpoint::ShardEnd), (&done, within.clone())] {
+        store
+            .checkpoints()
+            .save_unleased(&ShardScope::Group, shard, &cp, None)
+            .await
+            .unwrap();
+    }
+    let table = create_kcl_table(&ctx.aws.dynamodb).await;
+    let args = shardkeeper_cli::args::ExportKclArgs {
+        target: cli_target(&store),
+        kcl_table: table.clone(),
+        watch_ms: 50,
+        change: scripted(),
+    };
+    shardkeeper_cli::kcl_export::export_kcl(&store, &ctx.aws.dynamodb, &args, |_| true)
+        .await
+        .unwrap();
+
+    let config = store.config();
+    let leases =
+        shardkeeper_cli::kcl_import::read_kcl_leases(&ctx.aws.dynamodb, &table, &config.retry)
+            .await
+            .unwrap();
+    assert_eq!(leases.len(), 3);
+    assert!(
+        leases.iter().all(|l| l.owner.is_none()),
+        "free for KCL's workers to take"
+    );
+    let (listed, _) =
+        shardkeeper::consumer::list_stream_shards(&ctx.aws.kinesis, &config.stream, &config.retry)
+            .await
+            .unwrap();
+    let plan =
+        shardkeeper_cli::kcl::plan_kcl_import(&leases, &config.stream, &listed, None).unwrap();
+    let moves: HashMap<ShardId, Checkpoint> = plan.moves.into_iter().collect();
+    assert_eq!(moves[&parent], Checkpoint::ShardEnd);
+    assert_eq!(moves[&done], within);
+    assert_eq!(moves[&fresh], Checkpoint::TrimHorizon);
+    // KCL's own attribute names (`DynamoDBLeaseSerializer`).
+    let item = ctx
+        .aws
+        .dynamodb
+        .get_item()
+        .table_name(&table)
+        .key("leaseKey", s(done.as_str()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    for name in [
+        "leaseKey",
+        "checkpoint",
+        "checkpointSubSequenceNumber",
+        "leaseCounter",
+        "ownerSwitchesSinceCheckpoint",
+        "parentShardId",
+    ] {
+        assert!(item.contains_key(name), "{name} in {item:?}");
+    }
+    assert_eq!(item["checkpoint"], s(seq));
+    assert_eq!(item["checkpointSubSequenceNumber"], n(3));
+
+    // A shard reset to a record, nothing of it processed: no KCL form.
+    let at = Checkpoint::AtSequence(SequenceNumber::new(seq).unwrap());
+    store
+        .checkpoints()
+        .save_unleased(&ShardScope::Group, &fresh, &at, None)
+        .await
+        .unwrap();
+    let other = create_kcl_table(&ctx.aws.dynamodb).await;
+    let refused = shardkeeper_cli::kcl_export::export_kcl(
+        &store,
+        &ctx.aws.dynamodb,
+        &shardkeeper_cli::args::ExportKclArgs {
+            kcl_table: other.clone(),
+            ..args
+        },
+        |_| true,
+    )
+    .await;
+    match refused {
+        Err(Error::BadArgument { message, .. }) => {
+            assert!(message.contains(fresh.as_str()), "{message}")
+        }
+        other => panic!("refused, not {other:?}"),
+    }
+    let written =
+        shardkeeper_cli::kcl_import::read_kcl_leases(&ctx.aws.dynamodb, &other, &config.retry)
+            .await
+            .unwrap();
+    assert!(written.is_empty(), "nothing written: {written:?}");
+}
