@@ -543,6 +543,7 @@ fn operator_policy(run: &Run) -> Vec<Statement> {
         ("${Account}", run.place.account.as_str()),
         ("${StateTable}", run.table.as_str()),
         ("${Stream}", run.stream.as_str()),
+        ("${KclTable}", "kcl-app"),
     ] {
         text = text.replace(name, value);
     }
