@@ -78,24 +78,35 @@ pub struct Connection {
     pub kinesis_endpoint_url: Option<String>,
 }
 
-/// Which group's state, where.
-#[derive(Debug, Clone, Args)]
+/// Which group's state, where: named, or read from a deployed stack's
+/// outputs (`--stack`; a name given explicitly wins).
+#[derive(Debug, Clone, Default, Args)]
 pub struct Target {
-    /// The state table.
+    /// A deployed stack (the control plane's, or an application's that
+    /// nests it) whose outputs name the state table (`StateTableName`), the
+    /// group (`ConsumerGroup`) and the stream (`StreamName`).
+    #[arg(long, env = "SHARDKEEPER_STACK")]
+    pub stack: Option<String>,
+    /// The state table (default: the stack's, else `shardkeeper-state`).
+    #[arg(long, visible_alias = "table-name", env = "SHARDKEEPER_TABLE")]
+    pub table: Option<String>,
+    /// The consumer group.
     #[arg(
         long,
-        visible_alias = "table-name",
-        env = "SHARDKEEPER_TABLE",
-        default_value = "shardkeeper-state"
+        visible_alias = "group-name",
+        env = "SHARDKEEPER_GROUP",
+        required_unless_present = "stack"
     )]
-    pub table: String,
-    /// The consumer group.
-    #[arg(long, visible_alias = "group-name", env = "SHARDKEEPER_GROUP")]
-    pub group: String,
+    pub group: Option<String>,
     /// The stream the group consumes: its name, or its ARN (a stream another
     /// account shares).
-    #[arg(long, visible_alias = "stream-name", env = "SHARDKEEPER_STREAM")]
-    pub stream: String,
+    #[arg(
+        long,
+        visible_alias = "stream-name",
+        env = "SHARDKEEPER_STREAM",
+        required_unless_present = "stack"
+    )]
+    pub stream: Option<String>,
     /// Where, and with which credentials.
     #[command(flatten)]
     pub conn: Connection,

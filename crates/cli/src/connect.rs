@@ -79,10 +79,29 @@ pub async fn dynamodb(conn: &Connection) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::from_conf(builder.build())
 }
 
-/// The state store of `target`'s group.
+/// The state store of `target`'s group (its names resolved, see
+/// [`crate::stack::resolve`]).
 pub async fn store(target: &Target) -> Result<StateStore, crate::Error> {
-    let store_config = StoreConfig::new(&target.group, &target.stream)?.table(&target.table)?;
+    let name = |v: &Option<String>, arg: &'static str| {
+        v.clone()
+            .ok_or_else(|| crate::Error::bad(arg, "give it, or --stack"))
+    };
+    let store_config = StoreConfig::new(
+        &name(&target.group, "--group")?,
+        &name(&target.stream, "--stream")?,
+    )?
+    .table(
+        target
+            .table
+            .as_deref()
+            .unwrap_or(crate::stack::DEFAULT_TABLE),
+    )?;
     Ok(StateStore::new(dynamodb(&target.conn).await, store_config))
+}
+
+/// A CloudFormation client for `conn` (for `--stack`).
+pub async fn cloudformation(conn: &Connection) -> aws_sdk_cloudformation::Client {
+    aws_sdk_cloudformation::Client::new(&sdk_config(conn).await)
 }
 
 /// [`store`], and the library's own Kinesis client

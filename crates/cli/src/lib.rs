@@ -18,6 +18,7 @@ pub mod kcl_import;
 pub mod positions;
 pub mod render;
 pub mod rewind;
+pub mod stack;
 
 pub use args::{Cli, Command};
 pub use error::Error;
@@ -66,8 +67,18 @@ pub fn ask_on_terminal(question: &str) -> bool {
     std::io::stdin().lock().read_line(&mut answer).is_ok() && answer.trim() == "yes"
 }
 
-/// Runs one command; returns what to print and whether it succeeded.
+/// Runs one command; returns what to print and whether it succeeded. A
+/// `--stack` is read from CloudFormation.
 pub async fn run(cli: Cli) -> Result<(String, bool), Error> {
+    run_with_stacks(cli, &stack::CloudFormation).await
+}
+
+/// [`run`], reading a `--stack`'s outputs from `stacks`.
+pub async fn run_with_stacks(
+    mut cli: Cli,
+    stacks: &impl stack::StackOutputs,
+) -> Result<(String, bool), Error> {
+    stack::resolve(&mut cli.command, stacks).await?;
     match cli.command {
         Command::Groups(args) => {
             let client = connect::dynamodb(&args.conn).await;

@@ -389,9 +389,10 @@ pub async fn start_group(ctx: &Ctx, store: &StateStore) {
 pub fn cli_target(store: &StateStore) -> shardkeeper_cli::args::Target {
     let config = store.config();
     shardkeeper_cli::args::Target {
-        table: config.table.clone(),
-        group: config.group.to_string(),
-        stream: config.stream.to_string(),
+        stack: None,
+        table: Some(config.table.clone()),
+        group: Some(config.group.to_string()),
+        stream: Some(config.stream.to_string()),
         conn: Default::default(),
     }
 }

@@ -741,3 +741,84 @@ async fn export_then_import_moves_every_checkpoint_to_another_group() {
     );
     let _ = std::fs::remove_file(&file);
 }
+
+/// A stack's outputs, as a test keeps them instead of CloudFormation.
+struct FakeStacks(std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>);
+
+impl shardkeeper_cli::stack::StackOutputs for FakeStacks {
+    async fn outputs(
+        &self,
+        _: &shardkeeper_cli::args::Connection,
+        stack: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, Error> {
+        self.0
+            .get(stack)
+            .cloned()
+            .ok_or_else(|| Error::BadArgument {
+                name: "--stack",
+                message: format!("no stack {stack}"),
+            })
+    }
+}
+
+/// `--stack NAME` names the table, group and stream by the stack's outputs
+/// (`StateTableName`, `ConsumerGroup`, `StreamName`, as every template
+/// outputs them: `system::template`); a name given explicitly wins; a stack
+/// without an output the command needs is a typed error naming the flag
+/// that would give it.
+#[tokio::test]
+async fn a_stack_names_the_table_group_and_stream_by_its_outputs() {
+    let ctx = ctx().await;
+    let store = ctx.store("orders");
+    register(&store, "worker-a").await;
+    let config = store.config();
+    let outputs = std::collections::BTreeMap::from([
+        ("StateTableName".to_owned(), config.table.clone()),
+        ("ConsumerGroup".to_owned(), config.group.to_string()),
+        ("StreamName".to_owned(), config.stream.to_string()),
+    ]);
+    let mut partial = outputs.clone();
+    partial.remove("ConsumerGroup");
+    let stacks = FakeStacks(
+        [
+            ("orders-app".to_owned(), outputs),
+            ("partial".to_owned(), partial),
+        ]
+        .into(),
+    );
+    let argv = |extra: &[&str]| {
+        let mut argv: Vec<String> = ["shardkeeper", "status", "--json"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(url) = &ctx.aws.endpoints.dynamodb {
+            argv.extend(["--endpoint-url".to_owned(), url.clone()]);
+        }
+        Cli::try_parse_from(&argv).unwrap()
+    };
+    let status = |cli| async {
+        let (out, ok) = shardkeeper_cli::run_with_stacks(cli, &stacks).await?;
+        assert!(ok);
+        Ok::<serde_json::Value, Error>(serde_json::from_str(&out).unwrap())
+    };
+    let by_stack = status(argv(&["--stack", "orders-app"])).await.unwrap();
+    assert_eq!(by_stack["consumers"][0]["id"], "worker-a", "{by_stack}");
+    let other_group = status(argv(&["--stack", "orders-app", "--group", "another"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        other_group["consumers"].as_array().map(Vec::len),
+        Some(0),
+        "{other_group}"
+    );
+    match status(argv(&["--stack", "partial"])).await {
+        Err(Error::BadArgument { name, message }) => {
+            assert_eq!(name, "--group");
+            assert!(message.contains("ConsumerGroup"), "{message}");
+        }
+        other => panic!("a typed error, not {other:?}"),
+    }
+    // Without a stack, the group and the stream are required by the parser.
+    assert!(Cli::try_parse_from(["shardkeeper", "status", "--stream", "s"]).is_err());
+}

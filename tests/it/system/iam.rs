@@ -464,9 +464,10 @@ async fn operate(ctx: &Ctx, role: &Role, group: &str, stream: &str) {
     use shardkeeper_cli::{commands, positions, rewind};
     let store = role.store(ctx, group, stream);
     let target = Target {
-        table: ctx.table.clone(),
-        group: group.to_owned(),
-        stream: stream.to_owned(),
+        stack: None,
+        table: Some(ctx.table.clone()),
+        group: Some(group.to_owned()),
+        stream: Some(stream.to_owned()),
         conn: Default::default(),
     };
     let status = StatusArgs {
@@ -544,6 +545,7 @@ fn operator_policy(run: &Run) -> Vec<Statement> {
         ("${StateTable}", run.table.as_str()),
         ("${Stream}", run.stream.as_str()),
         ("${KclTable}", "kcl-app"),
+        ("${Stack}", "orders-app"),
     ] {
         text = text.replace(name, value);
     }

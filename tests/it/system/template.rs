@@ -548,6 +548,17 @@ fn the_example_passes_the_stream_parameters_to_the_control_plane() {
     }
 }
 
+/// Every template outputs what the CLI's `--stack` reads.
+#[test]
+fn every_template_outputs_what_the_cli_reads_of_a_stack() {
+    for dir in [CONTROL_PLANE, APP, ESM_ONLY] {
+        let outputs = keys(&template_in(dir)["Outputs"]);
+        for name in ["StateTableName", "ConsumerGroup", "StreamName"] {
+            assert!(outputs.contains(name), "{dir}/template.yaml: no output {name}");
+        }
+    }
+}
+
 /// `value` is `!Ref <name>`.
 fn is_ref(value: &Value, name: &str) -> bool {
     match value {
