@@ -9,7 +9,8 @@ use crate::render;
 use serde::{Deserialize, Serialize};
 use shardkeeper::group::{apply_reset, plan_reset, ResetPlan, ResetRefused, ResetReport};
 use shardkeeper::state::{
-    Checkpoint, GroupSnapshot, ShardId, ShardScope, ShardSpec, ShardState, StateStore,
+    Checkpoint, EpochMillis, GroupSnapshot, ShardId, ShardScope, ShardSpec, ShardState, StateStore,
+    StreamAddress,
 };
 use std::collections::BTreeMap;
 
@@ -190,6 +191,43 @@ pub(crate) async fn apply_moves(
     Ok(report)
 }
 
+/// How far ahead of this machine's clock a time in a positions file may
+/// be (clock skew between the machine that wrote it and this one).
+const FUTURE_SKEW_MS: EpochMillis = 5 * 60 * 1000;
+
+/// Refuses a positions file of another stream (its sequence numbers mean
+/// nothing on this one), or with a time still to come (a typo, or a file
+/// from a machine whose clock is far off): nothing is written.
+fn refuse_foreign(
+    positions: &Positions,
+    wanted: &BTreeMap<ShardId, Checkpoint>,
+    stream: &StreamAddress,
+    now: EpochMillis,
+) -> Result<(), Error> {
+    let theirs = StreamAddress::parse(&positions.stream)
+        .map_err(|e| Error::bad("--file", format!("its stream: {e}")))?;
+    if theirs.name() != stream.name() {
+        return Err(Error::bad(
+            "--file",
+            format!(
+                "exported from stream {}, not {}: positions of one stream mean nothing on another",
+                positions.stream, stream
+            ),
+        ));
+    }
+    for (shard, cp) in wanted {
+        if let Checkpoint::AtTimestamp(t) = cp {
+            if *t > now + FUTURE_SKEW_MS {
+                return Err(Error::bad(
+                    "--file",
+                    format!("shard {shard}: AT_TIMESTAMP {t} is still to come"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Sets the group's checkpoints to a positions file's: refused as a whole
 /// (nothing written) while registered consumers hold any of the leases,
 /// unless `--force`; prints the plan and stops with `--dry-run`; asks
@@ -206,9 +244,10 @@ pub async fn import(
         std::fs::read_to_string(&args.file)?
     };
     let (positions, wanted) = parse(&text)?;
+    let config = store.config();
+    refuse_foreign(&positions, &wanted, &config.stream, store.now())?;
     let snapshot = store.load_group().await?;
     let moves = plan_moves(&snapshot, wanted, args.force)?;
-    let config = store.config();
     let question = format!(
         "set {} shard checkpoint(s) of group {} on stream {} to those exported from group {}{}?",
         moves.len(),

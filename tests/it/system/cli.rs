@@ -822,3 +822,49 @@ async fn a_stack_names_the_table_group_and_stream_by_its_outputs() {
     // Without a stack, the group and the stream are required by the parser.
     assert!(Cli::try_parse_from(["shardkeeper", "status", "--stream", "s"]).is_err());
 }
+
+/// `import` refuses, writing nothing, a positions file of another stream
+/// (its sequence numbers mean nothing there) and one with a time still to
+/// come.
+#[tokio::test]
+async fn import_refuses_a_file_of_another_stream_or_with_a_time_to_come() {
+    let ctx = ctx().await;
+    let from = ctx.store("orders");
+    let shards = seed_shards(&from, 1).await;
+    let held = lease(&from, &shards[0], "exporter").await;
+    let to_come = Checkpoint::AtTimestamp(from.now() + 24 * 3600 * 1000);
+    from.checkpoints()
+        .save(&held, &to_come, None)
+        .await
+        .unwrap();
+    let exported = shardkeeper_cli::positions::export(&from).await.unwrap();
+    let file = std::env::temp_dir().join(format!(
+        "{}.json",
+        shardkeeper_local::unique_name("positions")
+    ));
+    std::fs::write(&file, &exported).unwrap();
+
+    let elsewhere = ctx.store("payments");
+    seed_shards(&elsewhere, 1).await;
+    let here = ctx.store("orders");
+    seed_shards(&here, 1).await;
+    for (store, why) in [
+        (&elsewhere, "exported from stream"),
+        (&here, "still to come"),
+    ] {
+        match shardkeeper_cli::positions::import(store, &import_args(store, &file), |_| true).await
+        {
+            Err(Error::BadArgument { name, message }) => {
+                assert_eq!(name, "--file");
+                assert!(message.contains(why), "{message}");
+            }
+            other => panic!("refused ({why}), not {other:?}"),
+        }
+        let shard = store
+            .shards()
+            .get(&ShardScope::Group, &shards[0])
+            .await
+            .unwrap();
+        assert_eq!(shard.checkpoint, None, "nothing written");
+    }
+}

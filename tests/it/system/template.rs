@@ -554,7 +554,10 @@ fn every_template_outputs_what_the_cli_reads_of_a_stack() {
     for dir in [CONTROL_PLANE, APP, ESM_ONLY] {
         let outputs = keys(&template_in(dir)["Outputs"]);
         for name in ["StateTableName", "ConsumerGroup", "StreamName"] {
-            assert!(outputs.contains(name), "{dir}/template.yaml: no output {name}");
+            assert!(
+                outputs.contains(name),
+                "{dir}/template.yaml: no output {name}"
+            );
         }
     }
 }
