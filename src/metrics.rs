@@ -107,8 +107,9 @@ impl MetricValue {
 /// One metric with its CloudWatch unit (`Count`, `Milliseconds`, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
-    /// Metric name.
-    pub name: &'static str,
+    /// Metric name (the toolkit's are fixed; a handler's, see
+    /// [`crate::processing::add_metric`], are its own).
+    pub name: std::borrow::Cow<'static, str>,
     /// Value.
     pub value: MetricValue,
     /// CloudWatch unit.
@@ -119,7 +120,7 @@ impl Metric {
     /// A `Count` metric.
     pub fn count(name: &'static str, value: impl Into<f64>) -> Self {
         Metric {
-            name,
+            name: name.into(),
             value: MetricValue::One(value.into()),
             unit: "Count",
         }
@@ -128,7 +129,7 @@ impl Metric {
     /// A metric of one value in `unit`.
     pub fn of(name: &'static str, value: impl Into<f64>, unit: &'static str) -> Self {
         Metric {
-            name,
+            name: name.into(),
             value: MetricValue::One(value.into()),
             unit,
         }
@@ -238,7 +239,7 @@ pub fn emf_document(
                 "Counts": values.iter().map(|(_, c)| *c).collect::<Vec<_>>(),
             }),
         };
-        doc.insert(m.name.to_owned(), value);
+        doc.insert(m.name.to_string(), value);
     }
     Value::Object(doc)
 }
@@ -287,7 +288,7 @@ mod tests {
             &[
                 Metric::count("LiveConsumers", 3),
                 Metric {
-                    name: "HandlerDuration",
+                    name: "HandlerDuration".into(),
                     value: MetricValue::Many(durations.values()),
                     unit: "Milliseconds",
                 },

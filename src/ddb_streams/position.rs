@@ -6,9 +6,9 @@
 //! (from a record, as a stored position may say) and `After` (a record and
 //! everything before it are read; its sub-sequence number is always 0, a
 //! DynamoDB stream has no aggregates). The reader never stands at
-//! `ShardEnd`: a shard read to its end is marked so in its cursor, beside
+//! `ShardEnd`: a shard read to its end is marked so in its source, beside
 //! its position. What a `Latest` position needs besides, when its `LATEST`
-//! iterator was taken, the cursor keeps too (`Cursor::latest_at`).
+//! iterator was taken, the source keeps too (`StreamsSource::latest_at`).
 //!
 //! DynamoDB Streams has no `AT_TIMESTAMP` iterator, and a `LATEST` iterator
 //! taken again later skips what was written in between. So a time (a seek)

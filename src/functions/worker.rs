@@ -163,10 +163,12 @@ where
         if let Some(observer) = &self.observer {
             worker = worker.with_observer(observer.clone());
         }
-        let report = crate::processing::RecordContext::of(&event.context)
-            .scope(worker.run_until(Some(started + left), || false))
-            .await?
-            .clone();
+        let (report, handler_metrics) = crate::processing::handler_metrics::collecting(
+            crate::processing::RecordContext::of(&event.context)
+                .scope(worker.run_until(Some(started + left), || false)),
+        )
+        .await;
+        let report = report?.clone();
         tracing::info!(
             request_id = %event.context.request_id,
             processed = report.shards.processed,
@@ -179,6 +181,7 @@ where
         if self.emit_metrics {
             let mut metrics = worker_metrics(&report);
             metrics.push(Metric::count("ColdStart", crate::metrics::cold_start()));
+            metrics.extend(handler_metrics);
             crate::metrics::emit_for(&self.store, &metrics);
         }
         Ok(report)
@@ -209,7 +212,7 @@ pub fn worker_metrics(report: &WorkerReport) -> Vec<Metric> {
     ];
     if !report.shards.handler_durations.is_empty() {
         metrics.push(Metric {
-            name: "HandlerDuration",
+            name: "HandlerDuration".into(),
             value: MetricValue::Many(report.shards.handler_durations.values()),
             unit: "Milliseconds",
         });

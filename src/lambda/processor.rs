@@ -136,7 +136,10 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         // Boxed: one allocation a batch keeps the handler's future off the
         // stack of whoever awaits this (a test thread's 2 MB in debug builds).
         let run = Box::pin(self.run_event(body, Some(context.deadline()), Some(&invoked)));
-        let (report, stream, first) = RecordContext::of(context).scope(run).await?;
+        let (ran, handler_metrics) =
+            crate::processing::handler_metrics::collecting(RecordContext::of(context).scope(run))
+                .await;
+        let (report, stream, first) = ran?;
         let group = self
             .inner
             .store
@@ -150,7 +153,13 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
             group,
             stream: crate::metrics::stream_dimension(stream.as_deref()),
         };
-        summarize(&context.request_id, started, &report, &dimensions);
+        summarize(
+            &context.request_id,
+            started,
+            &report,
+            &dimensions,
+            handler_metrics,
+        );
         // The batch's first record failed: Lambda retries the whole batch
         // either way, and a function error says so to a mapping without
         // `ReportBatchItemFailures` too, which would take a response

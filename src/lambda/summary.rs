@@ -12,6 +12,7 @@ pub(crate) fn summarize(
     started: SystemTime,
     report: &BatchReport,
     dimensions: &crate::metrics::Dimensions<'_>,
+    handler_metrics: Vec<Metric>,
 ) {
     let failed = report.failures.len() as u64;
     tracing::info!(
@@ -33,6 +34,7 @@ pub(crate) fn summarize(
         .as_millis() as i64;
     let mut metrics = batch_metrics(report, now);
     metrics.push(Metric::count("ColdStart", crate::metrics::cold_start()));
+    metrics.extend(handler_metrics);
     crate::metrics::emit(now, dimensions, &metrics);
 }
 
@@ -61,7 +63,7 @@ fn batch_metrics(report: &BatchReport, now: i64) -> Vec<Metric> {
     ));
     if !report.handler_durations.is_empty() {
         metrics.push(Metric {
-            name: "HandlerDuration",
+            name: "HandlerDuration".into(),
             value: crate::metrics::MetricValue::Many(report.handler_durations.values()),
             unit: "Milliseconds",
         });

@@ -127,9 +127,11 @@ where
         event: LambdaEvent<Box<RawValue>>,
     ) -> crate::Result<KinesisTimeWindowEventResponse> {
         let context = crate::processing::RecordContext::of(&event.context);
-        let (response, set_aside) = context
-            .scope(Box::pin(self.run(event.payload.get())))
-            .await?;
+        let (ran, handler_metrics) = crate::processing::handler_metrics::collecting(
+            context.scope(Box::pin(self.run(event.payload.get()))),
+        )
+        .await;
+        let (response, set_aside) = ran?;
         let group = self
             .store
             .as_ref()
@@ -146,15 +148,13 @@ where
                 .as_millis(),
         )
         .unwrap_or_default();
-        crate::metrics::emit(
-            now,
-            &dimensions,
-            &[
-                Metric::count("RecordsParked", set_aside.records_parked as f64),
-                Metric::count("WindowActionsParked", set_aside.actions_parked as f64),
-                Metric::count("WindowStatesDropped", set_aside.states_dropped as f64),
-            ],
-        );
+        let mut metrics = vec![
+            Metric::count("RecordsParked", set_aside.records_parked as f64),
+            Metric::count("WindowActionsParked", set_aside.actions_parked as f64),
+            Metric::count("WindowStatesDropped", set_aside.states_dropped as f64),
+        ];
+        metrics.extend(handler_metrics);
+        crate::metrics::emit(now, &dimensions, &metrics);
         Ok(response)
     }
 

@@ -13,7 +13,8 @@
 //!   decoded).
 //! - `base64`: the payloads' encoding, with errors that say what is wrong.
 //! - The user contract: `handler` (the trait, `json`), `record`, `context`
-//!   (the invocation a handler call runs in), `outcome` (reports and record
+//!   (the invocation a handler call runs in), `handler_metrics` (a
+//!   handler's own metrics in the invocation's EMF document), `outcome` (reports and record
 //!   errors), `options`, `parking`, `panic` (a handler's panic as its call's
 //!   error).
 //!
@@ -48,6 +49,7 @@ pub(crate) mod base64;
 mod context;
 pub(crate) mod core;
 pub(crate) mod handler;
+pub(crate) mod handler_metrics;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod panic;
@@ -67,6 +69,7 @@ pub use core::Core;
 #[cfg(any(feature = "worker", feature = "ddb-streams"))]
 pub(crate) use core::Ran;
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
+pub use handler_metrics::add_metric;
 pub use options::{FailureMode, Parking, ProcessingOptions};
 pub use outcome::{BatchReport, RecordError, RecordFailure};
 pub use record::StreamRecord;

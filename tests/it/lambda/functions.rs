@@ -80,6 +80,46 @@ async fn a_handler_reads_the_invocation_it_runs_in() {
     assert!(seen.lock().unwrap().iter().all(Option::is_none));
 }
 
+/// A handler's own metrics are kept for its invocation's EMF document
+/// through the processor's Lambda handler (`add_metric` says it kept
+/// them; the document's shape is the unit test's,
+/// `processing::handler_metrics`), and nowhere without one.
+#[tokio::test]
+async fn a_handlers_metrics_are_kept_for_its_invocation() {
+    use shardkeeper::processing::add_metric;
+    use std::sync::{Arc, Mutex};
+    let kept: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let sink = kept.clone();
+    let processor = shardkeeper::KinesisProcessor::new(move |_record: StreamRecord| {
+        let sink = sink.clone();
+        async move {
+            sink.lock()
+                .unwrap()
+                .push(add_metric("OrdersWritten", 1.0, "Count"));
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    processor
+        .handle(LambdaEvent::new(
+            event("kinesis-batch.json"),
+            lambda_context(Duration::from_secs(60)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(std::mem::take(&mut *kept.lock().unwrap()), vec![true; 3]);
+    let text = std::fs::read_to_string(format!(
+        "{}/events/kinesis-batch.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    processor.process(&text, None).await.unwrap();
+    assert_eq!(
+        *kept.lock().unwrap(),
+        vec![false; 3],
+        "no invocation, nothing kept"
+    );
+}
+
 /// The configuration of an event-source-mapped processor on `table`, with
 /// a short retry budget.
 fn processor_config(table: &str) -> shardkeeper::config::ProcessorConfig {
