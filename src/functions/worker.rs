@@ -163,10 +163,12 @@ where
         if let Some(observer) = &self.observer {
             worker = worker.with_observer(observer.clone());
         }
-        let (report, handler_metrics) = crate::processing::handler_metrics::collecting(
+        // Boxed: the worker's run is a large future, and each layer around
+        // it would otherwise copy it onto the stack of whoever awaits this.
+        let (report, handler_metrics) = crate::processing::handler_metrics::collecting(Box::pin(
             crate::processing::RecordContext::of(&event.context)
                 .scope(worker.run_until(Some(started + left), || false)),
-        )
+        ))
         .await;
         let report = report?.clone();
         tracing::info!(
