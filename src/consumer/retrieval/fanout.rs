@@ -4,7 +4,7 @@
 //! after a refusal, and one poll when a failed subscription may hide the
 //! shard's end.
 
-use crate::consumer::retrieval::polling::{backed_off_until, poll};
+use crate::consumer::retrieval::polling::backed_off_until;
 use crate::consumer::retrieval::source::{FetchNotes, Handed, Next, Page, Reading};
 use crate::consumer::retrieval::start::{latest_pin, start_at};
 use crate::consumer::retrieval::{IteratorStart, ReadError, Subscription, SubscriptionEvent};
@@ -128,21 +128,9 @@ impl FanOutSource {
             return Ok(None);
         };
         if std::mem::take(&mut self.poll_once) {
-            let fetched = poll(
-                &*reading.reads,
-                &reading.stream,
-                shard,
-                None,
-                &start,
-                &reading.settings,
-                notes,
-            )
-            .await?;
+            let fetched = reading.poll(shard, None, &start, notes).await?;
             if fetched.is_none() {
                 self.poll_once = true;
-            }
-            if notes.throttled || notes.failed {
-                reading.next_poll = backed_off_until();
             }
             return Ok(fetched);
         }

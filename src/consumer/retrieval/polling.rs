@@ -69,6 +69,33 @@ pub(super) async fn poll(
     }
 }
 
+impl Reading {
+    /// One poll of `shard` from `iterator` (or a new one at `start`); a
+    /// read that was throttled or failed backs the shard off alone.
+    pub(super) async fn poll(
+        &mut self,
+        shard: &ShardId,
+        iterator: Option<String>,
+        start: &IteratorStart,
+        notes: &mut FetchNotes,
+    ) -> Result<Option<Page>, ReadError> {
+        let fetched = poll(
+            &*self.reads,
+            &self.stream,
+            shard,
+            iterator,
+            start,
+            &self.settings,
+            notes,
+        )
+        .await;
+        if fetched.is_ok() && (notes.throttled || notes.failed) {
+            self.next_poll = backed_off_until();
+        }
+        fetched
+    }
+}
+
 /// Reads one shard by GetRecords.
 #[derive(Debug)]
 pub(crate) struct PollingSource {
@@ -102,24 +129,11 @@ impl PollingSource {
         let it = self.iterator.take();
         let opened_at = reading.clock.now();
         let opens = it.is_none();
-        let fetched = poll(
-            &*reading.reads,
-            &reading.stream,
-            shard,
-            it,
-            &start,
-            &reading.settings,
-            notes,
-        )
-        .await;
+        let fetched = reading.poll(shard, it, &start, notes).await;
         if opens && notes.polled && unpinned(position) {
             reading.pin = latest_pin(&start, opened_at);
         }
-        let fetched = fetched?;
-        if notes.throttled || notes.failed {
-            reading.next_poll = backed_off_until();
-        }
-        Ok(fetched)
+        fetched
     }
 
     /// Carries on from the next iterator after the pace's wait, or, after a
