@@ -12,6 +12,7 @@
 //! `service_undefined` without it); the level `POWERTOOLS_LOG_LEVEL`, else
 //! Lambda's `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `info`.
 
+use crate::processing::labels::CallLabels;
 use crate::processing::RecordContext;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -116,6 +117,8 @@ where
                 }
             }
         }
+        // The record of the handler call the line is logged in.
+        CallLabels::add_current(&mut line);
         event.record(&mut Fields(&mut line));
         let meta = event.metadata();
         let standard = [

@@ -8,6 +8,7 @@ mod entry;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod logs;
+pub(crate) use logs::PowertoolsJson;
 #[cfg(feature = "fleet")]
 mod reaper;
 #[cfg(feature = "fleet")]

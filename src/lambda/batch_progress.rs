@@ -277,6 +277,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
             return Ok(false);
         };
         let done = at + 1;
+        // What the checkpoint covers need not be remembered past it.
+        self.done_after.retain(|(done_sequence, done_sub)| {
+            SequenceNumber::new(done_sequence).map_or(true, |s| !checkpoint.covers(&s, *done_sub))
+        });
         let prefixes = self.hasher.prefixes(&self.identities, done);
         let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content)
             .with_done_after(self.done_after_stored());

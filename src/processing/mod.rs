@@ -14,7 +14,8 @@
 //! - `base64`: the payloads' encoding, with errors that say what is wrong.
 //! - The user contract: `handler` (the trait, `json`), `record`, `context`
 //!   (the invocation a handler call runs in), `handler_metrics` (a
-//!   handler's own metrics in the invocation's EMF document), `outcome` (reports and record
+//!   handler's own metrics in the invocation's EMF document), `labels` (a
+//!   handler call's record on the lines it logs), `outcome` (reports and record
 //!   errors), `options`, `parking`, `panic` (a handler's panic as its call's
 //!   error).
 //!
@@ -50,6 +51,7 @@ mod context;
 pub(crate) mod core;
 pub(crate) mod handler;
 pub(crate) mod handler_metrics;
+pub(crate) mod labels;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod panic;

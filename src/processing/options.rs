@@ -102,6 +102,19 @@ pub struct ProcessingOptions {
     /// only with this mark. Found, a death is a failed attempt of the
     /// record it happened in, parked at `max_attempts`.
     pub mark_first_record: bool,
+    /// How many records of one batch run at once (default 1: one after
+    /// another). Above 1, records of different keys (a Kinesis record's
+    /// partition key, a KPL user record's own key, a DynamoDB change's item
+    /// keys) run concurrently, at most this many in flight, and the
+    /// records of one key still run in order, each after the one before
+    /// it is done. The progress is the end of the longest done prefix;
+    /// records done past it are remembered so a retry skips them.
+    /// `StopAtFirstFailure` stops the failing key only. A batch handler
+    /// (`handle_batch`), and a delivery that marks its records (after a
+    /// death in the batch, or [`mark_first_record`](Self::mark_first_record)
+    /// while it marks), run one record at a time. docs/PROCESSING.md,
+    /// "Concurrency", says the rest.
+    pub concurrency: usize,
     /// Put the values a decoder quoted from a payload into the log lines of
     /// a failed record (default: off: a payload may hold personal data; the
     /// line says the kind of error and the fields it is about, and the
@@ -154,6 +167,13 @@ impl ProcessingOptions {
         self
     }
 
+    /// Sets [`ProcessingOptions::concurrency`](Self::concurrency) (0 is
+    /// taken as 1).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
     /// Sets [`ProcessingOptions::handler_spans`](Self::handler_spans).
     pub fn handler_spans(mut self, handler_spans: bool) -> Self {
         self.handler_spans = handler_spans;
@@ -171,6 +191,7 @@ impl Default for ProcessingOptions {
             consumer: None,
             handler_spans: true,
             mark_first_record: false,
+            concurrency: 1,
             log_values: false,
         }
     }

@@ -3,6 +3,7 @@
 //! the report.
 
 use super::Pending;
+use crate::processing::labels::Labelling;
 use crate::processing::options::{ProcessingOptions, CHECKPOINT_EVERY};
 use crate::processing::outcome::{BatchReport, RecordError, RecordFailure};
 use crate::processing::record::StreamRecord;
@@ -36,6 +37,8 @@ pub(super) struct Batch<'s, S> {
     pub(super) failed: bool,
     /// Log lines quote payload values (`ProcessingOptions::log_values`).
     pub(super) log_values: bool,
+    /// How handler calls are labelled in the log.
+    pub(super) labelling: Labelling,
 }
 
 /// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
@@ -154,27 +157,40 @@ impl<S: CheckpointSink> Batch<'_, S> {
     /// nothing after it may be checkpointed).
     pub(super) fn advance(&mut self, record: &StreamRecord) {
         if !self.failed {
-            self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
-            self.dirty = true;
-            self.since_commit += 1;
+            self.progress_to(record);
         } else {
             self.sink.past_failure(record);
         }
     }
 
+    /// Moves the progress to `record`: it and every record before it are
+    /// done.
+    pub(super) fn progress_to(&mut self, record: &StreamRecord) {
+        self.progress = Some((record.sequence_number.clone(), record.sub_sequence));
+        self.dirty = true;
+        self.since_commit += 1;
+    }
+
     /// Commits the progress when enough time or records have gone by. The
     /// clock read here is the next check of the stop-by instant's.
     pub(super) async fn maybe_commit(&mut self, options: &ProcessingOptions) -> Result<()> {
+        if self.commit_due(options) {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// True if progress waits to be committed and enough time or records
+    /// have gone by. The clock read here is the next check of the stop-by
+    /// instant's.
+    pub(super) fn commit_due(&mut self, options: &ProcessingOptions) -> bool {
         let now = Instant::now();
         self.clock = Some(now);
         let due = now.saturating_duration_since(self.last_commit) >= CHECKPOINT_EVERY
             || options
                 .checkpoint_records
                 .is_some_and(|n| self.since_commit >= n);
-        if self.dirty && due {
-            self.commit().await?;
-        }
-        Ok(())
+        self.dirty && due
     }
 
     /// The sink's state failed: the batch ends with the error, or goes on

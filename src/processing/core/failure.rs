@@ -16,6 +16,24 @@ impl<H: RecordHandler> Core<'_, H> {
         record: &StreamRecord,
         error: RecordError,
     ) -> Result<bool> {
+        let parked = self.count_failure(batch, item, record, error).await?;
+        if parked {
+            self.passed(batch, record).await?;
+        }
+        Ok(parked)
+    }
+
+    /// A record failed: count the attempt, and park it at `max_attempts`,
+    /// or report it (as `item`). Returns `true` if it was parked; the
+    /// caller moves the progress past it (in order: the core's concurrent
+    /// path only once every record before it is done).
+    pub(super) async fn count_failure<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        item: &str,
+        record: &StreamRecord,
+        error: RecordError,
+    ) -> Result<bool> {
         let attempt = batch.sink.attempt().map(str::to_owned);
         // (Boxed: a failure's state calls stay off the future of every record.)
         if Box::pin(self.count_and_park(batch, record, &error, attempt.as_deref())).await? {
@@ -25,10 +43,24 @@ impl<H: RecordHandler> Core<'_, H> {
         Ok(false)
     }
 
+    /// A parked record counts as done: the progress moves past it and is
+    /// committed at once (a delivery that dies after this one must not run
+    /// the record again before the key's next ones: it may have been parked
+    /// for deaths it did not cause).
+    async fn passed<S: CheckpointSink>(
+        &self,
+        batch: &mut Batch<'_, S>,
+        record: &StreamRecord,
+    ) -> Result<()> {
+        batch.advance(record);
+        batch.commit().await
+    }
+
     /// Counts a failed attempt of `record` (once for `attempt`, what names
     /// the delivery it failed in) and parks it once it failed
     /// `max_attempts` times. Returns `true` if it was parked (it counts as
-    /// done); a park that fails is counted and leaves it failed.
+    /// done once the caller moves the progress past it); a park that fails
+    /// is counted and leaves it failed.
     async fn count_and_park<S: CheckpointSink>(
         &self,
         batch: &mut Batch<'_, S>,
@@ -60,11 +92,6 @@ impl<H: RecordHandler> Core<'_, H> {
                     "poison record parked; the shard moves on"
                 );
                 batch.report.parked += 1;
-                batch.advance(record);
-                // Committed at once: a delivery that dies after this one
-                // must not run the record again before the key's next ones
-                // (it may have been parked for deaths it did not cause).
-                batch.commit().await?;
                 Ok(true)
             }
             AtLimit::ParkFailed(park_error) => {
@@ -105,7 +132,12 @@ impl<H: RecordHandler> Core<'_, H> {
             sub_sequence: record.sub_sequence,
         };
         tracing::warn!(%error, "an earlier delivery of the batch died in this record");
-        self.count_and_park(batch, record, &error, Some(&delivery))
-            .await
+        let parked = self
+            .count_and_park(batch, record, &error, Some(&delivery))
+            .await?;
+        if parked {
+            self.passed(batch, record).await?;
+        }
+        Ok(parked)
     }
 }

@@ -17,9 +17,13 @@
 //! - the counters of a [`BatchReport`].
 
 mod batch;
+mod concurrent;
 mod failure;
+#[cfg(test)]
+mod tests;
 
 use crate::processing::handler::{HandlerError, RecordHandler};
+use crate::processing::labels::{CallLabels, Labelling};
 use crate::processing::options::{FailureMode, ProcessingOptions};
 use crate::processing::outcome::{BatchReport, RecordError};
 use crate::processing::panic::CatchUnwind;
@@ -35,7 +39,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// The processing core for one handler and its options; [`Core::run`]
 /// processes one batch.
@@ -141,10 +144,13 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             committed: None,
             failed: false,
             log_values: self.options.log_values,
+            labelling: Labelling::of(self.options),
         };
         let items: Vec<_> = items.into_iter().collect();
         let done = if H::BATCHED {
             self.run_batched(&mut batch, items).await
+        } else if self.options.concurrency > 1 {
+            self.run_concurrent(&mut batch, items).await
         } else {
             self.run_records(&mut batch, items).await
         };
@@ -258,21 +264,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 continue;
             }
             let records: Vec<StreamRecord> = run[..size].iter().map(|(_, r)| r.clone()).collect();
-            let span = if self.options.handler_spans {
-                tracing::info_span!(
-                    "records",
-                    shard = &*records[0].shard_id,
-                    first_sequence_number = &*records[0].sequence_number,
-                    last_sequence_number = &*records[records.len() - 1].sequence_number,
-                    count = records.len(),
-                )
-            } else {
-                tracing::Span::none()
-            };
+            let labels = batch.labelling.labels(|| CallLabels::records(&records));
+            let call = labels.label(self.handler.handle_batch(records));
             let began = Instant::now();
-            let called = CatchUnwind(Box::pin(
-                self.handler.handle_batch(records).instrument(span),
-            ));
+            let called = CatchUnwind(Box::pin(call));
             let results = bounded(batch.stop_by, called).await;
             batch.report.handler_durations.add(millis(began));
             let results = match results {
@@ -399,21 +394,10 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.maybe_commit(self.options).await?;
             return Ok(true);
         }
-        let span = if self.options.handler_spans {
-            tracing::info_span!(
-                "record",
-                shard = &*record.shard_id,
-                sequence_number = &*record.sequence_number,
-                sub_sequence = record.sub_sequence,
-                partition_key = &*record.partition_key,
-            )
-        } else {
-            tracing::Span::none()
-        };
+        let labels = batch.labelling.labels(|| CallLabels::record(&record));
+        let call = labels.label(self.handler.handle(record.clone()));
         let began = Instant::now();
-        let called = CatchUnwind(Box::pin(
-            self.handler.handle(record.clone()).instrument(span),
-        ));
+        let called = CatchUnwind(Box::pin(call));
         let handled = bounded(batch.stop_by, called).await;
         batch.report.handler_durations.add(millis(began));
         let result = match handled {
