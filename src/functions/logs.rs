@@ -273,4 +273,85 @@ mod tests {
             "{timestamp}"
         );
     }
+
+    /// Under these lines a handler call is labelled without a span: the
+    /// record's fields are on the lines the handler logs (and on no other),
+    /// at any concurrency, and a subscriber of another kind gets the span.
+    #[test]
+    fn a_handlers_lines_carry_its_record_without_a_span() {
+        use crate::processing::{Core, NoCheckpoints, ProcessingOptions, StreamRecord, Unit};
+        let lines = Lines::default();
+        let ours = tracing::Dispatch::new(
+            tracing_subscriber::fmt()
+                .fmt_fields(JsonFields::new())
+                .event_format(PowertoolsJson::from_env())
+                .with_writer(lines.clone())
+                .finish(),
+        );
+        let handler = |record: StreamRecord| async move {
+            tracing::info!(n = &*record.partition_key, "handled");
+            Ok::<(), std::io::Error>(())
+        };
+        let units = (0..4).map(|i| {
+            let record = StreamRecord {
+                shard_id: "shardId-000000000002".into(),
+                sequence_number: format!("{}", 100 + i).into(),
+                sub_sequence: 0,
+                aggregated: false,
+                partition_key: format!("key-{i}").into(),
+                explicit_hash_key: None,
+                data: bytes::Bytes::new(),
+                approximate_arrival: None,
+                event_source_arn: None,
+                change: None,
+            };
+            (record.sequence_number.clone(), Unit::Record(record))
+        });
+        let units: Vec<_> = units.collect();
+        for concurrency in [1, 4] {
+            let options = ProcessingOptions::default().concurrency(concurrency);
+            tracing::dispatcher::with_default(&ours, || {
+                assert_eq!(
+                    crate::processing::labels::Labelling::of(&options),
+                    crate::processing::labels::Labelling::Lines
+                );
+                tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap()
+                    .block_on(async {
+                        tracing::info!("outside");
+                        Core::new(&handler, None, &options)
+                            .run(units.clone(), None, &mut NoCheckpoints)
+                            .await
+                            .unwrap();
+                    });
+            });
+        }
+        let logged = logged(&lines);
+        let handled: Vec<_> = logged
+            .iter()
+            .filter(|l| l["message"] == "handled")
+            .collect();
+        assert_eq!(handled.len(), 8);
+        for line in handled {
+            let key = line["n"].as_str().unwrap();
+            let i: u64 = key.trim_start_matches("key-").parse().unwrap();
+            assert_eq!(line["partition_key"], key, "{line:?}");
+            assert_eq!(line["sequence_number"], (100 + i).to_string());
+            assert_eq!(line["shard"], "shardId-000000000002");
+            assert_eq!(line["sub_sequence"], 0);
+        }
+        let outside = logged.iter().find(|l| l["message"] == "outside").unwrap();
+        assert!(!outside.contains_key("sequence_number"), "{outside:?}");
+        // Another subscriber: a span around each call.
+        let other = tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(other, || {
+            assert_eq!(
+                crate::processing::labels::Labelling::of(&ProcessingOptions::default()),
+                crate::processing::labels::Labelling::Spans
+            );
+        });
+    }
 }

@@ -2,7 +2,7 @@
 //! that reads it once and runs what came through the core to the
 //! checkpointer.
 
-use super::checkpoint::PipelineSink;
+use super::checkpoint::{DoneAhead, PipelineSink};
 use super::end;
 use super::start::unpinned;
 use crate::pipeline::{Checkpointer, Fetched, RecordSource, ShardReport, SourceBatch};
@@ -42,6 +42,9 @@ pub(crate) struct ShardPipeline<S> {
     millis_behind: Option<i64>,
     /// Where a bounded group stops reading the shard (see `end`).
     end: Option<Checkpoint>,
+    /// Records done past the position (run past a failure, or ahead of a
+    /// record of another key still running): the next batch skips them.
+    done_ahead: DoneAhead,
     source: S,
 }
 
@@ -61,6 +64,7 @@ impl<S: RecordSource> ShardPipeline<S> {
             pin_unstored: false,
             millis_behind: None,
             end: None,
+            done_ahead: DoneAhead::default(),
             source,
         }
     }
@@ -99,6 +103,7 @@ impl<S: RecordSource> ShardPipeline<S> {
     /// moved the shard (a seek).
     pub fn set_position(&mut self, position: Checkpoint) {
         self.position = Some(position);
+        self.done_ahead = DoneAhead::default();
     }
 
     /// Read to its end, and all of it committed.
@@ -247,6 +252,7 @@ impl<S: RecordSource> ShardPipeline<S> {
             arrival: batch.last_arrival,
             checkpointer,
             transient_errors: &mut report.transient_errors,
+            done_ahead: &mut self.done_ahead,
         };
         let mut ran = Ran::default();
         let run = core
@@ -258,6 +264,7 @@ impl<S: RecordSource> ShardPipeline<S> {
         // after the last record committed (the core commits on every way
         // out), not again from where the batch started.
         if let Some(committed) = ran.committed {
+            self.done_ahead.forget_covered(&committed);
             self.position = Some(committed);
             self.arrival = batch.last_arrival;
         }

@@ -13,7 +13,7 @@ mod paced;
 mod sink;
 
 pub(crate) use paced::{Paced, Pacing};
-pub(crate) use sink::PipelineSink;
+pub(crate) use sink::{DoneAhead, PipelineSink};
 
 use crate::state::{Checkpoint, EpochMillis, ShardId};
 use crate::Result;

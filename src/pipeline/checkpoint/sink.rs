@@ -2,9 +2,11 @@
 //! for a checkpoint that fails in passing.
 
 use super::Checkpointer;
-use crate::processing::CheckpointSink;
-use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::processing::{CheckpointSink, StreamRecord};
+use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId};
 use crate::Result;
+use std::collections::HashSet;
+use std::sync::Arc;
 
 /// The core's sink for one batch of a pipeline: what is stored is the
 /// pipeline's position (nothing of a batch is done before it); a commit goes
@@ -16,6 +18,24 @@ pub(crate) struct PipelineSink<'a, C> {
     pub arrival: Option<EpochMillis>,
     pub checkpointer: &'a mut C,
     pub transient_errors: &'a mut u64,
+    pub done_ahead: &'a mut DoneAhead,
+}
+
+/// The records of a shard done past its position (run past a failure, or
+/// ahead of a record of another key still running), kept by its pipeline
+/// so the next batch skips them; at most
+/// [`MAX_DONE_AFTER`](crate::state::MAX_DONE_AFTER) (those past it run
+/// again), and forgotten once a checkpoint covers them.
+#[derive(Debug, Default)]
+pub(crate) struct DoneAhead(HashSet<(Arc<str>, u64)>);
+
+impl DoneAhead {
+    /// Forgets what `checkpoint` covers.
+    pub fn forget_covered(&mut self, checkpoint: &Checkpoint) {
+        self.0.retain(|(sequence, sub)| {
+            SequenceNumber::new(sequence).map_or(true, |s| !checkpoint.covers(&s, *sub))
+        });
+    }
 }
 
 impl<C: Checkpointer> CheckpointSink for PipelineSink<'_, C> {
@@ -39,6 +59,22 @@ impl<C: Checkpointer> CheckpointSink for PipelineSink<'_, C> {
                 Ok(false)
             }
             other => other,
+        }
+    }
+
+    fn done(&self, record: &StreamRecord) -> bool {
+        !self.done_ahead.0.is_empty()
+            && self
+                .done_ahead
+                .0
+                .contains(&(record.sequence_number.clone(), record.sub_sequence))
+    }
+
+    fn past_failure(&mut self, record: &StreamRecord) {
+        if self.done_ahead.0.len() < crate::state::MAX_DONE_AFTER {
+            self.done_ahead
+                .0
+                .insert((record.sequence_number.clone(), record.sub_sequence));
         }
     }
 }
