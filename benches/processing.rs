@@ -35,11 +35,20 @@
 //! event is processed once, and the peak (`VmHWM`) is printed next to the
 //! event's size and the resident set before processing.
 //!
+//! Each path is also measured, in the same rounds, under the log lines the
+//! functions write as deployed (`functions::init_tracing` with JSON logs:
+//! Powertools-shaped lines at INFO, handler labels on), and under
+//! tracing's own JSON subscriber at INFO (a span around each handler
+//! call), each as a ratio to the path without a subscriber.
+//!
 //! Run: `cargo bench --bench processing`. With
 //! `SHARDKEEPER_BENCH_SUBSCRIBER=1` a JSON tracing subscriber at INFO is
 //! installed first, as a function on Lambda has one, so the path's spans
 //! and events are paid for; `SHARDKEEPER_BENCH_SPANS=off` turns the
 //! handler spans off (`ProcessingOptions::handler_spans`).
+
+#[allow(dead_code)]
+mod support;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use bytes::Bytes;
@@ -106,41 +115,21 @@ struct Line {
 
 /// A deterministic Kinesis event of `n` records with `note_len` bytes of padding each.
 fn kinesis_event(n: usize, note_len: usize) -> String {
-    let b64 = base64_simd::STANDARD;
     let note = "x".repeat(note_len);
-    let records: Vec<serde_json::Value> = (0..n)
-        .map(|i| {
-            let order = if note_len == 0 {
-                serde_json::json!({ "order_id": format!("o-{i:06}"), "amount_cents": (i * 37) % 100_000 })
-            } else {
-                serde_json::json!({
-                    "order_id": format!("o-{i:06}"),
-                    "amount_cents": (i * 37) % 100_000,
-                    "customer": format!("c-{}", i % 97),
-                    "currency": "EUR",
-                    "note": note,
-                })
-            };
-            let seq = format!("4959033827149025660855969253836157109592157598913{:07}", i);
+    support::events::kinesis_event((0..n).map(|i| {
+        let order = if note_len == 0 {
+            serde_json::json!({ "order_id": format!("o-{i:06}"), "amount_cents": (i * 37) % 100_000 })
+        } else {
             serde_json::json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": format!("c-{}", i % 97),
-                    "sequenceNumber": seq,
-                    "data": b64.encode_to_string(order.to_string()),
-                    "approximateArrivalTimestamp": 1_763_701_200.123,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("shardId-000000000000:{seq}"),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/kinesis-processor",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+                "order_id": format!("o-{i:06}"),
+                "amount_cents": (i * 37) % 100_000,
+                "customer": format!("c-{}", i % 97),
+                "currency": "EUR",
+                "note": note,
             })
-        })
-        .collect();
-    serde_json::json!({ "Records": records }).to_string()
+        };
+        (format!("c-{}", i % 97), order)
+    }))
 }
 
 /// One item image in DynamoDB JSON, about 3 KB: every attribute type a
@@ -452,8 +441,19 @@ fn report_ratios() {
         f();
         start.elapsed().as_secs_f64() * 1e3
     };
-    eprintln!("| event | path | median | floor (SIMD validation) | serde_json validation | ratio to the floor | ratio to serde_json |");
-    eprintln!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    // The path as deployed: the Powertools-shaped lines the functions log
+    // (JSON, at INFO, handler labels on); and, for comparison, tracing's
+    // own JSON subscriber at INFO, under which each call has a span.
+    let deployed = shardkeeper::functions::powertools_lines_to_nowhere();
+    let spans = tracing::Dispatch::new(
+        tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish(),
+    );
+    eprintln!("| event | path | median | floor (SIMD validation) | serde_json validation | ratio to the floor | ratio to serde_json | deployed logs | deployed / none | JSON subscriber, spans | spans / none |");
+    eprintln!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (name, event) in &events() {
         let bytes = Bytes::from(event.clone().into_bytes());
         let mut paths: Vec<Path<'_>> = Vec::new();
@@ -481,25 +481,37 @@ fn report_ratios() {
         for (path, run) in &mut paths {
             let (mut floors, mut serdes, mut runs, mut ratios, mut serde_ratios) =
                 (vec![], vec![], vec![], vec![], vec![]);
+            let (mut logged, mut logged_ratios, mut spanned, mut spanned_ratios) =
+                (vec![], vec![], vec![], vec![]);
             for _ in 0..ROUNDS {
                 let f = time(&mut || floor(&bytes));
                 let s = time(&mut || {
                     serde_json::from_slice::<IgnoredAny>(&bytes).unwrap();
                 });
                 let r = time(&mut **run);
+                let d = tracing::dispatcher::with_default(&deployed, || time(&mut **run));
+                let j = tracing::dispatcher::with_default(&spans, || time(&mut **run));
                 floors.push(f);
                 serdes.push(s);
                 runs.push(r);
                 ratios.push(r / f);
                 serde_ratios.push(r / s);
+                logged.push(d);
+                logged_ratios.push(d / r);
+                spanned.push(j);
+                spanned_ratios.push(j / r);
             }
             eprintln!(
-                "| {name} | {path} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x | {:.2}x |",
+                "| {name} | {path} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x | {:.2}x | {:.1} ms | {:.2}x | {:.1} ms | {:.2}x |",
                 median(&mut runs),
                 median(&mut floors),
                 median(&mut serdes),
                 median(&mut ratios),
-                median(&mut serde_ratios)
+                median(&mut serde_ratios),
+                median(&mut logged),
+                median(&mut logged_ratios),
+                median(&mut spanned),
+                median(&mut spanned_ratios),
             );
         }
     }

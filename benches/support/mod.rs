@@ -1,7 +1,9 @@
 //! The set-up every benchmark of the servers shares: the runtime they run
 //! on (two worker threads, as the machines the numbers in
 //! docs/BENCHMARKS.md come from have two cores) and a state table of
-//! their own.
+//! their own; and the events the handler benchmarks generate.
+
+pub mod events;
 
 use shardkeeper::state::{StateStore, StoreConfig, TableOptions};
 use shardkeeper_local::{unique_name, AwsClients};

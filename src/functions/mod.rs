@@ -105,12 +105,28 @@ pub fn init_tracing() {
         lambda_runtime::tracing::init_default_subscriber();
         return;
     }
-    let subscriber = tracing_subscriber::fmt()
+    // Another thread may have set one meanwhile: that one stays.
+    let _ = tracing::subscriber::set_global_default(powertools_lines(std::io::stdout));
+}
+
+/// The subscriber of Powertools-shaped lines that [`init_tracing`] installs,
+/// writing to `writer`.
+fn powertools_lines<W>(writer: W) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
         .event_format(logs::PowertoolsJson::from_env())
         .with_env_filter(logs::PowertoolsJson::filter_from_env())
-        .with_writer(std::io::stdout)
-        .finish();
-    // Another thread may have set one meanwhile: that one stays.
-    let _ = tracing::subscriber::set_global_default(subscriber);
+        .with_writer(writer)
+        .finish()
+}
+
+/// For this workspace's benchmarks: the subscriber [`init_tracing`]
+/// installs on a function whose log format is JSON, writing nowhere.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub fn powertools_lines_to_nowhere() -> tracing::Dispatch {
+    tracing::Dispatch::new(powertools_lines(std::io::sink))
 }

@@ -68,6 +68,16 @@ impl<S: RecordSource> ShardMap<S> {
         self.pipelines.get_mut(shard).map(|h| &mut h.pipeline)
     }
 
+    /// The pipelines of `shards` that are in the map, each once, to step
+    /// them at once.
+    pub fn get_many_mut(&mut self, shards: &[ShardId]) -> Vec<&mut ShardPipeline<S>> {
+        self.pipelines
+            .iter_mut()
+            .filter(|(s, _)| shards.contains(s))
+            .map(|(_, h)| &mut h.pipeline)
+            .collect()
+    }
+
     pub fn contains(&self, shard: &ShardId) -> bool {
         self.pipelines.contains_key(shard)
     }

@@ -33,7 +33,7 @@ mod shard;
 mod source;
 mod start;
 
-pub(crate) use checkpoint::{Checkpointer, Paced, Pacing};
+pub(crate) use checkpoint::{Checkpointer, Paced, Pacing, Shared};
 pub(crate) use map::ShardMap;
 pub use report::ShardReport;
 pub(crate) use shard::{ShardPipeline, Step};

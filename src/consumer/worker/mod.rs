@@ -9,6 +9,7 @@
 //! - `mod.rs`: the worker, its step, its session's ticks and the shards it gains, loses
 //!   and completes.
 //! - `run`: the run until a stop or deadline, and leaving.
+//! - `together`: a step reading every due shard at once (concurrency above 1).
 //! - `efo`: its enhanced fan-out consumer lock.
 //! - `config`: how it reads, and what it reports.
 //! - `pacing`: writing the checkpoints its pacing deferred, at heartbeats.
@@ -17,6 +18,7 @@ mod config;
 mod efo;
 mod pacing;
 mod run;
+mod together;
 
 pub use config::{WorkerConfig, WorkerReport, SHARD_READ_BYTES_PER_SECOND};
 
@@ -224,6 +226,9 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
         let now = Instant::now();
         let due = self.pipelines.due(now);
+        if self.config.processing.concurrency > 1 && due.len() > 1 {
+            return self.read_together(&due).await;
+        }
         let mut read = false;
         for shard in &due {
             self.mode.alive();
@@ -367,6 +372,17 @@ impl<H: RecordHandler> ShardWorker<H> {
             .step(&core, &mut checkpointer, stop_by, &mut self.report.shards)
             .await;
         self.busy += started.elapsed();
+        self.stepped(shard, step).await
+    }
+
+    /// What a step of `shard` leads to: a shard read to its end is
+    /// completed, a lost one dropped, an enhanced fan-out consumer gone is
+    /// dealt with. Whether anything was read.
+    async fn stepped(
+        &mut self,
+        shard: &ShardId,
+        step: std::result::Result<Step, ReadError>,
+    ) -> Result<bool> {
         match step {
             Ok(Step::Idle) => Ok(false),
             Ok(Step::Processed { ended, .. }) => {

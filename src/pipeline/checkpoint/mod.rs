@@ -8,11 +8,14 @@
 //!   the end of the batch).
 //! - `paced`: pacing as a layer around any checkpointer: at most one write
 //!   a shard every interval, the rest deferred.
+//! - `shared`: one checkpointer behind a lock for shards stepped at once.
 
 mod paced;
+mod shared;
 mod sink;
 
 pub(crate) use paced::{Paced, Pacing};
+pub(crate) use shared::Shared;
 pub(crate) use sink::{DoneAhead, PipelineSink};
 
 use crate::state::{Checkpoint, EpochMillis, ShardId};

@@ -212,6 +212,7 @@ async fn property_run(
         let expect = Expect {
             parks_every_failure: !slow,
             at_least_once: slow,
+            reruns_past_reported_failures: concurrency > 1 && reform > 0.0,
             // (With records of several keys at once, what a kill makes run
             // again also holds the records done past the watermark since
             // the last commit: the bound is the contract's "never twice

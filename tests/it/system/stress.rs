@@ -91,6 +91,9 @@ struct Stress {
     restarts: u32,
     /// The enhanced fan-out pool the workers read through (0: they poll).
     efo: usize,
+    /// Records of different keys a worker runs at once, and its shards
+    /// stepped at once above 1 (`ProcessingOptions::concurrency`).
+    concurrency: usize,
 }
 
 impl Stress {
@@ -113,6 +116,7 @@ impl Stress {
                 .unwrap_or(0.05),
             restarts: var("SHARDKEEPER_STRESS_RESTARTS", 1) as u32,
             efo: var("SHARDKEEPER_STRESS_EFO", 0) as usize,
+            concurrency: var("SHARDKEEPER_STRESS_CONCURRENCY", 1) as usize,
         }
     }
 
@@ -235,6 +239,8 @@ struct Spawner<'a> {
     slow: Arc<AtomicBool>,
     /// The enhanced fan-out pool the workers read through (0: they poll).
     efo: usize,
+    /// The workers' `ProcessingOptions::concurrency`.
+    concurrency: usize,
 }
 
 impl Spawner<'_> {
@@ -248,7 +254,8 @@ impl Spawner<'_> {
             Handler::Mixed => {
                 let store = StateStore::with_clock(self.store.client().clone(), config, clock);
                 if n.is_multiple_of(2) {
-                    let handler = slow_or_not(self.history, &name, &self.slow);
+                    let handler =
+                        slow_or_not(self.history, &name, &self.slow, self.concurrency > 1);
                     spawn_consumer(id, name, &store, self, handler)
                 } else {
                     let busy = Duration::ZERO..=Duration::ZERO;
@@ -271,14 +278,29 @@ impl Spawner<'_> {
 }
 
 /// The run's per-record handler: every record is recorded, after 10 ms while
-/// `slow` is set (a handler cut off at the lease's end records nothing).
-fn slow_or_not(history: &SharedHistory, name: &str, slow: &Arc<AtomicBool>) -> impl RecordHandler {
+/// `slow` is set (a handler cut off at the lease's end records nothing);
+/// with `jitter`, after 0 to 3 ms otherwise (records of several keys at
+/// once then finish out of their order, as real calls do: only a key's
+/// own order is kept).
+fn slow_or_not(
+    history: &SharedHistory,
+    name: &str,
+    slow: &Arc<AtomicBool>,
+    jitter: bool,
+) -> impl RecordHandler {
     let slow = slow.clone();
     recording_handler(history, name, move |_: StreamRecord| {
         let slow = slow.load(Ordering::Relaxed);
+        let wait = if slow {
+            Duration::from_millis(10)
+        } else if jitter {
+            Duration::from_micros(fastrand::u64(0..3_000))
+        } else {
+            Duration::ZERO
+        };
         async move {
-            if slow {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
             }
             Ok::<(), std::io::Error>(())
         }
@@ -331,6 +353,11 @@ fn spawn_consumer<H: RecordHandler>(
         .min_poll_interval(Duration::from_millis(100))
         .idle_poll_interval(Duration::from_millis(200))
         .max_records(200)
+        .processing(
+            WorkerConfig::default()
+                .processing
+                .concurrency(with.concurrency),
+        )
         .enhanced_fan_out(
             (with.efo > 0)
                 .then(|| EfoPool::new("stress", with.efo).poll_interval(Duration::from_millis(20))),
@@ -456,6 +483,26 @@ async fn merge_two(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stress_run_keeps_every_guarantee() {
     let cfg = Stress::from_env();
+    let ctx = ctx().await;
+    let setup = Setup {
+        system: ctx.aws.clone(),
+        direct: ctx.aws.clone(),
+        table: ctx.table.clone(),
+        faulty: None,
+    };
+    stress(&cfg, setup, Course::chaos(&cfg, LEASE_TERM, 0)).await;
+}
+
+/// The same with each worker running records of different keys at once
+/// and stepping its shards at once (`concurrency(8)`): kills with calls in
+/// flight, slow stretches, lease moves and the operator's moves break no
+/// guarantee.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_at_concurrency_keeps_every_guarantee() {
+    let cfg = Stress {
+        concurrency: 8,
+        ..Stress::from_env()
+    };
     let ctx = ctx().await;
     let setup = Setup {
         system: ctx.aws.clone(),
@@ -688,6 +735,7 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         started: Default::default(),
         slow: Arc::new(AtomicBool::new(false)),
         efo: cfg.efo,
+        concurrency: cfg.concurrency,
     };
     let mut generation = 0;
     let mut next_id = || {
