@@ -3,7 +3,8 @@ event, with a handler that awaits 3 to 7 ms a record: what the
 concurrency benchmark (benches/concurrency.rs) runs beside shardkeeper.
 
 Usage: python3 powertools_async.py EVENT_FILE ROUNDS
-The handler waits 3 to 7 ms for record n (3 + 7n mod 5), as the Rust side.
+The handler waits 3 to 7 ms for record n (3 + (7n + n // 100) mod 5), as the
+Rust side.
 Prints one JSON line: the median milliseconds of the rounds, and how many
 partition keys saw their records complete out of order (AsyncBatchProcessor
 runs every record of the batch at once and keeps no order).
@@ -29,7 +30,7 @@ completed = []
 
 async def record_handler(record):
     payload = record.kinesis.data_as_json()
-    await asyncio.sleep((3 + (payload["n"] * 7) % 5) / 1000.0)
+    await asyncio.sleep((3 + (payload["n"] * 7 + payload["n"] // 100) % 5) / 1000.0)
     completed.append((record.kinesis.partition_key, payload["n"]))
 
 
