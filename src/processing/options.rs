@@ -86,11 +86,16 @@ pub struct ProcessingOptions {
     /// keep the progress an aliased function stored before qualifiers were
     /// part of the key. At most 256 bytes, no `#`.
     pub consumer: Option<String>,
-    /// Run each handler call in a tracing span (`record`: shard, sequence
-    /// number, sub-sequence, partition key; `records` for a batch
-    /// handler), so the handler's own events carry them (default: on).
-    /// Under a subscriber that records INFO spans, a span costs about half
-    /// a microsecond a record (docs/BENCHMARKS.md, "Handler spans").
+    /// Put a handler call's record on the lines the handler logs (shard,
+    /// sequence number, sub-sequence, partition key; for a batch handler
+    /// the shard, first and last sequence numbers and count; default: on).
+    /// Under the functions' Powertools-shaped lines
+    /// ([`init_tracing`](crate::functions::init_tracing)) they are keys of
+    /// each line, read when the handler logs (about 1% of the path); under
+    /// any other subscriber the call runs in a tracing span (`record`,
+    /// `records`), which a JSON subscriber at INFO formats at once (about
+    /// 0.8 µs a record: docs/BENCHMARKS.md, "Records of different keys at
+    /// once (`concurrency`), and the deployed log path").
     pub handler_spans: bool,
     /// Event source mappings: mark a delivery's first record before it
     /// starts, and take the mark back once it is done (two writes more a

@@ -68,8 +68,12 @@ pub trait CheckpointSink: Send {
         false
     }
 
-    /// `record` was handled (or parked) after a failure of the batch, so
-    /// no checkpoint may cover it: a sink that can remembers it as done.
+    /// `record` was handled (or parked) past the batch's progress (after a
+    /// failure, or while an earlier record of another key still ran:
+    /// [`ProcessingOptions::concurrency`](crate::processing::ProcessingOptions::concurrency)),
+    /// so no checkpoint covers it yet: a sink that can remembers it as done
+    /// (and may forget it once a checkpoint covers it). Told before each
+    /// commit, perhaps more than once.
     fn past_failure(&mut self, record: &StreamRecord) {
         let _ = record;
     }
