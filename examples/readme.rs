@@ -5,7 +5,9 @@
 use aws_config::BehaviorVersion;
 use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
 use shardkeeper::functions::WorkerFunction;
-use shardkeeper::processing::{changes, json, Change, RecordHandler, StreamRecord};
+use shardkeeper::processing::{
+    changes, json, Change, ProcessingOptions, RecordHandler, StreamRecord,
+};
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig,
 };
@@ -31,6 +33,15 @@ async fn event_source_mapping(store: StateStore) -> Result<(), shardkeeper::Erro
     }))
     .with_store(store); // skip what a retried batch already did, count attempts, park poison records
     processor.run().await // the Lambda runtime loop; each event read once, from its bytes
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+async fn keys_at_once(store: StateStore, handler: impl RecordHandler) -> Result<(), shardkeeper::Error> {
+    let processor = KinesisProcessor::new(handler)
+        .with_store(store)
+        .with_options(ProcessingOptions::default().concurrency(64)); // at most 64 calls in flight
+    processor.run().await
 }
 
 #[allow(dead_code)]
