@@ -218,7 +218,7 @@ async fn worker_on_eight_shards(aws: &AwsClients) {
             .send()
             .await
             .unwrap();
-        active(aws, &stream).await;
+        support::active(aws, &stream).await;
         let (completed, lag) = (Completed::default(), Arc::new(AtomicU64::new(0)));
         let config = WorkerConfig::default()
             .processing(ProcessingOptions::default().concurrency(concurrency));
@@ -287,25 +287,6 @@ async fn produce(aws: AwsClients, stream: String, produced: Arc<AtomicU64>) {
                 .unwrap();
             produced.fetch_add(count, Ordering::Relaxed);
         }
-    }
-}
-
-/// Waits until `stream` is ACTIVE (the server creates it in the background).
-async fn active(aws: &AwsClients, stream: &str) {
-    loop {
-        let summary = aws
-            .kinesis
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await;
-        let status = summary
-            .ok()
-            .and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
-        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -33,7 +33,7 @@ fn main() {
         let aws = test_clients().await.expect("servers");
         let stream = unique_name("bench");
         aws.kinesis.create_stream().stream_name(&stream).shard_count(1).send().await.unwrap();
-        active(&aws, &stream).await;
+        support::active(&aws, &stream).await;
         let payload = vec![b'x'; RECORD_BYTES];
         for chunk in 0..RECORDS / 500 {
             let entries: Vec<_> = (0..500)
@@ -143,7 +143,7 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         .send()
         .await
         .unwrap();
-    active(aws, &stream).await;
+    support::active(aws, &stream).await;
     let config = WorkerConfig::default().checkpoint_every(every);
     let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
     let mut worker = holding_worker(aws, &stream, "steady-worker", handler, config).await;
@@ -202,25 +202,6 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         report.shards.checkpoints,
         writes,
     )
-}
-
-/// Waits until `stream` is ACTIVE (the server creates it in the background).
-async fn active(aws: &shardkeeper_local::AwsClients, stream: &str) {
-    loop {
-        let summary = aws
-            .kinesis
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await;
-        let status = summary
-            .ok()
-            .and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
-        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A worker `name` on a fresh state table, holding `stream`'s one shard.

@@ -33,3 +33,22 @@ pub async fn state_table(aws: &AwsClients, prefix: &str) -> String {
     .expect("the state table");
     table
 }
+
+/// Waits until `stream` is ACTIVE (the server creates it in the background).
+pub async fn active(aws: &AwsClients, stream: &str) {
+    loop {
+        let summary = aws
+            .kinesis
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await;
+        let status = summary
+            .ok()
+            .and_then(|s| s.stream_description_summary.map(|d| d.stream_status));
+        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -482,7 +482,11 @@ async fn merge_two(aws: &AwsClients, stream: &str, rng: &mut fastrand::Rng) -> b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stress_run_keeps_every_guarantee() {
-    let cfg = Stress::from_env();
+    chaos_on_the_shared_servers(Stress::from_env()).await;
+}
+
+/// The chaos course on the shared servers.
+async fn chaos_on_the_shared_servers(cfg: Stress) {
     let ctx = ctx().await;
     let setup = Setup {
         system: ctx.aws.clone(),
@@ -499,18 +503,11 @@ async fn the_stress_run_keeps_every_guarantee() {
 /// guarantee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stress_run_at_concurrency_keeps_every_guarantee() {
-    let cfg = Stress {
+    chaos_on_the_shared_servers(Stress {
         concurrency: 8,
         ..Stress::from_env()
-    };
-    let ctx = ctx().await;
-    let setup = Setup {
-        system: ctx.aws.clone(),
-        direct: ctx.aws.clone(),
-        table: ctx.table.clone(),
-        faulty: None,
-    };
-    stress(&cfg, setup, Course::chaos(&cfg, LEASE_TERM, 0)).await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
