@@ -1,14 +1,15 @@
 //! Accepting what was read: commits (the only thing that saves a position
 //! after reading), rewinding to the committed positions, seeking, and
 //! `poll`, which steps each shard's pipeline (its source, the processing
-//! core, and the reader's positions as its checkpointer).
+//! core, and the reader's positions as its checkpointer), all at once when
+//! the processing's `concurrency` is above 1.
 
 use crate::ddb_streams::batch::{Batch, PollReport};
 use crate::ddb_streams::calls::StreamsCalls;
 use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::position;
 use crate::ddb_streams::reader::{Known, StreamReader};
-use crate::pipeline::{Checkpointer, InitialPosition, Step};
+use crate::pipeline::{Checkpointer, InitialPosition, ShardReport, Shared, Step};
 use crate::processing::ChangeRecord;
 use crate::processing::{Core, RecordHandler};
 use crate::state::{Checkpoint, EpochMillis, ShardId};
@@ -124,7 +125,10 @@ impl<C: StreamsClient> StreamReader<C> {
     /// shard's accepted prefix is committed and that shard alone is read
     /// again from the failed record, after a pause (1 s, doubling while it
     /// keeps failing, up to 32 s); the other shards go on. The first
-    /// failure then comes back as [`Error::Handler`].
+    /// failure then comes back as [`Error::Handler`]. With
+    /// [`ProcessingOptions::concurrency`](crate::processing::ProcessingOptions::concurrency)
+    /// above 1 the due shards are read and handled at once, and the changes
+    /// of different items of a shard at once (each item's in order).
     pub async fn poll<H: RecordHandler>(&mut self, handler: &H) -> Result<PollReport, Error> {
         self.poll_until(handler, None).await
     }
@@ -149,19 +153,53 @@ impl<C: StreamsClient> StreamReader<C> {
         let store = self.store().clone();
         let options = self.config.processing.clone();
         let core = Core::new(handler, Some(&store), &options);
+        let due = self.shards.due(Instant::now());
+        let mut checkpointer = ReaderCheckpoints {
+            known: &mut self.known,
+            calls: &self.calls,
+        };
+        let mut stepped = Vec::with_capacity(due.len());
+        if options.concurrency > 1 && due.len() > 1 {
+            // Every due shard at once, the saves in turn.
+            let checkpointer = tokio::sync::Mutex::new(checkpointer);
+            let starts = |_: &ShardId| {};
+            let steps = self.shards.get_many_mut(&due).into_iter().map(|pipeline| {
+                let (core, checkpointer, starts) = (&core, &checkpointer, &starts);
+                async move {
+                    let mut shared = Shared {
+                        checkpointer,
+                        starts,
+                    };
+                    let mut shards = ShardReport::default();
+                    let step = pipeline.step(core, &mut shared, stop_by, &mut shards).await;
+                    (pipeline.shard().clone(), step, shards)
+                }
+            });
+            for (id, step, shards) in Box::pin(futures_util::future::join_all(steps)).await {
+                report.shards += &shards;
+                stepped.push((id, step));
+            }
+        } else {
+            for id in due {
+                let Some(pipeline) = self.shards.get_mut(&id) else {
+                    continue;
+                };
+                let step =
+                    Box::pin(pipeline.step(&core, &mut checkpointer, stop_by, &mut report.shards))
+                        .await;
+                let failed = step.is_err();
+                stepped.push((id, step));
+                if failed {
+                    break;
+                }
+            }
+        }
         let mut first_failure = None;
         let mut error = None;
-        for id in self.shards.due(Instant::now()) {
+        for (id, step) in stepped {
             let Some(pipeline) = self.shards.get_mut(&id) else {
                 continue;
             };
-            let mut checkpointer = ReaderCheckpoints {
-                known: &mut self.known,
-                calls: &self.calls,
-            };
-            let step =
-                Box::pin(pipeline.step(&core, &mut checkpointer, stop_by, &mut report.shards))
-                    .await;
             let source = pipeline.source_mut();
             report.trimmed.extend(source.take_trimmed());
             self.rediscover |= source.ended;
@@ -172,8 +210,8 @@ impl<C: StreamsClient> StreamReader<C> {
                     // What the core committed stays; the rest of the shard's
                     // records are read again, not skipped.
                     source.reopen();
-                    error = Some(e);
-                    break;
+                    error = error.or(Some(e));
+                    continue;
                 }
             };
             source.pause_after(failure.is_some());

@@ -798,6 +798,81 @@ async fn poll_commits_what_the_handler_accepted_and_reads_the_rest_again() {
     assert_eq!(seen.lock().unwrap().clone(), ["r1", "r2", "r3"]);
 }
 
+/// With `concurrency` above 1 the reader handles its due shards at once,
+/// and the changes of different items of a shard at once: each item's
+/// changes still in order, each change once, a child's after every change
+/// of its parent.
+#[tokio::test]
+async fn the_readers_shards_and_items_run_at_once_each_item_in_order() {
+    let ctx = ctx().await;
+    let now = ctx.clock_now();
+    let fake = Fake::new();
+    for shard in ["a", "b", "c"] {
+        fake.add_shard(shard, None);
+    }
+    fake.add_shard("d", Some("c"));
+    for n in 0..6 {
+        for shard in ["a", "b", "c", "d"] {
+            fake.write(shard, &format!("{shard}{}", n % 3), now);
+        }
+    }
+    fake.close("c");
+    let processing = ProcessingOptions::default().concurrency(8);
+    let (mut reader, _) = fake_reader(&ctx, &fake, config().processing(processing));
+    let done: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (done, running, most) = (done.clone(), running.clone(), most.clone());
+        move |record: shardkeeper::processing::StreamRecord| {
+            let (done, running, most) = (done.clone(), running.clone(), most.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                // Later changes of an item wait less: out of order unless
+                // the reader keeps each item's order.
+                let seq: u64 = record.sequence_number.parse().unwrap();
+                tokio::time::sleep(Duration::from_millis(2 + (100 - seq % 100) % 7)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                let keys: serde_json::Value = serde_json::from_str(&record.partition_key).unwrap();
+                let id = keys["id"]["S"].as_str().unwrap().to_owned();
+                done.lock()
+                    .unwrap()
+                    .push((id, record.sequence_number.to_string()));
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    for _ in 0..50 {
+        let report = reader.poll(&handler).await.unwrap();
+        if report.caught_up && done.lock().unwrap().len() == 24 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let done = done.lock().unwrap().clone();
+    assert_eq!(done.len(), 24, "each change once: {done:?}");
+    assert!(most.load(Ordering::SeqCst) > 3, "shards and items at once");
+    let mut by_item: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (id, seq) in &done {
+        by_item.entry(id).or_default().push(seq);
+    }
+    for (id, seqs) in &by_item {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{id} out of order: {seqs:?}"
+        );
+    }
+    let last_of_c = done
+        .iter()
+        .rposition(|(id, _)| id.starts_with('c'))
+        .unwrap();
+    let first_of_d = done.iter().position(|(id, _)| id.starts_with('d')).unwrap();
+    assert!(
+        last_of_c < first_of_d,
+        "the child after its parent: {done:?}"
+    );
+}
+
 /// A poll that breaks off on a state table error (here: every request to
 /// the table fails while `r2` is handled, so its position cannot be saved)
 /// reads its shard again after the last record handled: nothing after it is
