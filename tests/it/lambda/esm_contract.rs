@@ -1320,3 +1320,66 @@ async fn report_all_failures_does_not_run_again_what_it_did_past_a_failure() {
     let parked = store.record_state().list_parked().await.unwrap();
     assert_eq!(parked.len(), 1, "parked once: {parked:?}");
 }
+
+/// At `concurrency` above 1 a failure stops its own key only: the other
+/// keys' records after it run and are remembered with the batch's
+/// progress, and Lambda's retry from the reported failure (as Lambda
+/// retries: "from the record with the lowest sequence number" reported,
+/// Lambda developer guide, "Reporting batch item failures") runs only the
+/// failed key's records.
+#[tokio::test]
+async fn at_concurrency_the_retry_runs_only_the_failed_keys_records() {
+    let ctx = ctx().await;
+    // 12 records over 4 keys (k0, k1, k2, k3, k0, ...): record 1 (k1)
+    // fails once; record 0 (k0) is slow, so every other key runs ahead of
+    // the watermark.
+    let (_, _, records) = records(&ctx, 12, 4, None).await;
+    let store = ctx.store("esm-concurrency");
+    let (slow, flaky) = (records[0].sequence.clone(), records[1].sequence.clone());
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let processor = {
+        let calls = calls.clone();
+        KinesisProcessor::new(move |record: StreamRecord| {
+            let calls = calls.clone();
+            let (slow, flaky) = (slow.clone(), flaky.clone());
+            async move {
+                let sequence = record.sequence_number.to_string();
+                if sequence == slow {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let first = {
+                    let mut calls = calls.lock().unwrap();
+                    let first = !calls.contains(&sequence);
+                    calls.push(sequence.clone());
+                    first
+                };
+                if sequence == flaky && first {
+                    return Err(std::io::Error::other("not now"));
+                }
+                Ok(())
+            }
+        })
+        .with_store(store.clone())
+        .with_options(ProcessingOptions::default().concurrency(4))
+    };
+    let failures = invoke_as(&processor, "orders", &records).await;
+    assert_eq!(failures, vec![records[1].sequence.clone()]);
+    // k1's records after the failure (5 and 9) did not run.
+    let ran: BTreeSet<String> = calls.lock().unwrap().iter().cloned().collect();
+    for i in [5, 9] {
+        assert!(
+            !ran.contains(&records[i].sequence),
+            "record {i} ran past its key's failure"
+        );
+    }
+    // Lambda's retry from record 1: only k1's records run.
+    let failures = invoke_as(&processor, "orders", &records[1..]).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let calls = calls.lock().unwrap().clone();
+    let times = |i: usize| calls.iter().filter(|c| **c == records[i].sequence).count();
+    assert_eq!(
+        (0..12).map(times).collect::<Vec<_>>(),
+        vec![1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+        "only the failed key's records run in the retry"
+    );
+}
