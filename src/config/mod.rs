@@ -19,7 +19,7 @@ pub use processor::{ProcessorConfig, PARKED_IN_TABLE_FOR};
 pub use scheduled::{ScheduledConfig, TickTiming};
 pub use store::{processor_store_config, store_config_from_env, PROCESSOR_BUCKETS};
 pub use vars::{
-    optional_var, required_var, BUCKETS, CHECKPOINT_SECONDS, DEADLINE_MARGIN_MS,
+    optional_var, required_var, BUCKETS, CHECKPOINT_SECONDS, CONCURRENCY, DEADLINE_MARGIN_MS,
     DEAD_LETTER_STREAM, DRAIN_SECONDS, EFO_IDLE_TIMEOUT_SECONDS, EFO_POOL_SIZE, GROUP,
     HEARTBEAT_TIMEOUT_SECONDS, INITIAL_POSITION, LEASE_TERM_SECONDS, MAX_ATTEMPTS,
     MAX_MOVES_PER_TICK, MAX_WORKERS, MIN_WORKERS, RETENTION_HOURS, SHARDS_PER_WORKER, STREAM,

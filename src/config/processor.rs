@@ -2,7 +2,7 @@
 //! configuration: how many failed attempts park a record, and where.
 
 use super::store::{processor_store_config, state_error};
-use super::vars::{Vars, DEAD_LETTER_STREAM, MAX_ATTEMPTS};
+use super::vars::{Vars, CONCURRENCY, DEAD_LETTER_STREAM, MAX_ATTEMPTS};
 use crate::state::{StoreConfig, StreamAddress};
 use std::time::Duration;
 
@@ -13,7 +13,8 @@ pub const PARKED_IN_TABLE_FOR: Duration = Duration::from_secs(14 * 24 * 3600);
 /// An event-source-mapped processor's configuration, from the environment
 /// (`SHARDKEEPER_TABLE`, `SHARDKEEPER_GROUP`, `SHARDKEEPER_STREAM`,
 /// `SHARDKEEPER_BUCKETS`, [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS),
-/// [`DEAD_LETTER_STREAM`](super::DEAD_LETTER_STREAM)).
+/// [`DEAD_LETTER_STREAM`](super::DEAD_LETTER_STREAM),
+/// [`CONCURRENCY`](super::CONCURRENCY)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ProcessorConfig {
@@ -24,6 +25,8 @@ pub struct ProcessorConfig {
     /// Where parked records go: a dead-letter stream, or (`None`) the state
     /// table for [`PARKED_IN_TABLE_FOR`].
     pub dead_letter_stream: Option<StreamAddress>,
+    /// Records of different keys run at once (at least 1).
+    pub concurrency: usize,
 }
 
 impl ProcessorConfig {
@@ -51,6 +54,7 @@ impl ProcessorConfig {
             store,
             max_attempts,
             dead_letter_stream,
+            concurrency: vars.positive(CONCURRENCY, 1)? as usize,
         })
     }
 }

@@ -23,6 +23,7 @@ pub struct TickTiming {
 
 /// Everything the heartbeat-reaper and lease-rebalancer functions read at init.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ScheduledConfig {
     /// Which state: table, group, stream.
     pub store: StoreConfig,
@@ -53,6 +54,9 @@ pub struct ScheduledConfig {
     /// The least time between two checkpoints of a shard while records are
     /// processed ([`CHECKPOINT_SECONDS`]).
     pub checkpoint_every: Duration,
+    /// Records of different keys a shard worker runs at once, and whether
+    /// it steps its shards at once (above 1; [`CONCURRENCY`]).
+    pub concurrency: usize,
 }
 
 /// Reads [`INITIAL_POSITION`] (unset: `TRIM_HORIZON`).
@@ -186,6 +190,7 @@ impl ScheduledConfig {
             },
             efo_pool_size,
             checkpoint_every: secs(vars.number(CHECKPOINT_SECONDS, 5)?),
+            concurrency: vars.positive(CONCURRENCY, 1)? as usize,
         })
     }
 
@@ -199,6 +204,9 @@ impl ScheduledConfig {
             enhanced_fan_out: (self.efo_pool_size > 0)
                 .then(|| EfoPool::new(&prefix, self.efo_pool_size)),
             checkpoint_every: self.checkpoint_every,
+            processing: WorkerConfig::default()
+                .processing
+                .concurrency(self.concurrency),
             ..WorkerConfig::default()
         }
     }

@@ -255,3 +255,36 @@ fn a_processor_parks_after_its_attempts_in_the_table_or_a_dead_letter_stream() {
         ConfigError::Missing { var: STREAM }
     );
 }
+
+#[test]
+fn concurrency_is_read_by_processors_and_shard_workers_and_zero_is_refused() {
+    let base = [(GROUP, "orders"), (STREAM, "orders")];
+    assert_eq!(processor(&base).unwrap().concurrency, 1);
+    assert_eq!(
+        config(&base)
+            .unwrap()
+            .worker_config()
+            .processing
+            .concurrency,
+        1
+    );
+    let with = [base[0], base[1], (CONCURRENCY, "64")];
+    assert_eq!(processor(&with).unwrap().concurrency, 64);
+    assert_eq!(
+        config(&with)
+            .unwrap()
+            .worker_config()
+            .processing
+            .concurrency,
+        64
+    );
+    for value in ["0", "many", "-1"] {
+        let with = [base[0], base[1], (CONCURRENCY, value)];
+        for e in [processor(&with).unwrap_err(), config(&with).unwrap_err()] {
+            assert!(
+                matches!(&e, ConfigError::Malformed { var, .. } if *var == CONCURRENCY),
+                "{value}: {e}"
+            );
+        }
+    }
+}

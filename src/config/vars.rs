@@ -55,6 +55,9 @@ pub const RETENTION_HOURS: &str = "SHARDKEEPER_RETENTION_HOURS";
 /// The least time between two checkpoints of a shard while records are
 /// processed, in seconds (default 5; 0: after every batch).
 pub const CHECKPOINT_SECONDS: &str = "SHARDKEEPER_CHECKPOINT_SECONDS";
+/// How many records of different keys a processor or a shard worker runs
+/// at once (`ProcessingOptions::concurrency`; default 1: one after another).
+pub const CONCURRENCY: &str = "SHARDKEEPER_CONCURRENCY";
 
 /// A required environment variable; a missing or empty one is an [`Error::Config`](crate::Error::Config) naming it.
 pub fn required_var(var: &'static str) -> crate::Result<String> {

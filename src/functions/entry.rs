@@ -144,12 +144,13 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
                 ttl: PARKED_IN_TABLE_FOR,
             },
         };
-        Ok(Self::new(handler)
-            .with_store(store)
-            .with_options(ProcessingOptions {
+        Ok(Self::new(handler).with_store(store).with_options(
+            ProcessingOptions {
                 max_attempts: config.max_attempts,
                 parking,
                 ..ProcessingOptions::default()
-            }))
+            }
+            .concurrency(config.concurrency),
+        ))
     }
 }
