@@ -31,10 +31,18 @@
 //!     }
 //!     Ok::<(), std::io::Error>(())
 //! });
-//! loop {
-//!     // Each shard is handled in order; its position is saved once its records are accepted.
-//!     reader.poll(&handler).await?;
-//! }
+//! // A task of its own (the reader's future can be spawned from your crate
+//! // at its default `recursion_limit`).
+//! let reading = tokio::spawn(async move {
+//!     loop {
+//!         // Each shard is handled in order; its position is saved once its records are accepted.
+//!         reader.poll(&handler).await?;
+//!     }
+//!     # #[allow(unreachable_code)]
+//!     Ok::<(), shardkeeper::Error>(())
+//! });
+//! reading.await??;
+//! # Ok(())
 //! # }
 //! ```
 

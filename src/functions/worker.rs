@@ -164,12 +164,17 @@ where
             worker = worker.with_observer(observer.clone());
         }
         // Boxed: the worker's run is a large future, and each layer around
-        // it would otherwise copy it onto the stack of whoever awaits this.
-        let (report, handler_metrics) = crate::processing::handler_metrics::collecting(Box::pin(
+        // it would otherwise copy it onto the stack of whoever awaits this;
+        // and a trait object, so that a crate spawning this handler's future
+        // checks it is `Send` without going down the whole run (past its
+        // default `recursion_limit`).
+        let run: std::pin::Pin<
+            Box<dyn std::future::Future<Output = crate::Result<&WorkerReport>> + Send + '_>,
+        > = Box::pin(
             crate::processing::RecordContext::of(&event.context)
                 .scope(worker.run_until(Some(started + left), || false)),
-        ))
-        .await;
+        );
+        let (report, handler_metrics) = crate::processing::handler_metrics::collecting(run).await;
         let report = report?.clone();
         tracing::info!(
             request_id = %event.context.request_id,

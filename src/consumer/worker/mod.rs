@@ -227,7 +227,10 @@ impl<H: RecordHandler> ShardWorker<H> {
         let now = Instant::now();
         let due = self.pipelines.due(now);
         if self.config.processing.concurrency > 1 && due.len() > 1 {
-            return self.read_together(&due).await;
+            // (Boxed: the steps of every shard at once make a deep future,
+            // which a crate awaiting the worker would otherwise have to lay
+            // out within its default `recursion_limit`.)
+            return Box::pin(self.read_together(&due)).await;
         }
         let mut read = false;
         for shard in &due {

@@ -150,7 +150,9 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         let done = if H::BATCHED {
             self.run_batched(&mut batch, items).await
         } else if self.options.concurrency > 1 {
-            self.run_concurrent(&mut batch, items).await
+            // (Boxed: one allocation a batch keeps the calls in flight off
+            // the future of every mode that runs a batch.)
+            Box::pin(self.run_concurrent(&mut batch, items)).await
         } else {
             self.run_records(&mut batch, items).await
         };

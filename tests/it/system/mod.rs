@@ -9,6 +9,7 @@ mod fleet;
 mod guarantees;
 mod history;
 mod iam;
+mod install;
 mod local;
 mod migration;
 mod outage;
