@@ -337,6 +337,15 @@ pub struct CutoverFromEsmArgs {
     /// when the mapping's ParallelizationFactor was last set to 1.
     #[arg(long)]
     pub since: Option<String>,
+    /// The event source mapping's UUID: Lambda's `GetEventSourceMapping`
+    /// must show it disabled, reading the group's stream, at a
+    /// ParallelizationFactor of 1, or nothing is written.
+    #[arg(long)]
+    pub mapping: Option<String>,
+    /// Lambda's endpoint for `--mapping` (a local emulator; default: the
+    /// region's).
+    #[arg(long)]
+    pub lambda_endpoint_url: Option<String>,
     /// Move even while the fleet's registered consumers hold leases.
     #[arg(long)]
     pub force: bool,

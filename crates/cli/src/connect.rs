@@ -104,6 +104,16 @@ pub async fn cloudformation(conn: &Connection) -> aws_sdk_cloudformation::Client
     aws_sdk_cloudformation::Client::new(&sdk_config(conn).await)
 }
 
+/// A Lambda client (for an event source mapping's description), at
+/// `endpoint_url` when one is given.
+pub async fn lambda(conn: &Connection, endpoint_url: Option<&str>) -> aws_sdk_lambda::Client {
+    let mut builder = aws_sdk_lambda::config::Builder::from(&sdk_config(conn).await);
+    if let Some(url) = endpoint_url {
+        builder = builder.endpoint_url(url);
+    }
+    aws_sdk_lambda::Client::from_conf(builder.build())
+}
+
 /// [`store`], and the library's own Kinesis client
 /// ([`own_kinesis_client`](shardkeeper::state::own_kinesis_client),
 /// `--kinesis-endpoint-url` applied).

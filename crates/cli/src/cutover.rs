@@ -113,6 +113,7 @@ pub struct FromEsmReport {
 pub async fn from_esm(
     store: &StateStore,
     kinesis: &aws_sdk_kinesis::Client,
+    lambda: &aws_sdk_lambda::Client,
     args: &CutoverFromEsmArgs,
     confirm: impl FnOnce(&str) -> bool,
 ) -> Result<String, Error> {
@@ -126,6 +127,9 @@ pub async fn from_esm(
     let arn = kinesis_stream_summary(kinesis, &config.stream, &config.retry)
         .await?
         .arn;
+    if let Some(uuid) = &args.mapping {
+        crate::mapping::check(lambda, uuid, &arn).await?;
+    }
     let (listed, _) = list_stream_shards(kinesis, &config.stream, &config.retry).await?;
     let mut report = FromEsmReport::default();
     let mut wanted = Vec::new();

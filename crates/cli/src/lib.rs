@@ -15,6 +15,7 @@ pub mod error;
 pub mod kcl;
 pub mod kcl_export;
 pub mod kcl_import;
+pub mod mapping;
 pub mod positions;
 pub mod render;
 pub mod rewind;
@@ -125,7 +126,9 @@ pub async fn run_with_stacks(
             let (store, kinesis) = connect::clients(target).await?;
             let out = match &args.direction {
                 args::CutoverDirection::FromEsm(a) => {
-                    cutover::from_esm(&store, &kinesis, a, ask_on_terminal).await?
+                    let lambda =
+                        connect::lambda(&a.target.conn, a.lambda_endpoint_url.as_deref()).await;
+                    cutover::from_esm(&store, &kinesis, &lambda, a, ask_on_terminal).await?
                 }
                 args::CutoverDirection::ToEsm(a) => {
                     cutover::to_esm(&store, &kinesis, a, ask_on_terminal).await?

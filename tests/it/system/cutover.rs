@@ -115,10 +115,13 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
             consumer: "orders".to_owned(),
         },
         since: None,
+        mapping: None,
+        lambda_endpoint_url: None,
         force: false,
         change: scripted(),
     };
-    shardkeeper_cli::cutover::from_esm(&fleet, &ctx.aws.kinesis, &from, |_| true)
+    let lambda = aws_sdk_lambda::Client::new(&ctx.aws.config);
+    shardkeeper_cli::cutover::from_esm(&fleet, &ctx.aws.kinesis, &lambda, &from, |_| true)
         .await
         .unwrap();
 
@@ -193,4 +196,134 @@ async fn a_consumer_moves_from_the_mapping_to_the_fleet_and_back_losing_and_repe
         .cloned()
         .collect();
     assert_eq!(all, records(8, 0..12), "nothing lost");
+}
+
+/// Lambda's `GetEventSourceMapping` for one mapping, as the API reference
+/// documents its answer
+/// (<https://docs.aws.amazon.com/lambda/latest/api/API_GetEventSourceMapping.html>),
+/// served at a local endpoint (there is no in-process Lambda control API),
+/// read through the real SDK client.
+async fn mapping_endpoint(mapping: serde_json::Value) -> String {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/2015-03-31/event-source-mappings/{uuid}",
+        get(
+            move |axum::extract::Path(uuid): axum::extract::Path<String>| {
+                let mapping = mapping.clone();
+                async move {
+                    if mapping["UUID"] == uuid.as_str() {
+                        (axum::http::StatusCode::OK, axum::Json(mapping))
+                    } else {
+                        (
+                            axum::http::StatusCode::NOT_FOUND,
+                            axum::Json(serde_json::json!({
+                                "__type": "ResourceNotFoundException",
+                                "Message": "The resource you requested does not exist.",
+                            })),
+                        )
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// With `--mapping`, `cutover from-esm` writes nothing unless Lambda shows
+/// the mapping disabled, reading the group's stream, at a
+/// ParallelizationFactor of 1; then it moves the positions.
+#[tokio::test]
+async fn cutover_from_esm_writes_nothing_unless_the_mapping_is_disabled_on_this_stream_at_factor_one(
+) {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let arn = stream_arn(&ctx.aws, &stream).await;
+    let fleet = ctx.store(&stream);
+    let uuid = "14e0db71-5d35-4eb5-b481-8945cf9d10c2";
+    let mapping = |state: &str, source: &str, factor: i64| {
+        serde_json::json!({
+            "UUID": uuid,
+            "State": state,
+            "EventSourceArn": source,
+            "FunctionArn": "arn:aws:lambda:us-east-1:123456789012:function:orders",
+            "ParallelizationFactor": factor,
+            "BatchSize": 100,
+            "StartingPosition": "TRIM_HORIZON",
+            "LastModified": 1.7643e9,
+        })
+    };
+    let args = |url: &str, uuid: &str| CutoverFromEsmArgs {
+        target: cli_target(&fleet),
+        esm: EsmConsumer {
+            esm_group: "orders-esm".to_owned(),
+            consumer: "orders".to_owned(),
+        },
+        since: None,
+        mapping: Some(uuid.to_owned()),
+        lambda_endpoint_url: Some(url.to_owned()),
+        force: false,
+        change: scripted(),
+    };
+    let other = arn.replace(&stream, "another-stream");
+    for (answer, asked, says) in [
+        (mapping("Enabled", &arn, 1), uuid, "is Enabled"),
+        (mapping("Disabling", &arn, 1), uuid, "is Disabling"),
+        (
+            mapping("Disabled", &other, 1),
+            uuid,
+            "not the group's stream",
+        ),
+        (
+            mapping("Disabled", &arn, 4),
+            uuid,
+            "ParallelizationFactor 4",
+        ),
+        (
+            mapping("Disabled", &arn, 1),
+            "no-such-mapping",
+            "ResourceNotFoundException",
+        ),
+    ] {
+        let url = mapping_endpoint(answer).await;
+        let lambda = aws_sdk_lambda::Client::new(&crate::support::classes::config_at(&ctx, &url));
+        let error = shardkeeper_cli::cutover::from_esm(
+            &fleet,
+            &ctx.aws.kinesis,
+            &lambda,
+            &args(&url, asked),
+            |_| true,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                shardkeeper_cli::Error::BadArgument {
+                    name: "--mapping",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains(says), "{says}: {error}");
+        assert!(
+            fleet.load_group().await.unwrap().shards.is_empty(),
+            "nothing written: {error}"
+        );
+    }
+    let url = mapping_endpoint(mapping("Disabled", &arn, 1)).await;
+    let lambda = aws_sdk_lambda::Client::new(&crate::support::classes::config_at(&ctx, &url));
+    shardkeeper_cli::cutover::from_esm(
+        &fleet,
+        &ctx.aws.kinesis,
+        &lambda,
+        &args(&url, uuid),
+        |_| true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(fleet.load_group().await.unwrap().shards.len(), 2);
 }
