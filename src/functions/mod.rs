@@ -80,18 +80,7 @@ pub async fn init_scheduled() -> crate::Result<ScheduledInit> {
         &aws_sdk_kinesis::Client::new(&aws),
         &config.store.timeouts,
     );
-    // (A boxed future of its own: awaited in a task a crate spawns, the
-    // borrowed configuration would otherwise meet the compiler's
-    // higher-ranked `Send` check, "implementation of `Send` is not general
-    // enough".)
-    let starting: std::pin::Pin<
-        Box<dyn std::future::Future<Output = crate::Result<crate::state::StateStore>> + Send + '_>,
-    > = Box::pin(start_store(
-        &config,
-        aws_sdk_dynamodb::Client::new(&aws),
-        &kinesis,
-    ));
-    let store = starting.await?;
+    let store = start_store(&config, aws_sdk_dynamodb::Client::new(&aws), &kinesis).await?;
     Ok(ScheduledInit {
         config,
         store,
