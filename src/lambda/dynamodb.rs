@@ -87,7 +87,7 @@ impl<'a> ChangeRef<'a> {
 
 impl DynamoDbStreams {
     /// The units of an event, or why it is not a DynamoDB Streams event.
-    fn units_of(event: &Bytes) -> Result<EventUnits, String> {
+    pub(crate) fn units_of(event: &Bytes) -> Result<EventUnits, String> {
         let event_json =
             std::str::from_utf8(event).map_err(|e| format!("not a DynamoDB Streams event: {e}"))?;
         let body = event;

@@ -6,7 +6,7 @@
 //! - The processors: `processor` ([`KinesisProcessor`],
 //!   [`DynamoDbProcessor`], [`BatchProcessor`]), `runtime` (the processor on
 //!   the Lambda runtime API, each event read once from its bytes), `window`
-//!   (tumbling windows).
+//!   (tumbling windows, Kinesis and DynamoDB Streams).
 //! - Events: `source` (an event kind: its units and what the mapping reads
 //!   back), `kinesis`, `dynamodb`; `events` (`aws_lambda_events`' events and
 //!   records in: `process_event`, `StreamRecord::from_kinesis_event_record`).
@@ -31,4 +31,7 @@ pub use dynamodb::DynamoDbStreams;
 pub use kinesis::Kinesis;
 pub use processor::{BatchProcessor, DynamoDbProcessor, KinesisProcessor};
 pub use source::{EventSource, EventUnits};
-pub use window::{KinesisWindowProcessor, WindowInfo, STATE_KEY};
+pub use window::{
+    DynamoDbWindowProcessor, KinesisWindowProcessor, WindowInfo, WindowProcessor, WindowSource,
+    STATE_KEY,
+};
