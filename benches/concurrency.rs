@@ -29,12 +29,9 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use shardkeeper::consumer::{ConsumerSession, ShardWorker, WorkerConfig};
-use shardkeeper::functions::Rebalancer;
-use shardkeeper::group::RebalanceConfig;
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::lambda::{EventSource, KinesisProcessor};
 use shardkeeper::processing::{json, ProcessingOptions, RecordHandler, StreamRecord};
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig};
 use shardkeeper_local::{test_clients, unique_name, AwsClients};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,7 +220,8 @@ async fn worker_on_eight_shards(aws: &AwsClients) {
         let config = WorkerConfig::default()
             .processing(ProcessingOptions::default().concurrency(concurrency));
         let handler = waiting(completed.clone(), lag.clone());
-        let mut worker = holding_worker(aws, &stream, handler, config).await;
+        let mut worker =
+            support::holding_worker(aws, &stream, "bench-worker", handler, config, SHARDS).await;
         let produced = Arc::new(AtomicU64::new(0));
         let producer = tokio::spawn(produce(aws.clone(), stream.clone(), produced.clone()));
         // The run ends at the deadline, in the middle of a step if need
@@ -288,37 +286,4 @@ async fn produce(aws: AwsClients, stream: String, produced: Arc<AtomicU64>) {
             produced.fetch_add(count, Ordering::Relaxed);
         }
     }
-}
-
-/// A worker on a fresh state table, holding every shard of `stream`.
-async fn holding_worker<H: RecordHandler>(
-    aws: &AwsClients,
-    stream: &str,
-    handler: H,
-    config: WorkerConfig,
-) -> ShardWorker<H> {
-    let table = support::state_table(aws, "bench").await;
-    let store = StateStore::new(
-        aws.dynamodb.clone(),
-        StoreConfig::new("bench", stream)
-            .unwrap()
-            .table(&table)
-            .unwrap(),
-    );
-    let info =
-        ConsumerInfo::for_this_process(ConsumerId::new("bench-worker").unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
-    let rebalancer = Rebalancer::new(
-        store.clone(),
-        aws.kinesis.clone(),
-        RebalanceConfig::default(),
-    );
-    worker.step().await.unwrap();
-    while worker.shards().len() < SHARDS {
-        rebalancer.tick().await.unwrap();
-        worker.step().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    worker
 }

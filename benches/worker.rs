@@ -12,12 +12,8 @@ mod support;
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use shardkeeper::consumer::ConsumerSession;
-use shardkeeper::consumer::{ShardWorker, WorkerConfig};
-use shardkeeper::functions::Rebalancer;
-use shardkeeper::group::RebalanceConfig;
+use shardkeeper::consumer::WorkerConfig;
 use shardkeeper::processing::StreamRecord;
-use shardkeeper::state::{ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions};
 use shardkeeper_local::{test_clients, unique_name};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,7 +55,7 @@ fn main() {
         // What the toolkit can do, so no pacing to the Kinesis limit (that
         // is the baseline the result is compared with).
         let config = WorkerConfig::default().min_poll_interval(Duration::ZERO).read_bytes_per_second(u64::MAX).checkpoint_every(Duration::ZERO);
-        let mut worker = holding_worker(&aws, &stream, "bench-worker", handler, config).await;
+        let mut worker = support::holding_worker(&aws, &stream, "bench-worker", handler, config, 1).await;
         let d0 = aws.dynamodb_requests.snapshot();
         let started = Instant::now();
         while worker.report().shards.processed < RECORDS as u64 {
@@ -146,7 +142,8 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
     support::active(aws, &stream).await;
     let config = WorkerConfig::default().checkpoint_every(every);
     let handler = |_: StreamRecord| async { Ok::<(), std::io::Error>(()) };
-    let mut worker = holding_worker(aws, &stream, "steady-worker", handler, config).await;
+    let mut worker =
+        support::holding_worker(aws, &stream, "steady-worker", handler, config, 1).await;
     // The producer: 500 records every 250 ms.
     let producing = {
         let (kinesis, stream) = (aws.kinesis.clone(), stream.clone());
@@ -202,40 +199,4 @@ async fn steady(aws: &shardkeeper_local::AwsClients, every: Duration) -> (u64, u
         report.shards.checkpoints,
         writes,
     )
-}
-
-/// A worker `name` on a fresh state table, holding `stream`'s one shard.
-async fn holding_worker<H: shardkeeper::processing::RecordHandler>(
-    aws: &shardkeeper_local::AwsClients,
-    stream: &str,
-    name: &str,
-    handler: H,
-    config: WorkerConfig,
-) -> ShardWorker<H> {
-    let store_config = StoreConfig::new("bench", stream)
-        .unwrap()
-        .table(&unique_name("bench"))
-        .unwrap();
-    let store = StateStore::new(aws.dynamodb.clone(), store_config);
-    store
-        .table()
-        .ensure(&TableOptions::default())
-        .await
-        .unwrap();
-    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).unwrap(), store.now());
-    let session = ConsumerSession::new(store.clone(), info, Duration::from_secs(10));
-    let mut worker = ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
-    let rebalancer = Rebalancer::new(
-        store.clone(),
-        aws.kinesis.clone(),
-        RebalanceConfig::default(),
-    );
-    worker.step().await.unwrap();
-    rebalancer.tick().await.unwrap();
-    // Wait until the worker holds the shard (it learns at its next heartbeat).
-    while worker.shards().is_empty() {
-        worker.step().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    worker
 }

@@ -52,3 +52,42 @@ pub async fn active(aws: &AwsClients, stream: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A worker `name` on a fresh state table for `stream`, once it holds
+/// `shards` of its shards (the rebalancer ticks until then; the worker
+/// learns of each lease at its next heartbeat).
+pub async fn holding_worker<H: shardkeeper::processing::RecordHandler>(
+    aws: &AwsClients,
+    stream: &str,
+    name: &str,
+    handler: H,
+    config: shardkeeper::consumer::WorkerConfig,
+    shards: usize,
+) -> shardkeeper::ShardWorker<H> {
+    use shardkeeper::consumer::ConsumerSession;
+    use shardkeeper::state::{ConsumerId, ConsumerInfo};
+    let table = state_table(aws, "bench").await;
+    let store = StateStore::new(
+        aws.dynamodb.clone(),
+        StoreConfig::new("bench", stream)
+            .expect("a config")
+            .table(&table)
+            .expect("a table name"),
+    );
+    let info = ConsumerInfo::for_this_process(ConsumerId::new(name).expect("an id"), store.now());
+    let session = ConsumerSession::new(store.clone(), info, std::time::Duration::from_secs(10));
+    let mut worker =
+        shardkeeper::ShardWorker::new(session, store.clone(), aws.kinesis.clone(), handler, config);
+    let rebalancer = shardkeeper::functions::Rebalancer::new(
+        store.clone(),
+        aws.kinesis.clone(),
+        shardkeeper::group::RebalanceConfig::default(),
+    );
+    worker.step().await.expect("a step");
+    while worker.shards().len() < shards {
+        rebalancer.tick().await.expect("a tick");
+        worker.step().await.expect("a step");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    worker
+}
