@@ -548,6 +548,64 @@ fn the_example_passes_the_stream_parameters_to_the_control_plane() {
     }
 }
 
+/// A project made from the example by `cargo lambda new` nests the control
+/// plane of this version from the Serverless Application Repository, and
+/// depends on the crates at this version's tag. CI makes such a project
+/// outside the repository and builds, tests and validates it (`.ci/run`);
+/// this checks that the versions it is given agree with this one.
+#[test]
+fn the_project_template_nests_the_published_control_plane_of_this_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let published = &template()["Metadata"]["AWS::ServerlessRepo::Application"];
+    assert_eq!(published["Name"], "shardkeeper-control-plane");
+    assert_eq!(published["SemanticVersion"], version);
+    for file in ["LicenseUrl", "ReadmeUrl"] {
+        let local = published[file].as_str().unwrap();
+        assert!(
+            std::path::Path::new(&path(CONTROL_PLANE, local)).is_file(),
+            "{file}: {local}"
+        );
+    }
+    // Here the application nests the control plane from this repository; a
+    // project made from it, from the Location kept under its Metadata.
+    let control_plane = &template_in(APP)["Resources"]["ControlPlane"];
+    assert_eq!(
+        control_plane["Properties"]["Location"],
+        "../../template.yaml"
+    );
+    let kept = control_plane["Metadata"]["ProjectLocation"]
+        .as_str()
+        .unwrap();
+    let kept: Value = serde_yaml::from_str(kept).unwrap();
+    assert_eq!(
+        kept["Location"]["ApplicationId"],
+        "{{ control_plane_application_id }}"
+    );
+    assert_eq!(
+        kept["Location"]["SemanticVersion"],
+        "{{ shardkeeper_version }}"
+    );
+    // The template's version, which names both, is this one.
+    let config = std::fs::read_to_string(path(APP, "CargoLambda.toml")).unwrap();
+    let prompt = config
+        .split("[template.prompts.shardkeeper_version]")
+        .nth(1)
+        .expect("a prompt for the version");
+    let default = prompt
+        .lines()
+        .find_map(|l| l.strip_prefix("default = "))
+        .unwrap();
+    assert_eq!(default, format!("\"{version}\""));
+    let manifest = std::fs::read_to_string(path(APP, "Cargo.toml")).unwrap();
+    assert_eq!(
+        manifest
+            .matches("tag = \"v{{ shardkeeper_version }}\"")
+            .count(),
+        2,
+        "shardkeeper and shardkeeper-local from the release's tag"
+    );
+}
+
 /// Every template outputs what the CLI's `--stack` reads.
 #[test]
 fn every_template_outputs_what_the_cli_reads_of_a_stack() {
