@@ -20,9 +20,10 @@ use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::state_time::within;
 use crate::state::{
-    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, RecordKey, RunMark, SequenceNumber,
-    ShardId, StateError, StateStore,
+    BatchKey, BatchProgress, Checkpoint, CheckpointOutcome, EffectsOutcome, RecordKey, RunMark,
+    SequenceNumber, ShardId, StateError, StateStore,
 };
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -211,6 +212,49 @@ impl<'a> BatchProgressSink<'a> {
             .count()
     }
 
+    /// The progress to store for `checkpoint`, and how many of the batch's
+    /// records it covers (`None`: not a record of the batch).
+    fn progress_at(&mut self, checkpoint: &Checkpoint) -> Option<(BatchProgress, usize)> {
+        let Checkpoint::After {
+            sequence,
+            sub_sequence,
+        } = checkpoint
+        else {
+            return None;
+        };
+        let from = self
+            .committed
+            .as_ref()
+            .map_or(0, |(_, done)| done.saturating_sub(1));
+        let at = self
+            .identities
+            .position(sequence.as_str(), *sub_sequence, from)?;
+        let done = at + 1;
+        // What the checkpoint covers need not be remembered past it.
+        self.done_after.retain(|(done_sequence, done_sub)| {
+            SequenceNumber::new(done_sequence).map_or(true, |s| !checkpoint.covers(&s, *done_sub))
+        });
+        let prefixes = self.hasher.prefixes(&self.identities, done);
+        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content)
+            .with_done_after(self.done_after_stored());
+        if let Some(run) = self.run_mark() {
+            progress = progress.with_run(run);
+        }
+        Some((progress, done))
+    }
+
+    /// Notes a commit of `checkpoint` (covering the batch's first `done`
+    /// records), `stored` if a write was stored.
+    fn committed_at(&mut self, checkpoint: &Checkpoint, done: usize, stored: bool) {
+        if stored {
+            self.wrote = Some(self.ending);
+            self.has_item = true;
+            // (A commit takes the started mark back.)
+            self.first_mark_standing = false;
+        }
+        self.committed = Some((checkpoint.clone(), done));
+    }
+
     fn event_id(&self, sequence: &str) -> Option<&str> {
         self.event_ids
             .iter()
@@ -259,43 +303,41 @@ impl CheckpointSink for BatchProgressSink<'_> {
         if self.degraded {
             return Ok(false);
         }
-        let Checkpoint::After {
-            sequence,
-            sub_sequence,
-        } = checkpoint
-        else {
+        let Some((progress, done)) = self.progress_at(checkpoint) else {
             return Ok(false);
         };
-        let from = self
-            .committed
-            .as_ref()
-            .map_or(0, |(_, done)| done.saturating_sub(1));
-        let Some(at) = self
-            .identities
-            .position(sequence.as_str(), *sub_sequence, from)
-        else {
-            return Ok(false);
-        };
-        let done = at + 1;
-        // What the checkpoint covers need not be remembered past it.
-        self.done_after.retain(|(done_sequence, done_sub)| {
-            SequenceNumber::new(done_sequence).map_or(true, |s| !checkpoint.covers(&s, *done_sub))
-        });
-        let prefixes = self.hasher.prefixes(&self.identities, done);
-        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content)
-            .with_done_after(self.done_after_stored());
-        if let Some(run) = self.run_mark() {
-            progress = progress.with_run(run);
-        }
         let outcome = self.store_progress(&self.batch, &progress).await?;
-        if outcome == CheckpointOutcome::Stored {
-            self.wrote = Some(self.ending);
-            self.has_item = true;
-            // (A commit takes the started mark back.)
-            self.first_mark_standing = false;
+        let stored = outcome == CheckpointOutcome::Stored;
+        self.committed_at(checkpoint, done, stored);
+        Ok(stored)
+    }
+
+    fn takes_effects(&self) -> bool {
+        true
+    }
+
+    async fn commit_effects(
+        &mut self,
+        checkpoint: &Checkpoint,
+        effects: Vec<TransactWriteItem>,
+    ) -> crate::Result<EffectsOutcome> {
+        let Some((progress, done)) = self.progress_at(checkpoint) else {
+            return Err(crate::Error::Event(format!(
+                "checkpoint {checkpoint} is not a record of the batch"
+            )));
+        };
+        let write = async {
+            Ok(self
+                .store
+                .record_state()
+                .store_batch_progress_with(&self.batch, &progress, CHECKPOINT_TTL, effects)
+                .await?)
+        };
+        let outcome = within(self.until, "TransactWriteItems", Box::pin(write)).await?;
+        if !matches!(outcome, EffectsOutcome::Conflict { .. }) {
+            self.committed_at(checkpoint, done, outcome == EffectsOutcome::Stored);
         }
-        self.committed = Some((checkpoint.clone(), done));
-        Ok(outcome == CheckpointOutcome::Stored)
+        Ok(outcome)
     }
 
     fn record_key(

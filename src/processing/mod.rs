@@ -49,6 +49,7 @@
 pub(crate) mod base64;
 mod context;
 pub(crate) mod core;
+pub(crate) mod effects;
 pub(crate) mod handler;
 pub(crate) mod handler_metrics;
 pub(crate) mod labels;
@@ -70,6 +71,7 @@ pub use context::RecordContext;
 pub use core::Core;
 #[cfg(any(feature = "worker", feature = "ddb-streams"))]
 pub(crate) use core::Ran;
+pub use effects::{stage_effect, EffectError, MAX_EFFECT_BYTES, MAX_EFFECT_ITEMS};
 pub use handler::{json, HandlerError, JsonHandler, RecordHandler};
 pub use handler_metrics::add_metric;
 pub use options::{FailureMode, Parking, ProcessingOptions};

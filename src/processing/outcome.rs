@@ -72,6 +72,18 @@ pub enum RecordError {
         /// The action's error.
         error: String,
     },
+    /// The record's effects were not written: a condition of one failed
+    /// ([`stage_effect`](crate::processing::stage_effect)), and nothing of
+    /// them was applied. Counted, retried and parked as a handler's error.
+    #[error("record {sequence_number}/{sub_sequence}: its effects were not written: {error}")]
+    Effect {
+        /// The record's sequence number.
+        sequence_number: String,
+        /// Its sub-sequence number.
+        sub_sequence: u64,
+        /// Why (the transaction's cancellation code for the effect).
+        error: String,
+    },
     /// Not attempted: the Lambda deadline was too close.
     #[error("record {sequence_number} not attempted: the deadline is too close")]
     Deadline {
@@ -165,6 +177,9 @@ pub struct BatchReport {
     /// `EventUnits::mixed_key_aggregates`): at a ParallelizationFactor above
     /// 1, their user keys' order is not kept.
     pub mixed_key_aggregates: u64,
+    /// Effect items written with the batch's progress
+    /// ([`stage_effect`](crate::processing::stage_effect)).
+    pub effects_written: u64,
     /// How long each handler call took (ms).
     #[serde(skip)]
     pub handler_durations: crate::metrics::Distribution,

@@ -3,8 +3,9 @@
 //! processing without a state store.
 
 use crate::processing::record::StreamRecord;
-use crate::state::{Checkpoint, RecordKey, SequenceNumber, ShardId};
+use crate::state::{Checkpoint, EffectsOutcome, RecordKey, SequenceNumber, ShardId};
 use crate::Result;
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::future::Future;
 use std::time::Instant;
 
@@ -104,6 +105,30 @@ pub trait CheckpointSink: Send {
     /// deliveries says this one ended, unless its last write said so.
     fn ended(&mut self) -> impl Future<Output = ()> + Send {
         async {}
+    }
+
+    /// `true` if the sink writes effects with its progress
+    /// ([`CheckpointSink::commit_effects`]): the core then collects what a
+    /// record's call stages ([`stage_effect`](crate::processing::stage_effect)).
+    fn takes_effects(&self) -> bool {
+        false
+    }
+
+    /// Stores `checkpoint` as [`CheckpointSink::commit`] does, with
+    /// `effects` (of records it covers) in one transaction: both or neither.
+    /// Called instead of `commit` while effects wait, only if the sink
+    /// [`takes_effects`](CheckpointSink::takes_effects).
+    fn commit_effects(
+        &mut self,
+        checkpoint: &Checkpoint,
+        effects: Vec<TransactWriteItem>,
+    ) -> impl Future<Output = Result<EffectsOutcome>> + Send {
+        let _ = (checkpoint, effects);
+        async {
+            Err(crate::Error::Event(
+                "this checkpoint sink does not write effects".to_owned(),
+            ))
+        }
     }
 
     /// The key a record's attempts and parked copy are kept under. By

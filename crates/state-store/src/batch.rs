@@ -14,14 +14,15 @@
 //! else; the digests themselves are computed by the processor.
 
 use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONIC};
+use crate::effects::{commit_with_effects, EffectsOutcome, ProgressWrite, STRICTLY_FORWARD};
 use crate::error::{Result, StateError};
-use crate::item::{n, s, Expr};
+use crate::item::{n, s, Expr, RawItem};
 use crate::model::stored_checkpoint;
 use crate::records::RecordState;
 use crate::schema::{attr, TTL};
 use crate::sequence::{Checkpoint, SequenceNumber};
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use std::time::Duration;
 
 /// Sort-key prefix of batch progress items.
@@ -396,6 +397,47 @@ impl RecordState<'_> {
         progress: &BatchProgress,
         ttl: Duration,
     ) -> Result<CheckpointOutcome> {
+        let write = self.progress_write(batch, progress, ttl, MONOTONIC).await?;
+        let req = self.store.update_req(
+            &write.at,
+            &write.expr,
+            &write.update,
+            Some(&write.condition),
+        );
+        match self.store.conditional_update(req).await? {
+            Ok(_) => Ok(CheckpointOutcome::Stored),
+            Err(old) => stale_from(old.as_ref()),
+        }
+    }
+
+    /// Stores the progress of `batch` as [`RecordState::store_batch_progress`]
+    /// does, and `effects` with it, in one transaction: both or neither. A
+    /// batch of the same contents stored at or past it already (an earlier
+    /// attempt wrote these records' effects) writes nothing.
+    pub async fn store_batch_progress_with(
+        self,
+        batch: &BatchKey,
+        progress: &BatchProgress,
+        ttl: Duration,
+        effects: Vec<TransactWriteItem>,
+    ) -> Result<EffectsOutcome> {
+        let write = self
+            .progress_write(batch, progress, ttl, STRICTLY_FORWARD)
+            .await?;
+        // Lambda owns the shard: no lease to lose.
+        let fence = |_: Option<&RawItem>| Ok(());
+        commit_with_effects(self.store, write, &progress.checkpoint, effects, fence).await
+    }
+
+    /// The write of a batch's progress, its condition ending in `forward`
+    /// (how the stored checkpoint may move).
+    async fn progress_write(
+        self,
+        batch: &BatchKey,
+        progress: &BatchProgress,
+        ttl: Duration,
+        forward: &str,
+    ) -> Result<ProgressWrite> {
         batch.validate()?;
         let (expr, update) = checkpoint_expr(&progress.checkpoint, None, self.store.now());
         let expr = expr
@@ -445,7 +487,7 @@ impl RecordState<'_> {
             update.push_str(", #done_after = :done_after");
         }
         let condition =
-            format!("attribute_not_exists(#content) OR #content <> :content OR {MONOTONIC}");
+            format!("attribute_not_exists(#content) OR #content <> :content OR {forward}");
         let at = self
             .store
             .spread_new(batch.spread_by(), batch.sort_key())
@@ -453,11 +495,12 @@ impl RecordState<'_> {
         if progress.run.as_ref().is_some_and(|r| r.started.is_none()) {
             update.push_str(" REMOVE #run_started, #run_started_sub");
         }
-        let req = self.store.update_req(&at, &expr, &update, Some(&condition));
-        match self.store.conditional_update(req).await? {
-            Ok(_) => Ok(CheckpointOutcome::Stored),
-            Err(old) => stale_from(old.as_ref()),
-        }
+        Ok(ProgressWrite {
+            at,
+            expr,
+            update,
+            condition,
+        })
     }
 }
 

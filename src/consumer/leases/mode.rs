@@ -199,4 +199,39 @@ impl Checkpointer for ModeCheckpoints<'_> {
         }
         Ok(stored)
     }
+
+    /// A lease holder's (a group consumer's); a standalone consumer writes
+    /// no effects.
+    fn takes_effects(&self) -> bool {
+        matches!(self.mode, Mode::Group(_))
+    }
+
+    async fn checkpoint_with(
+        &mut self,
+        shard: &ShardId,
+        checkpoint: &Checkpoint,
+        arrival: Option<EpochMillis>,
+        effects: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<crate::state::EffectsOutcome> {
+        let Mode::Group(session) = &mut *self.mode else {
+            return Err(crate::Error::Event(
+                "a standalone consumer writes no effects".to_owned(),
+            ));
+        };
+        let sent = Instant::now();
+        let outcome = session
+            .checkpoint_with(shard, checkpoint, arrival, effects)
+            .await?;
+        if let Some(observer) = self
+            .observer
+            .filter(|_| outcome == crate::state::EffectsOutcome::Stored)
+        {
+            observer(WorkerEvent::Checkpointed {
+                shard: shard.clone(),
+                checkpoint: checkpoint.clone(),
+                sent,
+            });
+        }
+        Ok(outcome)
+    }
 }

@@ -18,8 +18,9 @@ pub(crate) use paced::{Paced, Pacing};
 pub(crate) use shared::Shared;
 pub(crate) use sink::{DoneAhead, PipelineSink};
 
-use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::state::{Checkpoint, EffectsOutcome, EpochMillis, ShardId};
 use crate::Result;
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::future::Future;
 
 /// Stores a shard's position in one scope.
@@ -43,4 +44,27 @@ pub(crate) trait Checkpointer: Send {
         checkpoint: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// `true` if [`Checkpointer::checkpoint_with`] writes effects with the
+    /// checkpoint (a lease holder's).
+    fn takes_effects(&self) -> bool {
+        false
+    }
+
+    /// Stores `checkpoint` as [`Checkpointer::checkpoint`] does, with
+    /// `effects` in one transaction: both or neither. Never deferred.
+    fn checkpoint_with(
+        &mut self,
+        shard: &ShardId,
+        checkpoint: &Checkpoint,
+        arrival: Option<EpochMillis>,
+        effects: Vec<TransactWriteItem>,
+    ) -> impl Future<Output = Result<EffectsOutcome>> + Send {
+        let _ = (shard, checkpoint, arrival, effects);
+        async {
+            Err(crate::Error::Event(
+                "this checkpointer does not write effects".to_owned(),
+            ))
+        }
+    }
 }

@@ -6,8 +6,9 @@
 //! never deferred.
 
 use super::Checkpointer;
-use crate::state::{Checkpoint, EpochMillis, ShardId};
+use crate::state::{Checkpoint, EffectsOutcome, EpochMillis, ShardId};
 use crate::Result;
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -81,5 +82,29 @@ impl<C: Checkpointer> Checkpointer for Paced<'_, C> {
                 .insert(shard.clone(), (now, checkpoint.clone()));
         }
         Ok(stored)
+    }
+
+    fn takes_effects(&self) -> bool {
+        self.inner.takes_effects()
+    }
+
+    /// Written at once: effects do not wait for the pace.
+    async fn checkpoint_with(
+        &mut self,
+        shard: &ShardId,
+        checkpoint: &Checkpoint,
+        arrival: Option<EpochMillis>,
+        effects: Vec<TransactWriteItem>,
+    ) -> Result<EffectsOutcome> {
+        let outcome = self
+            .inner
+            .checkpoint_with(shard, checkpoint, arrival, effects)
+            .await?;
+        if !matches!(outcome, EffectsOutcome::Conflict { .. }) {
+            self.pacing
+                .written
+                .insert(shard.clone(), (Instant::now(), checkpoint.clone()));
+        }
+        Ok(outcome)
     }
 }

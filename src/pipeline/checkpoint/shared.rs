@@ -34,4 +34,10 @@ impl<C: Checkpointer> Checkpointer for Shared<'_, C> {
             .checkpoint(shard, checkpoint, arrival)
             .await
     }
+
+    /// Shards are stepped at once only at concurrency above 1, where the
+    /// core collects no effects.
+    fn takes_effects(&self) -> bool {
+        false
+    }
 }

@@ -3,8 +3,9 @@
 
 use super::Checkpointer;
 use crate::processing::{CheckpointSink, StreamRecord};
-use crate::state::{Checkpoint, EpochMillis, SequenceNumber, ShardId};
+use crate::state::{Checkpoint, EffectsOutcome, EpochMillis, SequenceNumber, ShardId};
 use crate::Result;
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -60,6 +61,21 @@ impl<C: Checkpointer> CheckpointSink for PipelineSink<'_, C> {
             }
             other => other,
         }
+    }
+
+    fn takes_effects(&self) -> bool {
+        self.checkpointer.takes_effects()
+    }
+
+    /// A failure ends the batch: its records run again.
+    async fn commit_effects(
+        &mut self,
+        checkpoint: &Checkpoint,
+        effects: Vec<TransactWriteItem>,
+    ) -> Result<EffectsOutcome> {
+        self.checkpointer
+            .checkpoint_with(self.shard, checkpoint, self.arrival, effects)
+            .await
     }
 
     fn done(&self, record: &StreamRecord) -> bool {

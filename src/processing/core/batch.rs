@@ -2,6 +2,7 @@
 //! duplicate check, the progress and its commits, the stop-by instant, and
 //! the report.
 
+use super::effects::{Conflict, Waiting};
 use super::Pending;
 use crate::processing::labels::Labelling;
 use crate::processing::options::{ProcessingOptions, CHECKPOINT_EVERY};
@@ -39,6 +40,11 @@ pub(super) struct Batch<'s, S> {
     pub(super) log_values: bool,
     /// How handler calls are labelled in the log.
     pub(super) labelling: Labelling,
+    /// Records done whose effects wait for a commit (`None`: effects are
+    /// not collected).
+    pub(super) effects: Option<Vec<Waiting>>,
+    /// A record whose effects' condition failed at the last commit.
+    pub(super) conflict: Option<Conflict>,
 }
 
 /// Checks that `sequence` is a sequence number (what [`SequenceNumber::new`]
@@ -194,8 +200,13 @@ impl<S: CheckpointSink> Batch<'_, S> {
     }
 
     /// The sink's state failed: the batch ends with the error, or goes on
-    /// without it (counted) where the sink allows.
+    /// without it (counted) where the sink allows and no effects are
+    /// collected.
     pub(super) fn unavailable(&mut self, error: crate::Error) -> Result<()> {
+        if self.effects.is_some() {
+            // Effects are written with the progress or not at all.
+            return Err(error);
+        }
         self.sink.unavailable(error)?;
         self.report.state_errors += 1;
         self.report.deduplication_off = true;
@@ -206,6 +217,10 @@ impl<S: CheckpointSink> Batch<'_, S> {
     pub(super) async fn commit(&mut self) -> Result<()> {
         if !self.dirty || self.sink.degraded() {
             return Ok(());
+        }
+        if self.effects_wait() {
+            // (Boxed: off the future of every record.)
+            return Box::pin(self.commit_effects()).await;
         }
         if let Some((sequence, sub_sequence)) = &self.progress {
             let cp = Checkpoint::After {

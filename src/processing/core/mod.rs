@@ -18,10 +18,12 @@
 
 mod batch;
 mod concurrent;
+mod effects;
 mod failure;
 #[cfg(test)]
 mod tests;
 
+use crate::processing::effects::{collecting, Effects};
 use crate::processing::handler::{HandlerError, RecordHandler};
 use crate::processing::labels::{CallLabels, Labelling};
 use crate::processing::options::{FailureMode, ProcessingOptions};
@@ -145,7 +147,13 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             failed: false,
             log_values: self.options.log_values,
             labelling: Labelling::of(self.options),
+            effects: None,
+            conflict: None,
         };
+        // Effects are collected one record a call, at concurrency 1.
+        if batch.sink.takes_effects() && !H::BATCHED && self.options.concurrency <= 1 {
+            batch.effects = Some(Vec::new());
+        }
         let items: Vec<_> = items.into_iter().collect();
         let done = if H::BATCHED {
             self.run_batched(&mut batch, items).await
@@ -159,7 +167,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         // The last commit says the delivery ended (it did not die here).
         batch.sink.ending();
         let done = match done {
-            Ok(()) => batch.commit().await,
+            Ok(()) => self.commit(&mut batch).await.map(drop),
             Err(e) => {
                 // Best effort on the way out: what was done stays done
                 // (unless the lease is gone: then nothing may be).
@@ -393,26 +401,36 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         }
         // (Boxed: the marks' state calls stay off the future of every record.)
         if batch.sink.watches_records() && Box::pin(self.before_record(batch, &record)).await? {
-            batch.maybe_commit(self.options).await?;
-            return Ok(true);
+            return self.maybe_commit(batch).await;
         }
         let labels = batch.labelling.labels(|| CallLabels::record(&record));
         let call = labels.label(self.handler.handle(record.clone()));
+        let collect = batch.effects.is_some();
+        let call = async move {
+            if collect {
+                collecting(call).await
+            } else {
+                (call.await, Effects::default())
+            }
+        };
         let began = Instant::now();
         let called = CatchUnwind(Box::pin(call));
         let handled = bounded(batch.stop_by, called).await;
         batch.report.handler_durations.add(millis(began));
-        let result = match handled {
-            Some(Ok(result)) => result.map_err(|e| to_record_error(e, &record)),
-            Some(Err(panic)) => Err(RecordError::panic(&record, &*panic)),
-            None => Err(RecordError::timeout(&record)),
+        let (result, staged) = match handled {
+            Some(Ok((result, staged))) => (result.map_err(|e| to_record_error(e, &record)), staged),
+            Some(Err(panic)) => (
+                Err(RecordError::panic(&record, &*panic)),
+                Effects::default(),
+            ),
+            None => (Err(RecordError::timeout(&record)), Effects::default()),
         };
         match result {
             Ok(()) => {
                 batch.report.processed += 1;
                 batch.report.bytes_processed += record.data.len() as u64;
                 batch.arrived(&record);
-                batch.advance(&record);
+                batch.done_with(item, &record, staged);
             }
             Err(error) => {
                 if !self.failed_record(batch, item, &record, error).await? {
@@ -421,8 +439,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 }
             }
         }
-        batch.maybe_commit(self.options).await?;
-        Ok(true)
+        self.maybe_commit(batch).await
     }
 }
 

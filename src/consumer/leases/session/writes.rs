@@ -20,6 +20,29 @@ impl ConsumerSession {
         Ok(out?)
     }
 
+    /// Stores a checkpoint on a held lease with `effects`, in one
+    /// transaction (see [`crate::state::Checkpoints::save_with`]). A lost
+    /// lease is dropped from the session, as [`ConsumerSession::checkpoint`]
+    /// drops it.
+    pub async fn checkpoint_with(
+        &mut self,
+        shard: &ShardId,
+        cp: &Checkpoint,
+        arrival: Option<EpochMillis>,
+        effects: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<crate::state::EffectsOutcome> {
+        let lease = self.held(shard)?;
+        let out = self
+            .store
+            .checkpoints()
+            .save_with(&lease, cp, arrival, effects)
+            .await;
+        if matches!(out, Err(StateError::LeaseLost { .. })) {
+            self.forget(shard);
+        }
+        Ok(out?)
+    }
+
     /// The shard was read to its end: marks it depleted (its lease ends) and
     /// makes its children leasable.
     pub async fn complete_shard(

@@ -1,0 +1,220 @@
+//! Progress and effects in one transaction: a commit that writes a batch's
+//! or a shard's progress together with the effects of the records it covers
+//! (writes into DynamoDB that the handler staged), both or neither.
+//!
+//! The progress is the transaction's first item; its condition lets it move
+//! strictly forward only, so a transaction sent again after its answer was
+//! lost, or an earlier attempt's of the same records, writes nothing: the
+//! effects it carries were applied once, with the progress that covers them.
+
+use crate::error::{Result, Service, StateError};
+use crate::item::{Expr, RawItem};
+use crate::model::stored_checkpoint;
+use crate::retry::CallError;
+use crate::sequence::Checkpoint;
+use crate::store::{At, StateStore};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use std::time::Duration;
+
+/// The condition that moves a stored checkpoint strictly forward (see
+/// [`crate::checkpoint`]'s `MONOTONIC`, which also lets it stay).
+pub(crate) const STRICTLY_FORWARD: &str = "(attribute_not_exists(#cp_ord) OR #cp_ord < :ord)";
+
+/// How often a transaction cancelled for a reason that passes later (a
+/// conflict with another transaction, throttling) is sent in all.
+const ATTEMPTS: u32 = 4;
+
+/// What a commit of progress with effects did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EffectsOutcome {
+    /// The progress and every effect were written.
+    Stored,
+    /// The stored progress is already at or past this one: nothing was
+    /// written (the records' effects were written with it).
+    Stale {
+        /// The stored checkpoint.
+        current: Checkpoint,
+    },
+    /// A condition of an effect failed: nothing was written.
+    Conflict {
+        /// Which effect (its index in the effects given), when the server
+        /// named it.
+        index: Option<usize>,
+        /// The cancellation's code for it (`ConditionalCheckFailed`,
+        /// `ValidationError`, ...).
+        code: String,
+    },
+}
+
+/// One progress item's write: where, its expression's names and values, its
+/// update and its condition.
+pub(crate) struct ProgressWrite {
+    pub(crate) at: At,
+    pub(crate) expr: Expr,
+    pub(crate) update: String,
+    pub(crate) condition: String,
+}
+
+/// Writes `progress` (the checkpoint `cp`) and `effects` in one
+/// transaction. `fence` reads the progress item as it was when the write's
+/// condition failed (`None`: no item) and returns the error to end with
+/// when the writer no longer may write it (a lost lease), `Ok` when the
+/// condition failed because the checkpoint was not forward.
+pub(crate) async fn commit_with_effects(
+    store: &StateStore,
+    progress: ProgressWrite,
+    cp: &Checkpoint,
+    effects: Vec<TransactWriteItem>,
+    fence: impl Fn(Option<&RawItem>) -> Result<()>,
+) -> Result<EffectsOutcome> {
+    let expr = progress
+        .expr
+        .used_in(&[&progress.update, &progress.condition]);
+    let write = Update::builder()
+        .table_name(store.table_name())
+        .set_key(Some(progress.at.key()))
+        .update_expression(&progress.update)
+        .condition_expression(&progress.condition)
+        .set_expression_attribute_names(expr.names_opt())
+        .set_expression_attribute_values(expr.values_opt())
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(|e| StateError::validation("transaction", e.to_string()))?;
+    let mut items = Vec::with_capacity(1 + effects.len());
+    items.push(TransactWriteItem::builder().update(write).build());
+    items.extend(effects);
+    let req = store
+        .client()
+        .transact_write_items()
+        .set_transact_items(Some(items));
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let reasons = match store
+            .call("TransactWriteItems", || req.clone().send())
+            .await
+        {
+            Ok(_) => return Ok(EffectsOutcome::Stored),
+            Err(CallError::Failed(e)) => return Err(e),
+            Err(CallError::Condition(TransactWriteItemsError::TransactionCanceledException(e))) => {
+                e.cancellation_reasons().to_vec()
+            }
+            Err(CallError::Condition(_)) => Vec::new(),
+        };
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        if code(0) == "ConditionalCheckFailed" {
+            let old = reasons[0].item();
+            fence(old)?;
+            return stale(old);
+        }
+        if reasons.is_empty() {
+            // A server that names no reasons: the progress item tells
+            // whether it was the progress; else an effect, not named.
+            let old = store.get_item(&progress.at).await?;
+            fence(old.as_ref())?;
+            let current = old.as_ref().map(stored_checkpoint).transpose()?.flatten();
+            if current.is_some_and(|c| c.order_key() >= cp.order_key()) {
+                return stale(old.as_ref());
+            }
+            return Ok(EffectsOutcome::Conflict {
+                index: None,
+                code: "unnamed".to_owned(),
+            });
+        }
+        let failed = (1..reasons.len()).find(|&i| !passes_later(code(i)));
+        if let Some(i) = failed {
+            return Ok(EffectsOutcome::Conflict {
+                index: Some(i - 1),
+                code: code(i).to_owned(),
+            });
+        }
+        if attempt >= ATTEMPTS {
+            return Err(StateError::Sdk {
+                service: Service::DynamoDb,
+                operation: "TransactWriteItems",
+                code: reasons
+                    .iter()
+                    .filter_map(|r| r.code())
+                    .find(|c| *c != "None")
+                    .map(str::to_owned),
+                message: format!(
+                    "the progress's transaction with its effects was cancelled {attempt} times: not stored"
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+    }
+}
+
+/// A cancellation code of a part that may pass if sent again.
+fn passes_later(code: &str) -> bool {
+    matches!(
+        code,
+        "None"
+            | "TransactionConflict"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded"
+    )
+}
+
+/// [`EffectsOutcome::Stale`] with the checkpoint `item` holds.
+fn stale(item: Option<&RawItem>) -> Result<EffectsOutcome> {
+    let current = item
+        .map(stored_checkpoint)
+        .transpose()?
+        .flatten()
+        .unwrap_or(Checkpoint::TrimHorizon);
+    Ok(EffectsOutcome::Stale { current })
+}
+
+impl crate::checkpoint::Checkpoints<'_> {
+    /// Stores a checkpoint for a leased shard as
+    /// [`Checkpoints::save`](crate::Checkpoints::save) does (fenced by the
+    /// lease: [`StateError::LeaseLost`] once it is lost), and `effects`
+    /// with it, in one transaction: both or neither. A checkpoint not
+    /// strictly past the stored one writes nothing
+    /// ([`EffectsOutcome::Stale`]: the records' effects were written with
+    /// it).
+    pub async fn save_with(
+        self,
+        lease: &crate::model::Lease,
+        cp: &Checkpoint,
+        arrival: Option<crate::clock::EpochMillis>,
+        effects: Vec<TransactWriteItem>,
+    ) -> Result<EffectsOutcome> {
+        use crate::item::{n, s};
+        use crate::schema::{attr, ShardScope};
+        let (expr, update) = crate::checkpoint::checkpoint_expr(cp, arrival, self.store.now());
+        let expr = expr
+            .names(&[attr::OWNER, attr::COUNTER])
+            .value("me", s(lease.owner.as_str()))
+            .value("n", n(lease.counter));
+        let at = self
+            .store
+            .shard_at(&ShardScope::Group, &lease.shard_id)
+            .await?;
+        let progress = ProgressWrite {
+            at,
+            expr,
+            update,
+            condition: format!("#owner = :me AND #counter = :n AND {STRICTLY_FORWARD}"),
+        };
+        let fence = |old: Option<&RawItem>| {
+            let held = old
+                .map(crate::model::ShardState::from_item)
+                .transpose()?
+                .is_some_and(|st| {
+                    st.owner.as_ref() == Some(&lease.owner) && st.counter == lease.counter
+                });
+            if held {
+                Ok(())
+            } else {
+                Err(crate::lease::lost(&lease.shard_id, lease, old))
+            }
+        };
+        commit_with_effects(self.store, progress, cp, effects, fence).await
+    }
+}
