@@ -12,6 +12,7 @@
 //!   so once in the log and in its report.
 
 mod carry;
+mod effects;
 
 use crate::lambda::prefix::{Digest16, Identities, PrefixHasher};
 use crate::processing::options::CHECKPOINT_TTL;
@@ -81,6 +82,11 @@ pub(crate) struct BatchProgressSink<'a> {
     done_after: HashSet<(Arc<str>, u64)>,
     /// This delivery added to `done_after`.
     done_past_failure: bool,
+    /// The progress stored as this delivery read or wrote it last, with the
+    /// digest of the batch that stored it (`Some(None)`: none stored;
+    /// `None`: not known, another delivery wrote it). Effects are written
+    /// only over it.
+    observed: Option<Option<(Checkpoint, Digest16)>>,
 }
 
 impl<'a> BatchProgressSink<'a> {
@@ -118,6 +124,7 @@ impl<'a> BatchProgressSink<'a> {
             has_item: false,
             done_after: HashSet::new(),
             done_past_failure: false,
+            observed: None,
         }
     }
 
@@ -212,49 +219,6 @@ impl<'a> BatchProgressSink<'a> {
             .count()
     }
 
-    /// The progress to store for `checkpoint`, and how many of the batch's
-    /// records it covers (`None`: not a record of the batch).
-    fn progress_at(&mut self, checkpoint: &Checkpoint) -> Option<(BatchProgress, usize)> {
-        let Checkpoint::After {
-            sequence,
-            sub_sequence,
-        } = checkpoint
-        else {
-            return None;
-        };
-        let from = self
-            .committed
-            .as_ref()
-            .map_or(0, |(_, done)| done.saturating_sub(1));
-        let at = self
-            .identities
-            .position(sequence.as_str(), *sub_sequence, from)?;
-        let done = at + 1;
-        // What the checkpoint covers need not be remembered past it.
-        self.done_after.retain(|(done_sequence, done_sub)| {
-            SequenceNumber::new(done_sequence).map_or(true, |s| !checkpoint.covers(&s, *done_sub))
-        });
-        let prefixes = self.hasher.prefixes(&self.identities, done);
-        let mut progress = BatchProgress::new(checkpoint.clone(), prefixes, self.content)
-            .with_done_after(self.done_after_stored());
-        if let Some(run) = self.run_mark() {
-            progress = progress.with_run(run);
-        }
-        Some((progress, done))
-    }
-
-    /// Notes a commit of `checkpoint` (covering the batch's first `done`
-    /// records), `stored` if a write was stored.
-    fn committed_at(&mut self, checkpoint: &Checkpoint, done: usize, stored: bool) {
-        if stored {
-            self.wrote = Some(self.ending);
-            self.has_item = true;
-            // (A commit takes the started mark back.)
-            self.first_mark_standing = false;
-        }
-        self.committed = Some((checkpoint.clone(), done));
-    }
-
     fn event_id(&self, sequence: &str) -> Option<&str> {
         self.event_ids
             .iter()
@@ -276,6 +240,11 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .await?)
         };
         let progress = within(self.before_records, "GetItem", Box::pin(read)).await?;
+        self.observed = Some(
+            progress
+                .as_ref()
+                .map(|p| (p.checkpoint.clone(), p.content)),
+        );
         if let Some(progress) = &progress {
             self.has_item = true;
             self.note_earlier_run(progress);
@@ -306,8 +275,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
         let Some((progress, done)) = self.progress_at(checkpoint) else {
             return Ok(false);
         };
-        let outcome = self.store_progress(&self.batch, &progress).await?;
-        let stored = outcome == CheckpointOutcome::Stored;
+        let outcome = self.store_progress(&self.batch, &progress).await;
+        let stored = matches!(outcome, Ok(CheckpointOutcome::Stored));
+        self.observe(stored.then_some(&progress));
+        outcome?;
         self.committed_at(checkpoint, done, stored);
         Ok(stored)
     }
@@ -321,23 +292,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
         checkpoint: &Checkpoint,
         effects: Vec<TransactWriteItem>,
     ) -> crate::Result<EffectsOutcome> {
-        let Some((progress, done)) = self.progress_at(checkpoint) else {
-            return Err(crate::Error::Event(format!(
-                "checkpoint {checkpoint} is not a record of the batch"
-            )));
-        };
-        let write = async {
-            Ok(self
-                .store
-                .record_state()
-                .store_batch_progress_with(&self.batch, &progress, CHECKPOINT_TTL, effects)
-                .await?)
-        };
-        let outcome = within(self.until, "TransactWriteItems", Box::pin(write)).await?;
-        if !matches!(outcome, EffectsOutcome::Conflict { .. }) {
-            self.committed_at(checkpoint, done, outcome == EffectsOutcome::Stored);
-        }
-        Ok(outcome)
+        self.commit_with_effects(checkpoint, effects).await
     }
 
     fn record_key(
@@ -456,7 +411,10 @@ impl CheckpointSink for BatchProgressSink<'_> {
             let progress =
                 BatchProgress::new(Checkpoint::AtSequence(sequence), Vec::new(), self.content)
                     .with_run(run);
-            self.store_progress(&self.batch, &progress).await? == CheckpointOutcome::Stored
+            let stored =
+                self.store_progress(&self.batch, &progress).await? == CheckpointOutcome::Stored;
+            self.observe(stored.then_some(&progress));
+            stored
         };
         if marked {
             self.wrote = Some(false);

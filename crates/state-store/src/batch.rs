@@ -14,7 +14,7 @@
 //! else; the digests themselves are computed by the processor.
 
 use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONIC};
-use crate::effects::{commit_with_effects, EffectsOutcome, ProgressWrite, STRICTLY_FORWARD};
+use crate::effects::{commit_with_effects, stale, EffectsOutcome, ProgressWrite};
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
 use crate::model::stored_checkpoint;
@@ -411,26 +411,55 @@ impl RecordState<'_> {
     }
 
     /// Stores the progress of `batch` as [`RecordState::store_batch_progress`]
-    /// does, and `effects` with it, in one transaction: both or neither. A
-    /// batch of the same contents stored at or past it already (an earlier
-    /// attempt wrote these records' effects) writes nothing.
+    /// does, and `effects` with it, in one transaction: both or neither.
+    /// Only over the progress this delivery read or wrote last, `expected`
+    /// (its checkpoint and the digest of the batch that stored it; `None`:
+    /// none stored): progress another delivery moved since is
+    /// [`StateError::ProgressMoved`], and nothing is written. The same
+    /// write found stored already (an answer lost) is
+    /// [`EffectsOutcome::Stale`].
     pub async fn store_batch_progress_with(
         self,
         batch: &BatchKey,
         progress: &BatchProgress,
         ttl: Duration,
         effects: Vec<TransactWriteItem>,
+        expected: Option<(&Checkpoint, [u8; 16])>,
     ) -> Result<EffectsOutcome> {
-        let write = self
-            .progress_write(batch, progress, ttl, STRICTLY_FORWARD)
-            .await?;
-        // Lambda owns the shard: no lease to lose.
-        let fence = |_: Option<&RawItem>| Ok(());
-        commit_with_effects(self.store, write, &progress.checkpoint, effects, fence).await
+        let mut write = self.progress_write(batch, progress, ttl, "").await?;
+        write.condition = match expected {
+            None => "attribute_not_exists(#cp_ord)".to_owned(),
+            Some((cp, content)) => {
+                write.expr = std::mem::take(&mut write.expr)
+                    .value("prev_ord", s(cp.order_key()))
+                    .value("prev_content", AttributeValue::B(Blob::new(content)));
+                "#cp_ord = :prev_ord AND #content = :prev_content".to_owned()
+            }
+        };
+        let expected = expected.map(|(cp, content)| (cp.clone(), content));
+        let is = |old: Option<&RawItem>, want: Option<(&Checkpoint, &[u8; 16])>| -> Result<bool> {
+            let stored = old.map(progress_from).transpose()?.flatten();
+            Ok(match (stored, want) {
+                (None, None) => true,
+                (Some(p), Some((cp, content))) => p.checkpoint == *cp && p.content == *content,
+                _ => false,
+            })
+        };
+        write.holds = Box::new(move |old| is(old, expected.as_ref().map(|(c, d)| (c, d))));
+        let (ours, key) = ((progress.checkpoint.clone(), progress.content), batch.sort_key());
+        let judge = |old: Option<&RawItem>| {
+            if is(old, Some((&ours.0, &ours.1)))? {
+                stale(old)
+            } else {
+                Err(StateError::ProgressMoved { key: key.clone() })
+            }
+        };
+        commit_with_effects(self.store, write, effects, judge).await
     }
 
     /// The write of a batch's progress, its condition ending in `forward`
-    /// (how the stored checkpoint may move).
+    /// (how the stored checkpoint may move, for a batch of the same
+    /// contents).
     async fn progress_write(
         self,
         batch: &BatchKey,
@@ -488,6 +517,8 @@ impl RecordState<'_> {
         }
         let condition =
             format!("attribute_not_exists(#content) OR #content <> :content OR {forward}");
+        let holds: Box<dyn Fn(Option<&RawItem>) -> Result<bool> + Send + Sync> =
+            Box::new(|_| Ok(true));
         let at = self
             .store
             .spread_new(batch.spread_by(), batch.sort_key())
@@ -500,6 +531,7 @@ impl RecordState<'_> {
             expr,
             update,
             condition,
+            holds,
         })
     }
 }

@@ -49,25 +49,27 @@ pub enum EffectsOutcome {
 }
 
 /// One progress item's write: where, its expression's names and values, its
-/// update and its condition.
+/// update and its condition, and the condition read off an item (`holds`:
+/// whether the write's condition holds for it, for a server that names no
+/// cancellation reasons).
 pub(crate) struct ProgressWrite {
     pub(crate) at: At,
     pub(crate) expr: Expr,
     pub(crate) update: String,
     pub(crate) condition: String,
+    pub(crate) holds: Box<dyn Fn(Option<&RawItem>) -> Result<bool> + Send + Sync>,
 }
 
-/// Writes `progress` (the checkpoint `cp`) and `effects` in one
-/// transaction. `fence` reads the progress item as it was when the write's
-/// condition failed (`None`: no item) and returns the error to end with
-/// when the writer no longer may write it (a lost lease), `Ok` when the
-/// condition failed because the checkpoint was not forward.
+/// Writes `progress` and `effects` in one transaction. `judge` reads the
+/// progress item as it was when the write's condition failed (`None`: no
+/// item) and says what that means: the write was there already
+/// ([`EffectsOutcome::Stale`]), or the error to end with (a lost lease,
+/// progress another writer moved).
 pub(crate) async fn commit_with_effects(
     store: &StateStore,
     progress: ProgressWrite,
-    cp: &Checkpoint,
     effects: Vec<TransactWriteItem>,
-    fence: impl Fn(Option<&RawItem>) -> Result<()>,
+    judge: impl Fn(Option<&RawItem>) -> Result<EffectsOutcome>,
 ) -> Result<EffectsOutcome> {
     let expr = progress
         .expr
@@ -105,18 +107,14 @@ pub(crate) async fn commit_with_effects(
         };
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         if code(0) == "ConditionalCheckFailed" {
-            let old = reasons[0].item();
-            fence(old)?;
-            return stale(old);
+            return judge(reasons[0].item());
         }
         if reasons.is_empty() {
             // A server that names no reasons: the progress item tells
             // whether it was the progress; else an effect, not named.
             let old = store.get_item(&progress.at).await?;
-            fence(old.as_ref())?;
-            let current = old.as_ref().map(stored_checkpoint).transpose()?.flatten();
-            if current.is_some_and(|c| c.order_key() >= cp.order_key()) {
-                return stale(old.as_ref());
+            if !(progress.holds)(old.as_ref())? {
+                return judge(old.as_ref());
             }
             return Ok(EffectsOutcome::Conflict {
                 index: None,
@@ -161,7 +159,7 @@ fn passes_later(code: &str) -> bool {
 }
 
 /// [`EffectsOutcome::Stale`] with the checkpoint `item` holds.
-fn stale(item: Option<&RawItem>) -> Result<EffectsOutcome> {
+pub(crate) fn stale(item: Option<&RawItem>) -> Result<EffectsOutcome> {
     let current = item
         .map(stored_checkpoint)
         .transpose()?
@@ -196,25 +194,41 @@ impl crate::checkpoint::Checkpoints<'_> {
             .store
             .shard_at(&ShardScope::Group, &lease.shard_id)
             .await?;
+        let held = {
+            let lease = lease.clone();
+            move |old: Option<&RawItem>| -> Result<bool> {
+                Ok(old
+                    .map(crate::model::ShardState::from_item)
+                    .transpose()?
+                    .is_some_and(|st| {
+                        st.owner.as_ref() == Some(&lease.owner) && st.counter == lease.counter
+                    }))
+            }
+        };
+        let forward = cp.order_key();
+        let holds = {
+            let held = held.clone();
+            move |old: Option<&RawItem>| -> Result<bool> {
+                let current = old.map(stored_checkpoint).transpose()?.flatten();
+                Ok(held(old)? && current.is_none_or(|c| c.order_key() < forward))
+            }
+        };
         let progress = ProgressWrite {
             at,
             expr,
             update,
             condition: format!("#owner = :me AND #counter = :n AND {STRICTLY_FORWARD}"),
+            holds: Box::new(holds),
         };
-        let fence = |old: Option<&RawItem>| {
-            let held = old
-                .map(crate::model::ShardState::from_item)
-                .transpose()?
-                .is_some_and(|st| {
-                    st.owner.as_ref() == Some(&lease.owner) && st.counter == lease.counter
-                });
-            if held {
-                Ok(())
+        // The lease holder is the shard's one writer: held, a checkpoint
+        // not forward is its own, written before (an answer lost).
+        let judge = |old: Option<&RawItem>| {
+            if held(old)? {
+                stale(old)
             } else {
                 Err(crate::lease::lost(&lease.shard_id, lease, old))
             }
         };
-        commit_with_effects(self.store, progress, cp, effects, fence).await
+        commit_with_effects(self.store, progress, effects, judge).await
     }
 }

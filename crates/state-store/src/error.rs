@@ -130,6 +130,15 @@ pub enum StateError {
         /// The consumer id.
         consumer: String,
     },
+    /// The stored progress of an event-source-mapped batch moved since this
+    /// delivery read or wrote it (another delivery of the batch wrote it):
+    /// nothing of the write, nor of the effects with it, was applied. The
+    /// batch runs again from what is stored.
+    #[error("the progress of batch {key} moved since it was read: another delivery wrote it")]
+    ProgressMoved {
+        /// The batch's sort key.
+        key: String,
+    },
     /// A stored item could not be decoded (written by another tool or version).
     #[error("stored item {key} is malformed: {reason}")]
     Corrupt {

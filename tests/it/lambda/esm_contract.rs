@@ -21,7 +21,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use shardkeeper::lambda::DynamoDbProcessor;
 use shardkeeper::processing::{
-    changes, json, Change, Parking, ProcessingOptions, RecordHandler, StreamRecord,
+    changes, json, stage_effect, Change, Parking, ProcessingOptions, RecordContext, RecordHandler,
+    StreamRecord,
 };
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ParkedRecord, ShardId, ShardScope, ShardSpec, StateStore,
@@ -178,9 +179,13 @@ async fn property_run(
         + 'static,
     parked_id: impl Fn(ParkedRecord) -> String,
     concurrency: usize,
+    effects: Option<&str>,
 ) {
     let endpoints = test_endpoints().unwrap();
     for seed in seeds() {
+        if let Some(table) = effects {
+            clear_effects(ctx, table).await;
+        }
         let reform = if seed % 2 == 0 { 0.3 } else { 0.0 };
         let mut config = EsmConfig::drawn(seed, 0.3, reform);
         let options = property_options(seed).concurrency(concurrency);
@@ -271,13 +276,16 @@ async fn property_run(
                 .filter(|p| p.key.consumer.as_deref() == Some(function.as_str()))
                 .map(&parked_id)
                 .collect();
-            let problems = lambda_esm::check(
+            let mut problems = lambda_esm::check(
                 records,
                 &completions.lock().unwrap(),
                 &parked,
                 &run,
                 &expect,
             );
+            if let Some(table) = effects {
+                problems.extend(effects_not_once(ctx, table, function, records, &parked).await);
+            }
             assert!(
                 problems.is_empty(),
                 "seed {seed} ({function}{}): {config:?}, {:?} checkpoint records, concurrency {concurrency}, \
@@ -318,7 +326,176 @@ async fn kinesis_property_run(concurrency: usize) {
         esm_invoke!(processor)
     };
     let parked_id = |p: ParkedRecord| p.key.sequence.to_string();
-    property_run(&ctx, &records, "orders", processor, parked_id, concurrency).await;
+    property_run(&ctx, &records, "orders", processor, parked_id, concurrency, None).await;
+}
+
+/// Effects exactly once: the Kinesis property run with a handler that
+/// adds one, as its effect, to a counter of its record (per function), in
+/// a table of its own. After kills (also between staging and returning),
+/// bisection, parallelization factors up to 10, re-formed batches, two
+/// mappings at once, and a state table that loses answers after applying
+/// the write, each counter of a record the function did not park is 1, and
+/// of one it parked 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
+    let ctx = ctx().await;
+    let (_, _, records) = records(&ctx, 48, 6, Some(13)).await;
+    let table = create_effects_table(&ctx).await;
+    let processor = {
+        let table = table.clone();
+        move |completions, store, options| {
+            let handler = effect_handler(completions, table.clone(), |r: &StreamRecord| {
+                r.sequence_number.to_string()
+            });
+            let processor = KinesisProcessor::new(handler)
+                .with_store(store)
+                .with_options(options);
+            esm_invoke!(processor)
+        }
+    };
+    let parked_id = |p: ParkedRecord| p.key.sequence.to_string();
+    property_run(&ctx, &records, "orders", processor, parked_id, 1, Some(&table)).await;
+}
+
+/// A table for effects: a counter per record of each function.
+async fn create_effects_table(ctx: &Ctx) -> String {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let name = shardkeeper_local::unique_name("effects");
+    ctx.aws
+        .dynamodb
+        .create_table()
+        .table_name(&name)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    name
+}
+
+/// The handler of [`handler`], staging as its effect an `ADD` of one to the
+/// counter `<function>#<id of the record>` in `table` before it returns
+/// (and a kill may come after the staging).
+fn effect_handler(
+    completions: Completions,
+    table: String,
+    id_of: fn(&StreamRecord) -> String,
+) -> impl RecordHandler {
+    json(move |message: Message, record: StreamRecord| {
+        let (completions, table) = (completions.clone(), table.clone());
+        async move {
+            lambda_esm::kill_point().await;
+            tokio::task::yield_now().await;
+            if message.poison {
+                return Err(format!("poison record {}", message.n));
+            }
+            let function = function_of_call();
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&table)
+                .key(
+                    "pk",
+                    AttributeValue::S(format!("{function}#{}", id_of(&record))),
+                )
+                .update_expression("ADD #count :one")
+                .expression_attribute_names("#count", "count")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .build()
+                .unwrap();
+            stage_effect(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(update)
+                    .build(),
+            )
+            .map_err(|e| e.to_string())?;
+            lambda_esm::kill_point().await;
+            lambda_esm::completed(
+                &completions,
+                record.partition_key.to_string(),
+                id_of(&record),
+            );
+            Ok(())
+        }
+    })
+}
+
+/// The function (with its alias) the handler's invocation is of.
+fn function_of_call() -> String {
+    let context = RecordContext::current().expect("in an invocation");
+    let arn = &*context.function_arn;
+    arn.rsplit_once(":function:").map_or(arn, |(_, f)| f).to_owned()
+}
+
+/// Every counter of `table`, by `<function>#<record id>`.
+async fn effect_counts(ctx: &Ctx, table: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    let mut pages = ctx
+        .aws
+        .dynamodb
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(item) = pages.next().await {
+        let item = item.unwrap();
+        let key = item["pk"].as_s().unwrap().clone();
+        let count = item["count"].as_n().unwrap().parse().unwrap();
+        counts.insert(key, count);
+    }
+    counts
+}
+
+/// Deletes every counter of `table` (before a seed's run).
+async fn clear_effects(ctx: &Ctx, table: &str) {
+    for key in effect_counts(ctx, table).await.into_keys() {
+        ctx.aws
+            .dynamodb
+            .delete_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(key))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// The records of `function` whose counter in `table` is not 1 (0 for one
+/// it parked): an effect applied twice, or lost.
+async fn effects_not_once(
+    ctx: &Ctx,
+    table: &str,
+    function: &str,
+    records: &[EsmRecord],
+    parked: &BTreeSet<String>,
+) -> Vec<String> {
+    let counts = effect_counts(ctx, table).await;
+    records
+        .iter()
+        .filter_map(|r| {
+            let want = u64::from(!parked.contains(&r.id));
+            let got = counts
+                .get(&format!("{function}#{}", r.id))
+                .copied()
+                .unwrap_or(0);
+            (got != want).then(|| format!("record {}: effect applied {got} times, {want} expected", r.id))
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -443,6 +620,7 @@ async fn dynamodb_property_run(concurrency: usize) {
         processor,
         parked_id,
         concurrency,
+        None,
     )
     .await;
 }
@@ -555,6 +733,7 @@ async fn kpl_property_run(concurrency: usize) {
         processor,
         parked_id,
         concurrency,
+        None,
     )
     .await;
 }
