@@ -240,11 +240,7 @@ impl CheckpointSink for BatchProgressSink<'_> {
                 .await?)
         };
         let progress = within(self.before_records, "GetItem", Box::pin(read)).await?;
-        self.observed = Some(
-            progress
-                .as_ref()
-                .map(|p| (p.checkpoint.clone(), p.content)),
-        );
+        self.observed = Some(progress.as_ref().map(|p| (p.checkpoint.clone(), p.content)));
         if let Some(progress) = &progress {
             self.has_item = true;
             self.note_earlier_run(progress);

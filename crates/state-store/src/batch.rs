@@ -446,7 +446,10 @@ impl RecordState<'_> {
             })
         };
         write.holds = Box::new(move |old| is(old, expected.as_ref().map(|(c, d)| (c, d))));
-        let (ours, key) = ((progress.checkpoint.clone(), progress.content), batch.sort_key());
+        let (ours, key) = (
+            (progress.checkpoint.clone(), progress.content),
+            batch.sort_key(),
+        );
         let judge = |old: Option<&RawItem>| {
             if is(old, Some((&ours.0, &ours.1)))? {
                 stale(old)

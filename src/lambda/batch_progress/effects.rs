@@ -8,7 +8,10 @@ use super::*;
 impl BatchProgressSink<'_> {
     /// The progress to store for `checkpoint`, and how many of the batch's
     /// records it covers (`None`: not a record of the batch).
-    pub(super) fn progress_at(&mut self, checkpoint: &Checkpoint) -> Option<(BatchProgress, usize)> {
+    pub(super) fn progress_at(
+        &mut self,
+        checkpoint: &Checkpoint,
+    ) -> Option<(BatchProgress, usize)> {
         let Checkpoint::After {
             sequence,
             sub_sequence,
@@ -78,14 +81,24 @@ impl BatchProgressSink<'_> {
             Ok(self
                 .store
                 .record_state()
-                .store_batch_progress_with(&self.batch, &progress, CHECKPOINT_TTL, effects, expected)
+                .store_batch_progress_with(
+                    &self.batch,
+                    &progress,
+                    CHECKPOINT_TTL,
+                    effects,
+                    expected,
+                )
                 .await?)
         };
         let outcome = within(self.until, "TransactWriteItems", Box::pin(write)).await;
         match &outcome {
             Ok(EffectsOutcome::Stored | EffectsOutcome::Stale { .. }) => {
                 self.observe(Some(&progress));
-                self.committed_at(checkpoint, done, matches!(outcome, Ok(EffectsOutcome::Stored)));
+                self.committed_at(
+                    checkpoint,
+                    done,
+                    matches!(outcome, Ok(EffectsOutcome::Stored)),
+                );
             }
             Ok(_) => {}
             // Written or not, unknown.
