@@ -391,8 +391,8 @@ async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
     .await;
 }
 
-/// A table for effects: a counter per record of each function.
-async fn create_effects_table(ctx: &Ctx) -> String {
+/// A table for effects: a counter per record (of each function).
+pub(crate) async fn create_effects_table(ctx: &Ctx) -> String {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     };
@@ -478,10 +478,16 @@ fn function_of_call() -> String {
 
 /// Every counter of `table`, by `<function>#<record id>`.
 async fn effect_counts(ctx: &Ctx, table: &str) -> std::collections::BTreeMap<String, u64> {
+    effect_counts_in(&ctx.aws.dynamodb, table).await
+}
+
+/// Every counter of an effects table, by its key.
+pub(crate) async fn effect_counts_in(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> std::collections::BTreeMap<String, u64> {
     let mut counts = std::collections::BTreeMap::new();
-    let mut pages = ctx
-        .aws
-        .dynamodb
+    let mut pages = dynamodb
         .scan()
         .table_name(table)
         .consistent_read(true)

@@ -3,7 +3,7 @@
 
 mod call_errors;
 mod dynamodb;
-mod esm_contract;
+pub(crate) mod esm_contract;
 mod functions;
 mod kinesis;
 mod runtime_layers;

@@ -5,6 +5,7 @@ mod assignments;
 mod buckets;
 mod checkpoints;
 mod consumers;
+mod effects;
 mod efo;
 mod errors;
 mod leases;

@@ -48,7 +48,7 @@ use shardkeeper::consumer::{EfoPool, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::pipeline::InitialPosition;
-use shardkeeper::processing::{HandlerError, RecordHandler, StreamRecord};
+use shardkeeper::processing::{stage_effect, HandlerError, RecordHandler, StreamRecord};
 use shardkeeper::state::{
     ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateError, StateStore, StoreConfig,
     SystemClock,
@@ -191,6 +191,10 @@ enum Handler {
     /// renewals and heartbeats). The others are healthy: they handle a
     /// batch at once and reach the state table directly.
     HalfSick(RangeInclusive<Duration>),
+    /// Every consumer handles one record at a time and stages, as the
+    /// record's effect, an `ADD` of one to its counter in this table
+    /// (`<key>#<n>`), written with the checkpoint that covers the record.
+    Effects(String),
 }
 
 /// Where a run goes: the clients of the system under test, the clients of
@@ -264,6 +268,11 @@ impl Spawner<'_> {
                     spawn_consumer(id, name, &store, self, handler)
                 }
             }
+            Handler::Effects(table) => {
+                let store = StateStore::with_clock(self.store.client().clone(), config, clock);
+                let handler = recording_handler(self.history, &name, counting(table, &self.slow));
+                spawn_consumer(id, name, &store, self, handler)
+            }
             Handler::HalfSick(busy) => {
                 let (client, busy) = match n % 2 {
                     0 => (self.store.client(), busy.clone()),
@@ -305,6 +314,43 @@ fn slow_or_not(
             Ok::<(), std::io::Error>(())
         }
     })
+}
+
+/// The effects run's handler: stages an `ADD` of one to the record's
+/// counter in `table` (after 10 ms while `slow` is set).
+fn counting(table: &str, slow: &Arc<AtomicBool>) -> impl RecordHandler {
+    let (table, slow) = (table.to_owned(), slow.clone());
+    move |record: StreamRecord| {
+        let (table, slow) = (table.clone(), slow.load(Ordering::Relaxed));
+        async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let n = std::str::from_utf8(&record.data).unwrap_or_default();
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(table)
+                .key(
+                    "pk",
+                    aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                        "{}#{n}",
+                        record.partition_key
+                    )),
+                )
+                .update_expression("ADD #count :one")
+                .expression_attribute_names("#count", "count")
+                .expression_attribute_values(
+                    ":one",
+                    aws_sdk_dynamodb::types::AttributeValue::N("1".into()),
+                )
+                .build()?;
+            stage_effect(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(update)
+                    .build(),
+            )?;
+            Ok::<(), HandlerError>(())
+        }
+    }
 }
 
 /// A bulk handler that takes a time drawn from `busy` for every run of
@@ -508,6 +554,37 @@ async fn the_stress_run_at_concurrency_keeps_every_guarantee() {
         ..Stress::from_env()
     })
     .await;
+}
+
+/// Effects exactly once through lease moves: the chaos course (kills
+/// mid-batch, consumers leaving and joining, splits and merges, slow
+/// stretches that outlast the lease, a second process under a live id,
+/// skewed clocks) with a handler whose effect is a counter per record,
+/// written with the checkpoint in one transaction fenced by the lease:
+/// every counter ends at 1. (No operator moves: a rewind runs records
+/// again on purpose.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stress_run_writes_each_records_effect_once() {
+    let cfg = Stress::from_env();
+    let ctx = ctx().await;
+    let table = crate::lambda::esm_contract::create_effects_table(&ctx).await;
+    let setup = Setup {
+        system: ctx.aws.clone(),
+        direct: ctx.aws.clone(),
+        table: ctx.table.clone(),
+        faulty: None,
+    };
+    let course = Course {
+        handler: Handler::Effects(table),
+        operator: false,
+        ..Course::chaos(&cfg, LEASE_TERM, 0)
+    };
+    stress(&cfg, setup, course).await;
+}
+
+/// Every counter of an effects table, by `<key>#<n>`.
+async fn effect_counts(aws: &AwsClients, table: &str) -> std::collections::BTreeMap<String, u64> {
+    crate::lambda::esm_contract::effect_counts_in(&aws.dynamodb, table).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -949,6 +1026,16 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
         }
         scanned = h.processed.len();
     }
+    // With effects, drained when every record's effect is written (a record
+    // run by a consumer killed before its commit runs again).
+    if let Handler::Effects(table) = &course.handler {
+        let began = Instant::now();
+        while effect_counts(&direct, table).await.len() < produced
+            && began.elapsed() < Duration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     if seen.len() < produced {
         // Stalled: where the group stands while its consumers still run.
         let direct_store = StateStore::new(direct.dynamodb.clone(), store.config().clone());
@@ -980,6 +1067,21 @@ async fn stress(cfg: &Stress, setup: Setup<'_>, course: Course) -> FaultCounts {
     stop_all.store(true, Ordering::Relaxed);
     let _ = rebalancing.await;
     let _ = reaping.await;
+    // Each record's effect written exactly once: one counter a record
+    // produced, each at 1.
+    if let Handler::Effects(table) = &course.handler {
+        let counts = effect_counts(&direct, table).await;
+        let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+        assert!(
+            twice.is_empty(),
+            "effects written more than once: {twice:?}"
+        );
+        assert_eq!(
+            counts.len(),
+            produced,
+            "a counter for every record produced"
+        );
+    }
 
     let (specs, _) = shardkeeper::consumer::list_stream_shards(
         &direct.kinesis,
