@@ -3,10 +3,12 @@
 //! verbatim. Not meant to be run: `cargo run --example readme` only says so.
 
 use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
 use shardkeeper::functions::WorkerFunction;
 use shardkeeper::processing::{
-    changes, json, Change, ProcessingOptions, RecordHandler, StreamRecord,
+    changes, json, stage_effect, Change, HandlerError, ProcessingOptions, RecordHandler,
+    StreamRecord,
 };
 use shardkeeper::state::{
     Checkpoint, ConsumerId, ConsumerInfo, ShardId, StartOptions, StoreConfig,
@@ -42,6 +44,24 @@ async fn keys_at_once(store: StateStore, handler: impl RecordHandler) -> Result<
         .with_store(store)
         .with_options(ProcessingOptions::default().concurrency(64)); // at most 64 calls in flight
     processor.run().await
+}
+
+#[allow(dead_code)]
+#[rustfmt::skip]
+fn effects() -> impl RecordHandler {
+    #[derive(serde::Deserialize)]
+    struct Order { customer: String }
+    let handler = json(|order: Order, _record: StreamRecord| async move {
+        let count = Update::builder()
+            .table_name("order-counts")
+            .key("customer", AttributeValue::S(order.customer))
+            .update_expression("ADD orders :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .build()?;
+        stage_effect(TransactWriteItem::builder().update(count).build())?; // written with the progress, or not at all
+        Ok::<(), HandlerError>(())
+    });
+    handler
 }
 
 #[allow(dead_code)]
