@@ -46,7 +46,7 @@ async fn keys_at_once(store: StateStore, handler: impl RecordHandler) -> Result<
     processor.run().await
 }
 
-#[allow(dead_code)]
+#[allow(dead_code, clippy::let_and_return)]
 #[rustfmt::skip]
 fn effects() -> impl RecordHandler {
     #[derive(serde::Deserialize)]

@@ -14,7 +14,7 @@
 //! else; the digests themselves are computed by the processor.
 
 use crate::checkpoint::{checkpoint_expr, stale_from, CheckpointOutcome, MONOTONIC};
-use crate::effects::{commit_with_effects, stale, EffectsOutcome, ProgressWrite};
+use crate::effects::{commit_with_effects, stale, EffectsOutcome, ItemTest, ProgressWrite};
 use crate::error::{Result, StateError};
 use crate::item::{n, s, Expr, RawItem};
 use crate::model::stored_checkpoint;
@@ -520,8 +520,7 @@ impl RecordState<'_> {
         }
         let condition =
             format!("attribute_not_exists(#content) OR #content <> :content OR {forward}");
-        let holds: Box<dyn Fn(Option<&RawItem>) -> Result<bool> + Send + Sync> =
-            Box::new(|_| Ok(true));
+        let holds: ItemTest = Box::new(|_| Ok(true));
         let at = self
             .store
             .spread_new(batch.spread_by(), batch.sort_key())

@@ -57,8 +57,11 @@ pub(crate) struct ProgressWrite {
     pub(crate) expr: Expr,
     pub(crate) update: String,
     pub(crate) condition: String,
-    pub(crate) holds: Box<dyn Fn(Option<&RawItem>) -> Result<bool> + Send + Sync>,
+    pub(crate) holds: ItemTest,
 }
+
+/// A test of a stored item (`None`: no item).
+pub(crate) type ItemTest = Box<dyn Fn(Option<&RawItem>) -> Result<bool> + Send + Sync>;
 
 /// Writes `progress` and `effects` in one transaction. `judge` reads the
 /// progress item as it was when the write's condition failed (`None`: no
