@@ -200,10 +200,10 @@ impl<S: CheckpointSink> Batch<'_, S> {
     }
 
     /// The sink's state failed: the batch ends with the error, or goes on
-    /// without it (counted) where the sink allows and no effects are
-    /// collected.
+    /// without it (counted) where the sink allows and no effects wait
+    /// (from then on none are collected).
     pub(super) fn unavailable(&mut self, error: crate::Error) -> Result<()> {
-        if self.effects.is_some() {
+        if self.effects_wait() {
             // Effects are written with the progress or not at all.
             return Err(error);
         }

@@ -10,8 +10,9 @@
 //!   Parked, it is done without its effects and the records after it are
 //!   committed; else they are dropped and run again, as everything after a
 //!   failure does.
-//! - A state-store error while effects are collected ends the batch: the
-//!   records not committed run again.
+//! - A state-store error while effects wait ends the batch: the records
+//!   not committed run again. A sink that goes on without its state
+//!   collects no more (a record that stages one fails).
 
 use super::batch::Batch;
 use super::Core;

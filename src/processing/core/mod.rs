@@ -405,7 +405,8 @@ impl<'p, H: RecordHandler> Core<'p, H> {
         }
         let labels = batch.labelling.labels(|| CallLabels::record(&record));
         let call = labels.label(self.handler.handle(record.clone()));
-        let collect = batch.effects.is_some();
+        // Without its state the sink cannot write effects: none are collected.
+        let collect = batch.effects.is_some() && !batch.sink.degraded();
         let call = async move {
             if collect {
                 collecting(call).await
