@@ -402,6 +402,50 @@ mod tests {
         assert!(!sink.done.contains(&(record(2).sequence_number, 0)));
     }
 
+    /// A sink whose state failed at the first read and goes on without it.
+    #[derive(Default)]
+    struct Stateless {
+        degraded: bool,
+    }
+
+    impl CheckpointSink for Stateless {
+        async fn stored(&mut self) -> Result<Option<Checkpoint>> {
+            Err(crate::Error::Event("the state table is down".to_owned()))
+        }
+
+        async fn commit(&mut self, _: &Checkpoint) -> Result<bool> {
+            Ok(false)
+        }
+
+        fn unavailable(&mut self, _: crate::Error) -> Result<()> {
+            self.degraded = true;
+            Ok(())
+        }
+
+        fn degraded(&self) -> bool {
+            self.degraded
+        }
+
+        fn takes_effects(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sink_without_its_state_collects_no_effects_and_their_records_fail() {
+        let handler = |r: StreamRecord| staging(r, 1);
+        let options = ProcessingOptions::default().mode(FailureMode::ReportAllFailures);
+        let mut sink = Stateless::default();
+        let report = Core::new(&handler, None, &options)
+            .run(batch(2), None, &mut sink)
+            .await
+            .unwrap();
+        assert!(report.deduplication_off);
+        assert_eq!(report.processed, 0);
+        assert_eq!(report.failures.len(), 2);
+        assert_eq!(report.effects_written, 0);
+    }
+
     #[tokio::test]
     async fn nothing_is_collected_at_concurrency_above_one() {
         let handler = |r: StreamRecord| staging(r, 1);
