@@ -78,16 +78,7 @@ enum Cancelled {
 }
 
 fn cancelled(lock_check: &str, write: &str) -> Cancelled {
-    let passes_later = |c: &str| {
-        matches!(
-            c,
-            "None"
-                | "TransactionConflict"
-                | "ThrottlingError"
-                | "ProvisionedThroughputExceeded"
-                | "RequestLimitExceeded"
-        )
-    };
+    let passes_later = crate::effects::passes_later;
     match (lock_check, write) {
         ("ConditionalCheckFailed", _) => Cancelled::LockLost,
         ("None", "ConditionalCheckFailed") => Cancelled::Stale,
@@ -101,12 +92,18 @@ fn cancelled(lock_check: &str, write: &str) -> Cancelled {
 }
 
 pub(crate) fn stale_from(item: Option<&RawItem>) -> Result<CheckpointOutcome> {
-    let current = item
+    Ok(CheckpointOutcome::Stale {
+        current: stored_or_start(item)?,
+    })
+}
+
+/// The checkpoint `item` holds; `TRIM_HORIZON` where it holds none.
+pub(crate) fn stored_or_start(item: Option<&RawItem>) -> Result<Checkpoint> {
+    Ok(item
         .map(stored_checkpoint)
         .transpose()?
         .flatten()
-        .unwrap_or(Checkpoint::TrimHorizon);
-    Ok(CheckpointOutcome::Stale { current })
+        .unwrap_or(Checkpoint::TrimHorizon))
 }
 
 /// Checkpoints (see the module docs); an operator's reset is here too.

@@ -149,8 +149,9 @@ pub(crate) async fn commit_with_effects(
     }
 }
 
-/// A cancellation code of a part that may pass if sent again.
-fn passes_later(code: &str) -> bool {
+/// A cancellation code of a transaction's part that may pass if sent
+/// again (`"None"`: that part passed).
+pub(crate) fn passes_later(code: &str) -> bool {
     matches!(
         code,
         "None"
@@ -163,12 +164,9 @@ fn passes_later(code: &str) -> bool {
 
 /// [`EffectsOutcome::Stale`] with the checkpoint `item` holds.
 pub(crate) fn stale(item: Option<&RawItem>) -> Result<EffectsOutcome> {
-    let current = item
-        .map(stored_checkpoint)
-        .transpose()?
-        .flatten()
-        .unwrap_or(Checkpoint::TrimHorizon);
-    Ok(EffectsOutcome::Stale { current })
+    Ok(EffectsOutcome::Stale {
+        current: crate::checkpoint::stored_or_start(item)?,
+    })
 }
 
 impl crate::checkpoint::Checkpoints<'_> {

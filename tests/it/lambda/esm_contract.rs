@@ -179,12 +179,12 @@ async fn property_run(
         + 'static,
     parked_id: impl Fn(ParkedRecord) -> String,
     concurrency: usize,
-    effects: Option<&str>,
+    effects: Option<Effects<'_>>,
 ) {
     let endpoints = test_endpoints().unwrap();
     for seed in seeds() {
-        if let Some(table) = effects {
-            clear_effects(ctx, table).await;
+        if let Some(effects) = effects {
+            clear_effects(ctx, effects.table).await;
         }
         // Effects are written once by the deliveries of Lambda's retries
         // that start at a record whose batch's progress is stored: the same
@@ -199,9 +199,12 @@ async fn property_run(
             0.0
         };
         let mut config = EsmConfig::drawn(seed, 0.3, reform);
-        if effects.is_some() {
+        if let Some(effects) = effects {
             config.redeliver_chance = 0.0;
             config.bisect = false;
+            if !effects.twins {
+                config.duplicate_chance = 0.0;
+            }
         }
         let options = property_options(seed).concurrency(concurrency);
         let slow = seed % 5 == 4;
@@ -298,9 +301,10 @@ async fn property_run(
                 &run,
                 &expect,
             );
-            if let Some(table) = effects {
-                problems
-                    .extend(effects_not_once(ctx, table, function, records, &parked, &run).await);
+            if let Some(effects) = effects {
+                problems.extend(
+                    effects_not_once(ctx, effects.table, function, records, &parked, &run).await,
+                );
             }
             assert!(
                 problems.is_empty(),
@@ -379,6 +383,10 @@ async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
         }
     };
     let parked_id = |p: ParkedRecord| p.key.sequence.to_string();
+    let effects = Effects {
+        table: &table,
+        twins: transactions_are_isolated(&ctx, &table).await,
+    };
     property_run(
         &ctx,
         &records,
@@ -386,9 +394,70 @@ async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
         processor,
         parked_id,
         1,
-        Some(&table),
+        Some(effects),
     )
     .await;
+}
+
+/// The effects table of a property run, and whether twin deliveries run
+/// (their check needs the server's transactions isolated).
+#[derive(Clone, Copy)]
+struct Effects<'a> {
+    table: &'a str,
+    twins: bool,
+}
+
+/// Whether the DynamoDB server isolates transactions as DynamoDB documents
+/// ("TransactWriteItems ... isolated from other transactions", DynamoDB
+/// developer guide, "Isolation levels": serializable): of eight at once,
+/// each creating one new item on condition that it does not exist, exactly
+/// one applies. moto's server does not isolate them (two transactions on
+/// one item, each on condition that the other had not written, both apply
+/// at times, too rarely for this probe to see): runs on it set
+/// `SHARDKEEPER_TEST_DYNAMODB_ISOLATION=0` (README), and what needs the
+/// isolation (twin deliveries, lease moves) is left out.
+pub(crate) async fn transactions_are_isolated(ctx: &Ctx, table: &str) -> bool {
+    let said = std::env::var("SHARDKEEPER_TEST_DYNAMODB_ISOLATION").unwrap_or_default();
+    if said == "0" || said.eq_ignore_ascii_case("false") {
+        eprintln!(
+            "SHARDKEEPER_TEST_DYNAMODB_ISOLATION=0: what needs isolated transactions is left out of this run"
+        );
+        return false;
+    }
+    let create = |key: String| {
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(table)
+            .item("pk", AttributeValue::S(key))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .unwrap();
+        ctx.aws
+            .dynamodb
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .put(put)
+                    .build(),
+            )
+            .send()
+    };
+    for round in 0..32 {
+        let key = format!("isolation-probe-{round}");
+        let applied = futures_util::future::join_all((0..8).map(|_| create(key.clone())))
+            .await
+            .into_iter()
+            .filter(Result::is_ok)
+            .count();
+        delete_counter(ctx, table, key).await;
+        if applied > 1 {
+            eprintln!(
+                "the DynamoDB server applied two conflicting transactions at once: \
+                 what needs their isolation is left out of this run"
+            );
+            return false;
+        }
+    }
+    true
 }
 
 /// A table for effects: a counter per record (of each function).
@@ -506,15 +575,20 @@ pub(crate) async fn effect_counts_in(
 /// Deletes every counter of `table` (before a seed's run).
 async fn clear_effects(ctx: &Ctx, table: &str) {
     for key in effect_counts(ctx, table).await.into_keys() {
-        ctx.aws
-            .dynamodb
-            .delete_item()
-            .table_name(table)
-            .key("pk", AttributeValue::S(key))
-            .send()
-            .await
-            .unwrap();
+        delete_counter(ctx, table, key).await;
     }
+}
+
+/// Deletes the counter `key` of `table`.
+async fn delete_counter(ctx: &Ctx, table: &str, key: String) {
+    ctx.aws
+        .dynamodb
+        .delete_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(key))
+        .send()
+        .await
+        .unwrap();
 }
 
 /// The records of `function` whose counter in `table` is not what the run
