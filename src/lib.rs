@@ -89,6 +89,8 @@ pub use error::{Error, Result};
 
 pub mod processing;
 
+pub mod idempotency;
+
 #[cfg(feature = "esm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "esm")))]
 pub mod lambda;

@@ -60,6 +60,21 @@ pub trait RecordHandler: Send + Sync + 'static {
         }
     }
 
+    /// `true` if the core calls [`RecordHandler::before_batch`] before a
+    /// batch's records.
+    const PREPARES: bool = false;
+
+    /// Called once a batch, before any of its records is handled, with the
+    /// batch's records that are ready for the handler (those the stored
+    /// position covers among them), when [`Self::PREPARES`]: for a handler
+    /// that reads what it needs for the whole batch at once (the
+    /// idempotency adapter's `BatchGetItem`). It cannot fail a record: what
+    /// it could not read is read again by the record's own call.
+    fn before_batch(&self, records: &[&StreamRecord]) -> impl Future<Output = ()> + Send {
+        let _ = records;
+        async {}
+    }
+
     /// The worker gained `shard` and will read it after `position` (`None`:
     /// nothing checkpointed yet, it starts at the initial position).
     fn shard_gained(

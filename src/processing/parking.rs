@@ -33,7 +33,8 @@ const MAX_PARTITION_KEY: usize = 256;
 /// Error messages are cut to this many bytes.
 const MAX_ERROR: usize = 4096;
 
-fn sha256_hex(data: &[u8]) -> String {
+/// The SHA-256 of `data`, in lower-case hex.
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     Sha256::digest(data)
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -33,6 +33,16 @@ impl Unit {
         matches!(self, Unit::Record(_) | Unit::Records(_))
     }
 
+    /// The user records of this unit ready for the handler (none for a
+    /// broken or unreadable record).
+    pub(crate) fn ready_records(&self) -> &[StreamRecord] {
+        match self {
+            Unit::Record(record) => std::slice::from_ref(record),
+            Unit::Records(records) => records,
+            Unit::Broken(..) | Unit::Unreadable(..) => &[],
+        }
+    }
+
     /// The unit of one record the DynamoDB Streams reader read from the
     /// stream `stream_arn`, handed over decoded: the handler's record
     /// carries it in [`StreamRecord::change`] (its `data` is empty; its

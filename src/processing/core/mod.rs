@@ -155,6 +155,11 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             batch.effects = Some(Vec::new());
         }
         let items: Vec<_> = items.into_iter().collect();
+        if H::PREPARES {
+            let records: Vec<&StreamRecord> =
+                items.iter().flat_map(|(_, u)| u.ready_records()).collect();
+            self.handler.before_batch(&records).await;
+        }
         let done = if H::BATCHED {
             self.run_batched(&mut batch, items).await
         } else if self.options.concurrency > 1 {
