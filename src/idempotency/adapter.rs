@@ -11,18 +11,21 @@
 use crate::idempotency::entry::Entry;
 use crate::idempotency::known::Local;
 use crate::idempotency::table::{EntryPut, IdempotencyTable};
-use crate::idempotency::{Claim, Idempotent, IdempotencyError};
-use crate::processing::{stage_effect, EffectError, HandlerError, RecordContext, RecordHandler};
-use crate::processing::StreamRecord;
+use crate::idempotency::{Claim, IdempotencyError, Idempotent};
 use crate::processing::parking::sha256_hex;
+use crate::processing::StreamRecord;
+use crate::processing::{stage_effect, EffectError, HandlerError, RecordContext, RecordHandler};
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a claim holds where the invocation has no deadline.
 const CLAIM_WITHOUT_DEADLINE: Duration = Duration::from_secs(60);
 
-/// How many times a claim held elsewhere is waited for before failing.
-const WAITS: u32 = 3;
+/// The first pause while a claim held elsewhere is waited for; it doubles
+/// up to [`POLL_MAX`].
+const POLL_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two reads of a claim held elsewhere.
+const POLL_MAX: Duration = Duration::from_secs(1);
 
 impl<F, Fut, T, E> RecordHandler for Idempotent<F, T>
 where
@@ -63,12 +66,10 @@ where
         record: StreamRecord,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send {
         async move {
-            self.idempotent(record)
-                .await
-                .map_err(|e| match e {
-                    Failed::Idempotency(e) => Box::new(e) as HandlerError,
-                    Failed::Handler(e) => e,
-                })
+            self.idempotent(record).await.map_err(|e| match e {
+                Failed::Idempotency(e) => Box::new(e) as HandlerError,
+                Failed::Handler(e) => e,
+            })
         }
     }
 }
@@ -105,10 +106,18 @@ where
             }
             .into());
         };
-        let hash = self.validate.as_ref().map(|part| sha256_hex(&part(&record)));
+        let hash = self
+            .validate
+            .as_ref()
+            .map(|part| sha256_hex(&part(&record)));
         let entry_key = self.table.entry_key(&key);
         let known = self.known.get(&entry_key);
-        if let Some(Local::Done { hash: stored, result, .. }) = &known {
+        if let Some(Local::Done {
+            hash: stored,
+            result,
+            ..
+        }) = &known
+        {
             return self.repeat(&record, &key, hash.as_deref(), stored.as_deref(), result);
         }
         let token = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
@@ -125,7 +134,12 @@ where
                     let (stored, result) = done;
                     return self.repeat(&record, &key, hash.as_deref(), stored.as_deref(), &result);
                 }
-                self.known.set(entry_key.clone(), Local::Claimed { token: token.clone() });
+                self.known.set(
+                    entry_key.clone(),
+                    Local::Claimed {
+                        token: token.clone(),
+                    },
+                );
             }
             Claim::AtCompletion => {
                 let entry = match known {
@@ -134,8 +148,18 @@ where
                 };
                 match entry {
                     Entry::Absent => {}
-                    Entry::Completed { hash: stored, result, .. } => {
-                        return self.repeat(&record, &key, hash.as_deref(), stored.as_deref(), &result);
+                    Entry::Completed {
+                        hash: stored,
+                        result,
+                        ..
+                    } => {
+                        return self.repeat(
+                            &record,
+                            &key,
+                            hash.as_deref(),
+                            stored.as_deref(),
+                            &result,
+                        );
                     }
                     Entry::InProgress { until_ms, .. } => {
                         return Err(IdempotencyError::InProgress { key, until_ms }.into());
@@ -145,7 +169,9 @@ where
         }
         let claimed = self.claim == Claim::BeforeRun;
         let sequence = record.sequence_number.clone();
-        let called = (self.handler)(record).await.map_err(Into::<HandlerError>::into);
+        let called = (self.handler)(record)
+            .await
+            .map_err(Into::<HandlerError>::into);
         let value = match called {
             Ok(value) => value,
             Err(e) => {
@@ -213,18 +239,20 @@ where
                 // Ours: the claim's answer was lost.
                 Entry::InProgress { token: t, .. } if t == token => return Ok(None),
                 Entry::InProgress { until_ms, .. } => {
-                    let now = now_ms();
+                    // Waited for while it may end within this invocation's
+                    // time, polling (it may finish well before its time).
                     let fits = deadline_ms.is_none_or(|d| until_ms < d.saturating_sub(1000));
-                    if waits >= WAITS || !fits {
+                    if !fits {
                         return Err(IdempotencyError::InProgress {
                             key: key.to_owned(),
                             until_ms,
                         }
                         .into());
                     }
+                    let poll = POLL_FIRST.saturating_mul(1 << waits.min(5)).min(POLL_MAX);
                     waits += 1;
-                    let pause = until_ms.saturating_sub(now).min(deadline_ms.map_or(u64::MAX, |d| d.saturating_sub(now))) + 10;
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    let left = Duration::from_millis(until_ms.saturating_sub(now_ms()) + 1);
+                    tokio::time::sleep(poll.min(left)).await;
                 }
                 Entry::Absent => {}
             }
@@ -286,10 +314,11 @@ where
         }
         tracing::debug!(key, sequence_number = %record.sequence_number, "a repeat: not handled again");
         if let Some(on_repeat) = &self.on_repeat {
-            let value = serde_json::from_str(result).map_err(|e| IdempotencyError::StoredResult {
-                key: key.to_owned(),
-                error: e.to_string(),
-            })?;
+            let value =
+                serde_json::from_str(result).map_err(|e| IdempotencyError::StoredResult {
+                    key: key.to_owned(),
+                    error: e.to_string(),
+                })?;
             on_repeat(record, value);
         }
         Ok(())
@@ -302,5 +331,6 @@ fn now_ms() -> u64 {
 }
 
 fn epoch_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -103,11 +103,7 @@ pub struct Idempotent<F, T> {
 /// within the expiry is not handled again: the handler's result stored then
 /// is handed to [`Idempotent::on_repeat`] instead. A record `key` finds no
 /// key in fails with [`IdempotencyError::NoKey`].
-pub fn idempotent<K, F, Fut, T, E>(
-    table: IdempotencyTable,
-    key: K,
-    handler: F,
-) -> Idempotent<F, T>
+pub fn idempotent<K, F, Fut, T, E>(table: IdempotencyTable, key: K, handler: F) -> Idempotent<F, T>
 where
     K: Fn(&StreamRecord) -> Option<String> + Send + Sync + 'static,
     F: Fn(StreamRecord) -> Fut + Send + Sync + 'static,

@@ -13,9 +13,9 @@
 
 use crate::idempotency::entry::{Entry, ATTR_CLAIM, ATTR_HASH, ATTR_RESULT, ATTR_SEQUENCE};
 use crate::idempotency::entry::{ATTR_STATUS, ATTR_UNTIL, COMPLETED, IN_PROGRESS};
+use crate::processing::parking::sha256_hex;
 use crate::state::{call_aws, RetryPolicy, Service, StateError, StateStore, TTL_ATTRIBUTE};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
-use crate::processing::parking::sha256_hex;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -140,7 +140,12 @@ impl IdempotencyTable {
                         .send()
                 })
                 .await?;
-                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
                     if let Some(AttributeValue::S(k)) = item.get(&self.partition_key) {
                         found.insert(k.clone(), Entry::of(item, now_ms));
                     }

@@ -5,6 +5,7 @@ mod call_errors;
 mod dynamodb;
 pub(crate) mod esm_contract;
 mod functions;
+mod idempotency;
 mod kinesis;
 mod runtime_layers;
 mod windows;
