@@ -34,9 +34,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Deserialize)]
-struct Message {
-    n: u32,
-    poison: bool,
+pub(crate) struct Message {
+    pub(crate) n: u32,
+    pub(crate) poison: bool,
 }
 
 /// A stream of one shard holding `count` records over `keys` partition
@@ -168,7 +168,7 @@ fn slow_table() -> Faults {
 /// deadline and invocations are killed at their timeout. Every third
 /// seed, two mappings of the function through two aliases run at once on
 /// one state table.
-async fn property_run(
+pub(crate) async fn property_run(
     ctx: &Ctx,
     records: &[EsmRecord],
     function: &str,
@@ -185,6 +185,9 @@ async fn property_run(
     for seed in seeds() {
         if let Some(effects) = effects {
             clear_effects(ctx, effects.table).await;
+            if let Some(idempotency) = effects.idempotency {
+                clear_table(ctx, idempotency).await;
+            }
         }
         // Effects are written once by the deliveries of Lambda's retries
         // that start at a record whose batch's progress is stored: the same
@@ -238,7 +241,11 @@ async fn property_run(
         let expect = Expect {
             parks_every_failure: !slow,
             at_least_once: slow,
-            reruns_past_reported_failures: concurrency > 1 && reform > 0.0,
+            // (An idempotent handler's call whose completion another
+            // lane's refused is reported failed, with the records after it,
+            // and runs again: its effects were not applied.)
+            reruns_past_reported_failures: (concurrency > 1 && reform > 0.0)
+                || effects.is_some_and(|e| e.idempotency.is_some()),
             // (With records of several keys at once, what a kill makes run
             // again also holds the records done past the watermark since
             // the last commit: the bound is the contract's "never twice
@@ -305,9 +312,12 @@ async fn property_run(
                 &expect,
             );
             if let Some(effects) = effects {
-                problems.extend(
-                    effects_not_once(ctx, effects.table, function, records, &parked, &run).await,
-                );
+                problems.extend(if effects.idempotency.is_some() {
+                    payload_effects_not_once(ctx, effects.table, function, records, &parked, &run)
+                        .await
+                } else {
+                    effects_not_once(ctx, effects.table, function, records, &parked, &run).await
+                });
             }
             assert!(
                 problems.is_empty(),
@@ -386,7 +396,10 @@ async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
         }
     };
     let parked_id = |p: ParkedRecord| p.key.sequence.to_string();
-    let effects = Effects { table: &table };
+    let effects = Effects {
+        table: &table,
+        idempotency: None,
+    };
     property_run(
         &ctx,
         &records,
@@ -399,10 +412,13 @@ async fn no_lambda_schedule_applies_an_effect_twice_or_loses_one() {
     .await;
 }
 
-/// The effects table of a property run.
+/// The effects table of a property run, and the idempotency table when
+/// its handler is idempotent by content (its effects are counted by
+/// payload, not by record).
 #[derive(Clone, Copy)]
-struct Effects<'a> {
-    table: &'a str,
+pub(crate) struct Effects<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) idempotency: Option<&'a str>,
 }
 
 /// Whether the DynamoDB server isolates transactions as DynamoDB documents
@@ -513,7 +529,7 @@ fn effect_handler(
 }
 
 /// The function (with its alias) the handler's invocation is of.
-fn function_of_call() -> String {
+pub(crate) fn function_of_call() -> String {
     let context = RecordContext::current().expect("in an invocation");
     let arn = &*context.function_arn;
     arn.rsplit_once(":function:")
@@ -551,6 +567,26 @@ pub(crate) async fn effect_counts_in(
 /// Deletes every counter of `table` (before a seed's run).
 async fn clear_effects(ctx: &Ctx, table: &str) {
     for key in effect_counts(ctx, table).await.into_keys() {
+        delete_counter(ctx, table, key).await;
+    }
+}
+
+/// Deletes every item of `table`, keyed by `pk` alone.
+async fn clear_table(ctx: &Ctx, table: &str) {
+    let mut pages = ctx
+        .aws
+        .dynamodb
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
+    let mut keys = Vec::new();
+    while let Some(item) = pages.next().await {
+        keys.push(item.unwrap()["pk"].as_s().unwrap().clone());
+    }
+    for key in keys {
         delete_counter(ctx, table, key).await;
     }
 }
@@ -609,6 +645,60 @@ async fn effects_not_once(
             (!right).then(|| format!("record {}{was}: effect applied {got} times", r.id))
         })
         .collect()
+}
+
+/// The payloads of `function` whose counter in `table` (by payload,
+/// `<function>#p<n>`) is not what the run makes it: 1 when a record of the
+/// payload was counted done and not parked (its producer duplicates are
+/// repeats), at most 1 when every record of it was parked or sent to the
+/// destination, 0 when every one was filtered.
+async fn payload_effects_not_once(
+    ctx: &Ctx,
+    table: &str,
+    function: &str,
+    records: &[EsmRecord],
+    parked: &BTreeSet<String>,
+    run: &lambda_esm::EsmRun,
+) -> Vec<String> {
+    let counts = effect_counts(ctx, table).await;
+    let mut by_payload: std::collections::BTreeMap<u32, Vec<&EsmRecord>> = Default::default();
+    for r in records {
+        by_payload.entry(payload_n(r)).or_default().push(r);
+    }
+    by_payload
+        .into_iter()
+        .filter_map(|(n, copies)| {
+            let got = counts
+                .get(&format!("{function}#p{n}"))
+                .copied()
+                .unwrap_or(0);
+            let done = copies.iter().any(|r| {
+                !run.filtered.contains(&r.id)
+                    && !parked.contains(&r.id)
+                    && !run.to_destination.contains(&r.id)
+            });
+            let right = if done {
+                got == 1
+            } else if copies.iter().all(|r| run.filtered.contains(&r.id)) {
+                got == 0
+            } else {
+                got <= 1
+            };
+            (!right).then(|| {
+                format!(
+                    "payload {n} ({} copies): effect applied {got} times",
+                    copies.len()
+                )
+            })
+        })
+        .collect()
+}
+
+/// The `n` of a record's payload.
+fn payload_n(record: &EsmRecord) -> u32 {
+    let data = record.event_record["kinesis"]["data"].as_str().unwrap();
+    let bytes = base64_simd::STANDARD.decode_to_vec(data).unwrap();
+    serde_json::from_slice::<Message>(&bytes).unwrap().n
 }
 
 #[derive(Debug, Deserialize)]

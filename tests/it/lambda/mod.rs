@@ -4,6 +4,7 @@
 mod call_errors;
 mod dynamodb;
 pub(crate) mod esm_contract;
+mod esm_idempotency;
 mod functions;
 mod idempotency;
 mod kinesis;
