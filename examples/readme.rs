@@ -6,6 +6,7 @@ use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use shardkeeper::ddb_streams::{ReaderConfig, StreamReader};
 use shardkeeper::functions::WorkerFunction;
+use shardkeeper::idempotency::{idempotent, Claim, IdempotencyTable};
 use shardkeeper::processing::{
     changes, json, stage_effect, Change, HandlerError, ProcessingOptions, RecordHandler,
     StreamRecord,
@@ -61,6 +62,34 @@ fn effects() -> impl RecordHandler {
         stage_effect(TransactWriteItem::builder().update(count).build())?; // written with the progress, or not at all
         Ok::<(), HandlerError>(())
     });
+    handler
+}
+
+#[derive(serde::Deserialize)]
+struct Payment {
+    payment_id: String,
+    cents: u64,
+}
+
+async fn charge(payment: &Payment) -> Result<(), std::io::Error> {
+    println!("{} {}", payment.payment_id, payment.cents);
+    Ok(())
+}
+
+#[allow(dead_code, clippy::let_and_return)]
+#[rustfmt::skip]
+fn idempotency(store: StateStore) -> impl RecordHandler {
+    let handler = idempotent(
+        IdempotencyTable::in_state(&store),
+        |record: &StreamRecord| record.json::<Payment>().ok().map(|p| p.payment_id), // the idempotency key
+        |record: StreamRecord| async move {
+            let payment: Payment = record.json()?;
+            charge(&payment).await?; // once per payment_id within the hour, whatever the producer sent twice
+            Ok::<u64, HandlerError>(payment.cents) // stored; a repeat hands it to on_repeat
+        },
+    )
+    .claim(Claim::AtCompletion) // one write and one read a record; Claim::BeforeRun (the default) claims first
+    .validate(|record: &StreamRecord| record.data.to_vec()); // a key reused for another payload is an error
     handler
 }
 

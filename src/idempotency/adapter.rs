@@ -1,9 +1,9 @@
 //! The idempotent handler: what it reads before a batch, and for each
 //! record whether to run it, wait, fail it, or hand back a stored result.
 //!
-//! - A completion is staged with the record's effects when the processor
-//!   collects them (written with the progress that covers the record, in
-//!   one transaction), and written alone otherwise (before the progress).
+//! - A completion is staged with the record's effects when its call staged
+//!   some (written with the progress that covers the record, in one
+//!   transaction), and written alone otherwise (before the progress).
 //! - A repeat is validated, then its stored result goes to `on_repeat`.
 //! - A claim ([`Claim::BeforeRun`]) whose call failed is deleted, so that a
 //!   retry need not wait for it to run out.
@@ -12,9 +12,10 @@ use crate::idempotency::entry::Entry;
 use crate::idempotency::known::Local;
 use crate::idempotency::table::{EntryPut, IdempotencyTable};
 use crate::idempotency::{Claim, IdempotencyError, Idempotent};
+use crate::processing::effects::staged_count;
 use crate::processing::parking::sha256_hex;
 use crate::processing::StreamRecord;
-use crate::processing::{stage_effect, EffectError, HandlerError, RecordContext, RecordHandler};
+use crate::processing::{stage_effect, HandlerError, RecordContext, RecordHandler};
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -61,16 +62,11 @@ where
         }
     }
 
-    fn handle(
-        &self,
-        record: StreamRecord,
-    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
-        async move {
-            self.idempotent(record).await.map_err(|e| match e {
-                Failed::Idempotency(e) => Box::new(e) as HandlerError,
-                Failed::Handler(e) => e,
-            })
-        }
+    async fn handle(&self, record: StreamRecord) -> Result<(), HandlerError> {
+        self.idempotent(record).await.map_err(|e| match e {
+            Failed::Idempotency(e) => Box::new(e) as HandlerError,
+            Failed::Handler(e) => e,
+        })
     }
 }
 
@@ -270,16 +266,17 @@ where
         token: &str,
         put: EntryPut,
     ) -> Result<(), Failed> {
-        match stage_effect(IdempotencyTable::transact_item(put.clone())) {
-            Ok(()) => return Ok(()),
-            Err(EffectError::NotCollected) => {}
-            Err(error) => {
-                return Err(IdempotencyError::Effect {
+        // With effects of its own, the completion is one of them: both are
+        // applied, or neither. Without, it is written alone, at once (one
+        // write, not a transaction's two), before the progress.
+        if staged_count() > 0 {
+            return stage_effect(IdempotencyTable::transact_item(put)).map_err(|error| {
+                IdempotencyError::Effect {
                     key: key.to_owned(),
                     error,
                 }
-                .into())
-            }
+                .into()
+            });
         }
         if self.table.write(put).await? {
             return Ok(());

@@ -70,7 +70,7 @@ impl IdempotencyTable {
     pub fn in_state(store: &StateStore) -> Self {
         let config = store.config();
         IdempotencyTable {
-            retry: config.retry.clone(),
+            retry: config.retry,
             ..IdempotencyTable::new(
                 store.client().clone(),
                 config.table.clone(),

@@ -71,6 +71,12 @@ tokio::task_local! {
     static STAGED: RefCell<Effects>;
 }
 
+/// How many effects the record being handled has staged so far (0 where
+/// none are collected).
+pub(crate) fn staged_count() -> usize {
+    STAGED.try_with(|s| s.borrow().items.len()).unwrap_or(0)
+}
+
 /// The effects one record's call staged.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Effects {
