@@ -24,6 +24,7 @@
 mod action;
 mod executor;
 mod fleet;
+mod load;
 mod reap;
 mod rebalance;
 mod reset;

@@ -14,6 +14,11 @@
 //! consumers over quota, and off consumers that are not live, by a claim
 //! that the owner learns of from its next heartbeat and honours (hand-off).
 //!
+//! Once counts are balanced and no lease is in transit, leases move by load
+//! (the handlers' busy time per shard the heartbeats report): one exchange
+//! a tick between the busiest and the least busy consumer, counts kept
+//! (see `load`).
+//!
 //! A lease moves only when its holder can no longer be processing under it:
 //! it is free, it was released (a hand-off), or its owner's session (its
 //! heartbeat, or its absence) and the lease itself have gone unchanged for
@@ -22,6 +27,7 @@
 //! [`TakeFrom`]); a claimed lease goes to its claimant that way too (a
 //! forced take).
 
+use crate::group::load::plan_load_moves;
 use crate::group::{Action, Ages};
 use crate::state::{ConsumerId, GroupSnapshot, SessionSeen, ShardId, ShardState, TakeFrom};
 use std::collections::{BTreeMap, BTreeSet};
@@ -346,6 +352,10 @@ pub fn plan_rebalance(
             to: to.clone(),
             counter: shard.counter,
         });
+    }
+    // Counts balanced and settled: balance load.
+    if assigns.is_empty() && moves.is_empty() && in_transit.is_empty() {
+        moves = plan_load_moves(snapshot, &holdings, &ages.beating, moves_left);
     }
     cancels.into_iter().chain(assigns).chain(moves).collect()
 }

@@ -36,6 +36,7 @@ impl ConsumerInfo {
             standalone: false,
             ends: None,
             busy: None,
+            loads: Default::default(),
             draining: false,
             lease_term: None,
         }
@@ -279,6 +280,17 @@ impl Consumers<'_> {
                 expr = expr.names(&[name]).value(name, n(value));
                 update.push_str(&format!(", #{name} = :{name}"));
             }
+        }
+        if info.busy.is_some() {
+            let loads = info
+                .loads
+                .iter()
+                .map(|(shard, load)| (shard.to_string(), n(i64::from(*load))))
+                .collect();
+            expr = expr
+                .names(&[attr::LOADS])
+                .value(attr::LOADS, AttributeValue::M(loads));
+            update.push_str(&format!(", #{l} = :{l}", l = attr::LOADS));
         }
         let add = ", #incarnation = if_not_exists(#incarnation, :fresh)";
         let mut condition = None;

@@ -82,6 +82,11 @@ pub struct ConsumerInfo {
     /// How busy its handler was since its last heartbeat, in thousandths of
     /// the time (`None`: not measured).
     pub busy: Option<u16>,
+    /// How busy its handler was on each shard it held, since its last
+    /// heartbeat, in thousandths of the time (every shard it held, 0 for an
+    /// idle one; empty: not measured): the rebalancer balances load by it.
+    /// Written with `busy`.
+    pub loads: std::collections::BTreeMap<crate::names::ShardId, u16>,
     /// It drains (the end of its run): its heartbeats keep it inactive, and
     /// nothing makes it active again (not a re-registration after a reap,
     /// nor an enhanced fan-out consumer locked), so it is given no leases.
@@ -379,6 +384,7 @@ impl ConsumerState {
                 standalone: r.bool_or(attr::STANDALONE, false)?,
                 ends: r.opt_i64(attr::ENDS)?,
                 busy: r.opt_i64(attr::BUSY)?.map(|b| b.clamp(0, 1000) as u16),
+                loads: loads_of(item),
                 draining: r.bool_or(attr::DRAINING, false)?,
                 lease_term: r.opt_u64(attr::TERM)?.map(std::time::Duration::from_millis),
             },
@@ -388,6 +394,21 @@ impl ConsumerState {
             beat: r.opt_u64(attr::BEAT)?,
         })
     }
+}
+
+/// The per-shard loads a consumer's item holds (none unreadable: a load
+/// that does not read is left out).
+fn loads_of(item: &RawItem) -> std::collections::BTreeMap<crate::names::ShardId, u16> {
+    item.get(attr::LOADS)
+        .and_then(|v| v.as_m().ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|(shard, load)| {
+            let shard = crate::names::ShardId::new(shard).ok()?;
+            let load = load.as_n().ok()?.parse::<u64>().ok()?.min(1000) as u16;
+            Some((shard, load))
+        })
+        .collect()
 }
 
 impl EfoState {

@@ -130,6 +130,8 @@ pub mod attr {
     pub const ENDS: &str = "ends";
     /// Consumer: thousandths of the time its handler was busy since its last heartbeat.
     pub const BUSY: &str = "busy";
+    /// Consumer: per shard it held, thousandths of the time its handler was busy on it.
+    pub const LOADS: &str = "loads";
     /// Consumer: the lease term its session processes by (ms): an observer
     /// moves its leases only after its session went this long unchanged
     /// (or the observer's own term, if longer).

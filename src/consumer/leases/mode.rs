@@ -64,9 +64,15 @@ impl Mode {
         }
     }
 
-    /// Reports how busy the handler was (a group consumer's heartbeat carries it).
-    pub(crate) fn set_busy(&mut self, per_mille: u16) {
+    /// Reports how busy the handler was, in all and on each shard held (a
+    /// group consumer's heartbeat carries it).
+    pub(crate) fn set_busy(
+        &mut self,
+        per_mille: u16,
+        loads: std::collections::BTreeMap<crate::state::ShardId, u16>,
+    ) {
         if let Mode::Group(s) = self {
+            s.set_shard_loads(loads);
             s.set_busy(per_mille);
         }
     }

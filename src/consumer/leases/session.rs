@@ -212,6 +212,15 @@ impl ConsumerSession {
         self.share_info();
     }
 
+    /// Reports at the next heartbeats how busy the handler was on each
+    /// shard held (thousandths of the time since the last heartbeat; every
+    /// shard held, 0 for an idle one): the rebalancer balances load by it.
+    /// Written with [`ConsumerSession::set_busy`]'s figure.
+    pub fn set_shard_loads(&mut self, loads: std::collections::BTreeMap<ShardId, u16>) {
+        self.info.loads = loads.into_iter().map(|(s, l)| (s, l.min(1000))).collect();
+        self.share_info();
+    }
+
     /// Starts leaving the group while still reading: the consumer is marked
     /// inactive, so the rebalancer gives it nothing more and moves its leases
     /// to active consumers by claims, each honoured (checkpoint, then

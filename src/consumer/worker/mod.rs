@@ -61,6 +61,8 @@ pub struct ShardWorker<H> {
     /// Time spent processing since `busy_since` (reported as the handler's
     /// load at each heartbeat).
     busy: Duration,
+    /// The same, per shard.
+    shard_busy: BTreeMap<ShardId, Duration>,
     busy_since: Instant,
     /// From when the consumer hands its leases to others (see
     /// [`ShardWorker::drain_at`]), and whether it has started to.
@@ -128,6 +130,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             efo_lock: None,
             efo_recheck: false,
             busy: Duration::ZERO,
+            shard_busy: BTreeMap::new(),
             busy_since: Instant::now(),
             drain_at: None,
             draining: false,
@@ -250,8 +253,22 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.lock_efo().await?;
         }
         let elapsed = self.busy_since.elapsed().max(Duration::from_millis(1));
-        let per_mille = (self.busy.as_micros() * 1000 / elapsed.as_micros()).min(1000) as u16;
-        self.mode.set_busy(per_mille);
+        let share =
+            |busy: Duration| (busy.as_micros() * 1000 / elapsed.as_micros()).min(1000) as u16;
+        let per_mille = share(self.busy);
+        let mut shard_busy = std::mem::take(&mut self.shard_busy);
+        let loads = self
+            .pipelines
+            .shards()
+            .iter()
+            .map(|shard| {
+                (
+                    shard.clone(),
+                    share(shard_busy.remove(shard).unwrap_or_default()),
+                )
+            })
+            .collect();
+        self.mode.set_busy(per_mille, loads);
         self.busy = Duration::ZERO;
         self.busy_since = Instant::now();
         if !self.draining && self.drain_at.is_some_and(|at| Instant::now() >= at) {
@@ -375,6 +392,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .step(&core, &mut checkpointer, stop_by, &mut self.report.shards)
             .await;
         self.busy += started.elapsed();
+        *self.shard_busy.entry(shard.clone()).or_default() += started.elapsed();
         self.stepped(shard, step).await
     }
 

@@ -87,8 +87,9 @@ impl<H: RecordHandler> ShardWorker<H> {
                         starts,
                     };
                     let mut report = ShardReport::default();
+                    let began = Instant::now();
                     let step = pipeline.step(core, &mut shared, stop_by, &mut report).await;
-                    (pipeline.shard().clone(), step, report)
+                    (pipeline.shard().clone(), step, report, began.elapsed())
                 }
             });
         let started = Instant::now();
@@ -96,7 +97,8 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.busy += started.elapsed();
         let mut read = false;
         let mut failed = None;
-        for (shard, step, report) in results {
+        for (shard, step, report, busy) in results {
+            *self.shard_busy.entry(shard.clone()).or_default() += busy;
             self.report.shards += &report;
             match self.stepped(&shard, step).await {
                 Ok(r) => read |= r,

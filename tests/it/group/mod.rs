@@ -4,6 +4,7 @@
 mod liveness;
 mod pickup;
 mod plan_fleet;
+mod plan_load;
 mod plan_reap;
 mod plan_rebalance;
 mod retention;

@@ -226,3 +226,29 @@ async fn a_draining_consumer_is_never_made_active_again() {
         .is_some());
     assert!(!active().await);
 }
+
+/// A heartbeat carries the handler's busy time on each shard held, read
+/// back as written; one that measured nothing leaves the last report.
+#[tokio::test]
+async fn a_heartbeat_carries_each_held_shards_load() {
+    let ctx = ctx().await;
+    let store = ctx.store("consumer-loads");
+    let mut me = info("host-1:7", ctx.clock_now());
+    me.busy = Some(600);
+    me.loads = [("shardId-000000000001", 450), ("shardId-000000000002", 0)]
+        .into_iter()
+        .map(|(s, l)| (shardkeeper::state::ShardId::new(s).unwrap(), l))
+        .collect();
+    store.consumers().heartbeat(&me).await.unwrap();
+    let read = store.consumers().get(&me.id).await.unwrap().unwrap();
+    assert_eq!(read.info.loads, me.loads);
+    assert_eq!(read.info.busy, Some(600));
+    let unmeasured = ConsumerInfo {
+        busy: None,
+        loads: Default::default(),
+        ..me.clone()
+    };
+    store.consumers().heartbeat(&unmeasured).await.unwrap();
+    let read = store.consumers().get(&me.id).await.unwrap().unwrap();
+    assert_eq!(read.info.loads, me.loads);
+}

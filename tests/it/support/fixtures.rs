@@ -97,6 +97,7 @@ pub fn consumer(name: &str, age_ms: i64) -> ConsumerState {
             standalone: false,
             ends: None,
             busy: None,
+            loads: Default::default(),
             draining: false,
             lease_term: None,
         },
