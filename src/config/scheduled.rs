@@ -151,6 +151,7 @@ impl ScheduledConfig {
             );
         }
         let moves = vars.number(MAX_MOVES_PER_TICK, 0)?;
+        let balance_load = vars.flag(BALANCE_LOAD, true)?;
         let drain = secs(vars.number(DRAIN_SECONDS, 15)?);
         let efo_pool_size = efo_pool_size(vars)?;
         Ok(ScheduledConfig {
@@ -165,6 +166,7 @@ impl ScheduledConfig {
                 lease_term,
                 heartbeat_timeout,
                 max_moves_per_tick: (moves > 0).then_some(moves as usize),
+                balance_load,
             },
             #[cfg(feature = "fleet")]
             reap: ReapConfig {

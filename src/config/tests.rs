@@ -25,6 +25,7 @@ fn defaults_and_overrides() {
     assert_eq!(c.timing.tick, Duration::from_secs(5));
     assert_eq!(c.lease_term, Duration::from_secs(10));
     assert_eq!(c.rebalance.max_moves_per_tick, None);
+    assert!(c.rebalance.balance_load);
     assert_eq!(c.reap.retention, Duration::from_secs(86_400));
     let c = config(&[
         (GROUP, "billing"),
@@ -32,8 +33,18 @@ fn defaults_and_overrides() {
         (TABLE, "my-state"),
         (MAX_MOVES_PER_TICK, "2"),
         (TICK_SECONDS, "10"),
+        (BALANCE_LOAD, "False"),
     ])
     .unwrap();
+    assert!(!c.rebalance.balance_load);
+    let err = config(&[
+        (GROUP, "billing"),
+        (STREAM, "orders"),
+        (BALANCE_LOAD, "yes"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("SHARDKEEPER_BALANCE_LOAD"), "{err}");
     assert_eq!(c.store.table, "my-state");
     assert_eq!(c.rebalance.max_moves_per_tick, Some(2));
     assert_eq!(c.timing.tick, Duration::from_secs(10));

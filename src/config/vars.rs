@@ -21,6 +21,9 @@ pub const HEARTBEAT_TIMEOUT_SECONDS: &str = "SHARDKEEPER_HEARTBEAT_TIMEOUT_SECON
 pub const LEASE_TERM_SECONDS: &str = "SHARDKEEPER_LEASE_TERM_SECONDS";
 /// Claims per tick; 0 = as many as balance needs (default 0).
 pub const MAX_MOVES_PER_TICK: &str = "SHARDKEEPER_MAX_MOVES_PER_TICK";
+/// `true` (default): once lease counts are balanced, the rebalancer moves
+/// leases by the handlers' load per shard; `false`: counts only.
+pub const BALANCE_LOAD: &str = "SHARDKEEPER_BALANCE_LOAD";
 /// Enhanced fan-out consumers the shard workers share (0, the default: they poll; at most 20).
 pub const EFO_POOL_SIZE: &str = "SHARDKEEPER_EFO_POOL_SIZE";
 /// Seconds an EFO consumer may stay free before it is deregistered (default 900).
@@ -100,6 +103,20 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
                 var,
                 value: v.clone(),
                 reason: "not a whole non-negative number".to_owned(),
+            }),
+        }
+    }
+
+    /// `true` or `false` (either case), `default` when unset.
+    pub(super) fn flag(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(var) {
+            None => Ok(default),
+            Some(v) if v.trim().eq_ignore_ascii_case("true") => Ok(true),
+            Some(v) if v.trim().eq_ignore_ascii_case("false") => Ok(false),
+            Some(v) => Err(ConfigError::Malformed {
+                var,
+                value: v,
+                reason: "not true or false".to_owned(),
             }),
         }
     }

@@ -45,6 +45,9 @@ pub struct RebalanceConfig {
     /// The most claims per tick; `None`: as many as reach balance in one
     /// tick. Free and stale leases (a forced take too) are always given.
     pub max_moves_per_tick: Option<usize>,
+    /// Once counts are balanced, move leases by the load the heartbeats
+    /// report (default `true`; `false`: balance counts only).
+    pub balance_load: bool,
 }
 
 /// Setters, for a configuration built from its default (the struct is
@@ -67,6 +70,12 @@ impl RebalanceConfig {
         self.max_moves_per_tick = max_moves_per_tick;
         self
     }
+
+    /// Sets [`RebalanceConfig::balance_load`](Self::balance_load).
+    pub fn balance_load(mut self, balance_load: bool) -> Self {
+        self.balance_load = balance_load;
+        self
+    }
 }
 
 impl Default for RebalanceConfig {
@@ -75,6 +84,7 @@ impl Default for RebalanceConfig {
             lease_term: Duration::from_secs(10),
             heartbeat_timeout: Duration::from_secs(15),
             max_moves_per_tick: None,
+            balance_load: true,
         }
     }
 }
@@ -354,7 +364,7 @@ pub fn plan_rebalance(
         });
     }
     // Counts balanced and settled: balance load.
-    if assigns.is_empty() && moves.is_empty() && in_transit.is_empty() {
+    if config.balance_load && assigns.is_empty() && moves.is_empty() && in_transit.is_empty() {
         moves = plan_load_moves(snapshot, &holdings, &ages.beating, moves_left);
     }
     cancels.into_iter().chain(assigns).chain(moves).collect()
