@@ -55,6 +55,30 @@ pub enum Command {
     /// Move a group's shard items to another bucket count (partition keys),
     /// with every function of the group stopped.
     Spread(SpreadArgs),
+    /// The batches a Kinesis event source mapping gave up on, from its
+    /// on-failure records (its SQS or S3 destination's, saved to files):
+    /// read again from the stream while it retains them and put back on it
+    /// (or on `--to-stream`).
+    ReplayFailures(ReplayFailuresArgs),
+}
+
+/// `replay-failures`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayFailuresArgs {
+    /// A file of on-failure records (one, an array, or one a line), or a
+    /// directory of such files (an S3 destination's objects, copied).
+    #[arg(long)]
+    pub from: std::path::PathBuf,
+    /// The Kinesis stream (name or ARN) to put the records on, instead of
+    /// the one each batch came from.
+    #[arg(long)]
+    pub to_stream: Option<String>,
+    /// Where, and with which credentials (`--kinesis-endpoint-url`).
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
 }
 
 /// Where the AWS services are, and with which credentials.
@@ -73,7 +97,8 @@ pub struct Connection {
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// Kinesis endpoint URL, for the commands that call Kinesis
-    /// (`parked --replay`, `rewind`, `backfill`, `cutover`, `import-kcl`).
+    /// (`parked --replay`, `rewind`, `backfill`, `cutover`, `import-kcl`,
+    /// `replay-failures`).
     #[arg(long)]
     pub kinesis_endpoint_url: Option<String>,
 }

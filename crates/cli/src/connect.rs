@@ -114,20 +114,26 @@ pub async fn lambda(conn: &Connection, endpoint_url: Option<&str>) -> aws_sdk_la
     aws_sdk_lambda::Client::from_conf(builder.build())
 }
 
+/// A Kinesis client for `conn` (`--kinesis-endpoint-url` applied), with
+/// the SDK's retries.
+pub async fn kinesis(conn: &Connection) -> aws_sdk_kinesis::Client {
+    let config = sdk_config(conn).await;
+    let mut builder = aws_sdk_kinesis::config::Builder::from(&config);
+    if let Some(url) = &conn.kinesis_endpoint_url {
+        builder = builder.endpoint_url(url);
+    }
+    aws_sdk_kinesis::Client::from_conf(builder.build())
+}
+
 /// [`store`], and the library's own Kinesis client
 /// ([`own_kinesis_client`](shardkeeper::state::own_kinesis_client),
 /// `--kinesis-endpoint-url` applied).
 pub async fn clients(
     target: &Target,
 ) -> Result<(StateStore, aws_sdk_kinesis::Client), crate::Error> {
-    let config = sdk_config(&target.conn).await;
-    let mut builder = aws_sdk_kinesis::config::Builder::from(&config);
-    if let Some(url) = &target.conn.kinesis_endpoint_url {
-        builder = builder.endpoint_url(url);
-    }
     let store = store(target).await?;
     let kinesis = shardkeeper::state::own_kinesis_client(
-        &aws_sdk_kinesis::Client::from_conf(builder.build()),
+        &kinesis(&target.conn).await,
         &store.config().timeouts,
     );
     Ok((store, kinesis))

@@ -12,6 +12,7 @@ pub mod commands;
 pub mod connect;
 pub mod cutover;
 pub mod error;
+pub mod failures;
 pub mod kcl;
 pub mod kcl_export;
 pub mod kcl_import;
@@ -167,6 +168,13 @@ pub async fn run_with_stacks(
             let store = connect::store(&args.target).await?;
             Ok((
                 commands::spread(&store, &args, ask_on_terminal).await?,
+                true,
+            ))
+        }
+        Command::ReplayFailures(args) => {
+            let kinesis = connect::kinesis(&args.conn).await;
+            Ok((
+                failures::replay_failures(&kinesis, &args, ask_on_terminal).await?,
                 true,
             ))
         }

@@ -65,7 +65,7 @@ impl StackOutputs for CloudFormation {
 /// The command's target, if it has one.
 fn target_mut(command: &mut Command) -> Option<&mut Target> {
     Some(match command {
-        Command::Groups(_) => return None,
+        Command::Groups(_) | Command::ReplayFailures(_) => return None,
         Command::Status(a) => &mut a.target,
         Command::Reset(a) => &mut a.target,
         Command::Rewind(a) => &mut a.target,

@@ -868,3 +868,169 @@ async fn import_refuses_a_file_of_another_stream_or_with_a_time_to_come() {
         assert_eq!(shard.checkpoint, None, "nothing written");
     }
 }
+
+/// An on-failure record as Lambda sends it to a Kinesis mapping's
+/// destination (Lambda developer guide, "Retaining discarded batches for a
+/// Kinesis event source": the example invocation record's fields).
+fn on_failure_record(arn: &str, shard: &str, start: &str, end: &str) -> serde_json::Value {
+    serde_json::json!({
+        "requestContext": {
+            "requestId": "c9b8fa9f-5a7f-4e4b-9a5a-5d6f4a0e9d11",
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:orders",
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": 3
+        },
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            "functionError": "Unhandled"
+        },
+        "version": "1.0",
+        "timestamp": "2026-11-28T10:00:00.000Z",
+        "KinesisBatchInfo": {
+            "shardId": shard,
+            "startSequenceNumber": start,
+            "endSequenceNumber": end,
+            "approximateArrivalOfFirstRecord": "2026-11-28T09:59:58.000Z",
+            "approximateArrivalOfLastRecord": "2026-11-28T09:59:59.000Z",
+            "batchSize": 4,
+            "streamArn": arn
+        }
+    })
+}
+
+/// `replay-failures` reads the batches a mapping gave up on from its
+/// on-failure records (a directory of them, as copied from an S3
+/// destination), reads each again from its shard, first to last record,
+/// and puts them on the stream in order with their partition keys; a dry
+/// run puts nothing; a DynamoDB Streams record is left, with why; a file
+/// that holds no such record is a typed error naming it.
+#[tokio::test]
+async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream() {
+    use crate::support::common::{create_stream, stream_arn};
+    let ctx = ctx().await;
+    let source = create_stream(&ctx.aws, 1).await;
+    let arn = stream_arn(&ctx.aws, &source).await;
+    for i in 0..10 {
+        ctx.aws
+            .kinesis
+            .put_record()
+            .stream_name(&source)
+            .partition_key(format!("k{i}"))
+            .data(aws_sdk_kinesis::primitives::Blob::new(format!("p{i}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    let shard = crate::support::common::list_shards(&ctx.aws, &source).await[0]
+        .shard_id()
+        .to_owned();
+    let records = crate::support::esm::read_shard(&ctx, &source, &shard).await;
+    let target = create_stream(&ctx.aws, 1).await;
+    let dir = std::env::temp_dir().join(shardkeeper_local::unique_name("failures"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = on_failure_record(
+        &arn,
+        &shard,
+        records[3].sequence_number(),
+        records[6].sequence_number(),
+    );
+    std::fs::write(dir.join("a.json"), record.to_string()).unwrap();
+    let ddb = serde_json::json!({"requestContext": {"condition": "RecordAgeExceeded"}, "DDBStreamBatchInfo": {
+        "shardId": "shardId-00000001", "startSequenceNumber": "100", "endSequenceNumber": "200",
+        "streamArn": "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"}});
+    std::fs::write(dir.join("b.json"), ddb.to_string()).unwrap();
+    let args =
+        |dry_run: bool, from: std::path::PathBuf| shardkeeper_cli::args::ReplayFailuresArgs {
+            from,
+            to_stream: Some(target.clone()),
+            conn: cli_target(&ctx.store(&source)).conn,
+            change: shardkeeper_cli::args::ChangeOptions {
+                dry_run,
+                yes: true,
+                json: false,
+            },
+        };
+    // The record names the stream by its ARN, as Kinesis takes it (local
+    // servers read names only: the proxy puts the ARN in the name).
+    let Some(kinesis_endpoint) = shardkeeper_local::test_endpoints().unwrap().kinesis else {
+        eprintln!("skipped: the proxy needs a local Kinesis endpoint");
+        return;
+    };
+    let proxy = shardkeeper_local::FaultProxy::start(
+        shardkeeper_local::AwsService::Kinesis,
+        &kinesis_endpoint,
+        shardkeeper_local::Faults::none(),
+    )
+    .await
+    .unwrap();
+    proxy.share_from_other_account(&arn).unwrap();
+    let mut endpoints = shardkeeper_local::test_endpoints().unwrap();
+    endpoints.kinesis = Some(proxy.url().to_owned());
+    let by_arn = shardkeeper_local::AwsClients::connect(&endpoints).await;
+    let kinesis = &by_arn.kinesis;
+    let dry =
+        shardkeeper_cli::failures::replay_failures(kinesis, &args(true, dir.clone()), |_| false)
+            .await
+            .unwrap();
+    assert!(dry.contains(": 4 records"), "{dry}");
+    assert!(dry.contains("b.json#1: a DynamoDB Streams batch"), "{dry}");
+    let target_shard = crate::support::common::list_shards(&ctx.aws, &target).await[0]
+        .shard_id()
+        .to_owned();
+    assert!(
+        crate::support::esm::read_shard(&ctx, &target, &target_shard)
+            .await
+            .is_empty()
+    );
+    let done =
+        shardkeeper_cli::failures::replay_failures(kinesis, &args(false, dir.clone()), |_| false)
+            .await
+            .unwrap();
+    assert!(done.contains("4 records put"), "{done}");
+    let put: Vec<(String, String)> = crate::support::esm::read_shard(&ctx, &target, &target_shard)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r.partition_key().unwrap_or_default().to_owned(),
+                String::from_utf8(r.data().as_ref().to_vec()).unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = (3..=6)
+        .map(|i| (format!("k{i}"), format!("p{i}")))
+        .collect();
+    assert_eq!(put, want);
+    // A batch whose first record is past the retention (a sequence number
+    // before the shard's first): what the stream still holds, said so.
+    let trimmed = dir.join("trimmed");
+    std::fs::create_dir_all(&trimmed).unwrap();
+    // (The first record's sequence number less one, in decimal.)
+    let mut digits: Vec<u8> = records[0].sequence_number().bytes().collect();
+    let last = digits.iter().rposition(|d| *d != b'0').unwrap();
+    digits[last] -= 1;
+    digits[last + 1..].fill(b'9');
+    let start = String::from_utf8(digits).unwrap();
+    let before = on_failure_record(&arn, &shard, &start, records[1].sequence_number());
+    std::fs::write(trimmed.join("d.json"), before.to_string()).unwrap();
+    let text = shardkeeper_cli::failures::replay_failures(kinesis, &args(true, trimmed), |_| false)
+        .await
+        .unwrap();
+    assert!(
+        text.contains(": 2 records (its start is no longer retained"),
+        "{text}"
+    );
+    // Not an on-failure record.
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("c.json"), r#"{"Records": []}"#).unwrap();
+    let error = shardkeeper_cli::failures::replay_failures(kinesis, &args(false, bad), |_| true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::BadArgument { name: "--from", message } if message.contains("c.json#1: not an on-failure record")),
+        "{error}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
