@@ -6,7 +6,9 @@
 //!   load is the sum over the shards it holds.
 //! - Load moves only while every held shard's load is known from its
 //!   holder (a shard just handed over is measured by its new holder first),
-//!   and the busiest consumer carries more than [`TRIGGER`] times the mean.
+//!   and the busiest consumer carries more than [`TRIGGER`] times the mean
+//!   and is busy at least [`LEAST_WORTH_MOVING`] (mostly idle consumers
+//!   differ by noise).
 //! - One exchange a tick: a shard of the busiest consumer for a lighter one
 //!   (or none, where the busiest holds more shards) of the least busy, so
 //!   counts stay within the count quotas; the pair that leaves the lower
@@ -31,6 +33,10 @@ pub const GAIN: f64 = 0.1;
 
 /// A consumer's capacity: its handler busy all the time.
 const CAPACITY: u64 = 1000;
+
+/// Below this load (a tenth of the time) the busiest consumer is not worth
+/// a move: differences between mostly idle consumers are noise.
+pub const LEAST_WORTH_MOVING: u64 = 100;
 
 /// The claims of one load exchange, if one is worth it (see the module
 /// documentation). `holdings`: the shards each live consumer holds, none
@@ -81,6 +87,7 @@ pub(crate) fn plan_load_moves(
     };
     let (d, r) = (total(donor), total(receiver));
     if donor == receiver
+        || d < LEAST_WORTH_MOVING
         || (d as f64) <= TRIGGER * mean
         || !beating.contains(donor)
         || !beating.contains(receiver)
