@@ -108,6 +108,7 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     }
 
     /// `true` or `false` (either case), `default` when unset.
+    #[cfg(feature = "worker")]
     pub(super) fn flag(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.get(var) {
             None => Ok(default),
