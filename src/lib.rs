@@ -21,7 +21,9 @@
 //! * `scan` (private): JSON text scanned for the few fields a processor
 //!   reads, without parsing the values (events, DynamoDB images).
 //! * [`processing`]: the record-processing core, the handler contract,
-//!   records, typed payloads, parking.
+//!   records, typed payloads, parking, effects.
+//! * [`idempotency`]: idempotency by content, a handler adapter over an
+//!   entry table (the state table or the user's).
 //! * `change` (private): typed DynamoDB changes decoded from a record's
 //!   text or the SDK's attribute values, a handler of the processing
 //!   contract; [`processing`] re-exports its items (and a reader's record

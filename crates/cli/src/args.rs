@@ -65,10 +65,12 @@ pub enum Command {
 /// `replay-failures`.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayFailuresArgs {
-    /// A file of on-failure records (one, an array, or one a line), or a
-    /// directory of such files (an S3 destination's objects, copied).
+    /// Where the on-failure records are: `s3://<bucket>/<prefix>` (an S3
+    /// destination's objects under the prefix), or a file of them (one, an
+    /// array, or one a line: SQS message bodies saved) or a directory of
+    /// such files.
     #[arg(long)]
-    pub from: std::path::PathBuf,
+    pub from: String,
     /// The Kinesis stream (name or ARN) to put the records on, instead of
     /// the one each batch came from.
     #[arg(long)]
@@ -101,6 +103,10 @@ pub struct Connection {
     /// `replay-failures`).
     #[arg(long)]
     pub kinesis_endpoint_url: Option<String>,
+    /// S3 endpoint URL (path-style requests), for `replay-failures --from
+    /// s3://...`.
+    #[arg(long)]
+    pub s3_endpoint_url: Option<String>,
 }
 
 /// Which group's state, where: named, or read from a deployed stack's

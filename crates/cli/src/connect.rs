@@ -38,7 +38,9 @@ async fn sdk_config_from(
         loader
     };
     let config = loader().load().await;
-    let local = conn.endpoint_url.is_some() || conn.kinesis_endpoint_url.is_some();
+    let local = conn.endpoint_url.is_some()
+        || conn.kinesis_endpoint_url.is_some()
+        || conn.s3_endpoint_url.is_some();
     if !local {
         return config;
     }
@@ -125,6 +127,16 @@ pub async fn kinesis(conn: &Connection) -> aws_sdk_kinesis::Client {
     aws_sdk_kinesis::Client::from_conf(builder.build())
 }
 
+/// An S3 client for `conn` (`--s3-endpoint-url` applied, path-style).
+pub async fn s3(conn: &Connection) -> aws_sdk_s3::Client {
+    let config = sdk_config(conn).await;
+    let mut builder = aws_sdk_s3::config::Builder::from(&config);
+    if let Some(url) = &conn.s3_endpoint_url {
+        builder = builder.endpoint_url(url).force_path_style(true);
+    }
+    aws_sdk_s3::Client::from_conf(builder.build())
+}
+
 /// [`store`], and the library's own Kinesis client
 /// ([`own_kinesis_client`](shardkeeper::state::own_kinesis_client),
 /// `--kinesis-endpoint-url` applied).
@@ -151,6 +163,7 @@ mod tests {
             region: Some("eu-west-1".into()),
             endpoint_url: Some("http://127.0.0.1:1".into()),
             kinesis_endpoint_url: None,
+            s3_endpoint_url: None,
         }
     }
 

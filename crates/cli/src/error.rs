@@ -33,6 +33,14 @@ pub enum Error {
     /// The operator did not confirm.
     #[error("not confirmed: nothing was changed")]
     NotConfirmed,
+    /// Amazon S3 failed (reading a destination's objects).
+    #[error("S3 {operation}: {message}")]
+    S3 {
+        /// The API operation.
+        operation: &'static str,
+        /// The error, with its code when S3 sent one.
+        message: String,
+    },
     /// Terminal or file I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),

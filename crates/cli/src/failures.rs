@@ -8,10 +8,10 @@
 //!   (`KinesisBatchInfo`: stream, shard, first and last sequence number,
 //!   size), not its records (Lambda developer guide, "Retaining discarded
 //!   batches for a Kinesis event source": its example is the format read
-//!   here). `--from` reads them from a file or a directory of files: the S3
-//!   destination's objects (`aws s3 cp --recursive`), or SQS message bodies
-//!   saved one a file; a file holds one record, an array of them, or one a
-//!   line.
+//!   here). `--from` reads them from an S3 destination's objects
+//!   (`s3://<bucket>/<prefix>`, in key order), or from a file or a
+//!   directory of files (SQS message bodies saved one a file); an object or
+//!   a file holds one record, an array of them, or one a line.
 //! - Each batch is read again from its shard at its first sequence number,
 //!   up to its last, while the stream retains it; what is no longer there
 //!   is said, and the rest put, in order, with its partition key.
@@ -41,11 +41,21 @@ pub struct FailedBatch {
     pub condition: String,
 }
 
-/// The on-failure records of `path` (a file, or every file of a
-/// directory, in name order): the Kinesis batches, and what was left (a
-/// DynamoDB Streams batch, with why). A file that is not such records is an
-/// error naming it.
-pub fn read_failures(path: &Path) -> Result<(Vec<FailedBatch>, Vec<String>), Error> {
+/// The documents (name and text) `from` names: the objects under an
+/// `s3://<bucket>/<prefix>` in key order, a file, or every file of a
+/// directory in name order.
+pub async fn documents(
+    s3: &aws_sdk_s3::Client,
+    from: &str,
+) -> Result<Vec<(String, String)>, Error> {
+    if let Some(place) = from.strip_prefix("s3://") {
+        let (bucket, prefix) = place.split_once('/').unwrap_or((place, ""));
+        if bucket.is_empty() {
+            return Err(Error::bad("--from", format!("{from:?} names no bucket")));
+        }
+        return s3_documents(s3, bucket, prefix).await;
+    }
+    let path = Path::new(from);
     let mut files = Vec::new();
     if path.is_dir() {
         for entry in std::fs::read_dir(path)? {
@@ -58,11 +68,75 @@ pub fn read_failures(path: &Path) -> Result<(Vec<FailedBatch>, Vec<String>), Err
     } else {
         files.push(path.to_owned());
     }
+    files
+        .into_iter()
+        .map(|file| Ok((file.display().to_string(), std::fs::read_to_string(&file)?)))
+        .collect()
+}
+
+/// The objects under `prefix` of `bucket`, in key order, as text.
+async fn s3_documents(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    prefix: &str,
+) -> Result<Vec<(String, String)>, Error> {
+    let mut keys = Vec::new();
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(prefix)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| s3_error("ListObjectsV2", e))?;
+        keys.extend(
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned)),
+        );
+    }
+    keys.sort();
+    let mut documents = Vec::with_capacity(keys.len());
+    for key in keys {
+        let object = s3
+            .get_object()
+            .bucket(bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| s3_error("GetObject", e))?;
+        let bytes = object.body.collect().await.map_err(|e| Error::S3 {
+            operation: "GetObject",
+            message: e.to_string(),
+        })?;
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| Error::bad("--from", format!("s3://{bucket}/{key}: not UTF-8 text")))?;
+        documents.push((format!("s3://{bucket}/{key}"), text));
+    }
+    Ok(documents)
+}
+
+/// An S3 call's error, with its code and causes.
+fn s3_error<E, R>(operation: &'static str, e: aws_sdk_s3::error::SdkError<E, R>) -> Error
+where
+    aws_sdk_s3::Error: From<aws_sdk_s3::error::SdkError<E, R>>,
+{
+    let e = aws_sdk_s3::Error::from(e);
+    Error::S3 {
+        operation,
+        message: aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
+    }
+}
+
+/// The on-failure records of `documents`: the Kinesis batches, and what
+/// was left (a DynamoDB Streams batch, with why). A document that is not
+/// such records is an error naming it.
+pub fn read_failures(
+    documents: &[(String, String)],
+) -> Result<(Vec<FailedBatch>, Vec<String>), Error> {
     let (mut batches, mut left) = (Vec::new(), Vec::new());
-    for file in files {
-        let text = std::fs::read_to_string(&file)?;
-        let name = file.display().to_string();
-        for (i, value) in values_of(&text, &name)?.into_iter().enumerate() {
+    for (name, text) in documents {
+        for (i, value) in values_of(text, name)?.into_iter().enumerate() {
             let at = format!("{name}#{}", i + 1);
             match batch_of(&value, &at)? {
                 Some(batch) => batches.push(batch),
@@ -203,10 +277,11 @@ async fn reread(
 /// `replay-failures`: see the module documentation.
 pub async fn replay_failures(
     kinesis: &aws_sdk_kinesis::Client,
+    s3: &aws_sdk_s3::Client,
     args: &ReplayFailuresArgs,
     ask: impl FnOnce(&str) -> bool,
 ) -> Result<String, Error> {
-    let (batches, left) = read_failures(&args.from)?;
+    let (batches, left) = read_failures(&documents(s3, &args.from).await?)?;
     let to_stream = args
         .to_stream
         .as_deref()

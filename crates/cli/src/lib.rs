@@ -172,9 +172,12 @@ pub async fn run_with_stacks(
             ))
         }
         Command::ReplayFailures(args) => {
-            let kinesis = connect::kinesis(&args.conn).await;
+            let (kinesis, s3) = (
+                connect::kinesis(&args.conn).await,
+                connect::s3(&args.conn).await,
+            );
             Ok((
-                failures::replay_failures(&kinesis, &args, ask_on_terminal).await?,
+                failures::replay_failures(&kinesis, &s3, &args, ask_on_terminal).await?,
                 true,
             ))
         }

@@ -9,3 +9,4 @@ pub mod fixtures;
 pub mod iam;
 pub mod lambda_esm;
 pub mod recorded;
+pub mod s3;

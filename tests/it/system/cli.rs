@@ -900,8 +900,9 @@ fn on_failure_record(arn: &str, shard: &str, start: &str, end: &str) -> serde_js
 }
 
 /// `replay-failures` reads the batches a mapping gave up on from its
-/// on-failure records (a directory of them, as copied from an S3
-/// destination), reads each again from its shard, first to last record,
+/// on-failure records (an S3 destination's objects under a prefix, on an
+/// S3-compatible server in-process; files), reads each again from its
+/// shard, first to last record,
 /// and puts them on the stream in order with their partition keys; a dry
 /// run puts nothing; a DynamoDB Streams record is left, with why; a file
 /// that holds no such record is a typed error naming it.
@@ -935,22 +936,42 @@ async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream(
         records[3].sequence_number(),
         records[6].sequence_number(),
     );
-    std::fs::write(dir.join("a.json"), record.to_string()).unwrap();
     let ddb = serde_json::json!({"requestContext": {"condition": "RecordAgeExceeded"}, "DDBStreamBatchInfo": {
         "shardId": "shardId-00000001", "startSequenceNumber": "100", "endSequenceNumber": "200",
         "streamArn": "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000"}});
-    std::fs::write(dir.join("b.json"), ddb.to_string()).unwrap();
-    let args =
-        |dry_run: bool, from: std::path::PathBuf| shardkeeper_cli::args::ReplayFailuresArgs {
-            from,
-            to_stream: Some(target.clone()),
-            conn: cli_target(&ctx.store(&source)).conn,
-            change: shardkeeper_cli::args::ChangeOptions {
-                dry_run,
-                yes: true,
-                json: false,
-            },
-        };
+    // The S3 destination's bucket: the two records under the mapping's
+    // prefix, and an object of something else beside it.
+    let s3 = crate::support::s3::LocalS3::start().await;
+    s3.client
+        .create_bucket()
+        .bucket("failures")
+        .send()
+        .await
+        .unwrap();
+    for (key, body) in [
+        ("orders/2026/11/28/a.json", record.to_string()),
+        ("orders/2026/11/28/b.json", ddb.to_string()),
+        ("other/c.json", "not a record".to_owned()),
+    ] {
+        s3.client
+            .put_object()
+            .bucket("failures")
+            .key(key)
+            .body(body.into_bytes().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let args = |dry_run: bool, from: &str| shardkeeper_cli::args::ReplayFailuresArgs {
+        from: from.to_owned(),
+        to_stream: Some(target.clone()),
+        conn: cli_target(&ctx.store(&source)).conn,
+        change: shardkeeper_cli::args::ChangeOptions {
+            dry_run,
+            yes: true,
+            json: false,
+        },
+    };
     // The record names the stream by its ARN, as Kinesis takes it (local
     // servers read names only: the proxy puts the ARN in the name).
     let Some(kinesis_endpoint) = shardkeeper_local::test_endpoints().unwrap().kinesis else {
@@ -969,12 +990,19 @@ async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream(
     endpoints.kinesis = Some(proxy.url().to_owned());
     let by_arn = shardkeeper_local::AwsClients::connect(&endpoints).await;
     let kinesis = &by_arn.kinesis;
-    let dry =
-        shardkeeper_cli::failures::replay_failures(kinesis, &args(true, dir.clone()), |_| false)
-            .await
-            .unwrap();
+    let dry = shardkeeper_cli::failures::replay_failures(
+        kinesis,
+        &s3.client,
+        &args(true, "s3://failures/orders/"),
+        |_| false,
+    )
+    .await
+    .unwrap();
     assert!(dry.contains(": 4 records"), "{dry}");
-    assert!(dry.contains("b.json#1: a DynamoDB Streams batch"), "{dry}");
+    assert!(
+        dry.contains("s3://failures/orders/2026/11/28/b.json#1: a DynamoDB Streams batch"),
+        "{dry}"
+    );
     let target_shard = crate::support::common::list_shards(&ctx.aws, &target).await[0]
         .shard_id()
         .to_owned();
@@ -983,10 +1011,14 @@ async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream(
             .await
             .is_empty()
     );
-    let done =
-        shardkeeper_cli::failures::replay_failures(kinesis, &args(false, dir.clone()), |_| false)
-            .await
-            .unwrap();
+    let done = shardkeeper_cli::failures::replay_failures(
+        kinesis,
+        &s3.client,
+        &args(false, "s3://failures/orders/"),
+        |_| false,
+    )
+    .await
+    .unwrap();
     assert!(done.contains("4 records put"), "{done}");
     let put: Vec<(String, String)> = crate::support::esm::read_shard(&ctx, &target, &target_shard)
         .await
@@ -1014,9 +1046,14 @@ async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream(
     let start = String::from_utf8(digits).unwrap();
     let before = on_failure_record(&arn, &shard, &start, records[1].sequence_number());
     std::fs::write(trimmed.join("d.json"), before.to_string()).unwrap();
-    let text = shardkeeper_cli::failures::replay_failures(kinesis, &args(true, trimmed), |_| false)
-        .await
-        .unwrap();
+    let text = shardkeeper_cli::failures::replay_failures(
+        kinesis,
+        &s3.client,
+        &args(true, trimmed.to_str().unwrap()),
+        |_| false,
+    )
+    .await
+    .unwrap();
     assert!(
         text.contains(": 2 records (its start is no longer retained"),
         "{text}"
@@ -1025,9 +1062,14 @@ async fn replay_failures_puts_the_batches_a_mapping_gave_up_on_back_on_a_stream(
     let bad = dir.join("bad");
     std::fs::create_dir_all(&bad).unwrap();
     std::fs::write(bad.join("c.json"), r#"{"Records": []}"#).unwrap();
-    let error = shardkeeper_cli::failures::replay_failures(kinesis, &args(false, bad), |_| true)
-        .await
-        .unwrap_err();
+    let error = shardkeeper_cli::failures::replay_failures(
+        kinesis,
+        &s3.client,
+        &args(false, bad.to_str().unwrap()),
+        |_| true,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&error, Error::BadArgument { name: "--from", message } if message.contains("c.json#1: not an on-failure record")),
         "{error}"
