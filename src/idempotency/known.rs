@@ -4,7 +4,8 @@
 //! - A batch's reads replace what was known of its keys: a completion staged
 //!   with an earlier batch's effects is trusted only until the next batch
 //!   (its commit may have failed, and its records come again).
-//! - Knowledge older than [`KEEP`] is dropped.
+//! - Knowledge older than [`KEEP`] is dropped, and past [`MOST`] entries
+//!   the oldest half (a busy worker completes many keys in a quarter hour).
 
 use crate::idempotency::entry::Entry;
 use std::collections::HashMap;
@@ -13,6 +14,9 @@ use std::time::{Duration, Instant};
 
 /// How long knowledge is kept: past the longest invocation.
 const KEEP: Duration = Duration::from_secs(15 * 60);
+
+/// The most entries kept.
+const MOST: usize = 100_000;
 
 /// What this process knows of one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +57,20 @@ impl Known {
     pub(crate) fn set(&self, entry_key: String, local: Local) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.insert(entry_key, (local, Instant::now()));
+        if entries.len() > MOST {
+            entries.retain(|_, (_, at)| at.elapsed() < KEEP);
+        }
+        if entries.len() > MOST {
+            let mut ages: Vec<Instant> = entries.values().map(|(_, at)| *at).collect();
+            ages.sort_unstable();
+            let cut = ages[ages.len() / 2];
+            entries.retain(|_, (_, at)| *at > cut);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().unwrap().len()
     }
 
     /// A new batch of `entry_keys` starts: `read` replaces what was known of
@@ -110,6 +128,16 @@ mod tests {
         // Not in this batch: kept.
         assert_eq!(known.get("b"), Some(done("u")));
         assert_eq!(known.get("c"), None);
+    }
+
+    #[test]
+    fn past_the_most_entries_the_oldest_half_goes() {
+        let known = Known::default();
+        for i in 0..=MOST {
+            known.set(format!("k{i}"), done("t"));
+        }
+        assert!(known.len() <= MOST / 2 + 1, "{}", known.len());
+        assert!(known.get(&format!("k{MOST}")).is_some(), "the newest stays");
     }
 
     #[test]
