@@ -62,26 +62,8 @@ pub enum Command {
     ReplayFailures(ReplayFailuresArgs),
 }
 
-/// `replay-failures`.
-#[derive(Debug, Clone, Args)]
-pub struct ReplayFailuresArgs {
-    /// Where the on-failure records are: `s3://<bucket>/<prefix>` (an S3
-    /// destination's objects under the prefix), or a file of them (one, an
-    /// array, or one a line: SQS message bodies saved) or a directory of
-    /// such files.
-    #[arg(long)]
-    pub from: String,
-    /// The Kinesis stream (name or ARN) to put the records on, instead of
-    /// the one each batch came from.
-    #[arg(long)]
-    pub to_stream: Option<String>,
-    /// Where, and with which credentials (`--kinesis-endpoint-url`).
-    #[command(flatten)]
-    pub conn: Connection,
-    /// Dry run, confirmation, output.
-    #[command(flatten)]
-    pub change: ChangeOptions,
-}
+/// `replay-failures` (its arguments live beside the command).
+pub use crate::failures::ReplayFailuresArgs;
 
 /// Where the AWS services are, and with which credentials.
 #[derive(Debug, Clone, Default, Args)]
@@ -319,86 +301,10 @@ pub struct BackfillArgs {
     pub change: ChangeOptions,
 }
 
-/// `cutover`.
-#[derive(Debug, Clone, Args)]
-pub struct CutoverArgs {
-    /// Which way.
-    #[command(subcommand)]
-    pub direction: CutoverDirection,
-}
-
-/// Which way a cut-over goes.
-#[derive(Debug, Clone, Subcommand)]
-pub enum CutoverDirection {
-    /// From an event source mapping (disabled first) to the worker fleet:
-    /// sets the fleet group's positions to what the mapping's consumer
-    /// completed in each shard.
-    FromEsm(CutoverFromEsmArgs),
-    /// From the worker fleet (stopped first) to an event source mapping:
-    /// sets a floor on each of the mapping's consumer's shards and prints
-    /// the time to create the mapping at.
-    ToEsm(CutoverToEsmArgs),
-}
-
-/// An event-source-mapped processor's consumer: where it keeps its
-/// progress, and under which name.
-#[derive(Debug, Clone, Args)]
-pub struct EsmConsumer {
-    /// The group the processor keeps its progress in (its
-    /// `SHARDKEEPER_GROUP`).
-    #[arg(long)]
-    pub esm_group: String,
-    /// The processor's consumer name (`ProcessingOptions::consumer`; by
-    /// default the name of the function the mapping invokes).
-    #[arg(long)]
-    pub consumer: String,
-}
-
-/// `cutover from-esm`.
-#[derive(Debug, Clone, Args)]
-pub struct CutoverFromEsmArgs {
-    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
-    /// stream is).
-    #[command(flatten)]
-    pub target: Target,
-    /// The event-source-mapped processor's consumer.
-    #[command(flatten)]
-    pub esm: EsmConsumer,
-    /// Count only progress stored at or after this time (RFC 3339 or ms):
-    /// when the mapping's ParallelizationFactor was last set to 1.
-    #[arg(long)]
-    pub since: Option<String>,
-    /// The event source mapping's UUID: Lambda's `GetEventSourceMapping`
-    /// must show it disabled, reading the group's stream, at a
-    /// ParallelizationFactor of 1, or nothing is written.
-    #[arg(long)]
-    pub mapping: Option<String>,
-    /// Lambda's endpoint for `--mapping` (a local emulator; default: the
-    /// region's).
-    #[arg(long)]
-    pub lambda_endpoint_url: Option<String>,
-    /// Move even while the fleet's registered consumers hold leases.
-    #[arg(long)]
-    pub force: bool,
-    /// Dry run, confirmation, output.
-    #[command(flatten)]
-    pub change: ChangeOptions,
-}
-
-/// `cutover to-esm`.
-#[derive(Debug, Clone, Args)]
-pub struct CutoverToEsmArgs {
-    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
-    /// stream is).
-    #[command(flatten)]
-    pub target: Target,
-    /// The event-source-mapped processor's consumer.
-    #[command(flatten)]
-    pub esm: EsmConsumer,
-    /// Dry run, confirmation, output.
-    #[command(flatten)]
-    pub change: ChangeOptions,
-}
+/// `cutover` (its arguments live beside the command).
+pub use crate::cutover::{
+    CutoverArgs, CutoverDirection, CutoverFromEsmArgs, CutoverToEsmArgs, EsmConsumer,
+};
 
 /// `export`.
 #[derive(Debug, Clone, Args)]

@@ -17,10 +17,11 @@
 //! The decisions per shard are pure (`fleet_start`, `esm_floor`,
 //! `mapping_start`).
 
-use crate::args::{CutoverFromEsmArgs, CutoverToEsmArgs};
+use crate::args::{ChangeOptions, Target};
 use crate::commands::parse_time;
 use crate::error::Error;
 use crate::positions::{apply_moves, plan_moves};
+use clap::{Args, Subcommand};
 use serde::Serialize;
 use shardkeeper::consumer::{discover_shards, list_stream_shards};
 use shardkeeper::group::{plan_reset, ResetRefused, ResetReport};
@@ -30,6 +31,87 @@ use shardkeeper::state::{
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// `cutover`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverArgs {
+    /// Which way.
+    #[command(subcommand)]
+    pub direction: CutoverDirection,
+}
+
+/// Which way a cut-over goes.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CutoverDirection {
+    /// From an event source mapping (disabled first) to the worker fleet:
+    /// sets the fleet group's positions to what the mapping's consumer
+    /// completed in each shard.
+    FromEsm(CutoverFromEsmArgs),
+    /// From the worker fleet (stopped first) to an event source mapping:
+    /// sets a floor on each of the mapping's consumer's shards and prints
+    /// the time to create the mapping at.
+    ToEsm(CutoverToEsmArgs),
+}
+
+/// An event-source-mapped processor's consumer: where it keeps its
+/// progress, and under which name.
+#[derive(Debug, Clone, Args)]
+pub struct EsmConsumer {
+    /// The group the processor keeps its progress in (its
+    /// `SHARDKEEPER_GROUP`).
+    #[arg(long)]
+    pub esm_group: String,
+    /// The processor's consumer name (`ProcessingOptions::consumer`; by
+    /// default the name of the function the mapping invokes).
+    #[arg(long)]
+    pub consumer: String,
+}
+
+/// `cutover from-esm`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverFromEsmArgs {
+    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
+    /// stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// The event-source-mapped processor's consumer.
+    #[command(flatten)]
+    pub esm: EsmConsumer,
+    /// Count only progress stored at or after this time (RFC 3339 or ms):
+    /// when the mapping's ParallelizationFactor was last set to 1.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// The event source mapping's UUID: Lambda's `GetEventSourceMapping`
+    /// must show it disabled, reading the group's stream, at a
+    /// ParallelizationFactor of 1, or nothing is written.
+    #[arg(long)]
+    pub mapping: Option<String>,
+    /// Lambda's endpoint for `--mapping` (a local emulator; default: the
+    /// region's).
+    #[arg(long)]
+    pub lambda_endpoint_url: Option<String>,
+    /// Move even while the fleet's registered consumers hold leases.
+    #[arg(long)]
+    pub force: bool,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
+}
+
+/// `cutover to-esm`.
+#[derive(Debug, Clone, Args)]
+pub struct CutoverToEsmArgs {
+    /// The fleet's group (and with `--kinesis-endpoint-url`, where its
+    /// stream is).
+    #[command(flatten)]
+    pub target: Target,
+    /// The event-source-mapped processor's consumer.
+    #[command(flatten)]
+    pub esm: EsmConsumer,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
+}
 
 /// How long a floor stays: longer than any overlap a new mapping reads.
 const FLOOR_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -18,11 +18,33 @@
 //! - A DynamoDB Streams record (`DDBStreamBatchInfo`) is listed and left.
 //! - A dry run says what would be put; otherwise the operator confirms.
 
-use crate::args::ReplayFailuresArgs;
+use crate::args::{ChangeOptions, Connection};
 use crate::Error;
 use aws_sdk_kinesis::types::ShardIteratorType;
+use clap::Args;
 use shardkeeper::state::{kinesis_error, ForStream, SequenceNumber, StreamAddress};
 use std::path::Path;
+
+/// `replay-failures`'s arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayFailuresArgs {
+    /// Where the on-failure records are: `s3://<bucket>/<prefix>` (an S3
+    /// destination's objects under the prefix), or a file of them (one, an
+    /// array, or one a line: SQS message bodies saved) or a directory of
+    /// such files.
+    #[arg(long)]
+    pub from: String,
+    /// The Kinesis stream (name or ARN) to put the records on, instead of
+    /// the one each batch came from.
+    #[arg(long)]
+    pub to_stream: Option<String>,
+    /// Where, and with which credentials (`--kinesis-endpoint-url`).
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Dry run, confirmation, output.
+    #[command(flatten)]
+    pub change: ChangeOptions,
+}
 
 /// One batch a mapping gave up on, as its on-failure record names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

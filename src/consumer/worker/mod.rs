@@ -14,6 +14,7 @@
 //! - `config`: how it reads, and what it reports.
 //! - `pacing`: writing the checkpoints its pacing deferred, at heartbeats.
 
+mod busy;
 mod config;
 mod efo;
 mod pacing;
@@ -58,12 +59,9 @@ pub struct ShardWorker<H> {
     observer: Option<Observer>,
     efo_lock: Option<EfoLock>,
     efo_recheck: bool,
-    /// Time spent processing since `busy_since` (reported as the handler's
-    /// load at each heartbeat).
-    busy: Duration,
-    /// The same, per shard.
-    shard_busy: BTreeMap<ShardId, Duration>,
-    busy_since: Instant,
+    /// Time spent processing since the last heartbeat (reported as the
+    /// handler's load, in all and per shard).
+    busy: busy::Busy,
     /// From when the consumer hands its leases to others (see
     /// [`ShardWorker::drain_at`]), and whether it has started to.
     drain_at: Option<Instant>,
@@ -129,9 +127,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             observer: None,
             efo_lock: None,
             efo_recheck: false,
-            busy: Duration::ZERO,
-            shard_busy: BTreeMap::new(),
-            busy_since: Instant::now(),
+            busy: busy::Busy::new(),
             drain_at: None,
             draining: false,
             pacing: Pacing::default(),
@@ -252,25 +248,8 @@ impl<H: RecordHandler> ShardWorker<H> {
         if efo && (self.efo_lock.is_none() || self.efo_recheck) {
             self.lock_efo().await?;
         }
-        let elapsed = self.busy_since.elapsed().max(Duration::from_millis(1));
-        let share =
-            |busy: Duration| (busy.as_micros() * 1000 / elapsed.as_micros()).min(1000) as u16;
-        let per_mille = share(self.busy);
-        let mut shard_busy = std::mem::take(&mut self.shard_busy);
-        let loads = self
-            .pipelines
-            .shards()
-            .iter()
-            .map(|shard| {
-                (
-                    shard.clone(),
-                    share(shard_busy.remove(shard).unwrap_or_default()),
-                )
-            })
-            .collect();
+        let (per_mille, loads) = self.busy.report(self.pipelines.shards());
         self.mode.set_busy(per_mille, loads);
-        self.busy = Duration::ZERO;
-        self.busy_since = Instant::now();
         if !self.draining && self.drain_at.is_some_and(|at| Instant::now() >= at) {
             self.mode.drain().await?;
             self.draining = true;
@@ -391,8 +370,8 @@ impl<H: RecordHandler> ShardWorker<H> {
         let step = pipeline
             .step(&core, &mut checkpointer, stop_by, &mut self.report.shards)
             .await;
-        self.busy += started.elapsed();
-        *self.shard_busy.entry(shard.clone()).or_default() += started.elapsed();
+        self.busy.add_overall(started.elapsed());
+        self.busy.add(shard, started.elapsed());
         self.stepped(shard, step).await
     }
 

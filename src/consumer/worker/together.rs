@@ -94,11 +94,11 @@ impl<H: RecordHandler> ShardWorker<H> {
             });
         let started = Instant::now();
         let results = futures_util::future::join_all(steps).await;
-        self.busy += started.elapsed();
+        self.busy.add_overall(started.elapsed());
         let mut read = false;
         let mut failed = None;
         for (shard, step, report, busy) in results {
-            *self.shard_busy.entry(shard.clone()).or_default() += busy;
+            self.busy.add(&shard, busy);
             self.report.shards += &report;
             match self.stepped(&shard, step).await {
                 Ok(r) => read |= r,
