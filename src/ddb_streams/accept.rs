@@ -12,6 +12,7 @@ use crate::ddb_streams::reader::{Known, StreamReader};
 use crate::pipeline::{Checkpointer, InitialPosition, ShardReport, Shared, Step};
 use crate::processing::ChangeRecord;
 use crate::processing::{Core, RecordHandler};
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EpochMillis, ShardId};
 use crate::Error;
 use std::collections::BTreeMap;
@@ -153,7 +154,7 @@ impl<C: StreamsClient> StreamReader<C> {
         let store = self.store().clone();
         let options = self.config.processing.clone();
         let core = Core::new(handler, Some(&store), &options);
-        let due = self.shards.due(Instant::now());
+        let due = self.shards.due(instant_now());
         let mut checkpointer = ReaderCheckpoints {
             known: &mut self.known,
             calls: &self.calls,

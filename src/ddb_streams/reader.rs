@@ -15,11 +15,11 @@ use crate::ddb_streams::client::StreamsClient;
 use crate::ddb_streams::config::{ReaderConfig, DISCOVER_EVERY, EMPTY_READS_AT_HEAD};
 use crate::ddb_streams::source::StreamsSource;
 use crate::pipeline::ShardMap;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EpochMillis, ShardId, ShardSpec, StateStore};
 use crate::Error;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// What the reader knows of a shard besides its pipeline: its place in the
 /// tree, and the position last saved for it.
@@ -133,7 +133,7 @@ impl<C: StreamsClient> StreamReader<C> {
         if self.discovery_due() {
             batch.discovery = Some(self.discover().await?);
         }
-        for id in self.shards.due(Instant::now()) {
+        for id in self.shards.due(instant_now()) {
             let Some(pipeline) = self.shards.get_mut(&id) else {
                 continue;
             };

@@ -8,9 +8,10 @@ use crate::consumer::ConsumerSession;
 use crate::consumer::{Observer, ShardWorker, WorkerConfig, WorkerReport};
 use crate::metrics::{Metric, MetricValue};
 use crate::processing::RecordHandler;
+use crate::state::instant_now;
 use crate::state::{ConsumerId, ConsumerInfo, StateStore};
 use lambda_runtime::LambdaEvent;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// What the shard-worker function needs for every invocation: made by
 /// [`WorkerFunction::from_env`], or by [`WorkerFunction::new`] and its
@@ -151,7 +152,7 @@ where
         let mut info = ConsumerInfo::for_this_process(id, self.store.now());
         info.ends = Some(self.store.now() + crate::state::duration_millis(left));
         let session = ConsumerSession::new(self.store.clone(), info, self.lease_term);
-        let started = Instant::now();
+        let started = instant_now();
         let mut worker = ShardWorker::new(
             session,
             self.store.clone(),

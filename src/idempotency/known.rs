@@ -8,6 +8,7 @@
 //!   the oldest half (a busy worker completes many keys in a quarter hour).
 
 use crate::idempotency::entry::Entry;
+use crate::state::instant_now;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,7 +57,7 @@ impl Known {
     /// Knows `local` of `entry_key` from now.
     pub(crate) fn set(&self, entry_key: String, local: Local) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.insert(entry_key, (local, Instant::now()));
+        entries.insert(entry_key, (local, instant_now()));
         if entries.len() > MOST {
             entries.retain(|_, (_, at)| at.elapsed() < KEEP);
         }
@@ -79,7 +80,7 @@ impl Known {
     pub(crate) fn batch(&self, entry_keys: &[String], read: Option<HashMap<String, Entry>>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.retain(|_, (_, at)| at.elapsed() < KEEP);
-        let now = Instant::now();
+        let now = instant_now();
         match read {
             Some(read) => {
                 for key in entry_keys {

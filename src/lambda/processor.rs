@@ -14,6 +14,7 @@ use crate::processing::outcome::BatchReport;
 use crate::processing::sink::NoCheckpoints;
 use crate::processing::state_time::within;
 use crate::processing::RecordContext;
+use crate::state::instant_now;
 use crate::state::{BatchKey, SequenceNumber, StateError, StateStore};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
@@ -275,7 +276,7 @@ impl<H: RecordHandler, S: EventSource> BatchProcessor<H, S> {
         // State calls before the first record get a quarter of the time to
         // the stop-by instant (a slow table then costs de-duplication, not
         // the batch); the others, until the deadline.
-        let now = Instant::now();
+        let now = instant_now();
         let before_records = stop_by.map(|t| now + t.saturating_duration_since(now) / 4);
         let until = deadline.map(|d| now + d.duration_since(SystemTime::now()).unwrap_or_default());
         let floor = within(
@@ -337,7 +338,7 @@ async fn floor<H>(
         .floors
         .lock()
         .expect("floors")
-        .insert(key, (Instant::now(), floor.clone()));
+        .insert(key, (instant_now(), floor.clone()));
     Ok(floor)
 }
 
@@ -427,7 +428,7 @@ fn stop_by(deadline: SystemTime, margin: Duration) -> Instant {
     } else {
         left / 2
     };
-    Instant::now() + work
+    instant_now() + work
 }
 
 impl<H: RecordHandler, S: EventSource> lambda_runtime::tower::Service<LambdaEvent<Box<RawValue>>>

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::processing::{Core, ProcessingOptions, StreamRecord, Unit};
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EpochMillis, SequenceNumber, Service, ShardId, StateError};
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -312,7 +313,7 @@ fn a_child_is_due_once_its_parent_in_the_map_is_finished() {
     open(&mut map, "parent", &[]);
     open(&mut map, "child", &["parent"]);
     open(&mut map, "orphan", &["gone"]);
-    let now = Instant::now();
+    let now = instant_now();
     assert_eq!(map.due(now), vec![shard("parent"), shard("orphan")]);
     map.get_mut(&shard("parent")).unwrap().source_mut().ended = true;
     assert_eq!(map.due(now), vec![shard("child"), shard("orphan")]);
@@ -327,7 +328,7 @@ fn a_shard_whose_source_is_not_due_is_left_out() {
     open(&mut map, "a", &[]);
     open(&mut map, "b", &[]);
     map.get_mut(&shard("a")).unwrap().source_mut().due = false;
-    assert_eq!(map.due(Instant::now()), vec![shard("b")]);
+    assert_eq!(map.due(instant_now()), vec![shard("b")]);
     assert_eq!(map.close_all(), vec![shard("a"), shard("b")]);
     assert!(map.is_empty());
 }
@@ -353,7 +354,7 @@ async fn pacing_defers_a_checkpoint_within_its_interval_but_never_a_pin() {
     // What was deferred is due once the interval has passed, and only if
     // the shard moved past what was written.
     let moved = BTreeMap::from([(shard.clone(), (after("2"), None))]);
-    let now = Instant::now();
+    let now = instant_now();
     assert!(pacing.due(moved.clone(), now, hour).is_empty());
     let later = now + hour + Duration::from_secs(1);
     assert_eq!(

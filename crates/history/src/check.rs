@@ -6,6 +6,7 @@ mod calls;
 pub use calls::{Call, Intrusion, Overlap};
 
 use calls::{calls_by_shard, intrusions, overlaps};
+use shardkeeper::state::instant_now;
 
 use super::{History, Processed, Span};
 use serde::Serialize;
@@ -303,7 +304,7 @@ pub fn check(history: &History) -> Verification {
         *top = (*top).max(p.n);
     }
     let calls = calls_by_shard(history);
-    let origin = history.origin().unwrap_or_else(Instant::now);
+    let origin = history.origin().unwrap_or_else(instant_now);
     let completed = completions(history);
     let children_before_parents: BTreeSet<ShardId> = history
         .processed

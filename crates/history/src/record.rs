@@ -6,6 +6,7 @@
 use super::{History, Processed, SharedHistory, Span};
 use shardkeeper::consumer::Observer;
 use shardkeeper::processing::{HandlerError, RecordHandler, StreamRecord};
+use shardkeeper::state::instant_now;
 use shardkeeper::state::{Checkpoint, SequenceNumber, ShardId};
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -66,7 +67,7 @@ impl Drop for Running<'_> {
             consumer: self.consumer.to_owned(),
             shard: self.shard.clone(),
             start: self.start,
-            end: Instant::now(),
+            end: instant_now(),
         };
         lock(self.history).spans.push(span);
     }
@@ -87,7 +88,7 @@ impl<H> Recording<H> {
             n,
             sequence: SequenceNumber::new(&record.sequence_number)?,
             sub_sequence: record.sub_sequence,
-            at: Instant::now(),
+            at: instant_now(),
         })
     }
 
@@ -96,7 +97,7 @@ impl<H> Recording<H> {
             history: &self.history,
             consumer: &self.consumer,
             shard: shard.clone(),
-            start: Instant::now(),
+            start: instant_now(),
         }
     }
 }
@@ -108,7 +109,7 @@ impl<H: RecordHandler> RecordHandler for Recording<H> {
         let mut processed = self.numbered(&record)?;
         let _call = self.running(&processed.shard);
         self.inner.handle(record).await?;
-        processed.at = Instant::now();
+        processed.at = instant_now();
         lock(&self.history).processed.push(processed);
         Ok(())
     }
@@ -135,7 +136,7 @@ impl<H: RecordHandler> RecordHandler for Recording<H> {
             self.inner.handle_batch(records).await
         };
         let answered = results.len() == numbered.len() && results.iter().all(Result::is_ok);
-        let at = Instant::now();
+        let at = instant_now();
         {
             let mut history = lock(&self.history);
             for (result, mut p) in results.iter().zip(numbered) {
@@ -266,7 +267,7 @@ mod tests {
         let call = handler.handle(record(SHARD, 0));
         let cut = tokio::time::timeout(Duration::from_millis(20), call).await;
         assert!(cut.is_err());
-        let dropped = Instant::now();
+        let dropped = instant_now();
         let h = history.lock().unwrap();
         assert!(h.processed.is_empty());
         assert_eq!(h.spans.len(), 1);

@@ -129,6 +129,15 @@ impl Clock for ManualClock {
     }
 }
 
+/// The instant now on the async runtime's clock: the system's monotonic
+/// clock, or virtual time under a runtime whose clock is paused (a
+/// simulation: tokio's `time::pause`). Every deadline, interval and timeout
+/// the toolkit measures in-process reads it, so a simulated group runs
+/// entirely on simulated time.
+pub fn instant_now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// A duration in whole milliseconds, saturating.
 pub fn duration_millis(d: Duration) -> EpochMillis {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

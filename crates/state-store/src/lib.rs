@@ -89,7 +89,7 @@ pub mod read_back;
 pub use batch::{BatchKey, BatchProgress, PrefixDigest, RunMark, MAX_DONE_AFTER};
 pub use buckets::{Buckets, SpreadPolicy};
 pub use checkpoint::{CheckpointOutcome, Checkpoints, Depleted};
-pub use clock::{duration_millis, Clock, EpochMillis, SystemClock};
+pub use clock::{duration_millis, instant_now, Clock, EpochMillis, SystemClock};
 pub use schema::{DEFAULT_TABLE, SCHEMA_VERSION, TTL as TTL_ATTRIBUTE, UPGRADE_WINDOW};
 // Test clocks: a deployed consumer runs on the system clock, so they are
 // public only for tests (this workspace's and a user's) that ask for them.

@@ -8,11 +8,12 @@
 //! decides who gets it. The reaper shrinks the pool again (idle ones are
 //! deregistered, one is kept).
 
+use crate::state::instant_now;
 use crate::state::{
     call_kinesis, ConsumerId, EfoLock, EfoName, ForStream, RetryPolicy, StateError, StateStore,
 };
 use crate::Result;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Kinesis allows at most this many registered consumers per stream.
 pub const MAX_EFO_CONSUMERS: usize = 20;
@@ -157,7 +158,7 @@ async fn register_active(
         }
         Err(e) => return Err(e.into()),
     };
-    let started = Instant::now();
+    let started = instant_now();
     let describe = kinesis.describe_stream_consumer().consumer_arn(&arn);
     loop {
         let out = call_kinesis(retry, "DescribeStreamConsumer", || describe.clone().send()).await?;

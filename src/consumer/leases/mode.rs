@@ -5,12 +5,12 @@
 use crate::consumer::StandaloneSession;
 use crate::consumer::{ConsumerSession, Observer, SessionTick, WorkerEvent};
 use crate::pipeline::Checkpointer;
+use crate::state::instant_now;
 use crate::state::{
     Checkpoint, CheckpointOutcome, ConsumerId, Depleted, EfoLock, EpochMillis, ShardId, ShardScope,
     ShardSpec,
 };
 use crate::Result;
-use std::time::Instant;
 
 /// The progress of each shard: where to checkpoint it.
 pub(crate) type Progress<'a> =
@@ -177,7 +177,7 @@ impl Checkpointer for ModeCheckpoints<'_> {
         if let (Some((lease_expiry, _)), Some(observer)) = (expiry, self.observer) {
             observer(WorkerEvent::Processing {
                 shard: shard.clone(),
-                at: Instant::now(),
+                at: instant_now(),
                 lease_expiry,
             });
         }
@@ -189,7 +189,7 @@ impl Checkpointer for ModeCheckpoints<'_> {
         checkpoint: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<bool> {
-        let sent = Instant::now();
+        let sent = instant_now();
         let stored =
             self.mode.checkpoint(shard, checkpoint, arrival).await? == CheckpointOutcome::Stored;
         // A pin is no progress: only checkpoints after a record are events.
@@ -224,7 +224,7 @@ impl Checkpointer for ModeCheckpoints<'_> {
                 "a standalone consumer writes no effects".to_owned(),
             ));
         };
-        let sent = Instant::now();
+        let sent = instant_now();
         let outcome = session
             .checkpoint_with(shard, checkpoint, arrival, effects)
             .await?;

@@ -19,6 +19,7 @@
 //! - A heartbeat that has not come back within the term is given up: its
 //!   send time plus the term has passed, so it could extend nothing.
 
+use crate::state::instant_now;
 use crate::state::{Acks, ConsumerInfo, ShardId, StateError, StateStore};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -88,9 +89,9 @@ impl Pulse {
                     // schedule always beats first.
                     state
                         .last_sent
-                        .map_or(Instant::now(), |t| t + every + every / 2)
+                        .map_or(instant_now(), |t| t + every + every / 2)
                 };
-                if due > Instant::now() {
+                if due > instant_now() {
                     tokio::time::sleep_until(due.into()).await;
                     continue;
                 }
@@ -100,7 +101,7 @@ impl Pulse {
                     if state.token.is_empty() || stalled {
                         None
                     } else {
-                        state.last_sent = Some(Instant::now());
+                        state.last_sent = Some(instant_now());
                         Some((
                             state.info.clone(),
                             state.token.clone(),
@@ -113,7 +114,7 @@ impl Pulse {
                     tokio::time::sleep(every).await;
                     continue;
                 };
-                let sent = Instant::now();
+                let sent = instant_now();
                 let none = Acks::default();
                 let beat = store.consumers().heartbeat_as(&info, &token, false, &none);
                 let beat = match tokio::time::timeout(term, beat).await {

@@ -9,6 +9,7 @@ use crate::consumer::retrieval::source::{FetchNotes, Handed, Next, Page, Reading
 use crate::consumer::retrieval::start::{latest_pin, start_at};
 use crate::consumer::retrieval::{IteratorStart, ReadError, Subscription, SubscriptionEvent};
 use crate::pipeline::unpinned;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, ShardId};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -30,7 +31,7 @@ pub(super) fn retry_subscription_at(
         ReadError::SubscriptionInUse(why) => {
             tracing::debug!(%shard, %why, "subscription refused: one is still open");
             notes.refused = true;
-            Ok(Instant::now() + RESUBSCRIBE_AFTER_REFUSAL)
+            Ok(instant_now() + RESUBSCRIBE_AFTER_REFUSAL)
         }
         ReadError::Throttled { .. } => {
             notes.throttled = true;
@@ -211,7 +212,7 @@ impl FanOutSource {
         if !ok {
             self.events = None;
             self.continuation = None;
-            self.reading.next_poll = Instant::now() + self.reading.settings.idle_poll_interval;
+            self.reading.next_poll = instant_now() + self.reading.settings.idle_poll_interval;
             return;
         }
         // A poll of a subscribed shard (after a failed subscription)

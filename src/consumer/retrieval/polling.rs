@@ -6,6 +6,7 @@ use crate::consumer::retrieval::source::{FetchNotes, Handed, Next, Page, ReadSet
 use crate::consumer::retrieval::start::{latest_pin, start_at};
 use crate::consumer::retrieval::{IteratorStart, KinesisReads, ReadError};
 use crate::pipeline::unpinned;
+use crate::state::instant_now;
 use crate::state::{Backoff, Checkpoint, Jitter, ShardId, StreamAddress};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ const THROTTLE_BACKOFF: Backoff = Backoff {
 
 /// When a shard that was throttled or failed is read again.
 pub(super) fn backed_off_until() -> Instant {
-    Instant::now() + THROTTLE_BACKOFF.delay(1)
+    instant_now() + THROTTLE_BACKOFF.delay(1)
 }
 
 pub(super) async fn poll(
@@ -139,7 +140,7 @@ impl PollingSource {
     /// Carries on from the next iterator after the pace's wait, or, after a
     /// failure, reads again from the position.
     pub(super) fn processed(&mut self, ok: bool, handed: Handed) {
-        let now = Instant::now();
+        let now = instant_now();
         if !ok {
             self.iterator = None;
             self.reading.next_poll = now + self.reading.settings.idle_poll_interval;

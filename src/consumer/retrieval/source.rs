@@ -12,6 +12,7 @@ use crate::consumer::WorkerConfig;
 use crate::pipeline::InitialPosition;
 use crate::pipeline::{Fetched, RecordSource, ShardReport, SourceBatch};
 use crate::processing::{StreamRecord, Unit};
+use crate::state::instant_now;
 use crate::state::{Checkpoint, ShardId, StateStore, StreamAddress};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -195,7 +196,7 @@ impl KinesisSource {
             reads,
             stream,
             settings,
-            next_poll: Instant::now(),
+            next_poll: instant_now(),
             pin: None,
             clock,
             last: None,

@@ -2,6 +2,7 @@
 //! each shard it held (what the heartbeat reports, and the rebalancer sizes
 //! the fleet and balances load by).
 
+use crate::state::instant_now;
 use crate::state::ShardId;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ impl Busy {
         Busy {
             total: Duration::ZERO,
             per_shard: BTreeMap::new(),
-            since: Instant::now(),
+            since: instant_now(),
         }
     }
 
@@ -52,7 +53,7 @@ impl Busy {
             .collect();
         let total = share(self.total);
         self.total = Duration::ZERO;
-        self.since = Instant::now();
+        self.since = instant_now();
         (total, loads)
     }
 }

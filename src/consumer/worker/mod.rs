@@ -31,6 +31,7 @@ use crate::consumer::StandaloneSession;
 use crate::consumer::{Observer, StopReason, WorkerEvent};
 use crate::pipeline::{Paced, Pacing, ShardMap, ShardPipeline, Step};
 use crate::processing::{Core, RecordHandler};
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EfoLock, EpochMillis, ShardId, ShardScope, StateStore};
 use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,7 +123,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             config,
             pipelines: ShardMap::default(),
             pending: BTreeSet::new(),
-            next_beat: Instant::now(),
+            next_beat: instant_now(),
             report: WorkerReport::default(),
             observer: None,
             efo_lock: None,
@@ -131,7 +132,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             drain_at: None,
             draining: false,
             pacing: Pacing::default(),
-            next_finish_check: Instant::now(),
+            next_finish_check: instant_now(),
         }
     }
 
@@ -169,7 +170,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.emit(WorkerEvent::Stopped {
             shard: shard.clone(),
             why,
-            at: Instant::now(),
+            at: instant_now(),
         });
     }
 
@@ -220,10 +221,10 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// whether any shard was read.
     pub async fn step(&mut self) -> Result<bool> {
         self.mode.alive();
-        if Instant::now() >= self.next_beat {
+        if instant_now() >= self.next_beat {
             self.beat().await?;
         }
-        let now = Instant::now();
+        let now = instant_now();
         let due = self.pipelines.due(now);
         if self.config.processing.concurrency > 1 && due.len() > 1 {
             // (Boxed: the steps of every shard at once make a deep future,
@@ -235,7 +236,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         for shard in &due {
             self.mode.alive();
             // Heartbeats keep their schedule while slow shards are processed.
-            if Instant::now() >= self.next_beat {
+            if instant_now() >= self.next_beat {
                 self.beat().await?;
             }
             read |= self.read(shard).await?;
@@ -250,7 +251,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         }
         let (per_mille, loads) = self.busy.report(self.pipelines.shards());
         self.mode.set_busy(per_mille, loads);
-        if !self.draining && self.drain_at.is_some_and(|at| Instant::now() >= at) {
+        if !self.draining && self.drain_at.is_some_and(|at| instant_now() >= at) {
             self.mode.drain().await?;
             self.draining = true;
             tracing::info!(consumer = %self.mode.id(), "draining: its leases go to the consumers that stay");
@@ -260,7 +261,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             .mode
             .tick(&|shard| positions.get(shard).cloned())
             .await?;
-        self.next_beat = Instant::now() + self.config.renew_every;
+        self.next_beat = instant_now() + self.config.renew_every;
         for shard in &tick.lost {
             self.drop_shard(shard, StopReason::Lost).await;
         }
@@ -299,7 +300,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
                 position: state.checkpoint.clone(),
-                at: Instant::now(),
+                at: instant_now(),
             });
             self.handler
                 .shard_gained(&shard, state.checkpoint.as_ref())
@@ -340,7 +341,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             self.drop_shard(shard, StopReason::Lost).await;
             return Ok(false);
         }
-        if stop_by.is_some_and(|t| Instant::now() >= t) {
+        if stop_by.is_some_and(|t| instant_now() >= t) {
             // The window since the last heartbeat ran out (a long batch):
             // the session beats now, right before this read, so the shard
             // is never starved by the others.
@@ -349,7 +350,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 return Ok(false);
             }
             stop_by = self.stop_by(shard);
-            if stop_by.is_some_and(|t| Instant::now() >= t) {
+            if stop_by.is_some_and(|t| instant_now() >= t) {
                 tracing::debug!(%shard, "beat, and still no time left to process: not read");
                 return Ok(false);
             }
@@ -366,7 +367,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             pacing: &mut self.pacing,
             every: self.config.checkpoint_every,
         };
-        let started = Instant::now();
+        let started = instant_now();
         let step = pipeline
             .step(&core, &mut checkpointer, stop_by, &mut self.report.shards)
             .await;
@@ -414,12 +415,12 @@ impl<H: RecordHandler> ShardWorker<H> {
     pub(super) async fn group_finished(&mut self) -> Result<bool> {
         if !self.pipelines.is_empty()
             || !self.pending.is_empty()
-            || Instant::now() < self.next_finish_check
+            || instant_now() < self.next_finish_check
         {
             return Ok(false);
         }
         self.next_finish_check =
-            Instant::now() + self.config.renew_every.max(Duration::from_secs(1));
+            instant_now() + self.config.renew_every.max(Duration::from_secs(1));
         if self.store.group_end().await?.is_none() {
             return Ok(false);
         }
@@ -468,7 +469,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         self.emit(WorkerEvent::Stopped {
             shard: shard.clone(),
             why: StopReason::Completed,
-            at: Instant::now(),
+            at: instant_now(),
         });
         match self.mode.complete_shard(shard, &children).await {
             Ok(_) => {

@@ -9,8 +9,9 @@ use crate::consumer::leases::ModeCheckpoints;
 use crate::consumer::StopReason;
 use crate::pipeline::{Checkpointer, Paced};
 use crate::processing::RecordHandler;
+use crate::state::instant_now;
 use crate::Result;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl<H: RecordHandler> ShardWorker<H> {
     /// Writes the checkpoints deferred for `checkpoint_every` or more (at a
@@ -19,7 +20,7 @@ impl<H: RecordHandler> ShardWorker<H> {
     /// left to the next heartbeat.
     pub(super) async fn write_deferred(&mut self) -> Result<()> {
         let every = self.config.checkpoint_every;
-        let due = self.pacing.due(self.positions(), Instant::now(), every);
+        let due = self.pacing.due(self.positions(), instant_now(), every);
         for (shard, cp, arrival) in due {
             let mut checkpointer = Paced {
                 inner: ModeCheckpoints {

@@ -4,6 +4,7 @@
 use super::{ShardWorker, STOP_ATTEMPTS};
 use crate::consumer::{StopReason, WorkerReport};
 use crate::processing::RecordHandler;
+use crate::state::instant_now;
 use crate::Result;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         // Long batches and hung calls cost no lease: the session's heartbeat
         // goes on beside the loop.
         self.mode.keep_alive(Some(self.config.renew_every));
-        while !stop() && deadline.is_none_or(|d| Instant::now() < d) {
+        while !stop() && deadline.is_none_or(|d| instant_now() < d) {
             match self.step().await {
                 Ok(read) => {
                     failures = 0;
@@ -53,7 +54,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                     self.transient(&e, "step failed; trying again");
                     let pause = self.store.config().retry.backoff_cap(failures);
                     let pause = deadline.map_or(pause, |d| {
-                        pause.min(d.saturating_duration_since(Instant::now()))
+                        pause.min(d.saturating_duration_since(instant_now()))
                     });
                     tokio::time::sleep(pause).await;
                 }

@@ -11,6 +11,7 @@ use crate::consumer::leases::{Mode, ModeCheckpoints};
 use crate::consumer::{StopReason, WorkerEvent};
 use crate::pipeline::{Paced, ShardReport, Shared};
 use crate::processing::{Core, RecordHandler};
+use crate::state::instant_now;
 use crate::state::ShardId;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ impl<H: RecordHandler> ShardWorker<H> {
                 None if matches!(self.mode, Mode::Group(_)) => {
                     self.drop_shard(shard, StopReason::Lost).await;
                 }
-                Some(t) if Instant::now() >= t => {
+                Some(t) if instant_now() >= t => {
                     beat = true;
                     stepped.push(shard.clone());
                 }
@@ -40,7 +41,7 @@ impl<H: RecordHandler> ShardWorker<H> {
         if beat {
             self.beat().await?;
         }
-        let now = Instant::now();
+        let now = instant_now();
         let stop_by: BTreeMap<ShardId, Option<Instant>> = stepped
             .into_iter()
             .filter(|s| self.pipelines.contains(s))
@@ -59,7 +60,7 @@ impl<H: RecordHandler> ShardWorker<H> {
             if let (Some(&lease_expiry), Some(observer)) = (expiries.get(shard), observer) {
                 observer(WorkerEvent::Processing {
                     shard: shard.clone(),
-                    at: Instant::now(),
+                    at: instant_now(),
                     lease_expiry,
                 });
             }
@@ -87,12 +88,12 @@ impl<H: RecordHandler> ShardWorker<H> {
                         starts,
                     };
                     let mut report = ShardReport::default();
-                    let began = Instant::now();
+                    let began = instant_now();
                     let step = pipeline.step(core, &mut shared, stop_by, &mut report).await;
                     (pipeline.shard().clone(), step, report, began.elapsed())
                 }
             });
-        let started = Instant::now();
+        let started = instant_now();
         let results = futures_util::future::join_all(steps).await;
         self.busy.add_overall(started.elapsed());
         let mut read = false;

@@ -6,6 +6,7 @@
 //! never deferred.
 
 use super::Checkpointer;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EffectsOutcome, EpochMillis, ShardId};
 use crate::Result;
 use aws_sdk_dynamodb::types::TransactWriteItem;
@@ -66,7 +67,7 @@ impl<C: Checkpointer> Checkpointer for Paced<'_, C> {
         checkpoint: &Checkpoint,
         arrival: Option<EpochMillis>,
     ) -> Result<bool> {
-        let now = Instant::now();
+        let now = instant_now();
         let recent = self
             .pacing
             .written
@@ -103,7 +104,7 @@ impl<C: Checkpointer> Checkpointer for Paced<'_, C> {
         if !matches!(outcome, EffectsOutcome::Conflict { .. }) {
             self.pacing
                 .written
-                .insert(shard.clone(), (Instant::now(), checkpoint.clone()));
+                .insert(shard.clone(), (instant_now(), checkpoint.clone()));
         }
         Ok(outcome)
     }

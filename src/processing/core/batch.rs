@@ -11,6 +11,7 @@ use crate::processing::record::StreamRecord;
 use crate::processing::redact::LoggedError;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};
 use crate::Result;
 use std::sync::Arc;
@@ -65,7 +66,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
     pub(super) fn out_of_time(&mut self) -> bool {
         let clock = self.clock.take();
         self.stop_by
-            .is_some_and(|t| clock.unwrap_or_else(Instant::now) >= t)
+            .is_some_and(|t| clock.unwrap_or_else(instant_now) >= t)
     }
 
     /// Notes the arrival time of a handled record (for the age metric).
@@ -190,7 +191,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
     /// have gone by. The clock read here is the next check of the stop-by
     /// instant's.
     pub(super) fn commit_due(&mut self, options: &ProcessingOptions) -> bool {
-        let now = Instant::now();
+        let now = instant_now();
         self.clock = Some(now);
         let due = now.saturating_duration_since(self.last_commit) >= CHECKPOINT_EVERY
             || options
@@ -239,7 +240,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
         }
         self.dirty = false;
         self.since_commit = 0;
-        self.last_commit = Instant::now();
+        self.last_commit = instant_now();
         self.clock = Some(self.last_commit);
         Ok(())
     }

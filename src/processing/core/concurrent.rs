@@ -20,6 +20,7 @@
 //!   mark), records start one at a time, each after the sink was told.
 
 use super::*;
+use crate::state::instant_now;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -197,7 +198,7 @@ impl<H: RecordHandler> Core<'_, H> {
                 let call = labels.label(self.handler.handle(record));
                 let stop_by = batch.stop_by;
                 running.push(async move {
-                    let began = Instant::now();
+                    let began = instant_now();
                     let handled = bounded(stop_by, CatchUnwind(Box::pin(call))).await;
                     (index, began.elapsed(), handled)
                 });

@@ -21,10 +21,10 @@ use crate::processing::handler::RecordHandler;
 use crate::processing::outcome::RecordError;
 use crate::processing::record::StreamRecord;
 use crate::processing::sink::CheckpointSink;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, EffectsOutcome, SequenceNumber};
 use crate::Result;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A record done, and the effects its call staged, waiting for a commit.
 pub(super) struct Waiting {
@@ -155,7 +155,7 @@ impl<S: CheckpointSink> Batch<'_, S> {
         }
         self.dirty = false;
         self.since_commit = 0;
-        self.last_commit = Instant::now();
+        self.last_commit = instant_now();
         self.clock = Some(self.last_commit);
         Ok(())
     }

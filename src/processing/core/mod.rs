@@ -34,6 +34,7 @@ use crate::processing::record::StreamRecord;
 use crate::processing::redact::LoggedError;
 use crate::processing::sink::CheckpointSink;
 use crate::processing::unit::Unit;
+use crate::state::instant_now;
 use crate::state::{Checkpoint, SequenceNumber, StateStore};
 use crate::Result;
 use batch::{check_sequence, Batch};
@@ -140,7 +141,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             progress: None,
             dirty: false,
             since_commit: 0,
-            last_commit: Instant::now(),
+            last_commit: instant_now(),
             clock: None,
             report: BatchReport::default(),
             committed: None,
@@ -281,7 +282,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
             let records: Vec<StreamRecord> = run[..size].iter().map(|(_, r)| r.clone()).collect();
             let labels = batch.labelling.labels(|| CallLabels::records(&records));
             let call = labels.label(self.handler.handle_batch(records));
-            let began = Instant::now();
+            let began = instant_now();
             let called = CatchUnwind(Box::pin(call));
             let results = bounded(batch.stop_by, called).await;
             batch.report.handler_durations.add(millis(began));
@@ -419,7 +420,7 @@ impl<'p, H: RecordHandler> Core<'p, H> {
                 (call.await, Effects::default())
             }
         };
-        let began = Instant::now();
+        let began = instant_now();
         let called = CatchUnwind(Box::pin(call));
         let handled = bounded(batch.stop_by, called).await;
         batch.report.handler_durations.add(millis(began));

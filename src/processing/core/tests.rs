@@ -5,6 +5,7 @@
 use super::*;
 use crate::processing::options::FailureMode;
 use crate::processing::outcome::RecordError;
+use crate::state::instant_now;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -307,7 +308,7 @@ async fn at_the_stop_by_nothing_starts_and_the_lowest_unfinished_is_reported() {
     );
     let options = options(4);
     let mut sink = Remembering::default();
-    let stop_by = Instant::now() + Duration::from_millis(100);
+    let stop_by = instant_now() + Duration::from_millis(100);
     let report = Core::new(&handler, None, &options)
         .run(batch(40, 4), Some(stop_by), &mut sink)
         .await

@@ -1,4 +1,5 @@
 use super::*;
+use shardkeeper::state::instant_now;
 
 fn shard(n: u32) -> ShardId {
     ShardId::new(format!("shardId-{n:012}")).unwrap()
@@ -6,7 +7,7 @@ fn shard(n: u32) -> ShardId {
 
 /// Instants `n` ms after one origin.
 fn clock() -> impl Fn(u64) -> Instant {
-    let t = Instant::now();
+    let t = instant_now();
     move |n| t + Duration::from_millis(n)
 }
 
