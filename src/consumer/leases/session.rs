@@ -60,9 +60,11 @@ const GIVEN_READS_AT_ONCE: usize = 16;
 /// schedule besides. Names are acknowledged by shard, so a shard named again
 /// before its first name was acknowledged leaves one name, and an
 /// acknowledgement whose answer was lost removes a name the session never
-/// saw: a lease revoked while held, and a take that finds its shard moved
-/// since the read, are read again at each tick until the shard is taken or
-/// is no longer in the consumer's name.
+/// saw: a shard whose revocation it is told of (held or not), a lease a
+/// write of its own found moved (a checkpoint, a completion or a release
+/// refused by the counter), and a take that finds its shard moved since
+/// the read, are read again at each tick until the shard is taken or is no
+/// longer in the consumer's name.
 #[derive(Debug)]
 pub struct ConsumerSession {
     store: StateStore,
@@ -83,7 +85,8 @@ pub struct ConsumerSession {
     /// again at each tick until they are taken, or are no longer in its
     /// name. They wait for parents an operator's rewind reopened, or their
     /// take found them moved since the read (an operator's move between
-    /// the two), and a lease revoked while held is read at once: its note
+    /// the two), or a write of the session's was refused by a moved
+    /// counter, or a revocation of them was told (held or not): their name
     /// may be gone (see [`ConsumerSession::tick`]).
     recheck: BTreeSet<ShardId>,
     /// Changes made by a tick that failed before it could report them
@@ -253,6 +256,16 @@ impl ConsumerSession {
         self.share_held();
     }
 
+    /// Forgets a lease a write found moved (a checkpoint, a completion or a
+    /// release refused by the counter) and reads its shard again at each
+    /// tick until it is taken or leaves this consumer's name: an operator's
+    /// move keeps it in this consumer's name, and the name the move added
+    /// may be gone (merged into an earlier name this session acknowledges).
+    fn forget_refused(&mut self, shard: &ShardId) {
+        self.forget(shard);
+        self.recheck.insert(shard.clone());
+    }
+
     /// Heartbeats (which keeps every held lease alive), drops the leases
     /// revoked, honours claims, and picks up the leases given since.
     /// `progress` tells how far each shard has been processed: a claimed
@@ -302,10 +315,15 @@ impl ConsumerSession {
                 tracing::warn!(shard = %revoked.shard_id, "lease revoked (this session was seen stale, or an operator moved the shard): stop processing it");
                 self.forget(&revoked.shard_id);
                 tick.lost.push(revoked.shard_id.clone());
-                // An operator's move keeps it in this consumer's name and
-                // names it on the item, but that name may be gone: merged
-                // into an earlier name of the shard that this heartbeat (or
-                // one whose answer was lost) acknowledged. Read it anyway.
+            }
+            // An operator's move keeps it in this consumer's name and names
+            // it on the item, but that name may be gone: merged into an
+            // earlier name of the shard that this heartbeat (or one whose
+            // answer was lost) acknowledged. Read it anyway, whether held
+            // here (dropped now) or not (dropped on a refused write, or a
+            // take that found it moved): one read, and a shard no longer in
+            // this consumer's name is read no more.
+            if !self.leases.contains_key(&revoked.shard_id) {
                 self.recheck.insert(revoked.shard_id.clone());
             }
         }

@@ -425,3 +425,42 @@ async fn a_lease_moved_between_its_read_and_its_take_is_taken_at_the_next_tick()
     assert_eq!(tick.gained, vec![shard.clone()], "{tick:?}");
     assert!(a.tick(no_progress).await.unwrap().gained.is_empty());
 }
+
+/// An operator's move names the shard on its holder's item again (merged
+/// into the name of the give that brought it, not yet acknowledged) and
+/// notes the revocation. The holder's next checkpoint is refused by the
+/// moved counter and the session forgets the shard; its next heartbeat
+/// acknowledges the name and its answer is lost, so the retry's answer
+/// shows the revocation of a lease no longer held and no name. The shard,
+/// still in the consumer's name, is read again and taken up (before, it
+/// stayed in its name unread for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_lease_dropped_on_a_refused_checkpoint_is_taken_up_again() {
+    use shardkeeper::state::ShardScope;
+    let faulty = crate::support::faulty::Faulty::start(13).await;
+    let (store, mut a, shard) = holding_one(&faulty, "pickup-refused").await;
+    operator_moves(&store, &shard).await;
+    let refused = a
+        .checkpoint(&shard, &Checkpoint::after("42").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(refused.is_lease_lost(), "{refused}");
+    assert!(a.lease(&shard).is_none());
+
+    faulty.dynamodb.lose_next_responses(1);
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    let mut gained = tick.gained;
+    if gained.is_empty() {
+        gained = a.tick(no_progress).await.unwrap().gained;
+    }
+    assert_eq!(gained, vec![shard.clone()], "taken up again");
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(state.checkpoint, Some(Checkpoint::TrimHorizon));
+    assert_eq!(a.lease(&shard).map(|l| l.counter), Some(state.counter));
+}
+

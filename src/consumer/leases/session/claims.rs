@@ -48,7 +48,7 @@ impl ConsumerSession {
                 Ok(_) => {}
                 Err(e) if e.is_lease_lost() => {
                     tracing::warn!(shard = %lease.shard_id, error = %e, "lease lost: stop processing the shard");
-                    self.forget(&lease.shard_id);
+                    self.forget_refused(&lease.shard_id);
                     tick.lost.push(lease.shard_id);
                 }
                 Err(e) => return Err(e.into()),
@@ -94,7 +94,7 @@ impl ConsumerSession {
         let Some(lease) = lease else {
             if held.is_some() {
                 tracing::warn!(%shard, "lease lost: stop processing the shard");
-                self.forget(shard);
+                self.forget_refused(shard);
                 tick.lost.push(shard.clone());
             }
             return Ok(());
@@ -110,6 +110,9 @@ impl ConsumerSession {
             Ok(Released::Free) if report => tick.handed_off.push((shard.clone(), None)),
             Ok(_) => {}
             Err(e) if e.is_lease_lost() => {
+                // Refused by a moved counter: still in this consumer's name
+                // after an operator's move, perhaps.
+                self.recheck.insert(shard.clone());
                 if report {
                     tick.lost.push(shard.clone())
                 }

@@ -15,7 +15,7 @@ impl ConsumerSession {
         let lease = self.held(shard)?;
         let out = self.store.checkpoints().save(&lease, cp, arrival).await;
         if matches!(out, Err(StateError::LeaseLost { .. })) {
-            self.forget(shard);
+            self.forget_refused(shard);
         }
         Ok(out?)
     }
@@ -38,7 +38,7 @@ impl ConsumerSession {
             .save_with(&lease, cp, arrival, effects)
             .await;
         if matches!(out, Err(StateError::LeaseLost { .. })) {
-            self.forget(shard);
+            self.forget_refused(shard);
         }
         Ok(out?)
     }
@@ -58,8 +58,10 @@ impl ConsumerSession {
             .await;
         // The lease ends with the write; a write that failed transiently
         // keeps it, to be made again (depletion is idempotent).
-        if out.is_ok() || out.as_ref().is_err_and(StateError::is_lease_lost) {
+        if out.is_ok() {
             self.forget(shard);
+        } else if out.as_ref().is_err_and(StateError::is_lease_lost) {
+            self.forget_refused(shard);
         }
         Ok(out?)
     }
