@@ -71,6 +71,11 @@ pub struct ConsumerSession {
     info: ConsumerInfo,
     lease_term: Duration,
     leases: BTreeMap<ShardId, Lease>,
+    /// The counter of the last lease held on each shard the session
+    /// dropped: a claim it honours on a lease still in its name hands over
+    /// its own progress only at a counter it held (at another, an
+    /// operator moved the shard since: the stored position stands).
+    dropped: BTreeMap<ShardId, u64>,
     /// When the request of the last heartbeat that went through was sent,
     /// on this process's monotonic clock: every lease held holds until at
     /// least that instant plus the term, whatever the wall clocks say.
@@ -123,6 +128,7 @@ impl ConsumerSession {
             info,
             lease_term,
             leases: BTreeMap::new(),
+            dropped: BTreeMap::new(),
             beat_at: None,
             assignments: None,
             acks: Acks::default(),
@@ -252,7 +258,9 @@ impl ConsumerSession {
     }
 
     fn forget(&mut self, shard: &ShardId) {
-        self.leases.remove(shard);
+        if let Some(lease) = self.leases.remove(shard) {
+            self.dropped.insert(shard.clone(), lease.counter);
+        }
         self.share_held();
     }
 

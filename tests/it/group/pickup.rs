@@ -464,3 +464,56 @@ async fn a_moved_lease_dropped_on_a_refused_checkpoint_is_taken_up_again() {
     assert_eq!(a.lease(&shard).map(|l| l.counter), Some(state.counter));
 }
 
+/// The holder processed a shard to `P`; an operator moves it back (the
+/// holder kept, its lease revoked at the old counter) and a rebalancer
+/// claims it at the moved counter before the holder's next heartbeat. The
+/// holder honours the claim of a lease it never held at that counter: it
+/// hands over the moved position, not its own progress from before the
+/// move (before, `P` was saved over the move, and the records between the
+/// two were never read again).
+#[tokio::test]
+async fn a_claim_honoured_after_an_operators_move_hands_over_the_moved_position() {
+    use shardkeeper::state::ShardScope;
+    let ctx = ctx().await;
+    let store = ctx.store("pickup-claim-moved");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    let mut b = session(&store, "b");
+    b.tick(no_progress).await.unwrap();
+    give_to_a(&store, &shard).await;
+    assert_eq!(
+        a.tick(no_progress).await.unwrap().gained,
+        vec![shard.clone()]
+    );
+    let p = Checkpoint::after("1000").unwrap();
+    a.checkpoint(&shard, &p, None).await.unwrap();
+
+    operator_moves(&store, &shard).await;
+    let seen = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert!(store
+        .leases()
+        .claim(&shard, b.id(), a.id(), seen.counter)
+        .await
+        .unwrap());
+    let progress = |_: &ShardId| Some((p.clone(), None));
+    let tick = a.tick(progress).await.unwrap();
+    assert_eq!(tick.lost, vec![shard.clone()], "{tick:?}");
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(state.owner.as_ref(), Some(b.id()), "handed over");
+    assert_eq!(
+        state.checkpoint,
+        Some(Checkpoint::TrimHorizon),
+        "the moved position, not the holder's progress from before the move"
+    );
+    assert_eq!(b.tick(no_progress).await.unwrap().gained, vec![shard]);
+}
+

@@ -103,7 +103,21 @@ impl ConsumerSession {
             return Ok(());
         }
         let report = held.is_some();
-        match self.hand_over(&lease, progress).await {
+        // A lease adopted at a counter this session never held: an
+        // operator moved the shard since the session last held it (the
+        // holder kept), and the claim came after the move. The session's
+        // progress is from before the move; the stored position (the
+        // move's, or later) is handed over as it is, since a checkpoint
+        // never moves back.
+        let own_progress = report || self.dropped.get(shard) == Some(&lease.counter);
+        let stored = |_: &ShardId| -> Option<(Checkpoint, Option<EpochMillis>)> { None };
+        let handed = if own_progress {
+            self.hand_over(&lease, progress).await
+        } else {
+            tracing::warn!(%shard, counter = lease.counter, "a claim on a lease moved since it was held: handed over at its stored position");
+            self.hand_over(&lease, &stored).await
+        };
+        match handed {
             Ok(Released::HandedOff(to)) if report => {
                 tick.handed_off.push((shard.clone(), Some(to)))
             }
