@@ -107,6 +107,16 @@ impl StateStore {
     /// parked records, whose number and size are the records', not the
     /// group's).
     pub async fn observe_group(&self, part: GroupPart) -> Result<GroupSnapshot> {
+        self.read_group(part, false).await
+    }
+
+    /// `part` of the group as [`StateStore::observe_group`] reads it, but
+    /// strongly consistent when `consistent` (at twice the read units).
+    pub(crate) async fn read_group(
+        &self,
+        part: GroupPart,
+        consistent: bool,
+    ) -> Result<GroupSnapshot> {
         let buckets = self.layout().buckets().await?;
         let home = self.layout().partition_key().to_owned();
         // In sort-key order: BATCH# < BUCKETS < CONSUMER# < DDBPOS# < EFO# <
@@ -139,7 +149,7 @@ impl StateStore {
                 reads.push((pk, SkRange::From(SK_SHARD)));
             }
         }
-        let items = self.query_keys(reads, false).await?;
+        let items = self.query_keys(reads, consistent).await?;
         self.snapshot_of(buckets, &items)
     }
 

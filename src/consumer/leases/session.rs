@@ -393,6 +393,8 @@ impl ConsumerSession {
         };
         // Only a pickup that went through counts: a failed one is made again.
         self.assignments = None;
+        // The names whose shard this read showed in this consumer's name.
+        let shown: BTreeSet<ShardId> = owned.iter().map(|s| s.shard_id.clone()).collect();
         // A shard whose parents are still to be read waits in this
         // consumer's name: it is taken once they are.
         if full {
@@ -445,7 +447,17 @@ impl ConsumerSession {
                 }
             }
         }
-        self.acks.given.extend(beat.given);
+        // A name whose shard the read of every shard did not show in this
+        // consumer's name stays unacknowledged: the next heartbeat returns
+        // it and the shard is read again by name (a give applied just
+        // before the read is never lost to it). Read by name, a name is
+        // acknowledged whatever the read showed: that read was of the shard
+        // itself, after the name.
+        let given = beat
+            .given
+            .into_iter()
+            .filter(|s| !full || shown.contains(s) || self.leases.contains_key(s));
+        self.acks.given.extend(given);
         self.assignments = Some(now);
         Ok(())
     }

@@ -517,3 +517,37 @@ async fn a_claim_honoured_after_an_operators_move_hands_over_the_moved_position(
     assert_eq!(b.tick(no_progress).await.unwrap().gained, vec![shard]);
 }
 
+/// The full pickup (at registration, and after a give left unnamed) reads
+/// the consumer's shards strongly consistent: an eventually consistent
+/// read may miss a give, a hand-off or a move applied just before the
+/// heartbeat, and the names it missed would be acknowledged unread
+/// (before, it was the observers' eventually consistent read).
+#[tokio::test]
+async fn the_full_pickup_reads_strongly_consistent() {
+    let ctx = ctx().await;
+    let store = ctx.store("pickup-consistent");
+    let shards = seed_shards(&store, 3).await;
+    let counter = &ctx.aws.dynamodb_requests;
+    let mut a = session(&store, "a");
+    a.tick(no_progress).await.unwrap();
+    give_to_a(&store, &shards[0]).await;
+    // A give left unnamed besides: the session reads every shard.
+    assert!(store
+        .consumers()
+        .notify_assigned(a.id(), &[])
+        .await
+        .unwrap());
+    counter.start_log();
+    let tick = a.tick(no_progress).await.unwrap();
+    assert_eq!(tick.gained, vec![shards[0].clone()]);
+    let queries: Vec<serde_json::Value> = counter
+        .take_log()
+        .into_iter()
+        .filter(|r| r.operation == "Query")
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert!(!queries.is_empty(), "the group was read");
+    for query in &queries {
+        assert_eq!(query["ConsistentRead"], serde_json::json!(true), "{query}");
+    }
+}

@@ -81,14 +81,18 @@ impl Leases<'_> {
     /// The shards whose lease is in this consumer's name (not depleted),
     /// whatever their stored expiry says: a consumer takes up the leases
     /// given to it however its clock differs from the giver's. Read as an
-    /// observer reads the leases (eventually consistent, half the read
-    /// units): a lease given a moment ago may be missing, and is named to
-    /// the consumer by its give; a take of what is read is conditioned on
-    /// the state read.
+    /// observer reads the leases, but strongly consistent: a consumer
+    /// acknowledges the names of the shards given to it after this read
+    /// (its full pickup), and the responses of an eventually consistent
+    /// read "may not reflect the results of a recently completed write
+    /// operation" (DynamoDB Developer Guide, "DynamoDB read consistency",
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html>):
+    /// a give, a hand-off or a move applied just before it would be missed.
+    /// A take of what is read is conditioned on the state read.
     pub async fn owned_shards(self, consumer: &ConsumerId) -> Result<Vec<ShardState>> {
         Ok(self
             .store
-            .observe_group(crate::GroupPart::Leases)
+            .read_group(crate::GroupPart::Leases, true)
             .await?
             .shards
             .into_iter()
