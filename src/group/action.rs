@@ -62,6 +62,12 @@ pub enum Action {
         shard: ShardId,
         /// The parent that no longer blocks it.
         parent: ShardId,
+        /// The group's latest rewind as the snapshot saw it (its id; `None`:
+        /// none). The clear applies only while it is still the latest: a
+        /// rewind that began between the snapshot's read of the home key
+        /// and its read of the shards makes the child wait for a parent it
+        /// is about to reopen, and that wait is no leftover.
+        rewind: Option<EpochMillis>,
     },
     /// Remove a consumer that missed its heartbeat, then free its leases and EFO locks.
     ReapConsumer {

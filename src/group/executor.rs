@@ -109,10 +109,14 @@ pub async fn execute(
             Action::CancelClaim { shard, claimant } => {
                 store.leases().cancel_claim(shard, claimant).await?
             }
-            Action::ClearPendingParent { shard, parent } => {
+            Action::ClearPendingParent {
+                shard,
+                parent,
+                rewind,
+            } => {
                 store
                     .shards()
-                    .clear_pending_parent(&group, shard, parent)
+                    .clear_pending_parent(&group, shard, parent, *rewind)
                     .await?
             }
             Action::ReapConsumer { seen, leases, efo } => {

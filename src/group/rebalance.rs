@@ -234,10 +234,16 @@ pub fn plan_rebalance(
     let mut assigns = Vec::new();
     let mut moves_left = config.max_moves_per_tick.unwrap_or(usize::MAX);
 
+    let rewind = snapshot
+        .stream
+        .as_ref()
+        .and_then(|s| s.rewind.as_ref())
+        .map(|r| r.id);
     for (child, parent) in stranded_children(snapshot) {
         cancels.push(Action::ClearPendingParent {
             shard: child.clone(),
             parent: parent.clone(),
+            rewind,
         });
     }
 

@@ -1,10 +1,11 @@
 //! Shard state: creating it (parents recorded), reading it, removing it.
 
+use crate::clock::EpochMillis;
 use crate::error::{Result, StateError};
 use crate::item::{n, s, str_list, Expr};
 use crate::model::ShardState;
 use crate::names::ShardId;
-use crate::schema::{attr, ShardScope};
+use crate::schema::{attr, ShardScope, SK_STREAM};
 use crate::sequence::SequenceNumber;
 use crate::store::StateStore;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -295,13 +296,23 @@ impl Shards<'_> {
     }
 
     /// Clears `parent` from the child's pending parents (the parent was
-    /// depleted without its children being known); `false` if the child has
-    /// no state.
+    /// depleted without its children being known), if the group's latest
+    /// rewind is still `rewind` (its id; `None`: none), as the caller saw it
+    /// when it decided the wait was a leftover; `false` if the child has no
+    /// state or another rewind began since.
+    ///
+    /// An observer reads the home key (where a rewind is recorded, before
+    /// its first shard moves) and the shards' keys in separate queries: a
+    /// rewind that begins between the two shows a child waiting for a
+    /// parent that is still depleted (the rewind reopens it next), which
+    /// looks like a leftover. One transaction checks the stream item with
+    /// the clear, so that wait stays.
     pub async fn clear_pending_parent(
         self,
         scope: &ShardScope,
         child: &ShardId,
         parent: &ShardId,
+        rewind: Option<EpochMillis>,
     ) -> Result<bool> {
         let expr = Expr::new()
             .names(&[attr::PENDING, attr::UPDATED])
@@ -310,12 +321,25 @@ impl Shards<'_> {
                 AttributeValue::Ss(vec![parent.as_str().to_owned()]),
             )
             .value("now", n(self.store.now()));
-        let req = self.store.update_req(
+        let clear = self.store.tx_update(
             &self.store.shard_at(scope, child).await?,
             &expr,
             "SET #updated = :now DELETE #pending :parent",
             Some("attribute_exists(pk)"),
-        );
-        Ok(self.store.conditional_update(req).await?.is_ok())
+        )?;
+        let seen = Expr::new().names(&[attr::REWIND_ID]);
+        let check = match rewind {
+            None => self.store.tx_check(
+                &self.store.home(SK_STREAM),
+                &seen,
+                "attribute_not_exists(#rewind_id)",
+            )?,
+            Some(id) => self.store.tx_check(
+                &self.store.home(SK_STREAM),
+                &seen.value("rewind", n(id)),
+                "#rewind_id = :rewind",
+            )?,
+        };
+        Ok(self.store.transact(vec![clear, check]).await?.is_ok())
     }
 }

@@ -29,7 +29,7 @@ fn apply(snapshot: &GroupSnapshot, actions: &[Action]) -> GroupSnapshot {
             Action::Assign { shard, to, .. }
             | Action::Claim { shard, to, .. }
             | Action::ForceTake { shard, to, .. } => (shard, to),
-            Action::ClearPendingParent { shard, parent } => {
+            Action::ClearPendingParent { shard, parent, .. } => {
                 let s = next
                     .shards
                     .iter_mut()
@@ -83,7 +83,7 @@ fn targets(actions: &[Action]) -> Vec<(String, String, &'static str)> {
             Action::CancelClaim { shard, claimant } => {
                 (shard.to_string(), claimant.to_string(), "cancel")
             }
-            Action::ClearPendingParent { shard, parent } => {
+            Action::ClearPendingParent { shard, parent, .. } => {
                 (shard.to_string(), parent.to_string(), "unblock")
             }
             other => panic!("{other:?}"),

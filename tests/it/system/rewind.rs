@@ -343,3 +343,94 @@ async fn a_declined_rewind_writes_nothing_not_even_the_shards_new_to_the_group()
         "the parent and its two children, recorded once agreed: {outcome}"
     );
 }
+
+/// An observer reads the home key (the stream item, where a rewind is
+/// recorded) and the shards' keys in two queries. A rewind that begins
+/// between the two leaves a snapshot with no rewind and a child already
+/// waiting again for its parent, which is still depleted (the rewind
+/// reopens it next): the planner takes the wait for a leftover and plans
+/// to clear it. The clear is conditioned on the rewind the snapshot saw,
+/// so it is refused and the child still waits for its reopened parent
+/// (before, it was cleared, and the child was read before its parent).
+#[tokio::test]
+async fn a_childs_wait_survives_a_snapshot_torn_across_the_start_of_a_rewind() {
+    use crate::support::common::ctx;
+    use shardkeeper::group::{execute, plan_rebalance, Action, Ages, RebalanceConfig};
+    use shardkeeper::state::{ConsumerId, GroupPart, PositionMove, RewindState, ShardScope};
+    const TERM: Duration = Duration::from_secs(10);
+    let ctx = ctx().await;
+    let store = ctx.store("rewind-torn");
+    store
+        .stream_item()
+        .init(ctx.clock_now(), None)
+        .await
+        .unwrap();
+    let group = ShardScope::Group;
+    let parent = ShardSpec::new("shardId-000000000000").unwrap();
+    let child = ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    for spec in [&parent, &child] {
+        store.shards().ensure(&group, spec).await.unwrap();
+    }
+    let lease = store
+        .leases()
+        .acquire(&parent.shard_id, &ConsumerId::new("p").unwrap(), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .checkpoints()
+        .mark_depleted(&lease, std::slice::from_ref(&child))
+        .await
+        .unwrap();
+
+    // The home key is read: no rewind yet.
+    let home = store.observe_group(GroupPart::Home).await.unwrap();
+    // A rewind begins and moves the child to wait for its parent ...
+    let rewind = RewindState {
+        id: ctx.clock_now(),
+        request: "trim-horizon".into(),
+        to: Checkpoint::TrimHorizon,
+        shards: 2,
+        finished: None,
+    };
+    assert!(store.checkpoints().begin_rewind(&rewind).await.unwrap());
+    let seen = store.shards().get(&group, &child.shard_id).await.unwrap();
+    let mut wait = PositionMove::to(Checkpoint::TrimHorizon);
+    wait.wait_for = vec![parent.shard_id.clone()];
+    wait.rewind = Some(rewind.id);
+    assert!(store
+        .checkpoints()
+        .move_position(&group, &seen, &wait)
+        .await
+        .unwrap());
+    // ... then the shards are read: the child waits on a depleted parent.
+    let mut torn = store.observe_group(GroupPart::Leases).await.unwrap();
+    torn.stream = home.stream.clone();
+    let actions = plan_rebalance(&torn, &Ages::default(), &RebalanceConfig::default());
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::ClearPendingParent { .. })),
+        "{actions:?}"
+    );
+    execute(&store, None, &actions, TERM).await.unwrap();
+    // The rewind reopens the parent.
+    let seen = store.shards().get(&group, &parent.shard_id).await.unwrap();
+    let mut reopen = PositionMove::to(Checkpoint::TrimHorizon);
+    reopen.reopen = true;
+    reopen.rewind = Some(rewind.id);
+    assert!(store
+        .checkpoints()
+        .move_position(&group, &seen, &reopen)
+        .await
+        .unwrap());
+    let state = store.shards().get(&group, &child.shard_id).await.unwrap();
+    assert_eq!(
+        state.pending_parents,
+        vec![parent.shard_id.clone()],
+        "the child waits for its reopened parent"
+    );
+}
