@@ -90,7 +90,8 @@ impl Checkpoints<'_> {
         seen: &ShardState,
         mv: &PositionMove,
     ) -> Result<bool> {
-        let (expr, set) = checkpoint_expr(&mv.to, None, self.store.now());
+        let now = self.store.now();
+        let (expr, set) = checkpoint_expr(&mv.to, None, now);
         let mut expr = expr
             .names(&[
                 attr::CP_ARRIVAL,
@@ -172,7 +173,11 @@ impl Checkpoints<'_> {
                     )?,
                     self.store.consumers().moved_part(owner, &revoked)?,
                 ];
-                match self.store.transact(parts).await? {
+                // Applied and its answer lost, a retry would find the
+                // counter moved by its own first attempt and be cancelled:
+                // the token makes the retry answer as the first did.
+                let token = move_token(self.store.table_name(), &at.pk, seen, mv, owner, now);
+                match self.store.transact_idempotent(parts, &token).await? {
                     Ok(()) => true,
                     // The owner is not registered: nothing runs under its
                     // lease, which ends with the move.
@@ -198,4 +203,38 @@ impl Checkpoints<'_> {
         }
         Ok(applied)
     }
+}
+
+/// The client request token of a forced move: a digest of everything the
+/// move's transaction is made of (where, the state seen, the move, the
+/// owner told, the time written), so a retry of the same call carries the
+/// same token and another move never does. 32 hexadecimal characters
+/// (DynamoDB allows 1 to 36).
+fn move_token(
+    table: &str,
+    pk: &str,
+    seen: &ShardState,
+    mv: &PositionMove,
+    owner: &crate::names::ConsumerId,
+    now: EpochMillis,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in [
+        table.to_owned(),
+        pk.to_owned(),
+        seen.shard_id.to_string(),
+        seen.counter.to_string(),
+        seen.updated.to_string(),
+        format!("{mv:?}"),
+        owner.to_string(),
+        now.to_string(),
+    ] {
+        hasher.update(part.len().to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

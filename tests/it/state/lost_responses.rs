@@ -372,3 +372,46 @@ async fn a_retried_take_from_a_stale_session_finds_its_own_write() {
     let beat = store.consumers().heartbeat(&info).await.unwrap();
     assert_eq!(beat.revoked.len(), 1, "{beat:?}");
 }
+
+/// An operator's forced move of a registered owner's lease is one
+/// transaction (the shard, and the owner's item told). Applied, its answer
+/// lost, the retry carries the same client request token and DynamoDB
+/// answers it as the first: the move is reported made, once (before, the
+/// retry's condition failed on the counter the first attempt moved, the
+/// move was reported "changed since read", and a re-run moved it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_forced_move_finds_its_own_transaction() {
+    use shardkeeper::state::PositionMove;
+    let (faulty, store) = setup("lost-move").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    register(&store, "a").await;
+    store
+        .leases()
+        .take(&shard, &cid("a"), &free(0), Some("token-a"), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    let seen = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    let mut mv = PositionMove::to(Checkpoint::TrimHorizon);
+    mv.evict = true;
+    faulty.dynamodb.lose_next_responses(1);
+    let moved = store
+        .checkpoints()
+        .move_position(&ShardScope::Group, &seen, &mv)
+        .await
+        .unwrap();
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    assert!(moved, "the retry is answered as the first attempt");
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(state.counter, seen.counter + 1, "moved once");
+    assert_eq!(state.owner, Some(cid("a")));
+    assert_eq!(state.checkpoint, Some(Checkpoint::TrimHorizon));
+}

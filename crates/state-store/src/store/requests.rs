@@ -139,9 +139,36 @@ impl StateStore {
         &self,
         items: Vec<TransactWriteItem>,
     ) -> Result<std::result::Result<(), Vec<String>>> {
+        self.transact_as(items, None).await
+    }
+
+    /// [`StateStore::transact`] with a client request token, which makes the
+    /// call idempotent: "multiple identical calls have the same effect as
+    /// one single call", for 10 minutes after the first completed (DynamoDB
+    /// API Reference, TransactWriteItems, `ClientRequestToken`,
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>).
+    /// A retry after a lost answer is answered as the first attempt was,
+    /// where the parts' own conditions would refuse it (the write moved
+    /// what they check). `token`: 1 to 36 characters, derived from every
+    /// parameter of the call (the same token with other parameters is
+    /// refused, `IdempotentParameterMismatchException`).
+    pub(crate) async fn transact_idempotent(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: &str,
+    ) -> Result<std::result::Result<(), Vec<String>>> {
+        self.transact_as(items, Some(token.to_owned())).await
+    }
+
+    async fn transact_as(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: Option<String>,
+    ) -> Result<std::result::Result<(), Vec<String>>> {
         let req = self
             .client()
             .transact_write_items()
+            .set_client_request_token(token)
             .set_transact_items(Some(items));
         match self.call("TransactWriteItems", || req.clone().send()).await {
             Ok(_) => Ok(Ok(())),
