@@ -295,7 +295,15 @@ impl<H: RecordHandler> ShardWorker<H> {
     async fn open_pending(&mut self) -> Result<()> {
         let efo = self.config.enhanced_fan_out.is_some();
         while let Some(shard) = self.pending.first().cloned() {
+            // Every read first: a shard leaves the gained set only once
+            // nothing can fail before its pipeline opens (a read that fails
+            // leaves it for the next step, never held and unread).
             let state = self.store.shards().get(&self.mode.scope(), &shard).await?;
+            // A bounded group (a backfill) reads the shard up to its end.
+            let end = match state.end.clone() {
+                Some(end) => Some(end),
+                None => self.store.group_end().await?,
+            };
             self.pending.remove(&shard);
             self.emit(WorkerEvent::Gained {
                 shard: shard.clone(),
@@ -319,11 +327,6 @@ impl<H: RecordHandler> ShardWorker<H> {
                 self.efo_lock.as_ref().map(|l| l.arn.clone()),
                 self.store.clone(),
             );
-            // A bounded group (a backfill) reads the shard up to its end.
-            let end = match state.end {
-                Some(end) => Some(end),
-                None => self.store.group_end().await?,
-            };
             let pipeline =
                 ShardPipeline::new(shard.clone(), start, state.checkpoint_arrival, source)
                     .ending_at(end);

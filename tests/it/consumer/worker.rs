@@ -932,3 +932,51 @@ async fn lose_the_first_iterator_then_read<H: shardkeeper::processing::RecordHan
     }
     check(log, 2, 3);
 }
+
+/// A shard gained when the read of the group's end (a bounded group's, on
+/// the stream item) fails is opened at the next step: the worker holds no
+/// lease it does not read. The stream item is made unreadable for one step
+/// (before, the shard left the gained set before that read, and the worker
+/// held its lease, heartbeat after heartbeat, without ever reading it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_gained_when_the_groups_end_cannot_be_read_is_opened_at_the_next_step() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 1).await;
+    let store = ctx.store(&stream);
+    crate::support::common::start_group(&ctx, &store).await;
+    let rebalancer = rebalancer(&ctx.aws, &store);
+    let log: Log = Arc::default();
+    let mut w = worker(&store, &ctx.aws.kinesis, "w", log.clone());
+    rebalancer.tick().await.unwrap();
+    w.step().await.unwrap();
+    rebalancer.tick().await.unwrap();
+    assert!(w.shards().is_empty());
+
+    // The stream item's end cannot be read for one step.
+    let set_end = |value: Option<&str>| {
+        let mut req = ctx
+            .aws
+            .dynamodb
+            .update_item()
+            .table_name(&ctx.table)
+            .key(
+                "pk",
+                AttributeValue::S(store.layout().partition_key().to_owned()),
+            )
+            .key("sk", AttributeValue::S("STREAM".into()))
+            .expression_attribute_names("#end", "group_end");
+        req = match value {
+            Some(v) => req
+                .update_expression("SET #end = :end")
+                .expression_attribute_values(":end", AttributeValue::S(v.into())),
+            None => req.update_expression("REMOVE #end"),
+        };
+        req.send()
+    };
+    set_end(Some("not a checkpoint")).await.unwrap();
+    assert!(w.step().await.is_err(), "the group's end could not be read");
+    set_end(None).await.unwrap();
+    w.step().await.unwrap();
+    assert_eq!(w.shards().len(), 1, "the shard gained is read");
+}
