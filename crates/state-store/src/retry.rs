@@ -87,6 +87,12 @@ pub struct RetryPolicy {
     pub base_delay: Duration,
     /// The backoff never exceeds this.
     pub max_delay: Duration,
+    /// No attempt starts once this long has passed since the call's first
+    /// (`None`: no bound but the attempts): a call whose every attempt
+    /// hangs then ends within this plus one attempt's timeout. A session
+    /// bounds its calls by its lease term so (see
+    /// [`StateStore::with_call_limit`](crate::StateStore::with_call_limit)).
+    pub max_elapsed: Option<Duration>,
 }
 
 /// Setters, for a configuration built from its default (the struct is
@@ -107,6 +113,12 @@ impl RetryPolicy {
     /// Sets [`RetryPolicy::max_delay`](Self::max_delay).
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.max_delay = max_delay;
+        self
+    }
+
+    /// Sets [`RetryPolicy::max_elapsed`](Self::max_elapsed).
+    pub fn max_elapsed(mut self, max_elapsed: Option<Duration>) -> Self {
+        self.max_elapsed = max_elapsed;
         self
     }
 }
@@ -155,6 +167,7 @@ impl Default for RetryPolicy {
             max_attempts: 6,
             base_delay: Duration::from_millis(50),
             max_delay: Duration::from_secs(2),
+            max_elapsed: None,
         }
     }
 }
@@ -220,6 +233,7 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let max = policy.max_attempts.max(1);
+    let started = crate::clock::instant_now();
     let mut attempts = 0;
     loop {
         if stopped() {
@@ -234,6 +248,12 @@ where
             return Err(Retried::Failed { error, attempts });
         }
         let pause = policy.backoff().delay(attempts);
+        let past = |limit: Duration| {
+            crate::clock::instant_now().saturating_duration_since(started) + pause >= limit
+        };
+        if policy.max_elapsed.is_some_and(past) {
+            return Err(Retried::Failed { error, attempts });
+        }
         tracing::debug!(
             operation,
             attempts,

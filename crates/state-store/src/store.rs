@@ -34,6 +34,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What identifies one consumer group's state: the table, the group and the
 /// stream ([`StoreConfig::new`], then its builder methods).
@@ -157,6 +158,9 @@ pub(crate) struct Inner {
 #[derive(Debug, Clone)]
 pub struct StateStore {
     pub(crate) inner: Arc<Inner>,
+    /// This handle's bound on one call's time (see
+    /// [`StateStore::with_call_limit`]).
+    call_limit: Option<Duration>,
 }
 
 impl StateStore {
@@ -174,6 +178,7 @@ impl StateStore {
         let client = own_dynamodb_client(&client, &config.timeouts);
         let pk = schema::partition_key(&config.group, config.stream.name());
         StateStore {
+            call_limit: None,
             inner: Arc::new(Inner {
                 client,
                 config,
@@ -186,6 +191,31 @@ impl StateStore {
                 group_end: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// A handle on the same store (the same client, clock, counters and
+    /// stop) whose calls start no attempt once `limit` has passed since
+    /// their first ([`RetryPolicy::max_elapsed`], the shorter of this and
+    /// the configuration's): a call whose every attempt hangs ends within
+    /// `limit` plus one attempt's timeout. A consumer session bounds its
+    /// calls, and its worker's, by its lease term, so a hung call never
+    /// outlasts what its heartbeats on the side allow the worker's loop.
+    pub fn with_call_limit(&self, limit: Duration) -> StateStore {
+        StateStore {
+            inner: self.inner.clone(),
+            call_limit: Some(limit),
+        }
+    }
+
+    /// The retry policy of this handle's calls: the configuration's, bounded
+    /// by [`StateStore::with_call_limit`].
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+        let policy = self.inner.config.retry;
+        let bound = match (policy.max_elapsed, self.call_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        policy.max_elapsed(bound)
     }
 
     /// The configuration.

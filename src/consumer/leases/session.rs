@@ -111,7 +111,14 @@ impl ConsumerSession {
     /// A session for the consumer `info` (nothing is sent until the first tick).
     /// Its heartbeats say `lease_term`, so observers with a shorter term of
     /// their own wait this one out before moving its leases.
+    ///
+    /// Its calls start no attempt once the term has passed since their
+    /// first ([`StateStore::with_call_limit`]): the heartbeats of
+    /// [`ConsumerSession::keep_alive`] stop once the caller's loop went three
+    /// terms unseen, and a call whose every attempt hangs would otherwise
+    /// outlast that (6 attempts of 10 s at the store's defaults).
     pub fn new(store: StateStore, mut info: ConsumerInfo, lease_term: Duration) -> Self {
+        let store = store.with_call_limit(lease_term);
         info.lease_term = Some(lease_term);
         let shared = Arc::new(Mutex::new(PulseState {
             info: info.clone(),

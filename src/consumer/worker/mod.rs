@@ -106,6 +106,13 @@ impl<H: RecordHandler> ShardWorker<H> {
         config: WorkerConfig,
     ) -> Self {
         let mut mode = mode;
+        // A group worker's calls are bounded by the lease term, as its
+        // session's are: the loop is seen again before the session's pulse
+        // gives its leases up.
+        let store = match &mode {
+            Mode::Group(session) => store.with_call_limit(session.lease_term()),
+            Mode::Standalone(_) => store,
+        };
         if config.enhanced_fan_out.is_some() {
             // Nothing to read with until an EFO consumer is locked.
             mode.set_efo_lock(None);

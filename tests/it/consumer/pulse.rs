@@ -165,3 +165,56 @@ async fn a_worker_on_schedule_sends_no_heartbeat_of_the_pulse() {
         "{beats} heartbeats in {run:?} (at most {most})"
     );
 }
+
+/// The pulse gives the leases up once the worker's loop went three terms
+/// unseen, so no call of the loop may outlast that: a session's call whose
+/// every attempt hangs starts no attempt once the term has passed since
+/// its first (before, it made all of its policy's attempts, 6, about 70 s
+/// at the store's timeouts, so a hung call cost every lease). Counted in
+/// attempts: each attempt here hangs past the attempt timeout (400 ms) at a
+/// proxy, and the term is 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_call_whose_attempts_hang_starts_none_past_the_term() {
+    use shardkeeper::state::{RetryPolicy, SdkTimeouts};
+    use shardkeeper_local::{Faults, SlowRequests};
+    let faulty = crate::support::faulty::Faulty::start(23).await;
+    let term = Duration::from_secs(1);
+    let config = faulty
+        .ctx
+        .store("pulse-capped")
+        .config()
+        .clone()
+        .retry(RetryPolicy::default())
+        .timeouts(SdkTimeouts::new(
+            Duration::from_secs(1),
+            Duration::from_millis(400),
+        ));
+    let store = StateStore::with_clock(
+        faulty.ctx.aws.dynamodb.clone(),
+        config,
+        std::sync::Arc::new(faulty.ctx.clock.clone()),
+    );
+    let mut s = holding(&store, "a", 1, term).await;
+    let shard = s.leases().next().unwrap().shard_id.clone();
+    faulty
+        .dynamodb
+        .set_faults(Faults {
+            slow: Some(SlowRequests {
+                operation: "UpdateItem".into(),
+                body_contains: vec!["cp_ord".into()],
+                latency: Duration::from_secs(3)..=Duration::from_secs(3),
+            }),
+            ..Faults::none()
+        })
+        .unwrap();
+    let failed = s
+        .checkpoint(&shard, &Checkpoint::after("5").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(failed.is_transient(), "{failed}");
+    let attempts = faulty.dynamodb.counts().slowed;
+    assert!(
+        (1..u64::from(RetryPolicy::default().max_attempts)).contains(&attempts),
+        "{attempts} attempts"
+    );
+}

@@ -6,6 +6,7 @@ fn backoff_doubles_and_caps() {
         max_attempts: 10,
         base_delay: Duration::from_millis(100),
         max_delay: Duration::from_millis(1000),
+        max_elapsed: None,
     };
     assert_eq!(p.backoff_cap(1), Duration::from_millis(100));
     assert_eq!(p.backoff_cap(2), Duration::from_millis(200));
@@ -177,4 +178,33 @@ fn every_code_has_its_class_by_service_and_call() {
             .starts_with("Kinesis GetRecords failed: the stream's KMS key is disabled"),
         "{kms}"
     );
+}
+
+/// A call whose every attempt hangs starts no attempt once `max_elapsed`
+/// has passed since its first, whatever attempts are left (virtual time).
+#[tokio::test(start_paused = true)]
+async fn a_call_starts_no_attempt_past_its_time_limit() {
+    let policy = RetryPolicy::default().max_elapsed(Some(Duration::from_secs(10)));
+    let started = tokio::time::Instant::now();
+    let mut sent = 0;
+    let out: Result<(), Retried<()>> = retry_throttled(
+        &policy,
+        "Hangs",
+        |_| true,
+        || false,
+        || {
+            sent += 1;
+            async {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                Err(())
+            }
+        },
+    )
+    .await;
+    assert!(
+        matches!(out, Err(Retried::Failed { attempts: 3, .. })),
+        "{out:?}"
+    );
+    assert_eq!(sent, 3);
+    assert!(started.elapsed() <= Duration::from_secs(10) + Duration::from_secs(4));
 }

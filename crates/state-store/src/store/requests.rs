@@ -19,7 +19,7 @@ impl StateStore {
     {
         let stopped = || self.is_stopped();
         let out = with_retries(
-            &self.inner.config.retry,
+            &self.retry_policy(),
             Service::DynamoDb,
             operation,
             stopped,
