@@ -238,7 +238,10 @@ impl StateError {
     /// that outlasted the retries, an AWS internal error or unavailable
     /// service, a resource busy for a moment (see
     /// [`crate::is_transient_code`]), and failures with no AWS answer at all
-    /// (connection refused or dropped, timeouts). A missing table, a wrong
+    /// (connection refused or dropped, timeouts). A failure without an AWS
+    /// code that no retry passes (a request the SDK could not build or the
+    /// connector refused, a 4xx answer naming no error) carries the code
+    /// [`crate::REFUSED_WITHOUT_CODE`] and is not transient. A missing table, a wrong
     /// schema, bad input, a denied call, an unusable KMS key, the quota of
     /// enhanced fan-out consumers or a lost lease are not transient.
     pub fn is_transient(&self) -> bool {

@@ -117,7 +117,7 @@ pub use respread::Respread;
 pub use retry::{
     call_aws, call_kinesis, is_kms_key_code, is_server_fault_code, is_throttling_code,
     is_transient_code, kinesis_coded_error, kinesis_error, retry_throttled, Backoff, Jitter,
-    Retried, RetryPolicy, SdkTimeouts,
+    Retried, RetryPolicy, SdkTimeouts, REFUSED_WITHOUT_CODE,
 };
 pub use schema::ShardScope;
 pub use sequence::{Checkpoint, SequenceNumber, MAX_SEQUENCE_DIGITS};

@@ -18,7 +18,7 @@ use codes::is_condition_failure;
 pub(crate) use codes::{error_chain, service_error, CallError};
 pub use codes::{
     is_kms_key_code, is_server_fault_code, is_throttling_code, is_transient_code,
-    kinesis_coded_error, kinesis_error,
+    kinesis_coded_error, kinesis_error, REFUSED_WITHOUT_CODE,
 };
 
 use crate::error::{Service, StateError};
@@ -293,7 +293,10 @@ where
                 .is_some_and(|c| is_throttling_code(c) || is_server_fault_code(c))
                 || (err.code().is_none() && status_is(err.raw_response(), |s| s.is_server_error()))
         }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
+        SdkError::TimeoutError(_) => true,
+        // A connection that failed, or an answer that did not come; not a
+        // request the connector refused as invalid.
+        SdkError::DispatchFailure(d) => !d.is_user(),
         // An answer that could not be read: sent again unless it said the
         // request itself was refused (a 4xx page).
         SdkError::ResponseError(_) => !status_is(err.raw_response(), |s| s.is_client_error()),
@@ -304,7 +307,13 @@ where
         Err(Retried::Stopped) => return Err(CallError::Failed(StateError::Stopped)),
         Err(Retried::Failed { error, attempts }) => (error, attempts),
     };
-    let code = err.code().map(str::to_owned);
+    // A failure without a code that no retry passes (see
+    // `REFUSED_WITHOUT_CODE`) is not a passing fault: only a failure without
+    // an answer stays without a code.
+    let code = err
+        .code()
+        .map(str::to_owned)
+        .or_else(|| (!retryable(&err)).then(|| REFUSED_WITHOUT_CODE.to_owned()));
     if let SdkError::ServiceError(service_err) = err {
         let inner = service_err.into_err();
         if is_condition_failure(code.as_deref()) {

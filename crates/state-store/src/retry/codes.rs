@@ -110,6 +110,17 @@ pub fn is_transient_code(service: Service, operation: &str, code: &str) -> bool 
     }
 }
 
+/// The code a failure without an AWS error code is reported with when it is
+/// no passing fault: the SDK could not build or send the request for a
+/// reason of the caller's (a construction failure, a connector's "user"
+/// error: an invalid request), or an answer refused it (a 4xx status) without
+/// naming an AWS error (a proxy's or a gateway's page). Sent again it fails
+/// again, so it is not transient. A failure without a code otherwise is no
+/// answer at all (an attempt that timed out, a connection that failed, an
+/// answer that could not be read): the only failures without a code that
+/// [`StateError::is_transient`] rides out.
+pub const REFUSED_WITHOUT_CODE: &str = "RefusedWithoutCode";
+
 /// A service error as a [`StateError`], once `attempts` attempts were made:
 /// throttling is [`StateError::Throttled`] (but a registration refused past
 /// the retries is [`StateError::EfoQuota`]), an unusable KMS key

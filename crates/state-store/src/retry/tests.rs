@@ -208,3 +208,67 @@ async fn a_call_starts_no_attempt_past_its_time_limit() {
     assert_eq!(sent, 3);
     assert!(started.elapsed() <= Duration::from_secs(10) + Duration::from_secs(4));
 }
+
+/// A failure without an AWS error code is transient only when no answer came
+/// (a timeout, a failed connection, an unreadable 5xx answer): a request the
+/// SDK could not build or the connector refused as invalid, and a 4xx answer
+/// that names no error, fail again however often they are sent, so a loop
+/// that rides out transient failures must not ride them out for ever.
+#[tokio::test]
+async fn a_failure_without_a_code_is_transient_only_when_no_answer_came() {
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    type Failure = SdkError<GetItemError, HttpResponse>;
+    fn page(status: u16) -> HttpResponse {
+        HttpResponse::new(
+            StatusCode::try_from(status).unwrap(),
+            SdkBody::from("<html>not an AWS answer</html>"),
+        )
+    }
+    type Case = (&'static str, fn() -> Failure, bool);
+    let cases: Vec<Case> = vec![
+        ("timed out", || SdkError::timeout_error("timed out"), true),
+        (
+            "connection failed",
+            || SdkError::dispatch_failure(ConnectorError::io("reset".into())),
+            true,
+        ),
+        (
+            "an unreadable 5xx answer",
+            || SdkError::response_error("unreadable", page(502)),
+            true,
+        ),
+        (
+            "not built",
+            || SdkError::construction_failure("no region"),
+            false,
+        ),
+        (
+            "refused as invalid by the connector",
+            || SdkError::dispatch_failure(ConnectorError::user("invalid header".into())),
+            false,
+        ),
+        (
+            "an unreadable 4xx answer",
+            || SdkError::response_error("unreadable", page(403)),
+            false,
+        ),
+    ];
+    for (what, failure, transient) in cases {
+        let out: Result<(), CallError<GetItemError>> = with_retries(
+            &RetryPolicy::none(),
+            Service::DynamoDb,
+            "GetItem",
+            || false,
+            || async move { Err(failure()) },
+        )
+        .await;
+        let Err(CallError::Failed(e)) = out else {
+            panic!("{what}: {out:?}");
+        };
+        assert_eq!(e.is_transient(), transient, "{what}: {e:?}");
+    }
+}
