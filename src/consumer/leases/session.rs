@@ -7,6 +7,7 @@ mod writes;
 
 use crate::consumer::leases::holding::Holding;
 use crate::consumer::leases::pulse::{lock, Pulse, PulseState};
+use crate::state::instant_now;
 use crate::state::{
     duration_millis, Acks, Checkpoint, CheckpointOutcome, ConsumerId, ConsumerInfo, Depleted,
     EpochMillis, Lease, Released, ShardId, ShardScope, ShardSpec, StateError, StateStore,
@@ -127,7 +128,7 @@ impl ConsumerSession {
             held: BTreeMap::new(),
             last_sent: None,
             beat_at: None,
-            loop_seen: Instant::now(),
+            loop_seen: instant_now(),
             superseded: false,
         }));
         ConsumerSession {
@@ -171,7 +172,7 @@ impl ConsumerSession {
 
     /// Marks the caller's loop as running (see [`ConsumerSession::keep_alive`]).
     pub fn alive(&self) {
-        lock(&self.shared).loop_seen = Instant::now();
+        lock(&self.shared).loop_seen = instant_now();
     }
 
     /// Tells the pulse which leases the session holds now.
@@ -254,7 +255,7 @@ impl ConsumerSession {
     /// Heartbeats, acknowledging the notes acted on since the last.
     async fn beat(&mut self) -> Result<crate::state::Heartbeat> {
         let acks = std::mem::take(&mut self.acks);
-        lock(&self.shared).last_sent = Some(Instant::now());
+        lock(&self.shared).last_sent = Some(instant_now());
         match self.holding.heartbeat(&self.store, &self.info, &acks).await {
             Ok(beat) => Ok(beat),
             Err(e) => {
@@ -310,7 +311,7 @@ impl ConsumerSession {
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
         let claimed_at_renewal = self.renew_for_older_code(tick).await?;
-        let sent = Instant::now();
+        let sent = instant_now();
         let beat = self.beat().await?;
         tick.registered |= beat.registered;
         if beat.registered {
