@@ -200,6 +200,13 @@ impl<'a> Ledger<'a> {
     }
 }
 
+/// How many of its owner's terms a claim may go unhonoured while the owner's
+/// session is live before it is withdrawn: longer than the owner's loop may
+/// go unseen while its heartbeats go on beside it (its pulse stops after
+/// three terms, and the loop honours the claim when it is back), so only a
+/// claim whose note was lost is withdrawn.
+const UNHONOURED_CLAIM_TERMS: u32 = 4;
+
 /// Plans one rebalancer tick. See the module documentation.
 ///
 /// Public only with the `testing` feature (see the `group` module's documentation).
@@ -256,6 +263,22 @@ pub fn plan_rebalance(
     for shard in snapshot.available_shards() {
         let owner = held_by(shard, ages, config.lease_term);
         match (&shard.claim, &shard.owner) {
+            // A claim its owner's live session has not honoured in
+            // `UNHONOURED_CLAIM_TERMS` of its terms: its note is gone
+            // (notes are kept by shard, so a claim noted again before the
+            // owner acknowledged the note of an earlier one is acknowledged
+            // with it, unread). Withdrawn; the lease is its owner's this
+            // tick, and a claim planned anew notes the shard again.
+            (Some(claim), Some(from))
+                if owner.is_some()
+                    && ages.claim(&shard.shard_id)
+                        >= ages.term(from, config.lease_term) * UNHONOURED_CLAIM_TERMS =>
+            {
+                cancels.push(Action::CancelClaim {
+                    shard: shard.shard_id.clone(),
+                    claimant: claim.by.clone(),
+                });
+            }
             (Some(claim), Some(from)) if live.contains(&claim.by) => {
                 holdings.entry(&claim.by).or_default().push(shard);
                 in_transit.insert(&shard.shard_id);

@@ -173,7 +173,7 @@ fn scenarios() {
             // A claim not honoured while its owner's session went a term
             // without a heartbeat (s1: a beat 11 s ago, taken 11 s ago)
             // ends in a forced take by the claimant. One whose owner still
-            // heartbeats (s2) waits, however old the claim: the owner may
+            // heartbeats (s2) waits, up to four of its terms: the owner may
             // be processing, and hands it over once its heartbeat's answer
             // tells it of the claim.
             "a claimed lease unrenewed for a term is forced, a renewed one waits",
@@ -181,7 +181,7 @@ fn scenarios() {
                 vec![consumer("a", 11_000), consumer("b", 0), consumer("c", 0)],
                 vec![
                     claimed(leased("s1", "a", -1_000), "b", 16_000),
-                    claimed(leased("s2", "c", 5_000), "b", 60_000),
+                    claimed(leased("s2", "c", 5_000), "b", 35_000),
                 ],
             ),
             config(),
@@ -198,6 +198,24 @@ fn scenarios() {
             ),
             config(),
             vec![t("s1", "a", "assign")],
+        ),
+        (
+            // A claim the owner's live session has not honoured in four of
+            // its terms lost its note (merged into one the owner had
+            // acknowledged): it is withdrawn, and the lease stays with its
+            // owner until a claim planned anew notes it again (before, it
+            // waited for good).
+            "a claim its live owner never honoured is withdrawn",
+            snapshot(
+                vec![consumer("a", 0), consumer("b", 0)],
+                vec![
+                    leased("s0", "b", 5_000),
+                    claimed(leased("s1", "a", 5_000), "b", 41_000),
+                    leased("s2", "a", 5_000),
+                ],
+            ),
+            config(),
+            vec![t("s1", "b", "cancel")],
         ),
         (
             // A fresh claim is waited for: nothing new.
