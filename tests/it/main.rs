@@ -25,5 +25,6 @@ mod ddb_streams;
 mod fuzz;
 mod group;
 mod lambda;
+mod sim;
 mod state;
 mod system;

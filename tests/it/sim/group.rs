@@ -1,0 +1,678 @@
+//! One simulated run of a whole group: shard workers (with their sessions
+//! and pulses; some run for ever, some are invocations with a deadline that
+//! drain before it), the rebalancer, the reaper, a producer and an
+//! operator, all the project's real code on one current-thread runtime with
+//! paused time, reaching DynamoDB and Kinesis through the simulated
+//! network. The seed decides every choice; the history checker and the
+//! run's own checks (liveness, moves that stick) judge it.
+
+use super::clock::{SimClock, TimeLine};
+use super::dynamo::Dynamo;
+use super::kinesis::Kinesis;
+use super::net::{Net, Rates, SimHttp};
+use super::trace::Trace;
+use shardkeeper::consumer::{ConsumerSession, ShardWorker, WorkerConfig};
+use shardkeeper::functions::{Reaper, Rebalancer};
+use shardkeeper::group::{ReapConfig, RebalanceConfig};
+use shardkeeper::pipeline::InitialPosition;
+use shardkeeper::processing::StreamRecord;
+use shardkeeper::state::{
+    instant_now, Buckets, ConsumerId, ConsumerInfo, StateError, StateStore, StoreConfig,
+    TableOptions,
+};
+use shardkeeper_history::{
+    check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
+    Verification,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+/// A run's shape; the seed draws the rest.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub seed: u64,
+    pub consumers: usize,
+    pub shards: u32,
+    /// Simulated time before the calm (faults, chaos and production stop).
+    pub busy: Duration,
+    pub keys: usize,
+    /// Operator moves at random moments (a forced reset, a rewind).
+    pub operator: bool,
+}
+
+impl Shape {
+    /// The CI shape: 3 consumers, 16 shards, 10 minutes of simulated time
+    /// (7 busy, then the drain).
+    pub fn ci(seed: u64) -> Self {
+        Shape {
+            seed,
+            consumers: 3,
+            shards: 16,
+            busy: Duration::from_secs(420),
+            keys: 48,
+            operator: true,
+        }
+    }
+}
+
+/// The lease term of the simulated group (KCL's failover time).
+const TERM: Duration = Duration::from_secs(10);
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome {
+    pub verdict: Verification,
+    /// Problems the history checker does not look for: a stall, a move
+    /// undone.
+    pub failures: Vec<String>,
+    pub trace: Trace,
+    pub summary: String,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.verdict.passed() && self.failures.is_empty()
+    }
+}
+
+/// A running consumer process.
+struct Process {
+    id: String,
+    name: String,
+    clock: SimClock,
+    task: JoinHandle<Ended>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    Stopped,
+    Superseded,
+    Failed,
+}
+
+/// What every process of a run shares.
+struct World {
+    line: TimeLine,
+    config: StoreConfig,
+    dynamodb: aws_sdk_dynamodb::Client,
+    kinesis: aws_sdk_kinesis::Client,
+    history: SharedHistory,
+}
+
+impl World {
+    fn store(&self, clock: SimClock) -> StateStore {
+        StateStore::with_clock(self.dynamodb.clone(), self.config.clone(), Arc::new(clock))
+    }
+
+    /// Starts a process under `id`, named `name` in the history, with a
+    /// wall clock `skew` ms off, running until `deadline` (an invocation)
+    /// or for ever.
+    fn spawn(&self, id: &str, name: String, skew: i64, deadline: Option<Duration>) -> Process {
+        let clock = SimClock::new(self.line, skew);
+        let store = self.store(clock.clone());
+        let info = ConsumerInfo::for_this_process(ConsumerId::new(id).unwrap(), store.now());
+        let session = ConsumerSession::new(store.clone(), info, TERM);
+        let config = WorkerConfig::default()
+            .initial_position(InitialPosition::TrimHorizon)
+            .renew_every(TERM / 3)
+            .min_poll_interval(Duration::from_millis(200))
+            .idle_poll_interval(Duration::from_millis(1_000))
+            .max_records(500);
+        // A handler that waits as real ones do: 0 to 2 ms a record.
+        let handler = recording_handler(&self.history, &name, |_: StreamRecord| async {
+            tokio::time::sleep(Duration::from_micros(fastrand::u64(0..2_000))).await;
+            Ok::<(), std::io::Error>(())
+        });
+        let deadline = deadline.map(|d| instant_now() + d);
+        let mut worker = ShardWorker::new(session, store, self.kinesis.clone(), handler, config)
+            .with_observer(recording_observer(&self.history, &name));
+        if let Some(d) = deadline {
+            // The fleet's rule: drain for the last 15 s.
+            worker = worker.drain_at(d - Duration::from_secs(15));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            match worker
+                .run_until(deadline, || flag.load(Ordering::Relaxed))
+                .await
+            {
+                Ok(_) => Ended::Stopped,
+                Err(shardkeeper::Error::State(StateError::Superseded { .. })) => Ended::Superseded,
+                Err(_) => Ended::Failed,
+            }
+        });
+        Process {
+            id: id.to_owned(),
+            name,
+            clock,
+            task,
+            stop,
+        }
+    }
+}
+
+/// SDK clients on the net; with `faults` false, clients that meet none.
+fn clients(net: &Arc<Net>, faults: bool) -> (aws_sdk_dynamodb::Client, aws_sdk_kinesis::Client) {
+    let http = SimHttp {
+        net: net.clone(),
+        faults,
+    };
+    let creds = aws_sdk_dynamodb::config::Credentials::new("sim", "sim", None, None, "sim");
+    let ddb = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(creds.clone())
+        .endpoint_url("http://dynamodb.sim")
+        .http_client(http.clone())
+        .build();
+    let kin = aws_sdk_kinesis::Config::builder()
+        .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+        .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+        .credentials_provider(creds)
+        .endpoint_url("http://kinesis.sim")
+        .http_client(http.clone())
+        .build();
+    (
+        aws_sdk_dynamodb::Client::from_conf(ddb),
+        aws_sdk_kinesis::Client::from_conf(kin),
+    )
+}
+
+/// Runs `tick` every `every` until `stop`.
+fn ticking<F, Fut, T, E>(every: Duration, stop: Arc<AtomicBool>, tick: F) -> JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, E>> + Send,
+{
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let _ = tick().await;
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// One run. Must be called on a current-thread runtime with paused time.
+pub async fn run(shape: &Shape) -> Outcome {
+    fastrand::seed(shape.seed);
+    let mut rng = fastrand::Rng::with_seed(shape.seed);
+    let line = TimeLine::start();
+    let rates = Rates::drawn(&mut rng);
+    let skewed = rng.bool();
+    let net = Net::new(
+        shape.seed,
+        rates,
+        Dynamo::new(line),
+        Arc::new(Kinesis::new(line)),
+    );
+    let (dynamodb, kinesis) = clients(&net, true);
+    let (_, producer_kinesis) = clients(&net, false);
+    net.kinesis.create_stream("orders", shape.shards);
+    let config = StoreConfig::new("sim", "orders")
+        .unwrap()
+        .table("state")
+        .unwrap()
+        .buckets(Buckets::new(2).unwrap());
+    let world = World {
+        line,
+        config,
+        dynamodb,
+        kinesis,
+        history: SharedHistory::default(),
+    };
+    let operator = world.store(SimClock::new(line, 0));
+    // The table and the group's start, before the faults begin.
+    net.faulty.store(false, Ordering::Relaxed);
+    operator
+        .start_on_stream(
+            &world.kinesis,
+            TableOptions::default().poll_interval(Duration::from_millis(50)),
+        )
+        .await
+        .expect("the group starts");
+    net.faulty.store(true, Ordering::Relaxed);
+    let production_began = line.now_millis();
+
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let heartbeat_timeout = TERM + TERM / 3;
+    let rebalancer = Arc::new(Rebalancer::new(
+        world.store(SimClock::new(line, 0)),
+        world.kinesis.clone(),
+        RebalanceConfig::default()
+            .lease_term(TERM)
+            .heartbeat_timeout(heartbeat_timeout),
+    ));
+    let reaper = Arc::new(Reaper::new(
+        world.store(SimClock::new(line, 0)),
+        world.kinesis.clone(),
+        ReapConfig::default()
+            .heartbeat_timeout(heartbeat_timeout)
+            .lease_term(TERM),
+    ));
+    let rebalancing = ticking(Duration::from_secs(5), stop_all.clone(), move || {
+        let r = rebalancer.clone();
+        async move { r.tick().await }
+    });
+    let reaping = ticking(Duration::from_secs(5), stop_all.clone(), move || {
+        let r = reaper.clone();
+        async move { r.tick().await }
+    });
+    let producing = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let load = NumberedLoad {
+            stream: "orders".into(),
+            records: None,
+            keys: shape.keys,
+            batch: 8,
+            pace: Duration::from_millis(500),
+        };
+        let (kinesis, history, flag) = (producer_kinesis, world.history.clone(), producing.clone());
+        tokio::spawn(async move { produce_numbered(&kinesis, &load, &history, &flag).await })
+    };
+
+    let mut generation = 0;
+    let mut next_id = move || {
+        generation += 1;
+        format!("c{generation}")
+    };
+    let max_skew = if skewed { 30_000 } else { 0 };
+    let lifetime = |rng: &mut fastrand::Rng| {
+        // Half the processes are invocations of 2 to 5 minutes.
+        rng.bool().then(|| Duration::from_secs(rng.u64(120..300)))
+    };
+    let mut live: Vec<Process> = (0..shape.consumers)
+        .map(|_| {
+            let id = next_id();
+            let life = lifetime(&mut rng);
+            world.spawn(&id, id.clone(), rng.i64(-max_skew..=max_skew), life)
+        })
+        .collect();
+    let mut left: Vec<Process> = Vec::new();
+    let mut waiting_restarts: Vec<(Instant, String)> = Vec::new();
+    let mut stats = BTreeMap::<&str, u32>::new();
+    // Each move back: its window, whether a rewind, and (a reset leaves
+    // depleted shards alone, docs/OPERATIONS.md) the shards depleted just
+    // after it.
+    let mut moves: Vec<(Instant, Instant, bool, BTreeSet<String>)> = Vec::new();
+    let started = instant_now();
+    let calm_at = started + shape.busy;
+    let (mut twins, mut restarts) = (0, 0);
+    while instant_now() < calm_at {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Processes that ended by themselves: an invocation at its
+        // deadline, one superseded, one failed. The fleet (or a
+        // supervisor) starts another.
+        while let Some(i) = live.iter().position(|p| p.task.is_finished()) {
+            let ended = live.swap_remove(i);
+            let how = ended.task.await.unwrap_or(Ended::Failed);
+            *stats
+                .entry(match how {
+                    Ended::Stopped => "ended",
+                    Ended::Superseded => "superseded",
+                    Ended::Failed => "failed",
+                })
+                .or_default() += 1;
+            if how != Ended::Superseded {
+                let id = next_id();
+                let life = lifetime(&mut rng);
+                live.push(world.spawn(&id, id.clone(), rng.i64(-max_skew..=max_skew), life));
+            }
+        }
+        while let Some(i) = waiting_restarts
+            .iter()
+            .position(|(at, _)| *at <= instant_now())
+        {
+            let (_, id) = waiting_restarts.swap_remove(i);
+            let life = lifetime(&mut rng);
+            // A process of its own in the history: `<id>~<n>`.
+            restarts += 1;
+            let name = format!("{id}~{restarts}");
+            live.push(world.spawn(&id, name, rng.i64(-max_skew..=max_skew), life));
+        }
+        match rng.u32(..1000) {
+            // Killed at whatever await it is at: no release, no more
+            // heartbeats. Restarted under its id after a while, or a new
+            // process with a new id takes its place.
+            0..12 if !live.is_empty() => {
+                let victim = live.swap_remove(rng.usize(..live.len()));
+                victim.task.abort();
+                world
+                    .history
+                    .lock()
+                    .unwrap()
+                    .killed
+                    .push((victim.name.clone(), instant_now()));
+                *stats.entry("kills").or_default() += 1;
+                let id = if rng.bool() { victim.id } else { next_id() };
+                let back = instant_now() + Duration::from_millis(rng.u64(0..30_000));
+                waiting_restarts.push((back, id));
+            }
+            // One leaves cleanly; another joins.
+            12..16 if live.len() > 1 => {
+                let leaving = live.swap_remove(rng.usize(..live.len()));
+                leaving.stop.store(true, Ordering::Relaxed);
+                left.push(leaving);
+                *stats.entry("leaves").or_default() += 1;
+                let id = next_id();
+                let life = lifetime(&mut rng);
+                live.push(world.spawn(&id, id.clone(), rng.i64(-max_skew..=max_skew), life));
+            }
+            // A second process under a live id: the older must stop.
+            16..19 if !live.is_empty() => {
+                let id = live[rng.usize(..live.len())].id.clone();
+                twins += 1;
+                *stats.entry("twins").or_default() += 1;
+                let life = lifetime(&mut rng);
+                live.push(world.spawn(
+                    &id,
+                    format!("{id}#{twins}"),
+                    rng.i64(-max_skew..=max_skew),
+                    life,
+                ));
+            }
+            // A wall clock steps.
+            19..25 if skewed && !live.is_empty() => {
+                let p = &live[rng.usize(..live.len())];
+                p.clock.step(rng.i64(-20_000..=20_000));
+                *stats.entry("clock steps").or_default() += 1;
+            }
+            25..28 => {
+                net.kinesis.split("orders", rng.usize(..64));
+                *stats.entry("splits").or_default() += 1;
+            }
+            28..30 => {
+                net.kinesis.merge("orders", rng.usize(..64));
+                *stats.entry("merges").or_default() += 1;
+            }
+            // An operator moves the group back to before production: a
+            // forced reset or a rewind.
+            30..34 if shape.operator => {
+                let began = instant_now();
+                let rewind = rng.bool();
+                let left_alone = super::operator::move_back(
+                    &operator,
+                    &world.kinesis,
+                    production_began - 1_000,
+                    rewind,
+                )
+                .await;
+                let ended = instant_now();
+                world
+                    .history
+                    .lock()
+                    .unwrap()
+                    .moved_back
+                    .push((began, ended));
+                moves.push((began, ended, rewind, left_alone));
+                *stats
+                    .entry(if rewind { "rewinds" } else { "resets" })
+                    .or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
+    // The calm: faults, chaos and production stop; every process is back.
+    net.faulty.store(false, Ordering::Relaxed);
+    producing.store(true, Ordering::Relaxed);
+    let produced = producer.await.unwrap_or(0);
+    for (_, id) in waiting_restarts.drain(..) {
+        restarts += 1;
+        live.push(world.spawn(&id, format!("{id}~{restarts}"), 0, None));
+    }
+    // Drained when every record is processed; a stall is three terms
+    // without a record processed for the first time since the calm.
+    let calm = instant_now();
+    let mut failures = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut scanned = 0;
+    let mut progress = instant_now();
+    let (mut done_after_moves, mut due_after_moves) = (0usize, 0usize);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Invocations that end are replaced, as the fleet does.
+        while let Some(i) = live.iter().position(|p| p.task.is_finished()) {
+            let ended = live.swap_remove(i);
+            if ended.task.await.unwrap_or(Ended::Failed) != Ended::Superseded {
+                let id = next_id();
+                live.push(world.spawn(&id, id.clone(), 0, None));
+            }
+        }
+        {
+            let h = world.history.lock().unwrap();
+            for p in &h.processed[scanned..] {
+                if seen.insert((p.key.clone(), p.n)) {
+                    progress = instant_now();
+                }
+            }
+            scanned = h.processed.len();
+        }
+        if seen.len() >= produced {
+            break;
+        }
+        if instant_now().duration_since(progress) > 3 * TERM {
+            failures.push(format!(
+                "stall: {} of {produced} records processed; nothing new for three terms, {:?} after the calm",
+                seen.len(),
+                instant_now().duration_since(calm)
+            ));
+            failures.extend(super::operator::stalled(&operator, heartbeat_timeout).await);
+            break;
+        }
+    }
+    // A move to before production sticks: every record produced before
+    // the move started is processed again after it ended.
+    {
+        let h = world.history.lock().unwrap();
+        for (began, ended, rewind, left_alone) in &moves {
+            // Records processed before `began`: processed again after
+            // `ended` (but those of depleted shards a reset left alone).
+            let before: BTreeSet<(String, u64)> = h
+                .processed
+                .iter()
+                .filter(|p| p.at <= *began && !left_alone.contains(p.shard.as_str()))
+                .map(|p| (p.key.clone(), p.n))
+                .collect();
+            let after: BTreeSet<(String, u64)> = h
+                .processed
+                .iter()
+                .filter(|p| p.at >= *ended)
+                .map(|p| (p.key.clone(), p.n))
+                .collect();
+            due_after_moves += before.len();
+            let missing: BTreeSet<_> = before.difference(&after).collect();
+            done_after_moves += before.len() - missing.len();
+            if !missing.is_empty() {
+                // By shard: where the records missed were read before.
+                let mut shards = BTreeMap::<String, usize>::new();
+                for p in h.processed.iter().filter(|p| p.at <= *began) {
+                    if missing.contains(&(p.key.clone(), p.n)) {
+                        *shards.entry(p.shard.to_string()).or_default() += 1;
+                    }
+                }
+                failures.push(format!(
+                    "a move back ({}, {} ms to {} ms) was undone: {} of the {} records processed before it were not processed again after it, by shard: {shards:?}",
+                    if *rewind { "rewind" } else { "forced reset" },
+                    began.duration_since(started).as_millis(),
+                    ended.duration_since(started).as_millis(),
+                    missing.len(),
+                    before.len(),
+                ));
+            }
+        }
+    }
+    if failures.iter().any(|f| f.starts_with("a move back")) {
+        failures.extend(super::operator::stalled(&operator, heartbeat_timeout).await);
+        failures.push(format!("lineage: {:?}", net.kinesis.parents("orders")));
+    }
+    for p in live.iter().chain(&left) {
+        p.stop.store(true, Ordering::Relaxed);
+    }
+    for p in live.into_iter().chain(left) {
+        let _ = p.task.await;
+    }
+    stop_all.store(true, Ordering::Relaxed);
+    let _ = rebalancing.await;
+    let _ = reaping.await;
+    let mut history = std::mem::take(&mut *world.history.lock().unwrap());
+    history.parents = net
+        .kinesis
+        .parents("orders")
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                shardkeeper::state::ShardId::new(&k).unwrap(),
+                v.iter()
+                    .map(|p| shardkeeper::state::ShardId::new(p).unwrap())
+                    .collect(),
+            )
+        })
+        .collect();
+    let verdict = check(&history);
+    for child in &verdict.children_before_parents {
+        failures.extend(explain_child(&history, child, started));
+    }
+    if verdict.unjustified_duplicates > 0 && std::env::var("SHARDKEEPER_SIM_EXPLAIN").is_ok() {
+        failures.extend(explain_repeats(&history, started));
+        for (b, e, _, _) in &moves {
+            failures.push(format!(
+                "move from {} ms to {} ms",
+                b.duration_since(started).as_millis(),
+                e.duration_since(started).as_millis()
+            ));
+        }
+    }
+    let mut trace = net.trace.lock().unwrap().clone();
+    trace.note(&format!(
+        "{} {} {} {:?}",
+        history.processed.len(),
+        history.spans.len(),
+        history.events.len(),
+        stats
+    ));
+    let c = &net.counts;
+    let summary = format!(
+        "seed {}: {produced} records produced, {} processed, {:.0} s simulated ({:.0} s to drain), \
+         {} requests ({} throttled, {} failed, {} hung, {} answers lost, {} stale reads), \
+         clocks skewed: {skewed}, {:?}, moves re-ran {done_after_moves}/{due_after_moves}",
+        shape.seed,
+        history.processed.len(),
+        instant_now().duration_since(started).as_secs_f64(),
+        instant_now().duration_since(calm).as_secs_f64(),
+        c.requests.load(Ordering::Relaxed),
+        c.throttled.load(Ordering::Relaxed),
+        c.failed.load(Ordering::Relaxed),
+        c.hung.load(Ordering::Relaxed),
+        c.lost.load(Ordering::Relaxed),
+        c.stale.load(Ordering::Relaxed),
+        stats,
+    );
+    Outcome {
+        verdict,
+        failures,
+        trace,
+        summary,
+    }
+}
+
+/// For a failed run: the first repeats of records within one consumer's
+/// run on a shard, with that consumer's events on the shard around them.
+pub fn explain_repeats(history: &shardkeeper_history::History, origin: Instant) -> Vec<String> {
+    use shardkeeper::consumer::WorkerEvent;
+    let ms = |t: Instant| t.saturating_duration_since(origin).as_millis();
+    let mut first: BTreeMap<(String, u64), &shardkeeper_history::Processed> = BTreeMap::new();
+    let mut out = Vec::new();
+    for p in &history.processed {
+        let k = (p.key.clone(), p.n);
+        match first.get(&k) {
+            Some(before) if before.consumer == p.consumer && before.shard == p.shard => {
+                out.push(format!(
+                    "repeat {}#{} on {} by {}: first at {} ms (seq {}), again at {} ms",
+                    p.key,
+                    p.n,
+                    p.shard,
+                    p.consumer,
+                    ms(before.at),
+                    before.sequence,
+                    ms(p.at)
+                ));
+                for (c, e) in &history.events {
+                    if c != &p.consumer {
+                        continue;
+                    }
+                    let (shard, at) = match e {
+                        WorkerEvent::Gained { shard, at, .. }
+                        | WorkerEvent::Processing { shard, at, .. }
+                        | WorkerEvent::Stopped { shard, at, .. } => (shard, *at),
+                        WorkerEvent::Checkpointed { shard, sent, .. } => (shard, *sent),
+                    };
+                    if shard == &p.shard
+                        && at + Duration::from_secs(30) >= before.at
+                        && at <= p.at
+                        && !matches!(e, WorkerEvent::Processing { .. })
+                    {
+                        out.push(format!("    {} ms: {e:?}", ms(at)));
+                    }
+                }
+                if out.len() > 40 {
+                    break;
+                }
+            }
+            Some(_) => {}
+            None => {
+                first.insert(k, p);
+            }
+        }
+    }
+    out
+}
+
+/// For a child read before its parents ended: when it was first read, and
+/// its parents' ends, losses and the run's kills.
+fn explain_child(
+    history: &shardkeeper_history::History,
+    child: &shardkeeper::state::ShardId,
+    origin: Instant,
+) -> Vec<String> {
+    use shardkeeper::consumer::WorkerEvent;
+    let ms = |t: Instant| t.saturating_duration_since(origin).as_millis();
+    let parents = history.parents.get(child).cloned().unwrap_or_default();
+    let mut out = vec![format!("child {child} of {parents:?}")];
+    if let Some(p) = history.processed.iter().find(|p| &p.shard == child) {
+        out.push(format!(
+            "    first read at {} ms by {}",
+            ms(p.at),
+            p.consumer
+        ));
+    }
+    for (c, e) in &history.events {
+        match e {
+            WorkerEvent::Stopped { shard, why, at }
+                if parents.contains(shard) || shard == child =>
+            {
+                out.push(format!("    {} ms: {c} stopped {shard}: {why:?}", ms(*at)))
+            }
+            WorkerEvent::Gained {
+                shard,
+                at,
+                position,
+            } if parents.contains(shard) || shard == child => out.push(format!(
+                "    {} ms: {c} gained {shard} at {position:?}",
+                ms(*at)
+            )),
+            _ => {}
+        }
+    }
+    for (c, at) in &history.killed {
+        out.push(format!("    {} ms: {c} killed", ms(*at)));
+    }
+    for (b, e) in &history.moved_back {
+        out.push(format!("    {} ms to {} ms: moved back", ms(*b), ms(*e)));
+    }
+    out
+}
