@@ -394,7 +394,7 @@ pub async fn run(shape: &Shape) -> Outcome {
             30..34 if shape.operator => {
                 let began = instant_now();
                 let rewind = rng.bool();
-                let left_alone = super::operator::move_back(
+                let left_alone = crate::support::operator::move_back(
                     &operator,
                     &world.kinesis,
                     production_began - 1_000,

@@ -14,7 +14,7 @@
 //! * `net`: the SDK clients' HTTP client and the seeded faults.
 //! * `dynamo`, `kinesis`: the services.
 //! * `group`: one run and its checks.
-//! * `operator`: the CLI's moves, and what a stall prints.
+//! * `operator`: what a stall prints (the moves: `support::operator`).
 //! * `trace`: the digest two runs of a seed must share.
 //!
 //! `SHARDKEEPER_SIM_SEEDS=N` runs N seeds (CI: 100) from

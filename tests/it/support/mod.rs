@@ -8,5 +8,6 @@ pub mod faulty;
 pub mod fixtures;
 pub mod iam;
 pub mod lambda_esm;
+pub mod operator;
 pub mod recorded;
 pub mod s3;

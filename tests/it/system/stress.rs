@@ -691,52 +691,12 @@ async fn move_back(
     rewind: bool,
 ) {
     let began = Instant::now();
-    moved(store, kinesis, to, rewind).await;
+    crate::support::operator::move_back(store, kinesis, to, rewind).await;
     history
         .lock()
         .unwrap()
         .moved_back
         .push((began, Instant::now()));
-}
-
-/// The move of [`move_back`].
-async fn moved(store: &StateStore, kinesis: &aws_sdk_kinesis::Client, to: i64, rewind: bool) {
-    let target = crate::support::common::cli_target(store);
-    if rewind {
-        let args = shardkeeper_cli::args::RewindArgs {
-            target,
-            to: Some(to.to_string()),
-            shard: None,
-            to_sequence: None,
-            change: crate::support::common::scripted(),
-        };
-        for _ in 0..20 {
-            let out = shardkeeper_cli::rewind::rewind(store, kinesis, &args, |_| true)
-                .await
-                .unwrap();
-            let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
-            println!("stress run: rewound to {to}: {}", outcome["report"]);
-            if outcome["report"]["finished"] == true {
-                return;
-            }
-        }
-        panic!("the rewind to {to} never finished");
-    }
-    let args = shardkeeper_cli::args::ResetArgs {
-        target,
-        to: format!("at-timestamp={to}"),
-        shard: None,
-        consumer: None,
-        efo: None,
-        yes: true,
-        force: true,
-        dry_run: false,
-        json: true,
-    };
-    let out = shardkeeper_cli::commands::reset(store, &args, |_| true)
-        .await
-        .unwrap();
-    println!("stress run: reset to {to} with --force: {}", out.trim());
 }
 
 /// One run; what the proxies did (nothing without them).
