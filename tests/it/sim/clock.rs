@@ -37,6 +37,14 @@ impl TimeLine {
     }
 }
 
+/// The SDK clients' own clock (their retry quota refills by it, their
+/// requests are signed with it): the true time line, not the machine's.
+impl aws_smithy_async::time::TimeSource for TimeLine {
+    fn now(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.now_millis() as u64)
+    }
+}
+
 /// One process's clock: the time line, its wall clock off by a skew that
 /// the seed may step.
 #[derive(Debug, Clone)]

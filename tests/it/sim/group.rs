@@ -157,7 +157,11 @@ impl World {
 }
 
 /// SDK clients on the net; with `faults` false, clients that meet none.
-fn clients(net: &Arc<Net>, faults: bool) -> (aws_sdk_dynamodb::Client, aws_sdk_kinesis::Client) {
+fn clients(
+    net: &Arc<Net>,
+    line: TimeLine,
+    faults: bool,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_kinesis::Client) {
     let http = SimHttp {
         net: net.clone(),
         faults,
@@ -169,6 +173,7 @@ fn clients(net: &Arc<Net>, faults: bool) -> (aws_sdk_dynamodb::Client, aws_sdk_k
         .credentials_provider(creds.clone())
         .endpoint_url("http://dynamodb.sim")
         .http_client(http.clone())
+        .time_source(line)
         .build();
     let kin = aws_sdk_kinesis::Config::builder()
         .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
@@ -176,6 +181,7 @@ fn clients(net: &Arc<Net>, faults: bool) -> (aws_sdk_dynamodb::Client, aws_sdk_k
         .credentials_provider(creds)
         .endpoint_url("http://kinesis.sim")
         .http_client(http.clone())
+        .time_source(line)
         .build();
     (
         aws_sdk_dynamodb::Client::from_conf(ddb),
@@ -210,8 +216,8 @@ pub async fn run(shape: &Shape) -> Outcome {
         Dynamo::new(line),
         Arc::new(Kinesis::new(line)),
     );
-    let (dynamodb, kinesis) = clients(&net, true);
-    let (_, producer_kinesis) = clients(&net, false);
+    let (dynamodb, kinesis) = clients(&net, line, true);
+    let (_, producer_kinesis) = clients(&net, line, false);
     net.kinesis.create_stream("orders", shape.shards);
     let config = StoreConfig::new("sim", "orders")
         .unwrap()
@@ -465,13 +471,29 @@ pub async fn run(shape: &Shape) -> Outcome {
             break;
         }
     }
-    // A move to before production sticks: every record produced before
-    // the move started is processed again after it ended.
+    // A move to before production sticks: every record processed before
+    // the move started is processed again after it, by a holder that took
+    // its shard after the move started. (The move ends every lease, one
+    // shard at a time, so each shard's next holder gains it after the move
+    // began; the holder at the start may run its last batch again, which
+    // does not count. Processing before the whole move `ended` counts: a
+    // move whose calls hang for seconds has long moved its first shards.)
     {
+        use shardkeeper::consumer::WorkerEvent;
         let h = world.history.lock().unwrap();
         for (began, ended, rewind, left_alone) in &moves {
-            // Records processed before `began`: processed again after
-            // `ended` (but those of depleted shards a reset left alone).
+            // Each shard's first new holder since the move began.
+            let mut taken = BTreeMap::<&str, Instant>::new();
+            for (_, e) in &h.events {
+                if let WorkerEvent::Gained { shard, at, .. } = e {
+                    if at >= began {
+                        let t = taken.entry(shard.as_str()).or_insert(*at);
+                        *t = (*t).min(*at);
+                    }
+                }
+            }
+            // Records processed before `began` (but those of depleted
+            // shards a reset left alone).
             let before: BTreeSet<(String, u64)> = h
                 .processed
                 .iter()
@@ -481,7 +503,7 @@ pub async fn run(shape: &Shape) -> Outcome {
             let after: BTreeSet<(String, u64)> = h
                 .processed
                 .iter()
-                .filter(|p| p.at >= *ended)
+                .filter(|p| taken.get(p.shard.as_str()).is_some_and(|t| p.at >= *t))
                 .map(|p| (p.key.clone(), p.n))
                 .collect();
             due_after_moves += before.len();

@@ -36,21 +36,35 @@ use group::{run, Shape};
 
 /// Runs `shape` on a fresh current-thread runtime with paused time.
 fn simulate(shape: &Shape) -> group::Outcome {
-    if let Ok(filter) = std::env::var("SHARDKEEPER_SIM_LOG") {
-        // The toolkit's own log lines, e.g. `shardkeeper=debug`.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_test_writer()
-            .with_timer(SimTime)
-            .try_init();
-    }
+    // Always under a subscriber of its own, logging nothing unless
+    // `SHARDKEEPER_SIM_LOG` names what (e.g. `shardkeeper=debug`): whether
+    // a subscriber is set changes what the SDK's code does (and so the
+    // history), and another test of this binary may set a global one.
+    let filter = std::env::var("SHARDKEEPER_SIM_LOG").unwrap_or_else(|_| "off".into());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .with_timer(SimTime)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || simulate_here(shape))
+}
+
+/// [`simulate`] under whatever subscriber this thread has.
+fn simulate_here(shape: &Shape) -> group::Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
     STARTED.with(|s| s.set(Some(std::time::Instant::now())));
-    runtime.block_on(run(shape))
+    let outcome = runtime.block_on(run(shape));
+    // `SHARDKEEPER_SIM_TRACE=<file>`: the trace's lines, to compare two runs.
+    if let (Ok(path), Some(lines)) = (std::env::var("SHARDKEEPER_SIM_TRACE"), &outcome.trace.lines) {
+        if !path.is_empty() {
+            std::fs::write(&path, lines.join("\n")).expect("the trace written");
+        }
+    }
+    outcome
 }
 
 thread_local! {

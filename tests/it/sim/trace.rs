@@ -76,6 +76,13 @@ fn canonical(v: &serde_json::Value, out: &mut String) {
                 if k == "ClientRequestToken" {
                     continue;
                 }
+                // This process's id and its program's name, which the
+                // consumer registry records: not the seed's.
+                if k == ":pid" || k == ":app" {
+                    out.push_str(k);
+                    out.push_str(":<process>,");
+                    continue;
+                }
                 out.push_str(k);
                 out.push(':');
                 canonical(&map[k], out);
