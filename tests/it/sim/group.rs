@@ -431,14 +431,17 @@ pub async fn run(shape: &Shape) -> Outcome {
         restarts += 1;
         live.push(world.spawn(&id, format!("{id}~{restarts}"), 0, None));
     }
-    // Drained when every record is processed; a stall is three terms
-    // without a record processed for the first time since the calm.
+    // Drained when every record is processed, and every record processed
+    // before a move back processed again after it; a stall is three terms
+    // without a record processed for the first time, or again after a
+    // move, since the calm.
     let calm = instant_now();
     let mut failures = Vec::new();
     let mut seen = BTreeSet::new();
     let mut scanned = 0;
     let mut progress = instant_now();
     let (mut done_after_moves, mut due_after_moves) = (0usize, 0usize);
+    let mut moved_left = usize::MAX;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         // Invocations that end are replaced, as the fleet does.
@@ -459,11 +462,23 @@ pub async fn run(shape: &Shape) -> Outcome {
             scanned = h.processed.len();
         }
         if seen.len() >= produced {
-            break;
+            // And every move back read again (a move just before the calm
+            // is still being read).
+            let left: usize = {
+                let h = world.history.lock().unwrap();
+                not_moved(&h, &moves).iter().map(|m| m.missing).sum()
+            };
+            if left == 0 {
+                break;
+            }
+            if left < moved_left {
+                moved_left = left;
+                progress = instant_now();
+            }
         }
         if instant_now().duration_since(progress) > 3 * TERM {
             failures.push(format!(
-                "stall: {} of {produced} records processed; nothing new for three terms, {:?} after the calm",
+                "stall: {} of {produced} records processed, {moved_left} not yet again after a move back; nothing new for three terms, {:?} after the calm",
                 seen.len(),
                 instant_now().duration_since(calm)
             ));
@@ -471,59 +486,22 @@ pub async fn run(shape: &Shape) -> Outcome {
             break;
         }
     }
-    // A move to before production sticks: every record processed before
-    // the move started is processed again after it, by a holder that took
-    // its shard after the move started. (The move ends every lease, one
-    // shard at a time, so each shard's next holder gains it after the move
-    // began; the holder at the start may run its last batch again, which
-    // does not count. Processing before the whole move `ended` counts: a
-    // move whose calls hang for seconds has long moved its first shards.)
+    // Every move back stuck (see `not_moved`).
     {
-        use shardkeeper::consumer::WorkerEvent;
         let h = world.history.lock().unwrap();
-        for (began, ended, rewind, left_alone) in &moves {
-            // Each shard's first new holder since the move began.
-            let mut taken = BTreeMap::<&str, Instant>::new();
-            for (_, e) in &h.events {
-                if let WorkerEvent::Gained { shard, at, .. } = e {
-                    if at >= began {
-                        let t = taken.entry(shard.as_str()).or_insert(*at);
-                        *t = (*t).min(*at);
-                    }
-                }
-            }
-            // Records processed before `began` (but those of depleted
-            // shards a reset left alone).
-            let before: BTreeSet<(String, u64)> = h
-                .processed
-                .iter()
-                .filter(|p| p.at <= *began && !left_alone.contains(p.shard.as_str()))
-                .map(|p| (p.key.clone(), p.n))
-                .collect();
-            let after: BTreeSet<(String, u64)> = h
-                .processed
-                .iter()
-                .filter(|p| taken.get(p.shard.as_str()).is_some_and(|t| p.at >= *t))
-                .map(|p| (p.key.clone(), p.n))
-                .collect();
-            due_after_moves += before.len();
-            let missing: BTreeSet<_> = before.difference(&after).collect();
-            done_after_moves += before.len() - missing.len();
-            if !missing.is_empty() {
-                // By shard: where the records missed were read before.
-                let mut shards = BTreeMap::<String, usize>::new();
-                for p in h.processed.iter().filter(|p| p.at <= *began) {
-                    if missing.contains(&(p.key.clone(), p.n)) {
-                        *shards.entry(p.shard.to_string()).or_default() += 1;
-                    }
-                }
+        for (m, left) in moves.iter().zip(not_moved(&h, &moves)) {
+            let (began, ended, rewind, _) = m;
+            due_after_moves += left.due;
+            done_after_moves += left.due - left.missing;
+            if left.missing > 0 {
                 failures.push(format!(
-                    "a move back ({}, {} ms to {} ms) was undone: {} of the {} records processed before it were not processed again after it, by shard: {shards:?}",
+                    "a move back ({}, {} ms to {} ms) was undone: {} of the {} records processed before it were not processed again after it, by shard: {:?}",
                     if *rewind { "rewind" } else { "forced reset" },
                     began.duration_since(started).as_millis(),
                     ended.duration_since(started).as_millis(),
-                    missing.len(),
-                    before.len(),
+                    left.missing,
+                    left.due,
+                    left.by_shard,
                 ));
             }
         }
@@ -600,6 +578,69 @@ pub async fn run(shape: &Shape) -> Outcome {
         trace,
         summary,
     }
+}
+
+/// What a move back left to read again.
+struct NotMoved {
+    /// Records processed before the move began (but those of depleted
+    /// shards a reset left alone).
+    due: usize,
+    /// Of those, how many no holder processed again.
+    missing: usize,
+    /// The missing ones, by the shard they were read from before.
+    by_shard: BTreeMap<String, usize>,
+}
+
+/// For each move back: a move to before production sticks when every
+/// record processed before it began is processed again by a holder that
+/// took its shard after it began. (The move ends every lease, one shard at
+/// a time, so each shard's next holder gains it after the move began; the
+/// holder at the start may run its last batch again, which does not count.
+/// Processing before the whole move returned counts: a move whose calls
+/// hang for seconds has long moved its first shards.)
+fn not_moved(
+    h: &shardkeeper_history::History,
+    moves: &[(Instant, Instant, bool, BTreeSet<String>)],
+) -> Vec<NotMoved> {
+    use shardkeeper::consumer::WorkerEvent;
+    moves
+        .iter()
+        .map(|(began, _, _, left_alone)| {
+            // Each shard's first new holder since the move began.
+            let mut taken = BTreeMap::<&str, Instant>::new();
+            for (_, e) in &h.events {
+                if let WorkerEvent::Gained { shard, at, .. } = e {
+                    if at >= began {
+                        let t = taken.entry(shard.as_str()).or_insert(*at);
+                        *t = (*t).min(*at);
+                    }
+                }
+            }
+            let before: BTreeMap<(&str, u64), &str> = h
+                .processed
+                .iter()
+                .filter(|p| p.at <= *began && !left_alone.contains(p.shard.as_str()))
+                .map(|p| ((p.key.as_str(), p.n), p.shard.as_str()))
+                .collect();
+            let after: BTreeSet<(&str, u64)> = h
+                .processed
+                .iter()
+                .filter(|p| taken.get(p.shard.as_str()).is_some_and(|t| p.at >= *t))
+                .map(|p| (p.key.as_str(), p.n))
+                .collect();
+            let mut by_shard = BTreeMap::<String, usize>::new();
+            for (record, shard) in &before {
+                if !after.contains(record) {
+                    *by_shard.entry((*shard).to_owned()).or_default() += 1;
+                }
+            }
+            NotMoved {
+                due: before.len(),
+                missing: by_shard.values().sum(),
+                by_shard,
+            }
+        })
+        .collect()
 }
 
 /// For a failed run: the first repeats of records within one consumer's

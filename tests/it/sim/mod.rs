@@ -59,7 +59,8 @@ fn simulate_here(shape: &Shape) -> group::Outcome {
     STARTED.with(|s| s.set(Some(std::time::Instant::now())));
     let outcome = runtime.block_on(run(shape));
     // `SHARDKEEPER_SIM_TRACE=<file>`: the trace's lines, to compare two runs.
-    if let (Ok(path), Some(lines)) = (std::env::var("SHARDKEEPER_SIM_TRACE"), &outcome.trace.lines) {
+    if let (Ok(path), Some(lines)) = (std::env::var("SHARDKEEPER_SIM_TRACE"), &outcome.trace.lines)
+    {
         if !path.is_empty() {
             std::fs::write(&path, lines.join("\n")).expect("the trace written");
         }

@@ -17,5 +17,16 @@ pub async fn stalled(store: &StateStore, heartbeat_timeout: Duration) -> Vec<Str
         .map(|r| format!("shard: {r:?}"))
         .collect();
     out.extend(status.consumers.iter().map(|c| format!("consumer: {c:?}")));
+    // What the rows leave out (the parents still waited for, rewind marks).
+    out.extend(
+        snapshot
+            .shards
+            .iter()
+            .filter(|s| !s.depleted)
+            .map(|s| format!("stored: {s:?}")),
+    );
+    if let Some(stream) = &snapshot.stream {
+        out.push(format!("stream: {stream:?}"));
+    }
     out
 }
