@@ -11,14 +11,14 @@ use super::dynamo::Dynamo;
 use super::kinesis::Kinesis;
 use super::net::{Net, Rates, SimHttp};
 use super::trace::Trace;
+use crate::support::ended::Ended;
 use shardkeeper::consumer::{ConsumerSession, ShardWorker, WorkerConfig};
 use shardkeeper::functions::{Reaper, Rebalancer};
 use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::pipeline::InitialPosition;
 use shardkeeper::processing::StreamRecord;
 use shardkeeper::state::{
-    instant_now, Buckets, ConsumerId, ConsumerInfo, StateError, StateStore, StoreConfig,
-    TableOptions,
+    instant_now, Buckets, ConsumerId, ConsumerInfo, StateStore, StoreConfig, TableOptions,
 };
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
@@ -87,13 +87,6 @@ struct Process {
     stop: Arc<AtomicBool>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Ended {
-    Stopped,
-    Superseded,
-    Failed,
-}
-
 /// What every process of a run shares.
 struct World {
     line: TimeLine,
@@ -137,14 +130,11 @@ impl World {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let task = tokio::spawn(async move {
-            match worker
-                .run_until(deadline, || flag.load(Ordering::Relaxed))
-                .await
-            {
-                Ok(_) => Ended::Stopped,
-                Err(shardkeeper::Error::State(StateError::Superseded { .. })) => Ended::Superseded,
-                Err(_) => Ended::Failed,
-            }
+            Ended::of(
+                &worker
+                    .run_until(deadline, || flag.load(Ordering::Relaxed))
+                    .await,
+            )
         });
         Process {
             id: id.to_owned(),

@@ -3,6 +3,7 @@
 pub mod classes;
 pub mod common;
 pub mod consume;
+pub mod ended;
 pub mod esm;
 pub mod faulty;
 pub mod fixtures;

@@ -41,6 +41,7 @@
 //! workers read through, 0 for polling).
 
 use crate::support::common::{create_stream, ctx, list_shards};
+use crate::support::ended::Ended;
 use crate::support::faulty::Faulty;
 use shardkeeper::consumer::ConsumerSession;
 use shardkeeper::consumer::WorkerEvent;
@@ -50,8 +51,7 @@ use shardkeeper::group::{ReapConfig, RebalanceConfig};
 use shardkeeper::pipeline::InitialPosition;
 use shardkeeper::processing::{stage_effect, HandlerError, RecordHandler, StreamRecord};
 use shardkeeper::state::{
-    ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateError, StateStore, StoreConfig,
-    SystemClock,
+    ConsumerId, ConsumerInfo, ShardScope, SkewedClock, StateStore, StoreConfig, SystemClock,
 };
 use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
@@ -215,17 +215,6 @@ struct Consumer {
     name: String,
     task: JoinHandle<Ended>,
     stop: Arc<AtomicBool>,
-}
-
-/// How a consumer process ended by itself.
-#[derive(Debug, PartialEq, Eq)]
-enum Ended {
-    /// Stopped when asked.
-    Stopped,
-    /// A newer process took its id over.
-    Superseded,
-    /// Failed for good.
-    Failed,
 }
 
 /// What every consumer process of a run shares.
@@ -422,17 +411,13 @@ fn spawn_consumer<H: RecordHandler>(
     let task = tokio::spawn(async move {
         // A worker that fails (e.g. its table calls keep failing) stops like
         // a crashed process; the group takes its shards over.
-        match worker
+        let run = worker
             .run_until(None, || flag.load(Ordering::Relaxed))
-            .await
-        {
-            Ok(_) => Ended::Stopped,
-            Err(shardkeeper::Error::State(StateError::Superseded { .. })) => Ended::Superseded,
-            Err(e) => {
-                tracing::warn!(consumer = %me, error = %e, "worker stopped");
-                Ended::Failed
-            }
+            .await;
+        if let Err(e) = &run {
+            tracing::warn!(consumer = %me, error = %e, "worker stopped");
         }
+        Ended::of(&run)
     });
     Consumer {
         id: id.to_owned(),
