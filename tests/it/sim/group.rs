@@ -41,11 +41,21 @@ pub struct Shape {
     pub keys: usize,
     /// Operator moves at random moments (a forced reset, a rewind).
     pub operator: bool,
+    /// A siege rather than the weather: chaos several times as often
+    /// (operator moves about every 30 s, kills every 25 s, resharding,
+    /// brownouts of DynamoDB), answers lost and stale reads in every run,
+    /// skewed clocks, and the rebalancer every 2 s. The weather draws each
+    /// fault's rate from none to hostile, so most of its seeds are calm;
+    /// the races a siege makes likely (a move just after a give, a full
+    /// pickup just after one, a snapshot across a rewind's first writes, a
+    /// lease running out while its holder reads on) come once in hundreds
+    /// of the weather's seeds (docs/RELIABILITY.md, the mutants' table).
+    pub siege: bool,
 }
 
 impl Shape {
     /// The CI shape: 3 consumers, 16 shards, 10 minutes of simulated time
-    /// (7 busy, then the drain).
+    /// (7 busy, then the drain); even seeds are sieges.
     pub fn ci(seed: u64) -> Self {
         Shape {
             seed,
@@ -54,7 +64,68 @@ impl Shape {
             busy: Duration::from_secs(420),
             keys: 48,
             operator: true,
+            siege: seed % 2 == 0,
         }
+    }
+}
+
+/// What the chaos may do in one second of a run.
+#[derive(Debug, Clone, Copy)]
+enum Chaos {
+    /// A process killed at whatever await it is at.
+    Kill,
+    /// A process leaves cleanly; another joins.
+    Leave,
+    /// A second process under a live id.
+    Twin,
+    /// A wall clock steps.
+    Step,
+    Split,
+    Merge,
+    /// An operator moves the group back: to before production, or (in a
+    /// siege, two times in three) to a moment of the last minute.
+    Move,
+    /// DynamoDB refuses every request for 5 to 15 s.
+    Brownout,
+}
+
+impl Chaos {
+    /// How often each comes, per mille a second.
+    fn odds(siege: bool) -> [(Chaos, u32); 8] {
+        use Chaos::*;
+        if siege {
+            [
+                (Kill, 40),
+                (Leave, 12),
+                (Twin, 8),
+                (Step, 20),
+                (Split, 15),
+                (Merge, 10),
+                (Move, 33),
+                (Brownout, 10),
+            ]
+        } else {
+            [
+                (Kill, 12),
+                (Leave, 4),
+                (Twin, 3),
+                (Step, 6),
+                (Split, 3),
+                (Merge, 2),
+                (Move, 4),
+                (Brownout, 0),
+            ]
+        }
+    }
+
+    /// This second's chaos, if any.
+    fn draw(rng: &mut fastrand::Rng, siege: bool) -> Option<Chaos> {
+        let roll = rng.u32(..1000);
+        let mut edge = 0;
+        Chaos::odds(siege).into_iter().find_map(|(c, n)| {
+            edge += n;
+            (roll < edge).then_some(c)
+        })
     }
 }
 
@@ -112,8 +183,11 @@ impl World {
         let config = WorkerConfig::default()
             .initial_position(InitialPosition::TrimHorizon)
             .renew_every(TERM / 3)
-            .min_poll_interval(Duration::from_millis(200))
-            .idle_poll_interval(Duration::from_millis(1_000))
+            // Half as often as the defaults (0.2 s and 1 s): reads are
+            // two thirds of a run's requests, and the lease protocol's
+            // races are in the state store's requests.
+            .min_poll_interval(Duration::from_millis(400))
+            .idle_poll_interval(Duration::from_millis(2_000))
             .max_records(500);
         // A handler that waits as real ones do: 0 to 2 ms a record.
         let handler = recording_handler(&self.history, &name, |_: StreamRecord| async {
@@ -198,8 +272,12 @@ pub async fn run(shape: &Shape) -> Outcome {
     fastrand::seed(shape.seed);
     let mut rng = fastrand::Rng::with_seed(shape.seed);
     let line = TimeLine::start();
-    let rates = Rates::drawn(&mut rng);
-    let skewed = rng.bool();
+    let rates = if shape.siege {
+        Rates::siege(&mut rng)
+    } else {
+        Rates::drawn(&mut rng)
+    };
+    let skewed = rng.bool() || shape.siege;
     let net = Net::new(
         shape.seed,
         rates,
@@ -250,7 +328,8 @@ pub async fn run(shape: &Shape) -> Outcome {
             .heartbeat_timeout(heartbeat_timeout)
             .lease_term(TERM),
     ));
-    let rebalancing = ticking(Duration::from_secs(5), stop_all.clone(), move || {
+    let every = Duration::from_secs(if shape.siege { 2 } else { 5 });
+    let rebalancing = ticking(every, stop_all.clone(), move || {
         let r = rebalancer.clone();
         async move { r.tick().await }
     });
@@ -291,10 +370,7 @@ pub async fn run(shape: &Shape) -> Outcome {
     let mut left: Vec<Process> = Vec::new();
     let mut waiting_restarts: Vec<(Instant, String)> = Vec::new();
     let mut stats = BTreeMap::<&str, u32>::new();
-    // Each move back: its window, whether a rewind, and (a reset leaves
-    // depleted shards alone, docs/OPERATIONS.md) the shards depleted just
-    // after it.
-    let mut moves: Vec<(Instant, Instant, bool, BTreeSet<String>)> = Vec::new();
+    let mut moves: Vec<Move> = Vec::new();
     let started = instant_now();
     let calm_at = started + shape.busy;
     let (mut twins, mut restarts) = (0, 0);
@@ -330,11 +406,11 @@ pub async fn run(shape: &Shape) -> Outcome {
             let name = format!("{id}~{restarts}");
             live.push(world.spawn(&id, name, rng.i64(-max_skew..=max_skew), life));
         }
-        match rng.u32(..1000) {
+        match Chaos::draw(&mut rng, shape.siege) {
             // Killed at whatever await it is at: no release, no more
             // heartbeats. Restarted under its id after a while, or a new
             // process with a new id takes its place.
-            0..12 if !live.is_empty() => {
+            Some(Chaos::Kill) if !live.is_empty() => {
                 let victim = live.swap_remove(rng.usize(..live.len()));
                 victim.task.abort();
                 world
@@ -348,8 +424,7 @@ pub async fn run(shape: &Shape) -> Outcome {
                 let back = instant_now() + Duration::from_millis(rng.u64(0..30_000));
                 waiting_restarts.push((back, id));
             }
-            // One leaves cleanly; another joins.
-            12..16 if live.len() > 1 => {
+            Some(Chaos::Leave) if live.len() > 1 => {
                 let leaving = live.swap_remove(rng.usize(..live.len()));
                 leaving.stop.store(true, Ordering::Relaxed);
                 left.push(leaving);
@@ -358,8 +433,8 @@ pub async fn run(shape: &Shape) -> Outcome {
                 let life = lifetime(&mut rng);
                 live.push(world.spawn(&id, id.clone(), rng.i64(-max_skew..=max_skew), life));
             }
-            // A second process under a live id: the older must stop.
-            16..19 if !live.is_empty() => {
+            // The older must stop.
+            Some(Chaos::Twin) if !live.is_empty() => {
                 let id = live[rng.usize(..live.len())].id.clone();
                 twins += 1;
                 *stats.entry("twins").or_default() += 1;
@@ -371,32 +446,34 @@ pub async fn run(shape: &Shape) -> Outcome {
                     life,
                 ));
             }
-            // A wall clock steps.
-            19..25 if skewed && !live.is_empty() => {
+            Some(Chaos::Step) if skewed && !live.is_empty() => {
                 let p = &live[rng.usize(..live.len())];
                 p.clock.step(rng.i64(-20_000..=20_000));
                 *stats.entry("clock steps").or_default() += 1;
             }
-            25..28 => {
+            Some(Chaos::Split) => {
                 net.kinesis.split("orders", rng.usize(..64));
                 *stats.entry("splits").or_default() += 1;
             }
-            28..30 => {
+            Some(Chaos::Merge) => {
                 net.kinesis.merge("orders", rng.usize(..64));
                 *stats.entry("merges").or_default() += 1;
             }
-            // An operator moves the group back to before production: a
-            // forced reset or a rewind.
-            30..34 if shape.operator => {
+            // A forced reset or a rewind (not in a brownout: the
+            // operator's commands would fail for its whole length).
+            Some(Chaos::Move) if shape.operator && !net.browned_out() => {
                 let began = instant_now();
                 let rewind = rng.bool();
-                let left_alone = crate::support::operator::move_back(
-                    &operator,
-                    &world.kinesis,
-                    production_began - 1_000,
-                    rewind,
-                )
-                .await;
+                let to = if shape.siege && rng.u32(..3) > 0 {
+                    let wanted = line.now_millis() - rng.i64(5_000..60_000);
+                    let h = world.history.lock().unwrap();
+                    wanted.min(latest_back(&h, &moves, &net.kinesis.arrivals("orders")) - 1_000)
+                } else {
+                    production_began - 1_000
+                };
+                let left_alone =
+                    crate::support::operator::move_back(&operator, &world.kinesis, to, rewind)
+                        .await;
                 let ended = instant_now();
                 world
                     .history
@@ -404,10 +481,20 @@ pub async fn run(shape: &Shape) -> Outcome {
                     .unwrap()
                     .moved_back
                     .push((began, ended));
-                moves.push((began, ended, rewind, left_alone));
+                moves.push(Move {
+                    began,
+                    ended,
+                    rewind,
+                    to,
+                    left_alone,
+                });
                 *stats
                     .entry(if rewind { "rewinds" } else { "resets" })
                     .or_default() += 1;
+            }
+            Some(Chaos::Brownout) => {
+                net.brownout(instant_now() + Duration::from_millis(rng.u64(5_000..15_000)));
+                *stats.entry("brownouts").or_default() += 1;
             }
             _ => {}
         }
@@ -417,6 +504,7 @@ pub async fn run(shape: &Shape) -> Outcome {
     net.faulty.store(false, Ordering::Relaxed);
     producing.store(true, Ordering::Relaxed);
     let produced = producer.await.unwrap_or(0);
+    let arrivals = net.kinesis.arrivals("orders");
     for (_, id) in waiting_restarts.drain(..) {
         restarts += 1;
         live.push(world.spawn(&id, format!("{id}~{restarts}"), 0, None));
@@ -456,7 +544,10 @@ pub async fn run(shape: &Shape) -> Outcome {
             // is still being read).
             let left: usize = {
                 let h = world.history.lock().unwrap();
-                not_moved(&h, &moves).iter().map(|m| m.missing).sum()
+                not_moved(&h, &moves, &arrivals)
+                    .iter()
+                    .map(|m| m.missing)
+                    .sum()
             };
             if left == 0 {
                 break;
@@ -479,8 +570,13 @@ pub async fn run(shape: &Shape) -> Outcome {
     // Every move back stuck (see `not_moved`).
     {
         let h = world.history.lock().unwrap();
-        for (m, left) in moves.iter().zip(not_moved(&h, &moves)) {
-            let (began, ended, rewind, _) = m;
+        for (m, left) in moves.iter().zip(not_moved(&h, &moves, &arrivals)) {
+            let Move {
+                began,
+                ended,
+                rewind,
+                ..
+            } = m;
             due_after_moves += left.due;
             done_after_moves += left.due - left.missing;
             if left.missing > 0 {
@@ -529,11 +625,11 @@ pub async fn run(shape: &Shape) -> Outcome {
     }
     if verdict.unjustified_duplicates > 0 && std::env::var("SHARDKEEPER_SIM_EXPLAIN").is_ok() {
         failures.extend(explain_repeats(&history, started));
-        for (b, e, _, _) in &moves {
+        for m in &moves {
             failures.push(format!(
                 "move from {} ms to {} ms",
-                b.duration_since(started).as_millis(),
-                e.duration_since(started).as_millis()
+                m.began.duration_since(started).as_millis(),
+                m.ended.duration_since(started).as_millis()
             ));
         }
     }
@@ -549,7 +645,7 @@ pub async fn run(shape: &Shape) -> Outcome {
     let summary = format!(
         "seed {}: {produced} records produced, {} processed, {:.0} s simulated ({:.0} s to drain), \
          {} requests ({} throttled, {} failed, {} hung, {} answers lost, {} stale reads), \
-         clocks skewed: {skewed}, {:?}, moves re-ran {done_after_moves}/{due_after_moves}",
+         clocks skewed: {skewed}{}, {:?}, moves re-ran {done_after_moves}/{due_after_moves}",
         shape.seed,
         history.processed.len(),
         instant_now().duration_since(started).as_secs_f64(),
@@ -560,6 +656,7 @@ pub async fn run(shape: &Shape) -> Outcome {
         c.hung.load(Ordering::Relaxed),
         c.lost.load(Ordering::Relaxed),
         c.stale.load(Ordering::Relaxed),
+        if shape.siege { ", a siege" } else { "" },
         stats,
     );
     Outcome {
@@ -568,6 +665,42 @@ pub async fn run(shape: &Shape) -> Outcome {
         trace,
         summary,
     }
+}
+
+/// An operator's move back.
+struct Move {
+    /// When the command began and returned.
+    began: Instant,
+    ended: Instant,
+    /// A rewind, or a forced reset.
+    rewind: bool,
+    /// The time moved to (the simulation's epoch milliseconds).
+    to: shardkeeper::state::EpochMillis,
+    /// The shards a reset left alone: depleted just after it
+    /// (docs/OPERATIONS.md).
+    left_alone: BTreeSet<String>,
+}
+
+/// The latest time a move may go to and still be a move back: no later
+/// than the arrival of the first record never processed (a move forward
+/// skips records, as the operator asked), nor than the target of a move
+/// not yet read again (it would skip what that move had still to read).
+fn latest_back(
+    h: &shardkeeper_history::History,
+    moves: &[Move],
+    arrivals: &BTreeMap<String, shardkeeper::state::EpochMillis>,
+) -> shardkeeper::state::EpochMillis {
+    let processed: BTreeSet<&str> = h.processed.iter().map(|p| p.sequence.as_str()).collect();
+    let unread = arrivals
+        .iter()
+        .filter(|(seq, _)| !processed.contains(seq.as_str()))
+        .map(|(_, at)| *at);
+    let unmoved = moves
+        .iter()
+        .zip(not_moved(h, moves, arrivals))
+        .filter(|(_, left)| left.missing > 0)
+        .map(|(m, _)| m.to);
+    unread.chain(unmoved).min().unwrap_or(i64::MAX)
 }
 
 /// What a move back left to read again.
@@ -581,21 +714,29 @@ struct NotMoved {
     by_shard: BTreeMap<String, usize>,
 }
 
-/// For each move back: a move to before production sticks when every
-/// record processed before it began is processed again by a holder that
-/// took its shard after it began. (The move ends every lease, one shard at
+/// For each move back: a move to a time sticks when every record that
+/// arrived a second or more after that time (`arrivals`: by sequence
+/// number) and was processed before the move began is processed again by a
+/// holder that took its shard after it began. (The move ends every lease, one shard at
 /// a time, so each shard's next holder gains it after the move began; the
 /// holder at the start may run its last batch again, which does not count.
 /// Processing before the whole move returned counts: a move whose calls
 /// hang for seconds has long moved its first shards.)
 fn not_moved(
     h: &shardkeeper_history::History,
-    moves: &[(Instant, Instant, bool, BTreeSet<String>)],
+    moves: &[Move],
+    arrivals: &BTreeMap<String, shardkeeper::state::EpochMillis>,
 ) -> Vec<NotMoved> {
     use shardkeeper::consumer::WorkerEvent;
     moves
         .iter()
-        .map(|(began, _, _, left_alone)| {
+        .map(|m| {
+            let Move {
+                began,
+                to,
+                left_alone,
+                ..
+            } = m;
             // Each shard's first new holder since the move began.
             let mut taken = BTreeMap::<&str, Instant>::new();
             for (_, e) in &h.events {
@@ -609,7 +750,13 @@ fn not_moved(
             let before: BTreeMap<(&str, u64), &str> = h
                 .processed
                 .iter()
-                .filter(|p| p.at <= *began && !left_alone.contains(p.shard.as_str()))
+                .filter(|p| {
+                    p.at <= *began
+                        && !left_alone.contains(p.shard.as_str())
+                        && arrivals
+                            .get(p.sequence.as_str())
+                            .is_some_and(|a| *a >= to + 1_000)
+                })
                 .map(|p| ((p.key.as_str(), p.n), p.shard.as_str()))
                 .collect();
             let after: BTreeSet<(&str, u64)> = h

@@ -164,6 +164,16 @@ impl Kinesis {
             .collect()
     }
 
+    /// When each record of `stream` arrived, by its sequence number.
+    pub fn arrivals(&self, stream: &str) -> BTreeMap<String, EpochMillis> {
+        let s = self.state.lock().unwrap();
+        s.streams[stream]
+            .shards
+            .iter()
+            .flat_map(|sh| sh.records.iter().map(|r| (seq_text(r.seq), r.arrived)))
+            .collect()
+    }
+
     /// Splits the open shard `which` (an index among the open shards) in two.
     pub fn split(&self, stream: &str, which: usize) {
         let mut s = self.state.lock().unwrap();

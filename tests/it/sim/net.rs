@@ -4,7 +4,8 @@
 //! it: a wait before and after (which orders the tasks that run), a
 //! throttle, a 500 (JSON) or a 503 (not JSON), a call that hangs, an answer
 //! lost after the write was applied, an eventually consistent read of an
-//! older version.
+//! older version, and brownouts (for a while, DynamoDB refuses every
+//! request with a 503 or a throttle).
 
 use super::dynamo::Dynamo;
 use super::kinesis::Kinesis;
@@ -18,7 +19,7 @@ use aws_smithy_runtime_api::http::{Response, StatusCode};
 use aws_smithy_types::body::SdkBody;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often each fault happens, as shares of all requests.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +45,18 @@ impl Rates {
             stale_read: share(0.5),
         }
     }
+
+    /// A siege's rates: answers lost after the write in every seed, and
+    /// every eventually consistent read served from the replica.
+    pub fn siege(rng: &mut fastrand::Rng) -> Self {
+        Rates {
+            throttle: rng.f64() * 0.04,
+            server_error: rng.f64() * 0.02,
+            hang: rng.f64() * 0.004,
+            lose_answer: 0.03 + rng.f64() * 0.03,
+            stale_read: 1.0,
+        }
+    }
 }
 
 /// What the network did, counted.
@@ -66,6 +79,9 @@ pub struct Net {
     /// Faults happen only while set (the run's last part is calm).
     pub faulty: AtomicBool,
     pub counts: Counts,
+    /// Until when DynamoDB refuses every request of the faulty clients (a
+    /// brownout), if it does.
+    brownout: Mutex<Option<Instant>>,
     /// A request's digest goes into the trace: two runs of a seed must send
     /// the same requests in the same order.
     pub trace: Mutex<super::trace::Trace>,
@@ -123,13 +139,30 @@ impl Net {
             rates,
             faulty: AtomicBool::new(true),
             counts: Counts::default(),
+            brownout: Mutex::new(None),
             trace: Mutex::new(super::trace::Trace::default()),
         })
     }
 
+    /// Until `until`, DynamoDB refuses every request of the faulty clients
+    /// with a 503 or a throttle, as in a regional brownout: heartbeats,
+    /// checkpoints and the rebalancer's writes all fail, and leases run
+    /// out on the clocks of processes that go on reading Kinesis.
+    pub fn brownout(&self, until: Instant) {
+        *self.brownout.lock().unwrap() = Some(until);
+    }
+
+    /// Whether a brownout is on.
+    pub fn browned_out(&self) -> bool {
+        self.brownout
+            .lock()
+            .unwrap()
+            .is_some_and(|t| shardkeeper::state::instant_now() < t)
+    }
+
     /// The waits before and after a request, the fate and the staleness of
     /// a read, drawn in one go (one draw order per request).
-    fn draw(&self, faults: bool) -> (Duration, Fate, f64, Duration) {
+    fn draw(&self, faults: bool, dynamodb: bool) -> (Duration, Fate, f64, Duration) {
         let mut rng = self.rng.lock().unwrap();
         let wait = |rng: &mut fastrand::Rng| match rng.u32(..10) {
             0..5 => Duration::ZERO,
@@ -143,6 +176,14 @@ impl Net {
         let server = rng.bool();
         if !faults || !self.faulty.load(Ordering::Relaxed) {
             return (before, Fate::Serve, 0.0, after);
+        }
+        if dynamodb && self.browned_out() {
+            let fate = if server {
+                Fate::Html503
+            } else {
+                Fate::Throttle
+            };
+            return (before, fate, 0.0, after);
         }
         let r = self.rates;
         let mut edge = r.throttle;
@@ -195,7 +236,7 @@ impl Net {
             .unwrap_or_default();
         let (service, operation) = target.split_once('.').unwrap_or(("", ""));
         let dynamodb = service.starts_with("DynamoDB");
-        let (before, fate, stale, after) = self.draw(faults);
+        let (before, fate, stale, after) = self.draw(faults, dynamodb);
         self.counts.requests.fetch_add(1, Ordering::Relaxed);
         self.trace.lock().unwrap().request(operation, &body);
         pause(before).await;

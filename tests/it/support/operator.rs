@@ -26,7 +26,7 @@ pub async fn move_back(
             to_sequence: None,
             change: crate::support::common::scripted(),
         };
-        for _ in 0..20 {
+        for _ in 0..200 {
             match shardkeeper_cli::rewind::rewind(store, kinesis, &args, |_| true).await {
                 Ok(out) => {
                     let outcome: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -44,7 +44,7 @@ pub async fn move_back(
     // it read them (as its report asks), until none is.
     let mut shards: Vec<Option<String>> = vec![None];
     let mut left_alone = BTreeSet::new();
-    for _ in 0..20 {
+    for _ in 0..200 {
         let Some(shard) = shards.pop() else {
             return left_alone;
         };
@@ -72,6 +72,13 @@ pub async fn move_back(
                 };
                 left_alone.extend(ids("skipped_depleted"));
                 shards.extend(ids("changed").into_iter().map(Some));
+            }
+            // A shard it reported changed was depleted since: a reset
+            // leaves it alone.
+            Err(shardkeeper_cli::error::Error::Refused(
+                shardkeeper::group::ResetRefused::NothingToReset,
+            )) if shard.is_some() => {
+                left_alone.extend(shard);
             }
             Err(e) => {
                 tracing::debug!(error = %e, "reset failed; again");
