@@ -18,7 +18,8 @@
 //! * `trace`: the digest two runs of a seed must share.
 //!
 //! `SHARDKEEPER_SIM_SEEDS=N` runs N seeds (CI: 100) from
-//! `SHARDKEEPER_SIM_FIRST` (1); `SHARDKEEPER_SIM_SEED=S` runs seed S alone
+//! `SHARDKEEPER_SIM_FIRST` (1), on as many threads as there are cores
+//! (`SHARDKEEPER_SIM_THREADS`); `SHARDKEEPER_SIM_SEED=S` runs seed S alone
 //! (what a failure prints); `SHARDKEEPER_SIM_STOP=1` stops at the first
 //! failure (`tests/mutants/run`); `SHARDKEEPER_SIM_EXPLAIN=1` prints, for a
 //! run with repeats, each repeat with its consumer's events;
@@ -148,41 +149,73 @@ fn broken(v: &shardkeeper_history::Verification) -> String {
 /// moves that stick.
 #[test]
 fn seeds_keep_every_guarantee() {
-    let mut failed = Vec::new();
     let began = std::time::Instant::now();
-    // CI's share: a seed takes about 25 s in the test profile here
-    // (docs/BENCHMARKS.md, "The simulator"); longer runs set the count.
-    let seeds = seeds(7);
-    for &seed in &seeds {
-        let outcome = simulate(&Shape::ci(seed));
-        if !outcome.passed() {
-            println!(
-                "FAILED {}\nchecker: {}\n{}\nreplay: {}",
-                outcome.summary,
-                broken(&outcome.verdict),
-                outcome.failures.join("\n"),
-                replay(seed)
-            );
-            failed.push(seed);
-            if env_u64("SHARDKEEPER_SIM_STOP").is_some() {
-                break;
-            }
-        } else {
-            // A long run's progress (shown with `--nocapture`).
-            println!("{}", outcome.summary);
-        }
-    }
+    // CI's share (docs/BENCHMARKS.md, "The simulator"); longer runs set
+    // the count.
+    let seeds = seeds(100);
+    let (ran, mut failed) = run_seeds(&seeds, env_u64("SHARDKEEPER_SIM_STOP").is_some());
     let secs = began.elapsed().as_secs_f64();
     println!(
-        "simulator: {} seeds in {secs:.1} s ({:.2} seeds a second)",
-        seeds.len(),
-        seeds.len() as f64 / secs
+        "simulator: {ran} seeds in {secs:.1} s ({:.2} seeds a second)",
+        ran as f64 / secs
     );
+    failed.sort_unstable();
     assert!(
         failed.is_empty(),
         "seeds that failed: {failed:?}; replay one with: {}",
         replay(failed[0])
     );
+}
+
+/// Runs `seeds` on as many threads as the machine has cores
+/// (`SHARDKEEPER_SIM_THREADS` to choose), each seed on a runtime of its own
+/// (its history does not depend on the thread), taken in order; with
+/// `stop`, no seed starts once one failed, so the lowest failing seed is
+/// the first that fails. Prints each seed's summary as it ends; returns how
+/// many ran and the failed ones.
+fn run_seeds(seeds: &[u64], stop: bool) -> (usize, Vec<u64>) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let threads = env_u64("SHARDKEEPER_SIM_THREADS")
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, seeds.len().max(1));
+    let next = AtomicUsize::new(0);
+    let ran = AtomicUsize::new(0);
+    let halt = AtomicBool::new(false);
+    let failed = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            std::thread::Builder::new()
+                .stack_size(16 << 20)
+                .spawn_scoped(scope, || {
+                    while !halt.load(Ordering::SeqCst) {
+                        let Some(&seed) = seeds.get(next.fetch_add(1, Ordering::SeqCst)) else {
+                            break;
+                        };
+                        let outcome = simulate(&Shape::ci(seed));
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        if outcome.passed() {
+                            // A long run's progress (shown with `--nocapture`).
+                            println!("{}", outcome.summary);
+                            continue;
+                        }
+                        println!(
+                            "FAILED {}\nchecker: {}\n{}\nreplay: {}",
+                            outcome.summary,
+                            broken(&outcome.verdict),
+                            outcome.failures.join("\n"),
+                            replay(seed)
+                        );
+                        failed.lock().unwrap().push(seed);
+                        if stop {
+                            halt.store(true, Ordering::SeqCst);
+                        }
+                    }
+                })
+                .expect("a thread");
+        }
+    });
+    (ran.into_inner(), failed.into_inner().unwrap())
 }
 
 /// One seed, one history: two runs of a seed send the same requests in the

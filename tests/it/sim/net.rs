@@ -4,8 +4,8 @@
 //! it: a wait before and after (which orders the tasks that run), a
 //! throttle, a 500 (JSON) or a 503 (not JSON), a call that hangs, an answer
 //! lost after the write was applied, an eventually consistent read of an
-//! older version, and brownouts (for a while, DynamoDB refuses every
-//! request with a 503 or a throttle).
+//! older version, and brownouts (for a while, DynamoDB refuses or answers
+//! late every request).
 
 use super::dynamo::Dynamo;
 use super::kinesis::Kinesis;
@@ -78,6 +78,9 @@ pub struct Net {
     rates: Rates,
     /// Faults happen only while set (the run's last part is calm).
     pub faulty: AtomicBool,
+    /// While set, only answers lost after the write and stale reads (a
+    /// lull: every call goes through, so no session fails a tick).
+    pub lull: AtomicBool,
     pub counts: Counts,
     /// Until when DynamoDB refuses every request of the faulty clients (a
     /// brownout), if it does.
@@ -138,6 +141,7 @@ impl Net {
             rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x006e_6574_776f_726b)),
             rates,
             faulty: AtomicBool::new(true),
+            lull: AtomicBool::new(false),
             counts: Counts::default(),
             brownout: Mutex::new(None),
             trace: Mutex::new(super::trace::Trace::default()),
@@ -145,9 +149,11 @@ impl Net {
     }
 
     /// Until `until`, DynamoDB refuses every request of the faulty clients
-    /// with a 503 or a throttle, as in a regional brownout: heartbeats,
-    /// checkpoints and the rebalancer's writes all fail, and leases run
-    /// out on the clocks of processes that go on reading Kinesis.
+    /// (a 503 or a throttle) or answers it late (1 to 9.5 s, within the
+    /// clients' attempt timeout), as in a regional brownout: heartbeats,
+    /// checkpoints and the rebalancer's writes fail or take seconds, and
+    /// a heartbeat that went through late renews its leases from when it
+    /// was sent, so its process reads on with little of its term left.
     pub fn brownout(&self, until: Instant) {
         *self.brownout.lock().unwrap() = Some(until);
     }
@@ -177,15 +183,18 @@ impl Net {
         if !faults || !self.faulty.load(Ordering::Relaxed) {
             return (before, Fate::Serve, 0.0, after);
         }
-        if dynamodb && self.browned_out() {
-            let fate = if server {
-                Fate::Html503
-            } else {
-                Fate::Throttle
+        if dynamodb && self.browned_out() && !self.lull.load(Ordering::Relaxed) {
+            let fate = match (roll * 3.0) as u32 {
+                0 => Fate::Html503,
+                1 => Fate::Throttle,
+                _ => Fate::Hang(Duration::from_millis(1_000 + (stale_roll * 8_500.0) as u64)),
             };
             return (before, fate, 0.0, after);
         }
-        let r = self.rates;
+        let mut r = self.rates;
+        if self.lull.load(Ordering::Relaxed) {
+            (r.throttle, r.server_error, r.hang) = (0.0, 0.0, 0.0);
+        }
         let mut edge = r.throttle;
         let fate = if roll < edge {
             Fate::Throttle
