@@ -296,10 +296,17 @@ impl Shards<'_> {
     }
 
     /// Clears `parent` from the child's pending parents (the parent was
-    /// depleted without its children being known), if the group's latest
+    /// depleted without its children being known, or its state is gone),
+    /// if the parent is depleted or has no state, and the group's latest
     /// rewind is still `rewind` (its id; `None`: none), as the caller saw it
     /// when it decided the wait was a leftover; `false` if the child has no
-    /// state or another rewind began since.
+    /// state, the parent is not depleted, or another rewind began since.
+    ///
+    /// The caller decided from a snapshot of separate queries, eventually
+    /// consistent: one key's query may see the table a moment later than
+    /// another's (each partition answers from its own replica), so a child
+    /// can show up beside no state of a parent created just before it. The
+    /// transaction checks the parent itself, strongly consistent.
     ///
     /// An observer reads the home key (where a rewind is recorded, before
     /// its first shard moves) and the shards' keys in separate queries: a
@@ -340,6 +347,17 @@ impl Shards<'_> {
                 "#rewind_id = :rewind",
             )?,
         };
-        Ok(self.store.transact(vec![clear, check]).await?.is_ok())
+        let parent_done = self.store.tx_check(
+            &self.store.shard_at(scope, parent).await?,
+            &Expr::new()
+                .names(&[attr::DEPLETED])
+                .value("yes", AttributeValue::Bool(true)),
+            "attribute_not_exists(pk) OR #depleted = :yes",
+        )?;
+        Ok(self
+            .store
+            .transact(vec![clear, check, parent_done])
+            .await?
+            .is_ok())
     }
 }
