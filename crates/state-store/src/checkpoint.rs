@@ -321,6 +321,14 @@ impl Checkpoints<'_> {
     /// if it has none, this parent leaves its pending set, and, if this parent
     /// had a checkpoint, a child with no checkpoint starts at its starting
     /// sequence number. Idempotent: repeating it after it applied is not an error.
+    ///
+    /// The shard's write decides: once it applied, the depletion succeeded
+    /// and the lease is gone, whatever happens to the children's writes. A
+    /// child's write that fails ends them (logged; the report lists the
+    /// children done): the rebalancer gives a child its state and clears a
+    /// wait for a depleted parent. (Were the failure returned, the caller
+    /// would keep a lease that no longer exists, and its next checkpoint of
+    /// the shard would be refused as a lost lease.)
     pub async fn mark_depleted(self, lease: &Lease, children: &[ShardSpec]) -> Result<Depleted> {
         self.deplete(&ShardScope::Group, &lease.shard_id, Some(lease), children)
             .await
@@ -401,43 +409,64 @@ impl Checkpoints<'_> {
             children_started: Vec::new(),
         };
         for child in children {
-            self.store.shards().ensure(scope, child).await?;
-            let mut expr = Expr::new()
-                .names(&[attr::PENDING, attr::UPDATED])
-                .value(
-                    "parent",
-                    AttributeValue::Ss(vec![shard.as_str().to_owned()]),
-                )
-                .value("now", n(self.store.now()));
-            let mut update = "SET #updated = :now".to_owned();
-            let start = child.starting_sequence.clone().filter(|_| inherit);
-            if let Some(seq) = &start {
-                let cp = Checkpoint::AtSequence(seq.clone());
-                expr = expr
-                    .names(&[attr::CP, attr::CP_SUB, attr::CP_ORD])
-                    .value("cp", s(cp.stored_text()))
-                    .value("zero", n(0))
-                    .value("ord", s(cp.order_key()));
-                update.push_str(
-                    ", #cp = if_not_exists(#cp, :cp), #cp_sub = if_not_exists(#cp_sub, :zero), \
-                     #cp_ord = if_not_exists(#cp_ord, :ord)",
-                );
-            }
-            update.push_str(" DELETE #pending :parent");
-            let req = self.store.update_req(
-                &self.store.shard_at(scope, &child.shard_id).await?,
-                &expr,
-                &update,
-                Some("attribute_exists(pk)"),
-            );
-            if self.store.conditional_update(req).await?.is_ok() {
-                report.children.push(child.shard_id.clone());
-                if start.is_some() {
-                    report.children_started.push(child.shard_id.clone());
-                }
+            if let Err(e) = self
+                .child_of_depleted(scope, shard, child, inherit, &mut report)
+                .await
+            {
+                tracing::warn!(%shard, child = %child.shard_id, error = %e, "the shard is depleted, but a child's write failed: the rebalancer makes the child leasable");
+                break;
             }
         }
         Ok(report)
+    }
+
+    /// A depleted shard's `child`: its state if it has none, the parent out
+    /// of its pending set, and its start if it inherits one (see
+    /// [`Checkpoints::mark_depleted`]).
+    async fn child_of_depleted(
+        self,
+        scope: &ShardScope,
+        shard: &ShardId,
+        child: &ShardSpec,
+        inherit: bool,
+        report: &mut Depleted,
+    ) -> Result<()> {
+        self.store.shards().ensure(scope, child).await?;
+        let mut expr = Expr::new()
+            .names(&[attr::PENDING, attr::UPDATED])
+            .value(
+                "parent",
+                AttributeValue::Ss(vec![shard.as_str().to_owned()]),
+            )
+            .value("now", n(self.store.now()));
+        let mut update = "SET #updated = :now".to_owned();
+        let start = child.starting_sequence.clone().filter(|_| inherit);
+        if let Some(seq) = &start {
+            let cp = Checkpoint::AtSequence(seq.clone());
+            expr = expr
+                .names(&[attr::CP, attr::CP_SUB, attr::CP_ORD])
+                .value("cp", s(cp.stored_text()))
+                .value("zero", n(0))
+                .value("ord", s(cp.order_key()));
+            update.push_str(
+                ", #cp = if_not_exists(#cp, :cp), #cp_sub = if_not_exists(#cp_sub, :zero), \
+                 #cp_ord = if_not_exists(#cp_ord, :ord)",
+            );
+        }
+        update.push_str(" DELETE #pending :parent");
+        let req = self.store.update_req(
+            &self.store.shard_at(scope, &child.shard_id).await?,
+            &expr,
+            &update,
+            Some("attribute_exists(pk)"),
+        );
+        if self.store.conditional_update(req).await?.is_ok() {
+            report.children.push(child.shard_id.clone());
+            if start.is_some() {
+                report.children_started.push(child.shard_id.clone());
+            }
+        }
+        Ok(())
     }
 }
 

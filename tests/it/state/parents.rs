@@ -214,3 +214,98 @@ async fn a_childs_wait_survives_a_snapshot_that_misses_its_parent() {
     let state = store.shards().get(&group, &child.shard_id).await.unwrap();
     assert!(state.pending_parents.is_empty(), "{actions:?}");
 }
+
+/// Refuses every `GetItem` while armed, before it is sent.
+#[derive(Debug, Clone, Default)]
+struct RefuseGetItem(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for RefuseGetItem {
+    fn name(&self) -> &'static str {
+        "RefuseGetItem"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let target = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default();
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) && target.ends_with(".GetItem") {
+            return Err("refused by the test".into());
+        }
+        Ok(())
+    }
+}
+
+/// A depletion is the shard's own write: once it applied, the lease is gone
+/// and the depletion succeeded, even if a child's write then fails (the
+/// rebalancer makes the child leasable). Returned as an error, the worker
+/// kept the lease, and its next checkpoint of the shard was refused as a
+/// lost lease: the handler was told `lease_lost` for a shard it had read to
+/// its end (the simulator's sieges, seed 16).
+#[tokio::test]
+async fn a_depletion_whose_childs_write_fails_still_ends_the_shard() {
+    use shardkeeper::group::{execute, plan_rebalance, Ages, RebalanceConfig};
+    use shardkeeper::state::{GroupPart, StateStore};
+    let ctx = ctx().await;
+    let refuse = RefuseGetItem::default();
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        ctx.aws
+            .dynamodb
+            .config()
+            .to_builder()
+            .interceptor(refuse.clone())
+            .build(),
+    );
+    let config = ctx.store("child-write-fails").config().clone();
+    let store = StateStore::with_clock(client, config, std::sync::Arc::new(ctx.clock.clone()));
+    store
+        .stream_item()
+        .init(ctx.clock_now(), None)
+        .await
+        .unwrap();
+    let group = ShardScope::Group;
+    let parent = ShardSpec::new("shardId-000000000000").unwrap();
+    store.shards().ensure(&group, &parent).await.unwrap();
+    let child = ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    let lease = lease(&store, &parent.shard_id, "a").await;
+    // The child's state reads its parent first (`GetItem`): refused.
+    refuse.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let depleted = store
+        .checkpoints()
+        .mark_depleted(&lease, std::slice::from_ref(&child))
+        .await
+        .expect("the shard's write applied: the depletion succeeded");
+    assert!(depleted.children.is_empty(), "{depleted:?}");
+    refuse.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    let state = store.shards().get(&group, &parent.shard_id).await.unwrap();
+    assert!(state.depleted);
+    assert_eq!(state.owner, None);
+    // Made again, as a worker whose answer was lost would: still done.
+    store
+        .checkpoints()
+        .mark_depleted(&lease, &[])
+        .await
+        .unwrap();
+
+    // The rebalancer gives the child its state, not waiting for the
+    // depleted parent, and it is leasable.
+    store.shards().ensure(&group, &child).await.unwrap();
+    let snapshot = store.observe_group(GroupPart::Leases).await.unwrap();
+    let actions = plan_rebalance(&snapshot, &Ages::default(), &RebalanceConfig::default());
+    execute(&store, None, &actions, TERM).await.unwrap();
+    assert!(store
+        .leases()
+        .acquire(&child.shard_id, &cid("b"), TERM)
+        .await
+        .unwrap()
+        .is_some());
+}
