@@ -24,7 +24,7 @@ use shardkeeper_history::{
     check, produce_numbered, recording_handler, recording_observer, NumberedLoad, SharedHistory,
     Verification,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,7 +87,7 @@ enum Chaos {
     Split,
     Merge,
     /// An operator moves the group back: to before production, or (in a
-    /// siege, two times in three) to a moment of the last minute.
+    /// siege, five times in six) to a moment of the last minute.
     Move,
     /// DynamoDB refuses every request for 5 to 15 s.
     Brownout,
@@ -478,10 +478,10 @@ pub async fn run(shape: &Shape) -> Outcome {
             Some(Chaos::Move) if shape.operator && !net.browned_out() => {
                 let began = instant_now();
                 let rewind = rng.bool();
-                let to = if shape.siege && rng.u32(..3) > 0 {
+                let to = if shape.siege && rng.u32(..6) > 0 {
                     let wanted = line.now_millis() - rng.i64(5_000..60_000);
                     let h = world.history.lock().unwrap();
-                    wanted.min(latest_back(&h, &moves, &net.kinesis.arrivals("orders")) - 1_000)
+                    wanted.min(latest_back(&h, &mut moves, &net.kinesis.arrivals("orders")) - 1_000)
                 } else {
                     production_began - 1_000
                 };
@@ -501,6 +501,7 @@ pub async fn run(shape: &Shape) -> Outcome {
                     rewind,
                     to,
                     left_alone,
+                    read_again: false,
                 });
                 *stats
                     .entry(if rewind { "rewinds" } else { "resets" })
@@ -558,9 +559,9 @@ pub async fn run(shape: &Shape) -> Outcome {
             // is still being read).
             let left: usize = {
                 let h = world.history.lock().unwrap();
-                not_moved(&h, &moves, &arrivals)
+                unread_moves(&h, &mut moves, &arrivals)
                     .iter()
-                    .map(|m| m.missing)
+                    .map(|(_, left)| left.missing)
                     .sum()
             };
             if left == 0 {
@@ -589,7 +590,8 @@ pub async fn run(shape: &Shape) -> Outcome {
     // Every move back stuck (see `not_moved`).
     {
         let h = world.history.lock().unwrap();
-        for (m, left) in moves.iter().zip(not_moved(&h, &moves, &arrivals)) {
+        let all: Vec<&Move> = moves.iter().collect();
+        for (m, left) in moves.iter().zip(not_moved(&h, &all, &arrivals)) {
             let Move {
                 began,
                 ended,
@@ -737,6 +739,8 @@ struct Move {
     /// The shards a reset left alone: depleted just after it
     /// (docs/OPERATIONS.md).
     left_alone: BTreeSet<String>,
+    /// Every record it covers was processed again (see `not_moved`).
+    read_again: bool,
 }
 
 /// The latest time a move may go to and still be a move back: no later
@@ -745,20 +749,42 @@ struct Move {
 /// not yet read again (it would skip what that move had still to read).
 fn latest_back(
     h: &shardkeeper_history::History,
-    moves: &[Move],
-    arrivals: &BTreeMap<String, shardkeeper::state::EpochMillis>,
+    moves: &mut [Move],
+    arrivals: &HashMap<String, shardkeeper::state::EpochMillis>,
 ) -> shardkeeper::state::EpochMillis {
-    let processed: BTreeSet<&str> = h.processed.iter().map(|p| p.sequence.as_str()).collect();
+    let processed: HashSet<&str> = h.processed.iter().map(|p| p.sequence.as_str()).collect();
     let unread = arrivals
         .iter()
         .filter(|(seq, _)| !processed.contains(seq.as_str()))
         .map(|(_, at)| *at);
-    let unmoved = moves
-        .iter()
-        .zip(not_moved(h, moves, arrivals))
-        .filter(|(_, left)| left.missing > 0)
-        .map(|(m, _)| m.to);
+    let unmoved = unread_moves(h, moves, arrivals)
+        .into_iter()
+        .map(|(to, _)| to);
     unread.chain(unmoved).min().unwrap_or(i64::MAX)
+}
+
+/// The moves not read again yet, each with its target and what it left,
+/// noting those read again (a move read again stays so: what was processed
+/// before it is fixed, what after it only grows).
+fn unread_moves(
+    h: &shardkeeper_history::History,
+    moves: &mut [Move],
+    arrivals: &HashMap<String, shardkeeper::state::EpochMillis>,
+) -> Vec<(shardkeeper::state::EpochMillis, NotMoved)> {
+    let mut open: Vec<&mut Move> = moves.iter_mut().filter(|m| !m.read_again).collect();
+    let left = {
+        let shared: Vec<&Move> = open.iter().map(|m| &**m).collect();
+        not_moved(h, &shared, arrivals)
+    };
+    let mut out = Vec::new();
+    for (m, left) in open.iter_mut().zip(left) {
+        if left.missing == 0 {
+            m.read_again = true;
+        } else {
+            out.push((m.to, left));
+        }
+    }
+    out
 }
 
 /// What a move back left to read again.
@@ -779,11 +805,13 @@ struct NotMoved {
 /// a time, so each shard's next holder gains it after the move began; the
 /// holder at the start may run its last batch again, which does not count.
 /// Processing before the whole move returned counts: a move whose calls
-/// hang for seconds has long moved its first shards.)
+/// hang for seconds has long moved its first shards.) Hash maps: it runs
+/// at every move and every second of the drain, and only counts, so their
+/// order decides nothing.
 fn not_moved(
     h: &shardkeeper_history::History,
-    moves: &[Move],
-    arrivals: &BTreeMap<String, shardkeeper::state::EpochMillis>,
+    moves: &[&Move],
+    arrivals: &HashMap<String, shardkeeper::state::EpochMillis>,
 ) -> Vec<NotMoved> {
     use shardkeeper::consumer::WorkerEvent;
     moves
@@ -796,7 +824,7 @@ fn not_moved(
                 ..
             } = m;
             // Each shard's first new holder since the move began.
-            let mut taken = BTreeMap::<&str, Instant>::new();
+            let mut taken = HashMap::<&str, Instant>::new();
             for (_, e) in &h.events {
                 if let WorkerEvent::Gained { shard, at, .. } = e {
                     if at >= began {
@@ -805,7 +833,7 @@ fn not_moved(
                     }
                 }
             }
-            let before: BTreeMap<(&str, u64), &str> = h
+            let before: HashMap<(&str, u64), &str> = h
                 .processed
                 .iter()
                 .filter(|p| {
@@ -817,7 +845,7 @@ fn not_moved(
                 })
                 .map(|p| ((p.key.as_str(), p.n), p.shard.as_str()))
                 .collect();
-            let after: BTreeSet<(&str, u64)> = h
+            let after: HashSet<(&str, u64)> = h
                 .processed
                 .iter()
                 .filter(|p| taken.get(p.shard.as_str()).is_some_and(|t| p.at >= *t))

@@ -165,7 +165,7 @@ impl Kinesis {
     }
 
     /// When each record of `stream` arrived, by its sequence number.
-    pub fn arrivals(&self, stream: &str) -> BTreeMap<String, EpochMillis> {
+    pub fn arrivals(&self, stream: &str) -> std::collections::HashMap<String, EpochMillis> {
         let s = self.state.lock().unwrap();
         s.streams[stream]
             .shards
