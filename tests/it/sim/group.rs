@@ -68,7 +68,7 @@ impl Shape {
             busy: Duration::from_secs(420),
             keys: 48,
             operator: true,
-            siege: seed % 2 == 0,
+            siege: seed.is_multiple_of(2),
         }
     }
 }
@@ -644,6 +644,11 @@ pub async fn run(shape: &Shape) -> Outcome {
     for child in &verdict.children_before_parents {
         failures.extend(explain_child(&history, child, started));
     }
+    // `SHARDKEEPER_SIM_SHARD=<shard>`: every worker event of that shard,
+    // for a failure's story.
+    if let Ok(shard) = std::env::var("SHARDKEEPER_SIM_SHARD") {
+        failures.extend(explain_shard(&history, &shard, started));
+    }
     if verdict.unjustified_duplicates > 0 && std::env::var("SHARDKEEPER_SIM_EXPLAIN").is_ok() {
         failures.extend(explain_repeats(&history, started));
         for m in &moves {
@@ -916,6 +921,39 @@ pub fn explain_repeats(history: &shardkeeper_history::History, origin: Instant) 
         }
     }
     out
+}
+
+/// Every worker event of `shard` (but each batch's `Processing`), and the
+/// run's kills, in order.
+fn explain_shard(
+    history: &shardkeeper_history::History,
+    shard: &str,
+    origin: Instant,
+) -> Vec<String> {
+    use shardkeeper::consumer::WorkerEvent;
+    let ms = |t: Instant| t.saturating_duration_since(origin).as_millis();
+    let mut lines: Vec<(u128, String)> = history
+        .events
+        .iter()
+        .filter_map(|(c, e)| {
+            let (s, at) = match e {
+                WorkerEvent::Gained { shard, at, .. }
+                | WorkerEvent::Processing { shard, at, .. }
+                | WorkerEvent::Stopped { shard, at, .. } => (shard, *at),
+                WorkerEvent::Checkpointed { shard, sent, .. } => (shard, *sent),
+            };
+            (s.as_str() == shard && !matches!(e, WorkerEvent::Processing { .. }))
+                .then(|| (ms(at), format!("{} ms: {c}: {e:?}", ms(at))))
+        })
+        .chain(
+            history
+                .killed
+                .iter()
+                .map(|(c, at)| (ms(*at), format!("{} ms: {c} killed", ms(*at)))),
+        )
+        .collect();
+    lines.sort_by_key(|(t, _)| *t);
+    lines.into_iter().map(|(_, l)| l).collect()
 }
 
 /// For a child read before its parents ended: when it was first read, and
