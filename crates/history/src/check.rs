@@ -247,10 +247,11 @@ fn completions(history: &History) -> HashMap<&ShardId, Instant> {
     out
 }
 
-/// Records processed after the lease their batch started under ran out: for
-/// each record, the last `Processing` event of its consumer and shard
-/// before it.
-fn past_lease_expiry(history: &History) -> usize {
+/// For each record of `history.processed`, in order, the lease expiry its
+/// batch started under (on its worker's own clock): that of the last
+/// `Processing` event of its consumer and shard before it; `None` without
+/// one.
+pub fn lease_expiries(history: &History) -> Vec<Option<Instant>> {
     let mut bounds: HashMap<(&str, &ShardId), Vec<(Instant, Instant)>> = HashMap::new();
     for (consumer, event) in &history.events {
         if let WorkerEvent::Processing {
@@ -268,12 +269,22 @@ fn past_lease_expiry(history: &History) -> usize {
     history
         .processed
         .iter()
-        .filter(|p| {
+        .map(|p| {
             bounds
                 .get(&(p.consumer.as_str(), &p.shard))
                 .and_then(|b| b.iter().rev().find(|(at, _)| *at <= p.at))
-                .is_some_and(|(_, expiry)| p.at > *expiry)
+                .map(|(_, expiry)| *expiry)
         })
+        .collect()
+}
+
+/// Records processed after the lease their batch started under ran out.
+fn past_lease_expiry(history: &History) -> usize {
+    history
+        .processed
+        .iter()
+        .zip(lease_expiries(history))
+        .filter(|(p, expiry)| expiry.is_some_and(|e| p.at > e))
         .count()
 }
 

@@ -10,7 +10,7 @@ mod check;
 mod produce;
 mod record;
 
-pub use check::{check, Call, Intrusion, Overlap, Verification};
+pub use check::{check, lease_expiries, Call, Intrusion, Overlap, Verification};
 pub use produce::{produce_numbered, NumberedLoad};
 pub use record::{recording_handler, recording_observer};
 

@@ -217,15 +217,11 @@ async fn a_give_is_never_applied_without_its_note_wherever_the_giver_is_killed()
 /// ticks later).
 #[tokio::test]
 async fn a_shard_given_while_it_waits_for_its_parent_is_taken_once_the_parent_ends() {
-    use shardkeeper::state::{PositionMove, ShardScope, ShardSpec};
+    use shardkeeper::state::{PositionMove, ShardScope};
     let ctx = ctx().await;
     let store = ctx.store("pickup-unready");
     let group = ShardScope::Group;
-    let parent = ShardSpec::new("shardId-000000000000").unwrap();
-    let child = ShardSpec::new("shardId-000000000001")
-        .unwrap()
-        .with_parents(&["shardId-000000000000"])
-        .unwrap();
+    let (parent, child) = crate::support::common::parent_and_child();
     for spec in [&parent, &child] {
         store.shards().ensure(&group, spec).await.unwrap();
     }

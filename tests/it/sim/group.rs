@@ -700,33 +700,15 @@ pub async fn run(shape: &Shape) -> Outcome {
 /// ms; negative past it. Shows the worker's margin at work: with it, never
 /// under the margin.
 fn closest_to_expiry(h: &shardkeeper_history::History) -> Option<i64> {
-    use shardkeeper::consumer::WorkerEvent;
-    let mut batches: BTreeMap<(&str, &str), Vec<(Instant, Instant)>> = BTreeMap::new();
-    for (consumer, e) in &h.events {
-        if let WorkerEvent::Processing {
-            shard,
-            at,
-            lease_expiry,
-        } = e
-        {
-            batches
-                .entry((consumer.as_str(), shard.as_str()))
-                .or_default()
-                .push((*at, *lease_expiry));
-        }
-    }
     h.processed
         .iter()
-        .filter_map(|p| {
-            let (_, expiry) = batches
-                .get(&(p.consumer.as_str(), p.shard.as_str()))?
-                .iter()
-                .rev()
-                .find(|(at, _)| *at <= p.at)?;
-            Some(if *expiry >= p.at {
+        .zip(shardkeeper_history::lease_expiries(h))
+        .filter_map(|(p, expiry)| {
+            let expiry = expiry?;
+            Some(if expiry >= p.at {
                 expiry.duration_since(p.at).as_millis() as i64
             } else {
-                -(p.at.duration_since(*expiry).as_millis() as i64)
+                -(p.at.duration_since(expiry).as_millis() as i64)
             })
         })
         .min()

@@ -161,17 +161,9 @@ async fn a_childs_wait_survives_a_snapshot_that_misses_its_parent() {
     use shardkeeper::state::GroupPart;
     let ctx = ctx().await;
     let store = ctx.store("parent-unseen");
-    store
-        .stream_item()
-        .init(ctx.clock_now(), None)
-        .await
-        .unwrap();
+    ctx.start_group_item(&store).await;
     let group = ShardScope::Group;
-    let parent = ShardSpec::new("shardId-000000000000").unwrap();
-    let child = ShardSpec::new("shardId-000000000001")
-        .unwrap()
-        .with_parents(&["shardId-000000000000"])
-        .unwrap();
+    let (parent, child) = crate::support::common::parent_and_child();
     for spec in [&parent, &child] {
         store.shards().ensure(&group, spec).await.unwrap();
     }
@@ -264,18 +256,10 @@ async fn a_depletion_whose_childs_write_fails_still_ends_the_shard() {
     );
     let config = ctx.store("child-write-fails").config().clone();
     let store = StateStore::with_clock(client, config, std::sync::Arc::new(ctx.clock.clone()));
-    store
-        .stream_item()
-        .init(ctx.clock_now(), None)
-        .await
-        .unwrap();
+    ctx.start_group_item(&store).await;
     let group = ShardScope::Group;
-    let parent = ShardSpec::new("shardId-000000000000").unwrap();
+    let (parent, child) = crate::support::common::parent_and_child();
     store.shards().ensure(&group, &parent).await.unwrap();
-    let child = ShardSpec::new("shardId-000000000001")
-        .unwrap()
-        .with_parents(&["shardId-000000000000"])
-        .unwrap();
     let lease = lease(&store, &parent.shard_id, "a").await;
     // The child's state reads its parent first (`GetItem`): refused.
     refuse.0.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -61,6 +61,16 @@ impl Ctx {
         self.clock.now_millis()
     }
 
+    /// Starts `store`'s group: its stream item, as the table's start writes
+    /// it, at the test clock's now.
+    pub async fn start_group_item(&self, store: &StateStore) {
+        store
+            .stream_item()
+            .init(self.clock_now(), None)
+            .await
+            .unwrap();
+    }
+
     /// A store for a fresh, unique group on `stream`, on the manual clock.
     pub fn store(&self, stream: &str) -> StateStore {
         self.store_for(&unique_name("g"), stream)
@@ -404,4 +414,15 @@ pub fn scripted() -> shardkeeper_cli::args::ChangeOptions {
         yes: true,
         json: true,
     }
+}
+
+/// A parent shard and its one child: `shardId-000000000000` and
+/// `shardId-000000000001`.
+pub fn parent_and_child() -> (ShardSpec, ShardSpec) {
+    let parent = ShardSpec::new("shardId-000000000000").unwrap();
+    let child = ShardSpec::new("shardId-000000000001")
+        .unwrap()
+        .with_parents(&["shardId-000000000000"])
+        .unwrap();
+    (parent, child)
 }

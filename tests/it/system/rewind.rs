@@ -360,17 +360,9 @@ async fn a_childs_wait_survives_a_snapshot_torn_across_the_start_of_a_rewind() {
     const TERM: Duration = Duration::from_secs(10);
     let ctx = ctx().await;
     let store = ctx.store("rewind-torn");
-    store
-        .stream_item()
-        .init(ctx.clock_now(), None)
-        .await
-        .unwrap();
+    ctx.start_group_item(&store).await;
     let group = ShardScope::Group;
-    let parent = ShardSpec::new("shardId-000000000000").unwrap();
-    let child = ShardSpec::new("shardId-000000000001")
-        .unwrap()
-        .with_parents(&["shardId-000000000000"])
-        .unwrap();
+    let (parent, child) = crate::support::common::parent_and_child();
     for spec in [&parent, &child] {
         store.shards().ensure(&group, spec).await.unwrap();
     }
