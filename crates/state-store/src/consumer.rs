@@ -110,6 +110,12 @@ pub struct Heartbeat {
     /// it last acknowledged them: hand each over (its lease item tells to
     /// whom, if the claim still stands).
     pub claimed: BTreeSet<ShardId>,
+    /// A heartbeat that took the id over ([`Consumers::heartbeat_as`] with
+    /// `take_over`) found a token on the item: another process's, which may
+    /// still be processing under leases in the id's name until a term after
+    /// this heartbeat (or this process's own, from an attempt whose answer
+    /// was lost: the two cannot be told apart, so it counts as another's).
+    pub took_over: bool,
 }
 
 /// A lease taken from a consumer whose session was seen stale: the shard,
@@ -358,8 +364,13 @@ impl Consumers<'_> {
                 .collect::<Result<BTreeSet<_>>>()?,
             _ => BTreeSet::new(),
         };
+        // A token found is taken for another process's: it may be this
+        // one's, from an attempt whose answer was lost, which cannot be told.
+        let took_over =
+            token.is_some_and(|(_, take_over)| take_over) && old.contains_key(attr::TOKEN);
         let reader = ItemReader::new(&old);
         Ok(Heartbeat {
+            took_over,
             registered,
             assignments: reader.u64_or(attr::ASSIGNED, 0)?,
             named: reader.u64_or(attr::NAMED, 0)?,

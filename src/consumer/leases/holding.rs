@@ -26,6 +26,8 @@ pub(crate) struct Holding {
     /// When the answer of the heartbeat that took the id over came back,
     /// on the store's monotonic clock.
     taken_at: Option<EpochMillis>,
+    /// The heartbeat that took the id over found another process's token.
+    displaced: bool,
     incarnation: Option<String>,
     /// Leases in the id's name held by another process's token, not yet taken.
     waiting: BTreeSet<ShardId>,
@@ -37,6 +39,7 @@ impl Holding {
         Holding {
             token: format!("{:016x}", fastrand::u64(..)),
             taken_at: None,
+            displaced: false,
             incarnation: None,
             waiting: BTreeSet::new(),
         }
@@ -78,6 +81,15 @@ impl Holding {
         takes
     }
 
+    /// Whether another process of this id may still be processing under a
+    /// lease in the id's name at `now` (the store's monotonic clock): this
+    /// process has not taken the id over yet, or took it over from another
+    /// process's token less than a term ago.
+    pub(crate) fn others_may_run(&self, now: EpochMillis, term: Duration) -> bool {
+        self.taken_at
+            .is_none_or(|at| self.displaced && now < at + duration_millis(term))
+    }
+
     /// The leases waited on: read again at each tick until taken.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = &ShardId> {
         self.waiting.iter()
@@ -109,6 +121,7 @@ impl Holding {
             .await?;
         if take_over {
             self.taken_at = Some(store.monotonic_now());
+            self.displaced = beat.took_over;
         }
         if self
             .incarnation

@@ -638,6 +638,64 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     assert!(tick.lost.is_empty(), "{tick:?}");
 }
 
+/// A process that took the id over and leaves within a term (a supervisor
+/// started it beside the older one, then stopped it) must not free the
+/// older process's leases: the older may still be inside a batch until a
+/// term after the takeover. Deregistered, every lease in the id's name would
+/// be free to the rebalancer at once (found by the simulator: seed 48, two
+/// consumers' handler calls on one shard at once). The leave releases what
+/// it holds itself and leaves the registration to the reaper, which frees
+/// the id's leases once the heartbeat is stale.
+#[tokio::test]
+async fn a_process_leaving_within_a_term_of_its_takeover_leaves_the_older_ones_leases_alone() {
+    let ctx = ctx().await;
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(&ctx, &store);
+    let mut old = session(&store, "dup");
+    old.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    old.tick(no_progress).await.unwrap();
+    let shards: Vec<ShardId> = old.leases().map(|l| l.shard_id.clone()).collect();
+    assert_eq!(shards.len(), 2);
+    let mut other = session(&store, "other");
+    other.tick(no_progress).await.unwrap();
+
+    let mut new = session(&store, "dup");
+    assert!(new.tick(no_progress).await.unwrap().gained.is_empty());
+    ctx.clock.advance(TERM / 2);
+    assert_eq!(new.leave(no_progress).await.unwrap(), Vec::<ShardId>::new());
+    let dup = ConsumerId::new("dup").unwrap();
+    assert!(
+        store.consumers().get(&dup).await.unwrap().is_some(),
+        "deregistered within a term of the takeover"
+    );
+    rebalancer.tick().await.unwrap();
+    assert!(other.tick(no_progress).await.unwrap().gained.is_empty());
+    let owned = store.leases().owned_shards(&dup).await.unwrap();
+    assert_eq!(
+        owned.len(),
+        2,
+        "the older process's leases were freed: {owned:?}"
+    );
+    // The older process, inside its batch, can still checkpoint: nobody
+    // took the shard.
+    old.checkpoint(&shards[0], &Checkpoint::after("100").unwrap(), None)
+        .await
+        .unwrap();
+
+    // Once the heartbeat is stale, the reaper removes the consumer and frees
+    // its leases: nothing is stranded.
+    ctx.clock.advance(Duration::from_secs(60));
+    let report = store
+        .consumers()
+        .clear_old(Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert!(report.removed.contains(&dup), "{report:?}");
+    assert_eq!(report.leases_released.len(), 2, "{report:?}");
+}
+
 /// A claim noted on the owner's item and withdrawn before the owner's next
 /// heartbeat (its claimant died, or the plan changed) leaves the lease with
 /// its owner: the session reads the lease, finds no claim, keeps the lease

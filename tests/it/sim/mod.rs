@@ -98,12 +98,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// shows (docs/RELIABILITY.md, "The simulator"). They are left out of the
 /// runs of many seeds and replayed by `open_findings_still_fail`; a fix
 /// removes its seed from here.
-const OPEN_FINDINGS: &[(u64, &str)] = &[(
-    48,
-    "two consumers' handler calls on one shard at once: a second process of c10, leaving, \
-     honoured a claim on a lease it never held and handed it to c15, while the first \
-     process of c10 still held it and read on",
-)];
+const OPEN_FINDINGS: &[(u64, &str)] = &[];
 
 /// The seeds to run: `SHARDKEEPER_SIM_SEED` alone, or
 /// `SHARDKEEPER_SIM_SEEDS` of them (default `default`) from

@@ -31,6 +31,7 @@ async fn heartbeat_registers_once_then_refreshes_in_one_request() {
             incarnation: beat.incarnation.clone(),
             revoked: Default::default(),
             claimed: Default::default(),
+            took_over: false,
         }
     );
     assert!(store

@@ -87,6 +87,9 @@ impl ConsumerSession {
     /// Leaves the group cleanly: marks the consumer inactive (the rebalancer
     /// stops giving it leases), checkpoints and releases every held lease,
     /// deregisters, then frees any lease a rebalancer assigned meanwhile.
+    /// Within a term of taking the id over from another process (which may
+    /// still be processing under the id's leases), it neither deregisters
+    /// nor frees: the reaper does, once the heartbeat is stale.
     /// Returns the shards released. A process whose id a newer process took
     /// over touches nothing and gets [`StateError::Superseded`].
     pub async fn leave(
@@ -100,6 +103,21 @@ impl ConsumerSession {
         self.beat().await?;
         self.store.consumers().set_active(self.id(), false).await?;
         let mut released = self.release_all(progress).await?;
+        // Deregistered, the id's leases would be free to every other
+        // consumer at once, while another process that this one took the
+        // id over from may still be inside a batch under them (until a
+        // term after the takeover). The reaper removes the consumer once
+        // its heartbeat is stale, and frees a lease only a term after.
+        if self
+            .holding
+            .others_may_run(self.store.monotonic_now(), self.lease_term)
+        {
+            tracing::info!(
+                consumer = %self.id(),
+                "left within a term of taking the id over from another process: the registration and the leases still in the id's name are left to the reaper"
+            );
+            return Ok(released);
+        }
         self.store.consumers().deregister(self.id()).await?;
         for shard in self.store.leases().owned_shards(self.id()).await? {
             if self
