@@ -6,11 +6,16 @@
 //! `ConsistentRead` false "might not reflect the results of a recently
 //! completed write operation", and that consistency across all copies is
 //! usually reached within a second (Developer Guide, "Read consistency").
-//! A second engine, the replica, applies the same successful writes in the
-//! same order, late: a write is on it at most a second after it was
-//! applied, and any prefix of the writes of the last second may be. A read
-//! without `ConsistentRead` that the seed sends to the replica sees the
-//! table as it was a moment ago, as DynamoDB's may.
+//! DynamoDB keeps each partition on three storage nodes, and an eventually
+//! consistent read may be served by any of them (Developer Guide, "Read
+//! consistency"; "Partitions and data distribution"): two reads of two
+//! keys, one after the other, may see the table at two moments, the later
+//! read the earlier moment. Here two more engines, the replicas, each apply
+//! the same successful writes in the same order, late and on their own: a
+//! write is on a replica at most a second after it was applied, and any
+//! prefix of the writes of the last second may be. A read without
+//! `ConsistentRead` that the seed sends to a replica sees the table as it
+//! was a moment ago on that replica, as DynamoDB's may.
 
 use super::clock::{EngineClock, TimeLine};
 use dynoxide::errors::DynoxideError;
@@ -22,14 +27,26 @@ use std::sync::{Arc, Mutex};
 /// How long a write may stay unseen by an eventually consistent read.
 const LAG_MS: EpochMillis = 1_000;
 
-/// The two engines and the writes the replica has not applied yet.
+/// How many replicas serve eventually consistent reads (the primary is the
+/// third copy).
+pub const REPLICAS: usize = 2;
+
+/// The engines and the writes a replica has not applied yet.
 pub struct Dynamo {
     primary: Database,
-    replica: Database,
+    replicas: Vec<Database>,
     line: TimeLine,
-    /// Writes applied to the primary and not yet to the replica: when, the
-    /// operation, its body.
-    pending: Mutex<VecDeque<(EpochMillis, String, String)>>,
+    log: Mutex<Log>,
+}
+
+/// Writes applied to the primary and not yet to every replica.
+#[derive(Default)]
+struct Log {
+    /// When, the operation, its body; the first is write number `first`.
+    writes: VecDeque<(EpochMillis, String, String)>,
+    first: usize,
+    /// How many writes each replica has applied.
+    applied: [usize; REPLICAS],
 }
 
 /// What an operation answered: the status and the body.
@@ -42,22 +59,24 @@ impl Dynamo {
     /// Empty engines on `line`.
     pub fn new(line: TimeLine) -> Arc<Self> {
         let clock = Arc::new(EngineClock(line));
+        let engine = || Database::memory_with_clock(clock.clone()).expect("engine");
         Arc::new(Dynamo {
-            primary: Database::memory_with_clock(clock.clone()).expect("engine"),
-            replica: Database::memory_with_clock(clock).expect("engine"),
+            primary: engine(),
+            replicas: (0..REPLICAS).map(|_| engine()).collect(),
             line,
-            pending: Mutex::new(VecDeque::new()),
+            log: Mutex::new(Log::default()),
         })
     }
 
     /// Serves `operation` with `body`. `stale` (drawn by the seed, in
     /// 0..1): for a read without `ConsistentRead`, how much of the last
-    /// second's writes the replica still lacks (0: none, served as
-    /// consistent).
-    pub fn serve(&self, operation: &str, body: &str, stale: f64) -> Answer {
+    /// second's writes the replica numbered `replica` still lacks (0: none,
+    /// served as consistent).
+    pub fn serve(&self, operation: &str, body: &str, stale: f64, replica: usize) -> Answer {
         if stale > 0.0 && reads_eventually(operation, body) {
-            self.catch_up(stale);
-            return answer(dispatch(&self.replica, operation, body));
+            let replica = replica % REPLICAS;
+            self.catch_up(replica, stale);
+            return answer(dispatch(&self.replicas[replica], operation, body));
         }
         let result = dispatch(&self.primary, operation, body);
         if result.is_ok() && writes(operation) {
@@ -65,11 +84,13 @@ impl Dynamo {
                 operation,
                 "CreateTable" | "UpdateTable" | "DeleteTable" | "UpdateTimeToLive" | "TagResource"
             ) {
-                // Tables are the same on both at once.
-                self.catch_up(0.0);
-                let _ = dispatch(&self.replica, operation, body);
+                // Tables are the same on every copy at once.
+                for (i, replica) in self.replicas.iter().enumerate() {
+                    self.catch_up(i, 0.0);
+                    let _ = dispatch(replica, operation, body);
+                }
             } else {
-                self.pending.lock().unwrap().push_back((
+                self.log.lock().unwrap().writes.push_back((
                     self.line.now_millis(),
                     operation.to_owned(),
                     body.to_owned(),
@@ -79,19 +100,30 @@ impl Dynamo {
         answer(result)
     }
 
-    /// Applies to the replica every write older than the lag, and of the
-    /// newer ones all but the last `share` of them.
-    fn catch_up(&self, share: f64) {
-        let mut pending = self.pending.lock().unwrap();
+    /// Applies to replica `replica` every write older than the lag, and of
+    /// the newer ones all but the last `share` of them.
+    fn catch_up(&self, replica: usize, share: f64) {
+        let mut log = self.log.lock().unwrap();
         let now = self.line.now_millis();
-        let recent = pending
+        let end = log.first + log.writes.len();
+        let recent = log
+            .writes
             .iter()
-            .filter(|(at, _, _)| now - at < LAG_MS)
+            .rev()
+            .take_while(|(at, _, _)| now - at < LAG_MS)
             .count();
         let keep = (recent as f64 * share).round() as usize;
-        while pending.len() > keep {
-            let (_, op, body) = pending.pop_front().expect("a write");
-            let _ = dispatch(&self.replica, &op, &body);
+        let target = end - keep;
+        while log.applied[replica] < target {
+            let (_, op, body) = &log.writes[log.applied[replica] - log.first];
+            let _ = dispatch(&self.replicas[replica], op, body);
+            log.applied[replica] += 1;
+        }
+        // What every replica has applied is kept no longer.
+        let done = log.applied.iter().copied().min().unwrap_or(end);
+        while log.first < done {
+            log.writes.pop_front();
+            log.first += 1;
         }
     }
 }

@@ -28,7 +28,7 @@ pub struct Rates {
     pub server_error: f64,
     pub hang: f64,
     pub lose_answer: f64,
-    /// Of eventually consistent reads, the share served from the replica.
+    /// Of eventually consistent reads, the share served from a replica.
     pub stale_read: f64,
 }
 
@@ -47,7 +47,7 @@ impl Rates {
     }
 
     /// A siege's rates: answers lost after the write in every seed, and
-    /// every eventually consistent read served from the replica.
+    /// every eventually consistent read served from a replica.
     pub fn siege(rng: &mut fastrand::Rng) -> Self {
         Rates {
             throttle: rng.f64() * 0.04,
@@ -166,9 +166,9 @@ impl Net {
             .is_some_and(|t| shardkeeper::state::instant_now() < t)
     }
 
-    /// The waits before and after a request, the fate and the staleness of
-    /// a read, drawn in one go (one draw order per request).
-    fn draw(&self, faults: bool, dynamodb: bool) -> (Duration, Fate, f64, Duration) {
+    /// The waits before and after a request, the fate, the staleness of a
+    /// read and the replica it goes to, drawn in one go (one draw order per request).
+    fn draw(&self, faults: bool, dynamodb: bool) -> (Duration, Fate, f64, usize, Duration) {
         let mut rng = self.rng.lock().unwrap();
         let wait = |rng: &mut fastrand::Rng| match rng.u32(..10) {
             0..5 => Duration::ZERO,
@@ -178,10 +178,11 @@ impl Net {
         let before = wait(&mut rng);
         let after = wait(&mut rng);
         let (roll, stale_roll, share) = (rng.f64(), rng.f64(), rng.f64());
+        let replica = rng.usize(..super::dynamo::REPLICAS);
         let hang = Duration::from_millis(rng.u64(2_000..90_000));
         let server = rng.bool();
         if !faults || !self.faulty.load(Ordering::Relaxed) {
-            return (before, Fate::Serve, 0.0, after);
+            return (before, Fate::Serve, 0.0, replica, after);
         }
         if dynamodb && self.browned_out() && !self.lull.load(Ordering::Relaxed) {
             let fate = match (roll * 3.0) as u32 {
@@ -189,7 +190,7 @@ impl Net {
                 1 => Fate::Throttle,
                 _ => Fate::Hang(Duration::from_millis(1_000 + (stale_roll * 8_500.0) as u64)),
             };
-            return (before, fate, 0.0, after);
+            return (before, fate, 0.0, replica, after);
         }
         let mut r = self.rates;
         if self.lull.load(Ordering::Relaxed) {
@@ -225,7 +226,7 @@ impl Net {
         } else {
             0.0
         };
-        (before, fate, stale, after)
+        (before, fate, stale, replica, after)
     }
 
     async fn exchange(
@@ -245,7 +246,7 @@ impl Net {
             .unwrap_or_default();
         let (service, operation) = target.split_once('.').unwrap_or(("", ""));
         let dynamodb = service.starts_with("DynamoDB");
-        let (before, fate, stale, after) = self.draw(faults, dynamodb);
+        let (before, fate, stale, replica, after) = self.draw(faults, dynamodb);
         self.counts.requests.fetch_add(1, Ordering::Relaxed);
         self.trace.lock().unwrap().request(operation, &body);
         pause(before).await;
@@ -293,7 +294,7 @@ impl Net {
             self.counts.stale.fetch_add(1, Ordering::Relaxed);
         }
         let (status, text) = if dynamodb {
-            let a = self.dynamo.serve(operation, &body, stale);
+            let a = self.dynamo.serve(operation, &body, stale, replica);
             (a.status, a.body)
         } else {
             let a = self.kinesis.serve(operation, &body);
