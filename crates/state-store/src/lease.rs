@@ -70,7 +70,7 @@ pub enum TakeFrom {
         session: Option<SessionSeen>,
     },
     /// Already in the taker's name (given by the rebalancer, or held by
-    /// an earlier process under the same consumer id): taken at the counter
+    /// another process under the same consumer id): taken at the counter
     /// seen, which fences out whoever held it under that name. With
     /// `expires`, only if it was not renewed since.
     Named {
@@ -78,6 +78,12 @@ pub enum TakeFrom {
         counter: u64,
         /// The stored expiry seen, when the take must find it unchanged.
         expires: Option<EpochMillis>,
+        /// Held by another process under the id (its holding token on the
+        /// lease is not the taker's): taken only while the id's item still
+        /// carries the taker's token (the take's `holder`). That process
+        /// may be a newer one that took the id over since the taker's last
+        /// heartbeat, and is processing under the lease.
+        from_another: bool,
     },
 }
 
@@ -313,11 +319,20 @@ impl Leases<'_> {
             }
         };
         let condition = format!("{LEASABLE} AND #counter = :n{who}{renewal}");
+        // The id still this process's (see `TakeFrom::Named`).
+        let id_still_mine = match from {
+            TakeFrom::Named {
+                from_another: true, ..
+            } => holder,
+            _ => None,
+        };
         let old = match (from.session(), noted) {
-            (None, false) => match self.set_owner(shard, expr, holder, &condition).await? {
-                Ok(lease) => return Ok(Some(lease)),
-                Err(old) => old,
-            },
+            (None, false) if id_still_mine.is_none() => {
+                match self.set_owner(shard, expr, holder, &condition).await? {
+                    Ok(lease) => return Ok(Some(lease)),
+                    Err(old) => old,
+                }
+            }
             (session, _) => {
                 let at = self.lease_at(shard).await?;
                 let revocation = Revocation {
@@ -336,6 +351,13 @@ impl Leases<'_> {
                     )?];
                     if let Some(session) = session {
                         parts.push(self.session_part(session, &revocation)?);
+                    }
+                    if let Some(token) = id_still_mine {
+                        parts.push(self.store.tx_check(
+                            &self.store.home(consumer_sk(new_owner)),
+                            &Expr::new().names(&[attr::TOKEN]).value("token", s(token)),
+                            "#token = :token",
+                        )?);
                     }
                     if noted {
                         parts.push(self.store.consumers().given_part(new_owner, shard, named)?);

@@ -75,6 +75,7 @@ impl Holding {
             let from = TakeFrom::Named {
                 counter: s.counter,
                 expires: foreign.then_some(s.expires).flatten(),
+                from_another: foreign,
             };
             takes.push((s.shard_id.clone(), from));
         }
@@ -122,6 +123,7 @@ impl Holding {
         if take_over {
             self.taken_at = Some(store.monotonic_now());
             self.displaced = beat.took_over;
+            tracing::debug!(consumer = %info.id, token = %self.token, from_another = beat.took_over, "took the consumer id over");
         }
         if self
             .incarnation

@@ -211,6 +211,8 @@ impl World {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        // In the run's log (SHARDKEEPER_SIM_LOG), beside the toolkit's.
+        tracing::info!(target: "shardkeeper::sim", process = %name, consumer = %id, "process started");
         let task = tokio::spawn(async move {
             Ended::of(
                 &worker

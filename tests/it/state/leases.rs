@@ -670,3 +670,83 @@ async fn a_release_frees_a_shard_whose_claimant_is_gone_instead_of_handing_it_ov
     assert_eq!((state.owner, state.claim), (None, None));
     assert_eq!(state.counter, lease.counter + 1);
 }
+
+/// Two processes under one id, each taking the lease the other holds (each
+/// a term after its own takeover, as `Holding::takes` waits): the one that
+/// took the id over last takes it; the other, whose last heartbeat went
+/// through before that takeover, must not take it back, since the newer
+/// one may be processing under it. Found by the simulator (the sieges'
+/// seed 26 with two replicas): the older process's tick had sent its
+/// heartbeat just before the newer one took the id over, then took the
+/// lease the newer one held, and both ran the shard's records.
+#[tokio::test]
+async fn a_take_from_another_process_of_the_id_needs_the_id_still_ones_own() {
+    let ctx = ctx().await;
+    let store = ctx.store("same-id-takes");
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let info = ConsumerInfo::for_this_process(cid("dup"), store.now());
+    let beat = |token: &'static str| {
+        let (store, info) = (store.clone(), info.clone());
+        async move {
+            store
+                .consumers()
+                .heartbeat_as(&info, token, true, &Acks::default())
+                .await
+                .unwrap()
+        }
+    };
+    let from_another = |lease: &shardkeeper::state::Lease| TakeFrom::Named {
+        counter: lease.counter,
+        expires: Some(lease.expires),
+        from_another: true,
+    };
+    beat("older").await;
+    let free = TakeFrom::Stale {
+        counter: 0,
+        expires: None,
+        session: None,
+    };
+    let older = store
+        .leases()
+        .take(&shard, &cid("dup"), &free, Some("older"), TERM)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(beat("newer").await.took_over);
+    let newer = store
+        .leases()
+        .take(
+            &shard,
+            &cid("dup"),
+            &from_another(&older),
+            Some("newer"),
+            TERM,
+        )
+        .await
+        .unwrap()
+        .expect("the id is the newer one's: it takes the older one's lease");
+    let taken_back = store
+        .leases()
+        .take(
+            &shard,
+            &cid("dup"),
+            &from_another(&newer),
+            Some("older"),
+            TERM,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        taken_back, None,
+        "taken from the process that took the id over"
+    );
+    let state = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    assert_eq!(
+        (state.holder.as_deref(), state.counter),
+        (Some("newer"), newer.counter)
+    );
+}

@@ -80,6 +80,7 @@ async fn a_retried_take_release_and_hand_off_find_their_own_writes() {
             &TakeFrom::Named {
                 counter: 2,
                 expires: None,
+                from_another: false,
             },
             Some("token-b"),
             TERM,
