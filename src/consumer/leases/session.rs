@@ -311,8 +311,19 @@ impl ConsumerSession {
         progress: &impl Fn(&ShardId) -> Option<(Checkpoint, Option<EpochMillis>)>,
     ) -> Result<()> {
         let claimed_at_renewal = self.renew_for_older_code(tick).await?;
+        // The names this heartbeat acknowledges. `given` is a set by shard:
+        // a give of the same shard applied before the heartbeat merges into
+        // the acknowledged name and goes with it (and a retry after a lost
+        // answer shows the item without it). Each name acknowledged whose
+        // shard is not held now is read once more, after the heartbeat.
+        let acked: Vec<ShardId> = self.acks.given.iter().cloned().collect();
         let sent = instant_now();
         let beat = self.beat().await?;
+        self.recheck.extend(
+            acked
+                .into_iter()
+                .filter(|shard| !self.leases.contains_key(shard)),
+        );
         tick.registered |= beat.registered;
         if beat.registered {
             // Removed and registered again (or new): whatever this process

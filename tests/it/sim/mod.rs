@@ -98,12 +98,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// shows (docs/RELIABILITY.md, "The simulator"). They are left out of the
 /// runs of many seeds and replayed by `open_findings_still_fail`; a fix
 /// removes its seed from here.
-const OPEN_FINDINGS: &[(u64, &str)] = &[(
-    90,
-    "a stall after the calm: 42 records never processed, on a closed shard (5) a rewind \
-     reopened 1.5 s after its owner c8 had read it to its end; c8 kept it in its name and \
-     never read it again, its child (17) waiting for it",
-)];
+const OPEN_FINDINGS: &[(u64, &str)] = &[];
 
 /// The seeds to run: `SHARDKEEPER_SIM_SEED` alone, or
 /// `SHARDKEEPER_SIM_SEEDS` of them (default `default`) from

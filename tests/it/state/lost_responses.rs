@@ -416,3 +416,70 @@ async fn a_retried_forced_move_finds_its_own_transaction() {
     assert_eq!(state.owner, Some(cid("a")));
     assert_eq!(state.checkpoint, Some(Checkpoint::TrimHorizon));
 }
+
+/// A give of a shard the consumer held before, applied before the
+/// heartbeat that acknowledges the shard's earlier name: `given` is a set by
+/// shard, so the new name merges into the one acknowledged and goes with it,
+/// and with that heartbeat's answer lost its retry shows the item without
+/// it. The session reads each name it acknowledged again after the
+/// heartbeat when the shard is not held, and takes the shard. Before, it
+/// stayed in the consumer's name, unread, for good (found by the
+/// simulator: the sieges' seed 90, a shard completed, reopened by a rewind
+/// and given back by the rebalancer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_merged_into_an_acknowledged_name_is_still_taken() {
+    let (faulty, store) = setup("merged-name").await;
+    let shard = seed_shards(&store, 1).await.remove(0);
+    let info = ConsumerInfo::for_this_process(cid("a"), store.now());
+    let mut session = shardkeeper::consumer::ConsumerSession::new(store.clone(), info, TERM);
+    assert!(session.tick(|_| None).await.unwrap().gained.is_empty());
+    let give = |counter: u64| {
+        let (store, shard) = (store.clone(), shard.clone());
+        async move {
+            store
+                .leases()
+                .give(&shard, &cid("a"), &free(counter), None, TERM)
+                .await
+                .unwrap()
+                .expect("given")
+        }
+    };
+    give(0).await;
+    assert_eq!(
+        session.tick(|_| None).await.unwrap().gained,
+        vec![shard.clone()]
+    );
+    // Read to its end; the name's acknowledgement waits for the next heartbeat.
+    session.complete_shard(&shard, &[]).await.unwrap();
+    // An operator reopens it (a rewind), and it is given to "a" again.
+    let seen = store
+        .shards()
+        .get(&ShardScope::Group, &shard)
+        .await
+        .unwrap();
+    let mut reopen = shardkeeper::state::PositionMove::to(Checkpoint::TrimHorizon);
+    reopen.evict = true;
+    reopen.reopen = true;
+    assert!(store
+        .checkpoints()
+        .move_position(&ShardScope::Group, &seen, &reopen)
+        .await
+        .unwrap());
+    give(seen.counter + 1).await;
+    // The heartbeat that acknowledges the name (the tick's first request):
+    // applied, its answer lost, retried.
+    faulty.dynamodb.lose_next_responses(1);
+    let tick = session.tick(|_| None).await.unwrap();
+    faulty.dynamodb.lose_next_responses(0);
+    assert_eq!(faulty.dynamodb.counts().lost_responses, 1);
+    let gained = if tick.gained.is_empty() {
+        session.tick(|_| None).await.unwrap().gained
+    } else {
+        tick.gained
+    };
+    assert_eq!(
+        gained,
+        vec![shard.clone()],
+        "the shard given again was never taken"
+    );
+}
