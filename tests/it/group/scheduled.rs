@@ -555,6 +555,23 @@ async fn a_session_reads_only_the_shards_it_was_given() {
     assert_eq!(sent["UpdateItem"].requests, 1);
 }
 
+/// A group on a stream of two shards, and a process under id "dup" holding
+/// both leases: the store, the rebalancer, the session and the shards.
+async fn a_process_holding_two_leases_as_dup(
+    ctx: &Ctx,
+) -> (StateStore, Rebalancer, ConsumerSession, Vec<ShardId>) {
+    let stream = create_stream(&ctx.aws, 2).await;
+    let store = ctx.store(&stream);
+    let rebalancer = rebalancer(ctx, &store);
+    let mut old = session(&store, "dup");
+    old.tick(no_progress).await.unwrap();
+    rebalancer.tick().await.unwrap();
+    old.tick(no_progress).await.unwrap();
+    let shards: Vec<ShardId> = old.leases().map(|l| l.shard_id.clone()).collect();
+    assert_eq!(shards.len(), 2);
+    (store, rebalancer, old, shards)
+}
+
 /// Two processes under one consumer id (a restart while the old process
 /// still runs, with `release_on_stop = false`): the newer takes the id over
 /// at once, and the older's next tick says it was superseded; it stops. The
@@ -566,15 +583,7 @@ async fn a_session_reads_only_the_shards_it_was_given() {
 #[tokio::test]
 async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
     let ctx = ctx().await;
-    let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    let rebalancer = rebalancer(&ctx, &store);
-    let mut old = session(&store, "dup");
-    old.tick(no_progress).await.unwrap();
-    rebalancer.tick().await.unwrap();
-    old.tick(no_progress).await.unwrap();
-    let shards: Vec<ShardId> = old.leases().map(|l| l.shard_id.clone()).collect();
-    assert_eq!(shards.len(), 2);
+    let (store, _, mut old, shards) = a_process_holding_two_leases_as_dup(&ctx).await;
     let cp = Checkpoint::after("100").unwrap();
     old.checkpoint(&shards[0], &cp, None).await.unwrap();
 
@@ -649,15 +658,7 @@ async fn a_second_process_under_one_id_takes_over_and_the_first_stops() {
 #[tokio::test]
 async fn a_process_leaving_within_a_term_of_its_takeover_leaves_the_older_ones_leases_alone() {
     let ctx = ctx().await;
-    let stream = create_stream(&ctx.aws, 2).await;
-    let store = ctx.store(&stream);
-    let rebalancer = rebalancer(&ctx, &store);
-    let mut old = session(&store, "dup");
-    old.tick(no_progress).await.unwrap();
-    rebalancer.tick().await.unwrap();
-    old.tick(no_progress).await.unwrap();
-    let shards: Vec<ShardId> = old.leases().map(|l| l.shard_id.clone()).collect();
-    assert_eq!(shards.len(), 2);
+    let (store, rebalancer, mut old, shards) = a_process_holding_two_leases_as_dup(&ctx).await;
     let mut other = session(&store, "other");
     other.tick(no_progress).await.unwrap();
 
